@@ -1,0 +1,167 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxBudgetMicros caps a campaign's daily budget at 1e15 micros (one billion
+// currency units). Redis scripts compute in Lua doubles, exact below 2^53
+// (about 9e15); the cap keeps every ledger sum far inside that.
+const MaxBudgetMicros int64 = 1_000_000_000_000_000
+
+// MaxShards caps how many shards a campaign-day is split into.
+const MaxShards = 256
+
+// DefaultShards is the shard count of a campaign that does not say.
+const DefaultShards = 8
+
+// Campaign states.
+const (
+	StateActive = "active"
+	StatePaused = "paused"
+)
+
+var curveNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// Campaign is a campaign's settings as the ledger's campaign store holds them.
+type Campaign struct {
+	ID          string `json:"id"`
+	DailyMicros int64  `json:"daily_micros"`
+	TZ          string `json:"tz"`
+	Curve       string `json:"curve"`
+	Shards      int    `json:"shards"`
+	State       string `json:"state"`
+	Version     int64  `json:"version"`
+}
+
+// Validate reports what is wrong with c, if anything.
+func (c Campaign) Validate() error {
+	if !ValidCampaignID(c.ID) {
+		return fmt.Errorf("campaign id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", c.ID)
+	}
+	if c.DailyMicros < 0 {
+		return fmt.Errorf("campaign %s: daily budget %d micros is negative", c.ID, c.DailyMicros)
+	}
+	if c.DailyMicros > MaxBudgetMicros {
+		return fmt.Errorf("campaign %s: %w", c.ID, ErrBudgetTooLarge)
+	}
+	if _, err := time.LoadLocation(c.TZ); err != nil || c.TZ == "" {
+		return fmt.Errorf("campaign %s: time zone %q is not an IANA zone such as Europe/Paris", c.ID, c.TZ)
+	}
+	if !curveNamePattern.MatchString(c.Curve) {
+		return fmt.Errorf("campaign %s: curve name %q: want [a-z0-9_-]{1,64}", c.ID, c.Curve)
+	}
+	if c.Shards < 1 || c.Shards > MaxShards {
+		return fmt.Errorf("campaign %s: shards %d: want 1 to %d", c.ID, c.Shards, MaxShards)
+	}
+	if c.State != StateActive && c.State != StatePaused {
+		return fmt.Errorf("campaign %s: state %q: want %s or %s", c.ID, c.State, StateActive, StatePaused)
+	}
+	return nil
+}
+
+// Location returns the campaign's time zone.
+func (c Campaign) Location() *time.Location {
+	loc, err := time.LoadLocation(c.TZ)
+	if err != nil {
+		return time.UTC // Validate refuses such campaigns before they are stored
+	}
+	return loc
+}
+
+// PutCampaign stores c (validated), bumping its version, and returns the stored
+// campaign. Settings of days already open are not touched: see AdjustDay.
+func (l *Ledger) PutCampaign(ctx context.Context, c Campaign) (Campaign, error) {
+	if err := c.Validate(); err != nil {
+		return Campaign{}, err
+	}
+	key := campaignKey(c.ID)
+	ver, err := l.rdb.HIncrBy(ctx, key, "version", 1).Result()
+	if err != nil {
+		return Campaign{}, fmt.Errorf("store campaign %s: %w", c.ID, err)
+	}
+	c.Version = ver
+	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, "daily", c.DailyMicros, "tz", c.TZ, "curve", c.Curve,
+			"shards", c.Shards, "state", c.State)
+		p.SAdd(ctx, campaignsKey, c.ID)
+		return nil
+	})
+	if err != nil {
+		return Campaign{}, fmt.Errorf("store campaign %s: %w", c.ID, err)
+	}
+	return c, nil
+}
+
+// GetCampaign loads a campaign; an unknown one is an *UnknownCampaignError.
+func (l *Ledger) GetCampaign(ctx context.Context, id string) (Campaign, error) {
+	if !ValidCampaignID(id) {
+		return Campaign{}, &UnknownCampaignError{ID: id}
+	}
+	m, err := l.rdb.HGetAll(ctx, campaignKey(id)).Result()
+	if err != nil {
+		return Campaign{}, fmt.Errorf("load campaign %s: %w", id, err)
+	}
+	if len(m) == 0 || m["daily"] == "" {
+		return Campaign{}, &UnknownCampaignError{ID: id}
+	}
+	c := Campaign{ID: id, TZ: m["tz"], Curve: m["curve"], State: m["state"]}
+	var perr error
+	parse := func(field string) int64 {
+		v, err := strconv.ParseInt(m[field], 10, 64)
+		if err != nil && perr == nil {
+			perr = fmt.Errorf("campaign %s: field %s=%q: %w", id, field, m[field], err)
+		}
+		return v
+	}
+	c.DailyMicros = parse("daily")
+	c.Shards = int(parse("shards"))
+	c.Version = parse("version")
+	if perr != nil {
+		return Campaign{}, perr
+	}
+	if err := c.Validate(); err != nil {
+		return Campaign{}, fmt.Errorf("stored %w", err)
+	}
+	return c, nil
+}
+
+// ListCampaigns returns every campaign, sorted by id.
+func (l *Ledger) ListCampaigns(ctx context.Context) ([]Campaign, error) {
+	ids, err := l.rdb.SMembers(ctx, campaignsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list campaigns: %w", err)
+	}
+	slices.Sort(ids)
+	out := make([]Campaign, 0, len(ids))
+	for _, id := range ids {
+		c, err := l.GetCampaign(ctx, id)
+		var unknown *UnknownCampaignError
+		if errors.As(err, &unknown) {
+			continue // removed between SMEMBERS and HGETALL
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// SetState pauses or resumes a campaign and returns it with its new version.
+func (l *Ledger) SetState(ctx context.Context, id, state string) (Campaign, error) {
+	c, err := l.GetCampaign(ctx, id)
+	if err != nil {
+		return Campaign{}, err
+	}
+	c.State = state
+	return l.PutCampaign(ctx, c)
+}

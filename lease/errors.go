@@ -1,0 +1,31 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrDayNotOpen: the shard of the campaign-day does not exist yet; OpenDay it.
+	ErrDayNotOpen = errors.New("lease: campaign-day not open")
+	// ErrLedgerLost: the ledger says a day was opened but its shard is gone, so
+	// Redis lost state (a restart without persistence, a failover to a stale
+	// replica). Re-opening it would grant the day's budget a second time, so the
+	// ledger refuses until an operator intervenes.
+	ErrLedgerLost = errors.New("lease: ledger lost state: day marker present but shard missing; refusing to re-open")
+	// ErrLeaseSettled: the lease was settled as expired before its holder released
+	// it. Its whole amount was counted as spent; nothing is credited.
+	ErrLeaseSettled = errors.New("lease: lease already settled as expired")
+	// ErrUnknownLease: no such lease on the shard.
+	ErrUnknownLease = errors.New("lease: unknown lease")
+	// ErrFenced: a reconciler call carried a fencing token older than one the
+	// shard has seen: the caller was deposed.
+	ErrFenced = errors.New("lease: fenced off by a newer reconciler")
+	// ErrBudgetTooLarge: a budget above MaxBudgetMicros.
+	ErrBudgetTooLarge = fmt.Errorf("lease: budget exceeds the maximum of %d micros", MaxBudgetMicros)
+)
+
+// UnknownCampaignError is returned for a campaign the store does not know.
+type UnknownCampaignError struct{ ID string }
+
+func (e *UnknownCampaignError) Error() string { return fmt.Sprintf("unknown campaign %q", e.ID) }

@@ -1,0 +1,4 @@
+package lease
+
+// LuaPreludeForTest lets tests run the shared Lua helpers directly.
+var LuaPreludeForTest = luaPrelude

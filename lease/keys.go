@@ -1,0 +1,54 @@
+package lease
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// Key layout. Each shard of a campaign-day keeps all its keys under one hash tag,
+// {campaign/day/shard}, so every ledger script touches a single Redis Cluster
+// slot; different shards have different tags and so spread across the cluster.
+//
+//	pacer:{c/d/s}:state   hash   budget locked available leased spent lost cppb fence opened_ms
+//	pacer:{c/d/s}:leases  hash   lease id -> "amount|holder|expiry_ms" (outstanding leases)
+//	pacer:{c/d/s}:exp     zset   lease id by expiry_ms (for settlement)
+//	pacer:{c/d/s}:done    hash   lease id -> "r:unused" | "s:amount" (idempotency record)
+//	pacer:{c/d/s}:audit   stream every change to money on the shard
+//	pacer:campaign:<id>   hash   campaign settings
+//	pacer:campaigns       set    campaign ids
+//	pacer:days:<id>       hash   day -> shard count, written once every shard of the day is open
+const keyPrefix = "pacer:"
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+
+// ValidCampaignID reports whether id can name a campaign: 1 to 128 characters
+// from [A-Za-z0-9_.-]. Braces, colons and slashes would break the key layout.
+func ValidCampaignID(id string) bool { return idPattern.MatchString(id) }
+
+// ShardKey names one shard of one campaign-day.
+type ShardKey struct {
+	Campaign string
+	Day      string // local date of the campaign's time zone, "2006-01-02"
+	Shard    int
+}
+
+func (k ShardKey) String() string { return fmt.Sprintf("%s/%s/%d", k.Campaign, k.Day, k.Shard) }
+
+func (k ShardKey) tag() string {
+	return keyPrefix + "{" + k.Campaign + "/" + k.Day + "/" + strconv.Itoa(k.Shard) + "}:"
+}
+
+// keys returns the shard's keys in the order every script expects them.
+func (k ShardKey) keys() []string {
+	t := k.tag()
+	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit"}
+}
+
+// AuditKey is the shard's audit stream.
+func (k ShardKey) AuditKey() string { return k.tag() + "audit" }
+
+func campaignKey(id string) string { return keyPrefix + "campaign:" + id }
+func daysKey(id string) string     { return keyPrefix + "days:" + id }
+
+const campaignsKey = keyPrefix + "campaigns"

@@ -1,0 +1,421 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+const ppb = 1_000_000_000
+
+var (
+	t0  = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	ctx = context.Background()
+)
+
+func newLedger(t *testing.T) (*lease.Ledger, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	return lease.New(srv.Client(), lease.Config{}, nil), srv
+}
+
+func mustOpen(t *testing.T, l *lease.Ledger, c lease.Campaign, day string) {
+	t.Helper()
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenDay(ctx, c, day, t0, t0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func campaign(id string, budget int64, shards int) lease.Campaign {
+	return lease.Campaign{ID: id, DailyMicros: budget, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive}
+}
+
+func mustBalance(t *testing.T, l *lease.Ledger, id, day string) lease.Shard {
+	t.Helper()
+	total, problems, err := l.CheckDay(ctx, id, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("conservation: %s", p)
+	}
+	return total
+}
+
+// The Lua muldiv must be exact where a double product would not be.
+func TestLuaMulDivExact(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	s := redis.NewScript(lease.LuaPreludeForTest + `
+return str(muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])))`)
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := [][3]int64{
+		{lease.MaxBudgetMicros, ppb - 1, ppb},
+		{lease.MaxBudgetMicros - 1, 999_999_937, 999_999_999},
+		{1<<53 - 1, 1<<30 - 1, 1 << 30},
+		{123_456_789_012_345, 1, 3},
+		{0, 5, 7},
+		{7, 0, 7},
+		{999_999_999_999_999, 333_333_333, 1_000_000_000},
+	}
+	for range 300 {
+		c := rng.Int64N(ppb) + 1
+		cases = append(cases, [3]int64{rng.Int64N(lease.MaxBudgetMicros + 1), rng.Int64N(c + 1), c})
+	}
+	for _, tc := range cases {
+		got, err := s.Run(ctx, rdb, []string{"k"}, tc[0], tc[1], tc[2]).Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := new(big.Int).Mul(big.NewInt(tc[0]), big.NewInt(tc[1]))
+		want.Quo(want, big.NewInt(tc[2]))
+		if got != want.String() {
+			t.Fatalf("muldiv(%d, %d, %d) = %s, want %s", tc[0], tc[1], tc[2], got, want)
+		}
+	}
+}
+
+func TestCampaignStore(t *testing.T) {
+	l, _ := newLedger(t)
+	bad := []lease.Campaign{
+		{ID: "a{b}", DailyMicros: 1, TZ: "UTC", Curve: "flat", Shards: 1, State: "active"},
+		{ID: "neg", DailyMicros: -1, TZ: "UTC", Curve: "flat", Shards: 1, State: "active"},
+		{ID: "huge", DailyMicros: lease.MaxBudgetMicros + 1, TZ: "UTC", Curve: "flat", Shards: 1, State: "active"},
+		{ID: "tz", DailyMicros: 1, TZ: "Mars/Olympus", Curve: "flat", Shards: 1, State: "active"},
+		{ID: "shards", DailyMicros: 1, TZ: "UTC", Curve: "flat", Shards: 0, State: "active"},
+		{ID: "state", DailyMicros: 1, TZ: "UTC", Curve: "flat", Shards: 1, State: "gone"},
+		{ID: "curve", DailyMicros: 1, TZ: "UTC", Curve: "Bad Name", Shards: 1, State: "active"},
+	}
+	for _, c := range bad {
+		if _, err := l.PutCampaign(ctx, c); err == nil {
+			t.Errorf("PutCampaign(%+v) accepted", c)
+		}
+	}
+	c, err := l.PutCampaign(ctx, lease.Campaign{ID: "c1", DailyMicros: 5_000_000, TZ: "Asia/Kolkata", Curve: "flat", Shards: 4, State: "active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Version != 1 {
+		t.Errorf("version = %d, want 1", c.Version)
+	}
+	got, err := l.GetCampaign(ctx, "c1")
+	if err != nil || got != c {
+		t.Fatalf("GetCampaign = %+v, %v; want %+v", got, err, c)
+	}
+	p, err := l.SetState(ctx, "c1", lease.StatePaused)
+	if err != nil || p.State != lease.StatePaused || p.Version != 2 {
+		t.Fatalf("SetState = %+v, %v", p, err)
+	}
+	var unknown *lease.UnknownCampaignError
+	if _, err := l.GetCampaign(ctx, "nope"); !errors.As(err, &unknown) {
+		t.Fatalf("GetCampaign(nope) err = %v, want UnknownCampaignError", err)
+	}
+	list, err := l.ListCampaigns(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != "c1" {
+		t.Fatalf("ListCampaigns = %+v, %v", list, err)
+	}
+}
+
+func grantReq(id string, k lease.ShardKey, want int64, now time.Time, c int64) lease.GrantRequest {
+	return lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h1", Want: want,
+		Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: c, Cap: min(ppb, c+ppb/8)},
+		Grace: 5 * time.Second, DayStart: t0}
+}
+
+// A step table on one shard: the curve releases budget, grants take from
+// available, releases credit unused micros back, retries change nothing.
+func TestGrantReleaseSteps(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	h := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
+
+	// 3h into a flat day: 1/8 released = 3,000,000; the cap (the next 3h of the
+	// rest of the day: 24,000,000 x (1/8) / (7/8) = 3,428,571) does not bite.
+	g, err := l.Grant(ctx, grantReq("L1", k, 400_000, h(3), ppb/8))
+	if err != nil || g.Granted != 400_000 {
+		t.Fatalf("grant L1 = %+v, %v", g, err)
+	}
+	if want := (lease.Shard{Budget: 24_000_000, Locked: 21_000_000, Available: 2_600_000, Leased: 400_000}); g.Shard != want {
+		t.Fatalf("after L1: %+v, want %+v", g.Shard, want)
+	}
+	// Retry of the same grant: same lease, nothing moves.
+	g2, err := l.Grant(ctx, grantReq("L1", k, 400_000, h(3), ppb/8))
+	if err != nil || g2.Granted != 400_000 || g2.Shard != g.Shard {
+		t.Fatalf("retry L1 = %+v, %v", g2, err)
+	}
+	// Want more than available: get what there is.
+	g, err = l.Grant(ctx, grantReq("L2", k, 5_000_000, h(3), ppb/8))
+	if err != nil || g.Granted != 2_600_000 || g.Shard.Available != 0 {
+		t.Fatalf("grant L2 = %+v, %v", g, err)
+	}
+	// Release L1 with 100,000 unused; a retry credits nothing more.
+	for range 2 {
+		sh, err := l.Release(ctx, k, "L1", 100_000, h(3))
+		if err != nil || sh.Available != 100_000 || sh.Spent != 300_000 || sh.Leased != 2_600_000 {
+			t.Fatalf("release L1 = %+v, %v", sh, err)
+		}
+	}
+	if _, err := l.Release(ctx, k, "L9", 0, h(3)); !errors.Is(err, lease.ErrUnknownLease) {
+		t.Fatalf("release unknown: %v", err)
+	}
+	if _, err := l.Release(ctx, k, "L2", 2_600_001, h(3)); err == nil {
+		t.Fatal("release with unused > amount accepted")
+	}
+	// A grant of a closed lease id is refused.
+	if _, err := l.Grant(ctx, grantReq("L1", k, 1, h(3), ppb/8)); err == nil {
+		t.Fatal("re-grant of released lease id accepted")
+	}
+	// Renew L2 (all spent) into L3 at 6h: the curve releases 21,000,000 x
+	// (1/8) / (7/8) = 3,000,000 more.
+	g, err = l.Renew(ctx, "L2", 0, grantReq("L3", k, 700_000, h(6), ppb/4))
+	if err != nil || g.Granted != 700_000 {
+		t.Fatalf("renew L2->L3 = %+v, %v", g, err)
+	}
+	if want := (lease.Shard{Budget: 24_000_000, Locked: 18_000_000, Available: 2_400_000, Leased: 700_000, Spent: 2_900_000}); g.Shard != want {
+		t.Fatalf("after renew: %+v, want %+v", g.Shard, want)
+	}
+	tot := mustBalance(t, l, "c", day)
+	if tot.Spent != 2_900_000 || tot.Leased != 700_000 {
+		t.Fatalf("totals %+v", tot)
+	}
+	// End of day: everything is released; L3 expired long ago and is settled.
+	g, err = l.Grant(ctx, grantReq("L4", k, lease.MaxBudgetMicros, h(24), ppb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lease.Shard{Budget: 24_000_000, Leased: 24_000_000 - 2_900_000 - 700_000, Spent: 3_600_000, Lost: 700_000}
+	if g.Shard != want {
+		t.Fatalf("day end: %+v, want %+v", g.Shard, want)
+	}
+	if _, err := l.Release(ctx, k, "L3", 0, h(24)); !errors.Is(err, lease.ErrLeaseSettled) {
+		t.Fatalf("late release of settled lease: %v", err)
+	}
+	mustBalance(t, l, "c", day)
+}
+
+// Release along the curve is exact: at any sequence of instants, released =
+// budget x C(t) up to the cap, and at the day's end everything is released.
+func TestCurveReleaseExact(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	const budget = 999_999_999_999_989 // not divisible by anything convenient
+	mustOpen(t, l, campaign("x", budget, 3), day)
+	rng := rand.New(rand.NewPCG(7, 7))
+	c := int64(0)
+	var granted int64
+	for i := 0; c < ppb; i++ {
+		c = min(ppb, c+rng.Int64N(ppb/50))
+		k := lease.ShardKey{Campaign: "x", Day: day, Shard: i % 3}
+		now := t0.Add(time.Duration(c) * 24 * time.Hour / ppb)
+		r := grantReq("g"+strconv.Itoa(i), k, lease.MaxBudgetMicros, now, c)
+		r.Pace.Cap = c // no cap window: release strictly by the curve
+		if c == ppb {
+			r.Pace.Cap = ppb
+		}
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted += g.Granted
+		// Released so far on this shard never exceeds its share of budget x C.
+		share := lease.Split(budget, 3)[k.Shard]
+		limit := new(big.Int).Mul(big.NewInt(share), big.NewInt(c))
+		limit.Quo(limit, big.NewInt(ppb))
+		if rel := g.Shard.Budget - g.Shard.Locked; rel > limit.Int64()+1 {
+			t.Fatalf("shard %d released %d at C=%d, more than budget x C = %d", k.Shard, rel, c, limit)
+		}
+	}
+	// One last grant per shard at C=1 collects the rest.
+	for s := range 3 {
+		g, err := l.Grant(ctx, grantReq(fmt.Sprintf("end%d", s), lease.ShardKey{Campaign: "x", Day: day, Shard: s}, lease.MaxBudgetMicros, t0.Add(24*time.Hour), ppb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted += g.Granted
+	}
+	tot := mustBalance(t, l, "x", day)
+	// Leases expire (30 s) and later grants settle them, so granted budget ends
+	// up leased or spent: all of it, and not one micro more.
+	if granted != budget || tot.Leased+tot.Spent != budget || tot.Locked != 0 || tot.Available != 0 {
+		t.Fatalf("granted %d of %d; totals %+v", granted, budget, tot)
+	}
+}
+
+// The cap keeps unspent budget from bursting: a late first grant gets only the
+// cap window's worth, and the rest is spread over what is left of the day.
+func TestCatchUpIsCapped(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	// At noon nothing was spent: half the day's budget is due, but the cap allows
+	// only what the rest of the day releases over the cap window (1/8 of the
+	// day, 3h): 24,000,000 / 12h x 3h = 6,000,000. The other 6,000,000 go back to
+	// locked and are spread over the afternoon.
+	g, err := l.Grant(ctx, grantReq("L", k, 24_000_000, t0.Add(12*time.Hour), ppb/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Granted != 6_000_000 || g.Shard.Locked != 18_000_000 {
+		t.Fatalf("late grant = %+v, want 6,000,000 granted and 18,000,000 locked", g)
+	}
+	mustBalance(t, l, "c", day)
+}
+
+func TestSettleFencing(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	if _, err := l.Grant(ctx, grantReq("L", k, 500_000, t0.Add(3*time.Hour), ppb/8)); err != nil {
+		t.Fatal(err)
+	}
+	// Before expiry+grace: nothing settles.
+	s, err := l.Settle(ctx, k, t0.Add(3*time.Hour+34*time.Second), 5*time.Second, 10)
+	if err != nil || s.Count != 0 {
+		t.Fatalf("early settle = %+v, %v", s, err)
+	}
+	// An older fence is refused.
+	if _, err := l.Settle(ctx, k, t0.Add(4*time.Hour), 5*time.Second, 9); !errors.Is(err, lease.ErrFenced) {
+		t.Fatalf("old fence: %v", err)
+	}
+	s, err = l.Settle(ctx, k, t0.Add(4*time.Hour), 5*time.Second, 11)
+	if err != nil || s.Count != 1 || s.Amount != 500_000 || s.Shard.Lost != 500_000 || s.Shard.Spent != 500_000 {
+		t.Fatalf("settle = %+v, %v", s, err)
+	}
+	// Settling again changes nothing.
+	s, err = l.Settle(ctx, k, t0.Add(5*time.Hour), 5*time.Second, 11)
+	if err != nil || s.Count != 0 || s.Shard.Lost != 500_000 {
+		t.Fatalf("re-settle = %+v, %v", s, err)
+	}
+	mustBalance(t, l, "c", day)
+}
+
+func TestAdjustDay(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 10_000_000, 4), day)
+	got, err := l.AdjustDay(ctx, "c", day, 30_000_003, t0)
+	if err != nil || got != 30_000_003 {
+		t.Fatalf("raise = %d, %v", got, err)
+	}
+	// Lease most of shard 0 at the day's end, then cut to zero: the leased part stays.
+	g, err := l.Grant(ctx, grantReq("L", lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, 5_000_000, t0.Add(24*time.Hour-time.Minute), ppb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = l.AdjustDay(ctx, "c", day, 0, t0)
+	if err != nil || got != g.Granted {
+		t.Fatalf("cut = %d, %v; want %d (what is leased)", got, err, g.Granted)
+	}
+	mustBalance(t, l, "c", day)
+}
+
+// A ledger that lost a day's shard (Redis restarted without its data) must not
+// re-open the day from scratch: that would grant its budget twice.
+func TestLedgerLostIsRefused(t *testing.T) {
+	l, srv := newLedger(t)
+	const day = "2026-11-21"
+	c := campaign("c", 10_000_000, 2)
+	mustOpen(t, l, c, day)
+	if err := srv.Client().Del(ctx, "pacer:{c/2026-11-21/1}:state").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenDay(ctx, c, day, t0, t0); !errors.Is(err, lease.ErrLedgerLost) {
+		t.Fatalf("OpenDay after loss: %v, want ErrLedgerLost", err)
+	}
+	_, problems, err := l.CheckDay(ctx, "c", day)
+	if err != nil || len(problems) == 0 {
+		t.Fatalf("CheckDay after loss: %v, %v; want a problem", problems, err)
+	}
+}
+
+// With persistence on, a Redis restart keeps every lease: releases after it
+// credit exactly, and the ledger balances.
+func TestRedisRestartKeepsLedger(t *testing.T) {
+	l, srv := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	if _, err := l.Grant(ctx, grantReq("L", k, 500_000, t0.Add(3*time.Hour), ppb/8)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Restart()
+	sh, err := l.Release(ctx, k, "L", 200_000, t0.Add(3*time.Hour))
+	if err != nil || sh.Spent != 300_000 {
+		t.Fatalf("release after restart = %+v, %v", sh, err)
+	}
+	mustBalance(t, l, "c", day)
+}
+
+// Random operations from several holders, with the clock jumping back and
+// forth: the ledger balances after every call and never grants beyond budget.
+func TestRandomOpsConserve(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	const budget = 7_777_777_777
+	mustOpen(t, l, campaign("r", budget, 3), day)
+	rng := rand.New(rand.NewPCG(3, 4))
+	type held struct {
+		k      lease.ShardKey
+		amount int64
+	}
+	open := map[string]held{}
+	var next int
+	now := t0
+	for step := range 400 {
+		now = now.Add(time.Duration(rng.Int64N(int64(10*time.Minute))) - time.Minute)
+		if now.Before(t0) {
+			now = t0
+		}
+		c := min(ppb, int64(now.Sub(t0))*ppb/int64(24*time.Hour))
+		k := lease.ShardKey{Campaign: "r", Day: day, Shard: rng.IntN(3)}
+		switch op := rng.IntN(5); {
+		case op <= 1:
+			next++
+			id := "g" + strconv.Itoa(next)
+			g, err := l.Grant(ctx, grantReq(id, k, rng.Int64N(budget/10)+1, now, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Granted > 0 {
+				open[id] = held{k, g.Granted}
+			}
+		case op == 2 || op == 3:
+			for id, h := range open {
+				unused := rng.Int64N(h.amount + 1)
+				_, err := l.Release(ctx, h.k, id, unused, now)
+				if err != nil && !errors.Is(err, lease.ErrLeaseSettled) {
+					t.Fatal(err)
+				}
+				delete(open, id)
+				break
+			}
+		default:
+			if _, err := l.Settle(ctx, k, now, 5*time.Second, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tot := mustBalance(t, l, "r", day)
+		if tot.Budget != budget {
+			t.Fatalf("step %d: budget %d changed", step, tot.Budget)
+		}
+		if t.Failed() {
+			t.Fatalf("step %d: ledger out of balance", step)
+		}
+	}
+}

@@ -1,0 +1,184 @@
+-- prelude: shared by every ledger script (concatenated in front of each at load).
+--
+-- Redis runs Lua 5.1, whose only number type is a double: integers are exact only
+-- below 2^53. Money never gets near that (budgets are capped at MaxBudgetMicros,
+-- 1e15), but products such as micros x parts-per-billion do, so every
+-- multiply-divide goes through muldiv, which splits the operands so that no
+-- intermediate value reaches 2^53.
+local PPB = 1000000000
+
+local function num(v)
+  if v == false or v == nil then return 0 end
+  return tonumber(v)
+end
+
+-- Integers are written back with %.0f: tostring/redis.call would use %.14g or a
+-- shortest-form formatter and could emit "1e+15".
+local function str(n)
+  return string.format('%.0f', n)
+end
+
+-- divmod returns floor(n/d) and n mod d exactly, for 0 <= n < 2^53, 0 < d.
+local function divmod(n, d)
+  local q = math.floor(n / d)
+  local r = n - q * d
+  if r < 0 then
+    q = q - 1
+    r = r + d
+  elseif r >= d then
+    q = q + 1
+    r = r - d
+  end
+  return q, r
+end
+
+-- muldiv returns floor(a*b/c) exactly for 0 <= a < 2^53 and 0 <= b <= c <= 2^30.
+local function muldiv(a, b, c)
+  if a == 0 or b == 0 then return 0 end
+  if b == c then return a end
+  local q, r = divmod(a, c)          -- a = q*c + r, r < c
+  local bh, bl = divmod(b, 32768)    -- b = bh*2^15 + bl
+  local x1, x0 = divmod(r * bh, c)   -- r*bh < 2^45
+  local y = divmod(x0 * 32768 + r * bl, c) -- both terms < 2^45
+  return q * b + x1 * 32768 + y
+end
+
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb'}
+
+local function load_shard(key)
+  local v = redis.call('HMGET', key, unpack(FIELDS))
+  if not v[1] then return nil end
+  local s = {}
+  for i, f in ipairs(FIELDS) do s[f] = num(v[i]) end
+  return s
+end
+
+local function store_shard(key, s)
+  redis.call('HSET', key,
+    'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
+    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb))
+end
+
+local function shard_reply(status, value, s)
+  return {status, value, s.budget, s.locked, s.available, s.leased, s.spent, s.lost}
+end
+
+-- audit appends one ledger event to the shard's stream. Every change to money goes
+-- through here, so the stream replays to the shard's state.
+local function audit(key, maxlen, ...)
+  redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+end
+
+-- release_by_curve moves budget from locked to available as the pacing curve
+-- advances from the shard's last release point cppb to c_now (both in PPB of the
+-- local day), then caps available at what the curve releases over the next cap
+-- window (c_now..c_cap) and puts the excess back into locked, where the same rule
+-- spreads it over the rest of the day: catch-up without a burst. Exact: every micro
+-- moved out of one field lands in the other.
+local function release_by_curve(s, c_now, c_cap)
+  if c_now > PPB then c_now = PPB end
+  if c_cap > PPB then c_cap = PPB end
+  if c_cap < c_now then c_cap = c_now end
+  -- A caller whose clock is behind the shard's release point must not re-lock
+  -- what is already available: shift its cap window to start at cppb.
+  if c_now < s.cppb then
+    c_cap = math.min(PPB, s.cppb + (c_cap - c_now))
+    c_now = s.cppb
+  end
+  if c_now > s.cppb then
+    local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
+    s.locked = s.locked - moved
+    s.available = s.available + moved
+    s.cppb = c_now
+  end
+  if s.cppb < PPB then
+    local cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
+    if s.available > cap then
+      s.locked = s.locked + (s.available - cap)
+      s.available = cap
+    end
+  end
+end
+
+-- Lease records: "amount|holder|expiry_ms".
+local function parse_lease(rec)
+  local amount, holder, expiry = string.match(rec, '^(%d+)|([^|]*)|(%d+)$')
+  return tonumber(amount), holder, tonumber(expiry)
+end
+
+-- settle_expired settles, conservatively, leases whose expiry is before cutoff:
+-- their holder is gone or cut off and stopped spending before expiry, but what it
+-- spent was never reported, so all of it counts as spent (and as lost, for the
+-- report). A crash therefore costs under-delivery bounded by the lease, never
+-- overspend. Returns the number and amount settled.
+local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
+  local ids = redis.call('ZRANGEBYSCORE', K.exp, '-inf', '(' .. str(cutoff), 'LIMIT', 0, limit)
+  local n, total = 0, 0
+  for _, id in ipairs(ids) do
+    local rec = redis.call('HGET', K.leases, id)
+    if rec then
+      local amount, holder = parse_lease(rec)
+      s.leased = s.leased - amount
+      s.spent = s.spent + amount
+      s.lost = s.lost + amount
+      redis.call('HDEL', K.leases, id)
+      redis.call('HSET', K.done, id, 's:' .. str(amount))
+      audit(K.audit, maxlen, 'ev', 'settle', 'lease', id, 'holder', holder,
+        'amount', str(amount), 'by', why, 'ms', str(now))
+      n = n + 1
+      total = total + amount
+    end
+    redis.call('ZREM', K.exp, id)
+  end
+  return n, total
+end
+
+local function keys_of(KEYS)
+  return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5]}
+end
+
+local function expire_all(K, at)
+  for _, k in pairs(K) do redis.call('PEXPIREAT', k, at) end
+end
+
+-- grant_new takes up to want micros from available into a new lease.
+local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
+  local g = want
+  if s.available < g then g = s.available end
+  if g <= 0 then return 0 end
+  s.available = s.available - g
+  s.leased = s.leased + g
+  redis.call('HSET', K.leases, id, str(g) .. '|' .. holder .. '|' .. str(expiry))
+  redis.call('ZADD', K.exp, str(expiry), id)
+  audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
+    'amount', str(g), 'expiry', str(expiry), 'ms', str(now))
+  return g
+end
+
+-- release_lease closes an active lease: unused micros go back to available, the
+-- rest is spent. Returns a status: 0 released now, 2 released before (retry: same
+-- answer), 3 settled before (the holder was too late), 4 unknown lease, and the
+-- unused micros credited.
+local function release_lease(K, s, id, unused, now, maxlen)
+  local done = redis.call('HGET', K.done, id)
+  if done then
+    local kind, v = string.match(done, '^(%a):(%d+)$')
+    if kind == 'r' then return 2, tonumber(v) end
+    return 3, 0
+  end
+  local rec = redis.call('HGET', K.leases, id)
+  if not rec then return 4, 0 end
+  local amount, holder = parse_lease(rec)
+  if unused > amount then
+    return redis.error_reply('ERR unused ' .. str(unused) .. ' exceeds lease amount ' .. str(amount))
+  end
+  s.leased = s.leased - amount
+  s.available = s.available + unused
+  s.spent = s.spent + (amount - unused)
+  redis.call('HDEL', K.leases, id)
+  redis.call('ZREM', K.exp, id)
+  redis.call('HSET', K.done, id, 'r:' .. str(unused))
+  audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
+    'amount', str(amount), 'unused', str(unused), 'ms', str(now))
+  return 0, unused
+end

@@ -1,0 +1,27 @@
+-- settle: settles leases whose expiry plus grace has passed (conservatively: all
+-- counted as spent). Called by the reconciler with its fencing token: a token
+-- lower than one the shard has already seen comes from a deposed leader and is
+-- refused, so its late writes cannot land. fence 0 means "no election" (a lone
+-- daemon or an operator) and is always accepted without raising the shard's fence.
+-- KEYS: state leases exp done audit
+-- ARGV: now_ms grace_ms fence limit audit_maxlen
+-- Reply: {status, settled_amount, budget, locked, available, leased, spent, lost, settled_count};
+-- status 0 ok, -1 no such day, -3 fenced off.
+local K = keys_of(KEYS)
+local now, grace, fence, limit, maxlen = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local s = load_shard(K.state)
+if not s then return {-1, 0, 0, 0, 0, 0, 0, 0, 0} end
+if fence > 0 then
+  local seen = num(redis.call('HGET', K.state, 'fence'))
+  if fence < seen then
+    local r = shard_reply(-3, seen, s)
+    r[9] = 0
+    return r
+  end
+  redis.call('HSET', K.state, 'fence', str(fence))
+end
+local n, total = settle_expired(K, s, now - grace, limit, now, maxlen, 'reconciler')
+store_shard(K.state, s)
+local r = shard_reply(0, total, s)
+r[9] = n
+return r
