@@ -1,0 +1,92 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/tidwall/redcon"
+)
+
+// BenchmarkClientSpend is one SPEND round trip over the socket, through the
+// Go client, the server and a trivial Spender.
+func BenchmarkClientSpend(b *testing.B) {
+	sp := newFakeSpender()
+	sp.tokens["demo"] = 1 << 62
+	ts := startServer(b, sp, ServerConfig{})
+	c := dialClient(b, ts.path)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := c.Spend(ctx, "demo", 1, "auction-0123456789"); err != nil || d != Allowed {
+			b.Fatal(d, err)
+		}
+	}
+}
+
+// BenchmarkClientSpendParallel is the same with many bidder goroutines
+// sharing the client's pool.
+func BenchmarkClientSpendParallel(b *testing.B) {
+	sp := newFakeSpender()
+	sp.tokens["demo"] = 1 << 62
+	ts := startServer(b, sp, ServerConfig{})
+	c := dialClient(b, ts.path)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Spend(ctx, "demo", 1, "auction-0123456789"); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// nopSpender isolates the server's own cost from the Spender's.
+type nopSpender struct{}
+
+func (nopSpender) Spend(string, int64, string) (Decision, error) { return Allowed, nil }
+func (nopSpender) Refund(string, int64, string) error            { return nil }
+func (nopSpender) Balance(string) (Balance, error)               { return Balance{}, nil }
+func (nopSpender) Info() []InfoField                             { return nil }
+
+// BenchmarkDispatchSpend is the server's per-command work after parsing:
+// validation, the Spender call and the reply.
+func BenchmarkDispatchSpend(b *testing.B) {
+	s := NewServer(nopSpender{}, ServerConfig{MaxAmountMicros: 1_000_000})
+	d := dispatcher{s: s, c: &serverConn{}}
+	w := redcon.NewWriter(io.Discard)
+	args := [][]byte{[]byte("SPEND"), []byte("campaign-42"), []byte("1500"), []byte("auction-0123456789")}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.serve(w, args)
+		w.Flush()
+	}
+}
+
+// BenchmarkParseAndDispatchSpend adds redcon's parsing behind the guard, as
+// a connection does for each request.
+func BenchmarkParseAndDispatchSpend(b *testing.B) {
+	s := NewServer(nopSpender{}, ServerConfig{})
+	d := dispatcher{s: s, c: &serverConn{}}
+	w := redcon.NewWriter(io.Discard)
+	req := []byte(resp("SPEND", "campaign-42", "1500", "auction-0123456789"))
+	src := &repeatReader{b: req}
+	rd := redcon.NewReader(newRequestGuard(src, DefaultMaxArgs, DefaultMaxRequestBytes))
+	b.ReportAllocs()
+	for b.Loop() {
+		cmd, err := rd.ReadCommand()
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.serve(w, cmd.Args)
+		w.Flush()
+	}
+}
+
+// repeatReader yields one request per Read, like a bidder that waits for
+// each reply.
+type repeatReader struct{ b []byte }
+
+func (r *repeatReader) Read(p []byte) (int, error) { return copy(p, r.b), nil }

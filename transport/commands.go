@@ -1,0 +1,257 @@
+package transport
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/tidwall/redcon"
+)
+
+// MaxIDBytes bounds campaign and auction ids, so that a bad client cannot
+// make the daemon hash, store or log arbitrarily large keys.
+const MaxIDBytes = 128
+
+// replyWriter is the part of redcon.Writer the commands use; an interface so
+// the dispatch benchmark can run without a socket.
+type replyWriter interface {
+	WriteString(string)
+	WriteError(string)
+	WriteInt64(int64)
+	WriteBulk([]byte)
+	WriteBulkString(string)
+	WriteArray(int)
+}
+
+var _ replyWriter = (*redcon.Writer)(nil)
+
+// dispatcher answers the commands of one connection.
+type dispatcher struct {
+	s *Server
+	c *serverConn
+	// ids holds campaign and auction id together so both become strings
+	// with a single allocation per command.
+	ids []byte
+}
+
+// serve answers one command and reports whether the client asked to quit.
+func (d *dispatcher) serve(w replyWriter, args [][]byte) (quit bool) {
+	d.c.commands.Add(1)
+	if msg := d.run(w, args, &quit); msg != "" {
+		d.c.errors.Add(1)
+		w.WriteError("ERR " + msg)
+	}
+	return quit
+}
+
+// run writes the reply of a successful command, or returns the error
+// message to send instead.
+func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
+	name := args[0]
+	switch {
+	case is(name, "spend"):
+		campaign, amount, auction, msg := d.spendArgs(args, "spend")
+		if msg != "" {
+			return msg
+		}
+		dec, err := d.s.spender.Spend(campaign, amount, auction)
+		if err != nil {
+			return err.Error()
+		}
+		w.WriteInt64(int64(dec))
+	case is(name, "refund"):
+		campaign, amount, auction, msg := d.spendArgs(args, "refund")
+		if msg != "" {
+			return msg
+		}
+		if err := d.s.spender.Refund(campaign, amount, auction); err != nil {
+			return err.Error()
+		}
+		w.WriteInt64(1)
+	case is(name, "balance"):
+		if len(args) != 2 {
+			return arityError("balance")
+		}
+		if msg := checkCampaign(args[1]); msg != "" {
+			return msg
+		}
+		b, err := d.s.spender.Balance(string(args[1]))
+		if err != nil {
+			return err.Error()
+		}
+		w.WriteArray(8)
+		w.WriteBulkString("tokens")
+		w.WriteInt64(b.Tokens)
+		w.WriteBulkString("reserve")
+		w.WriteInt64(b.Reserve)
+		w.WriteBulkString("pace")
+		w.WriteInt64(b.PacePerSecond)
+		w.WriteBulkString("state")
+		w.WriteBulkString(b.State)
+	case is(name, "ping"):
+		switch len(args) {
+		case 1:
+			w.WriteString("PONG")
+		case 2:
+			w.WriteBulk(args[1])
+		default:
+			return arityError("ping")
+		}
+	case is(name, "info"):
+		// Sections asked for (INFO server, ...) are ignored: the reply is
+		// small enough to send whole.
+		w.WriteBulkString(d.s.info())
+	case is(name, "quit"):
+		w.WriteString("OK")
+		*quit = true
+	case is(name, "command"):
+		// redis-cli asks for command docs at connect; an empty list makes
+		// it fall back to plain input.
+		w.WriteArray(0)
+	case is(name, "client"):
+		// Client libraries announce their name and version at connect.
+		if len(args) >= 2 && (is(args[1], "setname") || is(args[1], "setinfo")) {
+			w.WriteString("OK")
+		} else {
+			w.WriteArray(0)
+		}
+	case is(name, "config"):
+		if len(args) != 3 || !is(args[1], "get") {
+			return "unsupported CONFIG subcommand"
+		}
+		// redis-benchmark reads "save" and "appendonly" at start and
+		// warns unless it gets a pair. pacerd persists nothing locally
+		// (the ledger is in Redis), which is what these values say.
+		switch {
+		case is(args[2], "save"):
+			w.WriteArray(2)
+			w.WriteBulkString("save")
+			w.WriteBulkString("")
+		case is(args[2], "appendonly"):
+			w.WriteArray(2)
+			w.WriteBulkString("appendonly")
+			w.WriteBulkString("no")
+		default:
+			w.WriteArray(0)
+		}
+	default:
+		return "unknown command '" + printable(name) + "'"
+	}
+	return ""
+}
+
+// spendArgs validates `<cmd> <campaign> <micros> [<auction-id>]` before the
+// Spender sees it.
+func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amount int64, auction string, msg string) {
+	if len(args) != 3 && len(args) != 4 {
+		return "", 0, "", arityError(cmd)
+	}
+	if msg := checkCampaign(args[1]); msg != "" {
+		return "", 0, "", msg
+	}
+	amount, err := strconv.ParseInt(string(args[2]), 10, 64)
+	if err != nil {
+		return "", 0, "", "amount must be an integer number of micros"
+	}
+	if amount <= 0 {
+		return "", 0, "", "amount must be positive"
+	}
+	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && amount > limit {
+		return "", 0, "", "amount " + strconv.FormatInt(amount, 10) +
+			" exceeds the per-call maximum " + strconv.FormatInt(limit, 10)
+	}
+	var auctionID []byte
+	if len(args) == 4 {
+		auctionID = args[3]
+		if len(auctionID) > MaxIDBytes {
+			return "", 0, "", "auction id longer than " + strconv.Itoa(MaxIDBytes) + " bytes"
+		}
+		if hasControl(auctionID) {
+			return "", 0, "", "auction id contains a control character"
+		}
+	}
+	d.ids = append(append(d.ids[:0], args[1]...), auctionID...)
+	both := string(d.ids)
+	return both[:len(args[1])], amount, both[len(args[1]):], ""
+}
+
+func checkCampaign(id []byte) string {
+	switch {
+	case len(id) == 0:
+		return "campaign id must not be empty"
+	case len(id) > MaxIDBytes:
+		return "campaign id longer than " + strconv.Itoa(MaxIDBytes) + " bytes"
+	case hasControl(id):
+		return "campaign id contains a control character"
+	}
+	return ""
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
+func arityError(cmd string) string {
+	return "wrong number of arguments for '" + cmd + "' command"
+}
+
+// is reports whether name equals the lower-case ASCII word, ignoring case,
+// without allocating.
+func is(name []byte, word string) bool {
+	if len(name) != len(word) {
+		return false
+	}
+	for i, c := range name {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != word[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// printable quotes an unknown command name back safely: it is echoed inside
+// a one-line error reply, so it must be short and free of control bytes.
+func printable(b []byte) string {
+	const maxLen = 64
+	if len(b) > maxLen {
+		b = b[:maxLen]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, string(b))
+}
+
+func (s *Server) info() string {
+	var b strings.Builder
+	b.WriteString("# pacer\r\n")
+	for _, f := range s.spender.Info() {
+		b.WriteString(f.Key)
+		b.WriteByte(':')
+		b.WriteString(f.Value)
+		b.WriteString("\r\n")
+	}
+	st := s.Stats()
+	b.WriteString("\r\n# transport\r\n")
+	writeUint := func(k string, v uint64) {
+		b.WriteString(k)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatUint(v, 10))
+		b.WriteString("\r\n")
+	}
+	writeUint("connected_clients", uint64(st.ConnectionsOpen))
+	writeUint("total_connections_received", st.ConnectionsAccepted)
+	writeUint("total_commands_processed", st.Commands)
+	writeUint("total_error_replies", st.ErrorReplies)
+	writeUint("total_protocol_errors", st.ProtocolErrors)
+	return b.String()
+}

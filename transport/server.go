@@ -1,0 +1,410 @@
+// Package transport owns pacerd's local protocol: a RESP (Redis protocol)
+// server on a Unix socket that answers SPEND, REFUND, BALANCE, PING and INFO
+// from a Spender, and a Go client for bidders. Because the protocol is RESP,
+// any Redis client, redis-cli and redis-benchmark can talk to pacerd.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+	"go.uber.org/zap"
+)
+
+// Decision is the answer to a SPEND. Its values are the integers sent on the
+// wire, so a bidder in any language can branch on the reply directly.
+type Decision int
+
+const (
+	// Exhausted: the campaign has no budget left for the day.
+	Exhausted Decision = -1
+	// Paced: the campaign has budget, but spending now would run ahead of
+	// its pacing curve; the bidder should skip this auction.
+	Paced Decision = 0
+	// Allowed: the amount has been taken from the campaign's bucket.
+	Allowed Decision = 1
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Exhausted:
+		return "exhausted"
+	case Paced:
+		return "paced"
+	case Allowed:
+		return "allowed"
+	}
+	return fmt.Sprintf("Decision(%d)", int(d))
+}
+
+// Balance is a campaign's local state as the daemon sees it.
+type Balance struct {
+	Tokens        int64 // micros spendable now
+	Reserve       int64 // micros leased but not yet dripped into the bucket
+	PacePerSecond int64 // micros per second the bucket refills at
+	State         string
+}
+
+// InfoField is one "key:value" line of the INFO reply. Keys must not contain
+// ':' and neither may contain line breaks, as in Redis INFO.
+type InfoField struct {
+	Key, Value string
+}
+
+// Spender is what the server needs from the daemon. Implementations must be
+// safe for concurrent use: every connection calls it from its own goroutine.
+// Errors are sent to the client as "-ERR " + err.Error(), so they should
+// read well on their own (e.g. `unknown campaign "x"`).
+type Spender interface {
+	Spend(campaign string, amountMicros int64, auctionID string) (Decision, error)
+	Refund(campaign string, amountMicros int64, auctionID string) error
+	Balance(campaign string) (Balance, error)
+	Info() []InfoField
+}
+
+// Limits applied when the corresponding ServerConfig field is zero.
+const (
+	DefaultMaxRequestBytes = 64 << 10
+	DefaultMaxArgs         = 64
+	// DefaultSocketMode lets the daemon's user and group (the bidders) in.
+	DefaultSocketMode os.FileMode = 0o660
+)
+
+// ServerConfig configures a Server. The zero value is usable.
+type ServerConfig struct {
+	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
+	// bug (e.g. currency units sent as micros ×1e6) cannot take a day's
+	// budget in one call. Zero means no cap.
+	MaxAmountMicros int64
+	// MaxRequestBytes caps one request; a client sending more is answered
+	// with a protocol error and disconnected. Zero means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// MaxArgs caps the number of arguments of one request. Zero means
+	// DefaultMaxArgs.
+	MaxArgs int64
+	// Logger receives connection-level events; nil means no logging.
+	Logger *zap.Logger
+}
+
+// ErrServerClosed is returned by Serve after Close or Shutdown.
+var ErrServerClosed = errors.New("transport: server closed")
+
+// Server answers RESP requests from a Spender. Create it with NewServer; the
+// zero value is not usable. All methods are safe for concurrent use. One
+// Server may Serve several listeners at once.
+type Server struct {
+	spender Spender
+	cfg     ServerConfig
+	log     *zap.Logger
+
+	closing atomic.Bool
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*serverConn]struct{}
+	handlers  sync.WaitGroup // one per connection goroutine
+	// Totals of connections already gone; live ones keep their own
+	// counters so the hot path never touches a shared cache line.
+	doneCommands  uint64
+	doneErrors    uint64
+	accepted      uint64
+	protocolFails uint64
+}
+
+// Stats are the server's counters since it was created.
+type Stats struct {
+	ConnectionsAccepted uint64 // connections ever accepted
+	ConnectionsOpen     int    // connections open now
+	Commands            uint64 // commands answered, including error replies
+	ErrorReplies        uint64 // commands answered with -ERR
+	ProtocolErrors      uint64 // connections dropped for malformed input
+}
+
+// NewServer returns a Server that answers from sp.
+func NewServer(sp Spender, cfg ServerConfig) *Server {
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.MaxArgs <= 0 {
+		cfg.MaxArgs = DefaultMaxArgs
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Server{
+		spender:   sp,
+		cfg:       cfg,
+		log:       log.Named("transport"),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*serverConn]struct{}),
+	}
+}
+
+// ListenUnix listens on a Unix socket at path and sets its mode (0 means
+// DefaultSocketMode). A socket file left by a dead daemon is replaced; a
+// socket someone still listens on, or any other kind of file, is left alone
+// and reported, so a misconfigured path can never delete data or steal a
+// running daemon's socket.
+func ListenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	if path == "" {
+		return nil, errors.New("transport: empty socket path")
+	}
+	if mode == 0 {
+		mode = DefaultSocketMode
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("transport: socket directory: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("transport: socket directory %s is not a directory", dir)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("transport: %s exists and is not a socket; not removing it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("transport: %s is in use by another process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("transport: remove stale socket: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		ln.Close() // also unlinks the socket file
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections on ln until Close or Shutdown, then returns
+// ErrServerClosed. It takes ownership of ln, which may come from ListenUnix
+// or from systemd socket activation.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors and the like: wait for some to
+			// be released rather than spinning or giving up.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed", zap.Error(err), zap.Duration("retry_in", backoff))
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := &serverConn{nc: nc}
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.accepted++
+		s.handlers.Add(1)
+		s.mu.Unlock()
+		go s.handle(c)
+	}
+}
+
+// Shutdown stops accepting, closes idle connections, lets connections that
+// are answering a batch of commands finish it, and waits for them. If ctx
+// ends first it closes the remaining connections and returns ctx.Err()
+// without waiting for a Spender call still running; Close waits for it.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop(false)
+	done := make(chan struct{})
+	go func() {
+		s.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.stop(true)
+		return ctx.Err()
+	}
+}
+
+// Close stops accepting and closes every connection at once, then waits for
+// their goroutines. Commands being answered may lose their reply.
+func (s *Server) Close() error {
+	s.stop(true)
+	s.handlers.Wait()
+	return nil
+}
+
+func (s *Server) stop(force bool) {
+	s.closing.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.closeIfIdle(force)
+	}
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{
+		ConnectionsAccepted: s.accepted,
+		ConnectionsOpen:     len(s.conns),
+		Commands:            s.doneCommands,
+		ErrorReplies:        s.doneErrors,
+		ProtocolErrors:      s.protocolFails,
+	}
+	for c := range s.conns {
+		st.Commands += c.commands.Load()
+		st.ErrorReplies += c.errors.Load()
+	}
+	return st
+}
+
+// serverConn is one client connection. Its goroutine alone reads and writes
+// nc; mu only coordinates with Shutdown.
+type serverConn struct {
+	nc       net.Conn
+	commands atomic.Uint64
+	errors   atomic.Uint64
+
+	mu     sync.Mutex
+	busy   bool // between reading a batch and flushing its replies
+	closed bool // closed by stop; do not start another batch
+}
+
+// closeIfIdle closes the connection unless it is answering a batch (and
+// force is false), in which case its goroutine exits after the batch.
+func (c *serverConn) closeIfIdle(force bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy && !force {
+		return
+	}
+	c.closed = true
+	c.nc.Close()
+}
+
+// begin marks the start of a batch; it reports false if the server has
+// closed the connection, in which case no reply could be delivered and the
+// batch must not reach the Spender.
+func (c *serverConn) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.busy = true
+	return true
+}
+
+// end marks the end of a batch and reports whether to keep serving.
+func (c *serverConn) end(s *Server) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy = false
+	return !c.closed && !s.closing.Load()
+}
+
+func (s *Server) handle(c *serverConn) {
+	defer s.handlers.Done()
+	var protoErr *ProtocolError
+	defer func() {
+		c.nc.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.doneCommands += c.commands.Load()
+		s.doneErrors += c.errors.Load()
+		if protoErr != nil {
+			s.protocolFails++
+		}
+		s.mu.Unlock()
+	}()
+
+	rd := redcon.NewReader(newRequestGuard(c.nc, s.cfg.MaxArgs, s.cfg.MaxRequestBytes))
+	wr := redcon.NewWriter(c.nc)
+	d := dispatcher{s: s, c: c}
+	for {
+		cmds, err := rd.ReadCommands()
+		if err != nil {
+			if isProtocolError(err, &protoErr) {
+				wr.WriteError("ERR " + protoErr.Error())
+				wr.Flush()
+				s.log.Info("closing connection after protocol error", zap.String("error", protoErr.Msg))
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.log.Debug("connection read failed", zap.Error(err))
+			}
+			return
+		}
+		if !c.begin() {
+			return
+		}
+		quit := false
+		for _, cmd := range cmds {
+			if quit = d.serve(wr, cmd.Args); quit {
+				break
+			}
+		}
+		err = wr.Flush()
+		if !c.end(s) || quit || err != nil {
+			return
+		}
+	}
+}
+
+// isProtocolError recognises both the guard's errors and redcon's, whose
+// type is unexported but whose messages share the "Protocol error: " prefix.
+func isProtocolError(err error, target **ProtocolError) bool {
+	if errors.As(err, target) {
+		return true
+	}
+	const prefix = "Protocol error: "
+	if msg := err.Error(); len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+		*target = &ProtocolError{Msg: msg[len(prefix):]}
+		return true
+	}
+	return false
+}
