@@ -1,0 +1,459 @@
+package bucket
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxFeeds is how many grants a Bucket may hold open at once. A daemon
+// renews one lease before the previous one ends, so two or three overlap
+// in practice; the fixed bound keeps the feeds in an array the hot path
+// walks without allocating.
+const MaxFeeds = 8
+
+// Errors returned by AddGrant, wrapped with the grant's details. Callers
+// branch on them with errors.Is: a rejected grant's budget is still leased
+// in the ledger and must be released there.
+var (
+	ErrInvalidGrant   = errors.New("bucket: invalid grant")
+	ErrGrantExpired   = errors.New("bucket: grant already past its end")
+	ErrDuplicateGrant = errors.New("bucket: duplicate grant id")
+	ErrTooManyFeeds   = errors.New("bucket: too many open feeds")
+)
+
+// Grant is a lease's budget as the bucket sees it: Amount micros that drip
+// into the bucket evenly over [Start, End). End is the last instant the
+// lease may be spent from, which the daemon computes as the ledger's
+// expiry minus the clock-skew bound: spending stops before anyone else can
+// reuse the budget.
+type Grant struct {
+	ID         string
+	Amount     int64 // micros
+	Start, End time.Time
+}
+
+// Closed is the outcome of a grant whose feed has closed. Unused micros
+// must go back to the ledger when the lease is released; Amount-Unused is
+// what the lease spent (net of refunds this bucket accepted).
+type Closed struct {
+	ID             string
+	Amount, Unused int64 // micros
+}
+
+// Stats is a snapshot of a Bucket, in micros. At every instant
+//
+//	Granted == Spent - Refunded + Tokens + Reserve + Returned
+//
+// exactly, and Spent-Refunded <= Granted-Returned: the bucket never hands
+// out a micro it was not granted.
+type Stats struct {
+	Tokens        int64 // spendable now
+	Reserve       int64 // granted to open feeds but not dripped yet
+	Capacity      int64
+	Granted       int64 // sum of accepted grants' Amount
+	Spent         int64 // sum of allowed spends
+	Refunded      int64 // sum of accepted refunds
+	Returned      int64 // sum of closed feeds' Unused
+	OpenFeeds     int
+	DripPerSecond int64 // nominal rate of the feeds whose window contains now
+}
+
+// feed is an open grant. Times are Unix nanoseconds of the wall clock,
+// which is what lease expiries in the ledger are measured against.
+type feed struct {
+	id         string
+	amount     int64
+	start, end int64
+	dripped    int64 // moved into tokens so far; never more than amount
+
+	// amount = perNano*window + rem, and frac = floor(rem * 2^64 / window):
+	// precomputed so that the hot path finds its entitlement with
+	// multiplications only. A 128-bit division costs more than the rest of
+	// Spend together on common server CPUs.
+	perNano, rem, frac uint64
+}
+
+func newFeed(id string, amount, start, end int64) feed {
+	window := uint64(end - start)
+	perNano, rem := uint64(amount)/window, uint64(amount)%window
+	frac, _ := bits.Div64(rem, 0, window) // rem < window: cannot panic
+	return feed{id: id, amount: amount, start: start, end: end, perNano: perNano, rem: rem, frac: frac}
+}
+
+// entitled returns floor(amount * elapsed / window), exactly, for
+// 0 <= elapsed < window.
+//
+// amount*elapsed/window = perNano*elapsed + rem*elapsed/window, and the
+// first term is below amount, so it fits. For the second, frac
+// underestimates rem*2^64/window by less than 1, so the high word of
+// elapsed*frac underestimates floor(rem*elapsed/window) by at most
+// elapsed/2^64 < 1: one check of the next integer, in 128 bits, makes it
+// exact.
+func (f *feed) entitled(elapsed uint64) int64 {
+	est, _ := bits.Mul64(elapsed, f.frac)
+	window := uint64(f.end - f.start)
+	ph, pl := bits.Mul64(f.rem, elapsed)
+	qh, ql := bits.Mul64(est+1, window)
+	if qh < ph || (qh == ph && ql <= pl) {
+		est++
+	}
+	return int64(f.perNano*elapsed + est)
+}
+
+// Bucket is a campaign-day's local token bucket, in micros.
+//
+// Tokens come only from grants (leases). Each grant drips into the bucket
+// evenly over its window, so the host's spending follows the pace at which
+// the ledger hands out budget instead of bursting at each lease: by instant
+// t a feed is entitled to floor(Amount × (t−Start) / (End−Start)) micros,
+// computed exactly in 128 bits. Capacity bounds what one instant can
+// spend: while tokens are at or above capacity, drip pauses and the
+// entitlement stays in its feed, to drip as soon as spending makes room.
+// Feeds drip earliest End first.
+//
+// The accounting that makes "no overspend" hold:
+//   - Tokens never exceed the sum of what the open feeds have dripped. When
+//     a feed closes it withdraws min(tokens, dripped) from the tokens, so
+//     no token outlives the lease that backed it.
+//   - A feed closes when its End is reached, inside every call: Spend never
+//     uses a lease past its deadline even if nobody calls Expire.
+//   - A closing feed's Unused is its undripped amount plus what it
+//     withdrew; it goes back to the ledger. Amount-Unused was spent.
+//   - A refund is accepted only up to the open feeds' dripped micros not
+//     currently held as tokens; a refund of spend whose lease has closed
+//     cannot be backed, so it is not minted.
+//   - The clock is a parameter. An instant earlier than one already seen
+//     is treated as that later one: a clock stepping backwards adds no
+//     entitlement and reopens nothing.
+//
+// So, exactly and at every instant (see Stats),
+//
+//	Granted == Spent − Refunded + Tokens + Reserve + Returned
+//
+// and since Tokens and Reserve are never negative, the bucket never lets
+// out more than it was granted minus what it handed back.
+//
+// Instants must lie within the range of time.Time.UnixNano (years 1678 to
+// 2262).
+//
+// A Bucket is safe for concurrent use; each has its own mutex, so buckets
+// of different campaigns never contend. Spend does not allocate. The zero
+// value is not usable; create buckets with New.
+type Bucket struct {
+	mu       sync.Mutex
+	capacity int64
+	tokens   int64
+	now      int64 // high-water mark of the instants seen
+	feeds    [MaxFeeds]feed
+	nfeeds   int      // feeds[:nfeeds] are open, sorted by end, then age
+	closed   []Closed // closed by advance, not yet handed out
+
+	granted, spent, refunded, returned int64
+}
+
+// New returns an empty bucket holding at most capacityMicros tokens from
+// drip (a few seconds of the campaign's pace is typical). A capacity below
+// zero is taken as zero.
+func New(capacityMicros int64) *Bucket {
+	return &Bucket{
+		capacity: max(capacityMicros, 0),
+		now:      math.MinInt64,
+		// Enough for every open feed to close twice between two calls to
+		// Expire, so advance does not allocate in any ordinary schedule.
+		closed: make([]Closed, 0, 2*MaxFeeds),
+	}
+}
+
+// SetCapacity changes the capacity, e.g. when the campaign's pace changes.
+// Tokens already above a lowered capacity stay spendable; drip pauses
+// until spending brings them below it. A capacity below zero is taken as
+// zero.
+func (b *Bucket) SetCapacity(capacityMicros int64) {
+	b.mu.Lock()
+	b.capacity = max(capacityMicros, 0)
+	b.mu.Unlock()
+}
+
+// AddGrant opens a feed that drips g.Amount micros over [g.Start, g.End).
+// It advances the bucket to now first. It fails with ErrInvalidGrant when
+// g.ID is empty, g.Amount <= 0 or g.End <= g.Start, ErrGrantExpired when
+// g.End <= now, ErrDuplicateGrant when a feed with g.ID is open or closed
+// but not yet handed out, and ErrTooManyFeeds when MaxFeeds feeds are open.
+// A rejected grant leaves the bucket as advancing to now would.
+func (b *Bucket) AddGrant(now time.Time, g Grant) error {
+	if g.ID == "" {
+		return fmt.Errorf("%w: empty id", ErrInvalidGrant)
+	}
+	if g.Amount <= 0 {
+		return fmt.Errorf("%w %q: amount %d micros is not positive", ErrInvalidGrant, g.ID, g.Amount)
+	}
+	start, ok1 := unixNanos(g.Start)
+	end, ok2 := unixNanos(g.End)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("%w %q: window [%v, %v) outside years 1678-2262", ErrInvalidGrant, g.ID, g.Start, g.End)
+	}
+	if end <= start {
+		return fmt.Errorf("%w %q: end %v is not after start %v", ErrInvalidGrant, g.ID, g.End, g.Start)
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.advance(now)
+	if end <= t {
+		return fmt.Errorf("%w: %q ends %v, now %v", ErrGrantExpired, g.ID, g.End, time.Unix(0, t))
+	}
+	for i := range b.nfeeds {
+		if b.feeds[i].id == g.ID {
+			return fmt.Errorf("%w: %q is open", ErrDuplicateGrant, g.ID)
+		}
+	}
+	for _, c := range b.closed {
+		if c.ID == g.ID {
+			return fmt.Errorf("%w: %q is closed", ErrDuplicateGrant, g.ID)
+		}
+	}
+	if b.nfeeds == MaxFeeds {
+		return fmt.Errorf("%w: %d open, cannot add %q", ErrTooManyFeeds, MaxFeeds, g.ID)
+	}
+	if g.Amount > math.MaxInt64-b.granted {
+		return fmt.Errorf("%w %q: amount %d micros overflows the %d micros granted", ErrInvalidGrant, g.ID, g.Amount, b.granted)
+	}
+
+	// Keep feeds ordered by end: drip serves the earliest deadline first,
+	// so the lease that must be released soonest is spent first, and
+	// advance finds expired feeds at the front.
+	i := b.nfeeds
+	for i > 0 && b.feeds[i-1].end > end {
+		b.feeds[i] = b.feeds[i-1]
+		i--
+	}
+	b.feeds[i] = newFeed(g.ID, g.Amount, start, end)
+	b.nfeeds++
+	b.granted += g.Amount
+	// The new feed may already be entitled to drip (Start in the past).
+	b.drip(t)
+	return nil
+}
+
+// Spend advances the bucket to now and takes amount micros from its tokens
+// if it holds that many, reporting whether it did. amount <= 0 is never
+// allowed. Spend does not allocate unless a feed closes and more than
+// 2*MaxFeeds closed feeds are waiting for Expire.
+func (b *Bucket) Spend(now time.Time, amount int64) bool {
+	if amount <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	b.advance(now)
+	ok := b.tokens >= amount
+	if ok {
+		b.tokens -= amount
+		b.spent += amount
+	}
+	b.mu.Unlock()
+	return ok
+}
+
+// Refund advances the bucket to now and gives back up to amount micros of
+// earlier spend (an auction lost after SPEND, say), returning how many
+// micros it accepted. It accepts only what the open feeds have dripped and
+// the bucket no longer holds: spend from a lease that has since closed was
+// already accounted to that lease, so refunding it here would mint money.
+// The caller reports any rest as spent. Refunds may lift tokens above
+// capacity; capacity only bounds drip.
+func (b *Bucket) Refund(now time.Time, amount int64) int64 {
+	if amount <= 0 {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	var backed int64
+	for i := range b.nfeeds {
+		backed += b.feeds[i].dripped
+	}
+	accepted := min(amount, max(backed-b.tokens, 0))
+	b.tokens += accepted
+	b.refunded += accepted
+	return accepted
+}
+
+// Expire advances the bucket to now, which closes every feed whose End is
+// at or before now, and returns all feeds closed since the last Expire or
+// Revoke, earliest End first. It returns nil if there are none. Each closed
+// feed is returned exactly once, by Expire, Revoke or CloseFeed.
+func (b *Bucket) Expire(now time.Time) []Closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	return b.takeClosed()
+}
+
+// Revoke closes every feed at now and returns them with any closed earlier
+// and not yet handed out. Tokens drop to zero: the campaign was paused,
+// cut or its day ended, and every unspent micro goes back to the ledger.
+// The bucket stays usable for later grants.
+func (b *Bucket) Revoke(now time.Time) []Closed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	for b.nfeeds > 0 {
+		b.closed = append(b.closed, b.closeFeed(0))
+	}
+	return b.takeClosed()
+}
+
+// CloseFeed closes the feed of grant id early, e.g. when its lease is
+// released before its end, and reports its outcome. A feed already closed
+// by the clock but not yet handed out is returned too (and not again by
+// Expire). It reports false if no such feed exists.
+func (b *Bucket) CloseFeed(now time.Time, id string) (Closed, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(now)
+	for i := range b.nfeeds {
+		if b.feeds[i].id == id {
+			return b.closeFeed(i), true
+		}
+	}
+	for i, c := range b.closed {
+		if c.ID == id {
+			b.closed = slices.Delete(b.closed, i, i+1)
+			return c, true
+		}
+	}
+	return Closed{}, false
+}
+
+// Stats advances the bucket to now and returns a snapshot of it.
+func (b *Bucket) Stats(now time.Time) Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.advance(now)
+	s := Stats{
+		Tokens:    b.tokens,
+		Capacity:  b.capacity,
+		Granted:   b.granted,
+		Spent:     b.spent,
+		Refunded:  b.refunded,
+		Returned:  b.returned,
+		OpenFeeds: b.nfeeds,
+	}
+	for i := range b.nfeeds {
+		f := &b.feeds[i]
+		s.Reserve += f.amount - f.dripped
+		if f.start <= t && t < f.end {
+			// Saturate rather than wrap: a nanosecond-long grant has an
+			// absurd rate, not a negative one.
+			r := mulDivSat(uint64(f.amount), uint64(time.Second), uint64(f.end-f.start))
+			s.DripPerSecond = satAdd(s.DripPerSecond, r)
+		}
+	}
+	return s
+}
+
+// advance moves the bucket to instant now (or to its high-water mark, if
+// now is earlier), closing feeds that have ended and dripping the others'
+// entitlement up to capacity. It returns the instant it advanced to.
+// b.mu must be held.
+func (b *Bucket) advance(now time.Time) int64 {
+	t := now.UnixNano()
+	if t < b.now {
+		t = b.now
+	}
+	b.now = t
+	// Close before dripping: an ended feed's tokens would be withdrawn at
+	// once anyway, and closing first frees capacity for the open ones.
+	for b.nfeeds > 0 && b.feeds[0].end <= t {
+		b.closed = append(b.closed, b.closeFeed(0))
+	}
+	b.drip(t)
+	return t
+}
+
+// drip moves each open feed's entitlement at t into tokens, earliest end
+// first, while tokens are below capacity. Entitlement is a pure function of
+// t, so what capacity holds back is not lost: it drips once there is room.
+func (b *Bucket) drip(t int64) {
+	for i := range b.nfeeds {
+		room := b.capacity - b.tokens
+		if room <= 0 {
+			return
+		}
+		f := &b.feeds[i]
+		if f.dripped == f.amount || t <= f.start {
+			continue
+		}
+		// t < f.end here: advance closed the rest.
+		owed := f.entitled(uint64(t-f.start)) - f.dripped
+		if owed <= 0 {
+			continue
+		}
+		add := min(owed, room)
+		b.tokens += add
+		f.dripped += add
+	}
+}
+
+// closeFeed removes open feed i and returns its outcome. Withdrawing
+// min(tokens, dripped) keeps tokens <= the open feeds' dripped sum, which
+// is the invariant that stops tokens outliving their leases.
+// b.mu must be held.
+func (b *Bucket) closeFeed(i int) Closed {
+	f := b.feeds[i]
+	withdrawn := min(b.tokens, f.dripped)
+	b.tokens -= withdrawn
+	c := Closed{ID: f.id, Amount: f.amount, Unused: f.amount - f.dripped + withdrawn}
+	b.returned += c.Unused
+	copy(b.feeds[i:b.nfeeds], b.feeds[i+1:b.nfeeds])
+	b.nfeeds--
+	b.feeds[b.nfeeds] = feed{} // drop the id string for the collector
+	return c
+}
+
+// takeClosed hands out the closed feeds and empties the list, keeping its
+// backing array for the next ones. b.mu must be held.
+func (b *Bucket) takeClosed() []Closed {
+	if len(b.closed) == 0 {
+		return nil
+	}
+	out := make([]Closed, len(b.closed))
+	copy(out, b.closed)
+	clear(b.closed)
+	b.closed = b.closed[:0]
+	return out
+}
+
+// unixNanos converts t, reporting false outside the years UnixNano can
+// represent, where it would silently wrap.
+func unixNanos(t time.Time) (int64, bool) {
+	if y := t.Year(); y < 1678 || y > 2261 {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// mulDivSat returns a*b/c, or math.MaxInt64 if that does not fit.
+func mulDivSat(a, b, c uint64) int64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= c {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, c)
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
