@@ -1,0 +1,538 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"go.uber.org/zap"
+)
+
+// campaign is one campaign's local state. The hot path reads settings and day
+// through atomic pointers; everything else belongs to the refill loop (step),
+// serialised by loopMu.
+type campaign struct {
+	d   *Daemon
+	id  string
+	log *zap.Logger
+
+	settings atomic.Pointer[settings]
+	day      atomic.Pointer[dayState]
+
+	requested atomic.Int64 // micros asked for by SPENDs, allowed or not: demand
+	maxAmount atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
+
+	dedup    dedup
+	refundMu sync.Mutex
+
+	loopMu        sync.Mutex
+	lastRefresh   time.Time
+	lastTick      time.Time
+	lastRequested int64
+	lastDemandAt  time.Time
+	rate          float64 // EWMA of demand, micros per second
+	pending       []release
+	seenDays      map[string]bool
+}
+
+type settings struct {
+	lease.Campaign
+	loc   *time.Location
+	curve *bucket.Curve
+}
+
+// dayState is the campaign-day this daemon is spending from.
+type dayState struct {
+	day    bucket.Day
+	b      *bucket.Bucket
+	shards int
+
+	exhausted atomic.Bool // the ledger has nothing left to grant today
+	refused   atomic.Bool // the ledger lost this day's state: never grant
+
+	// Refill loop only.
+	leases      map[string]heldLease
+	rng         *rand.Rand
+	nextGrantAt time.Time
+	lastGrantAt time.Time
+	shardEmpty  []bool
+	shardFilled []bool // the last grant on the shard was all we asked for
+}
+
+type heldLease struct {
+	shard  int
+	amount int64
+	expiry time.Time
+	end    time.Time // spendable until: expiry - skew bound
+}
+
+// release is a lease release not yet acknowledged by the ledger; retried every
+// tick (releases are idempotent) until the ledger answers or the lease is
+// long past settlement.
+type release struct {
+	key    lease.ShardKey
+	id     string
+	unused int64
+	until  time.Time
+}
+
+func newCampaign(d *Daemon, c lease.Campaign) *campaign {
+	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
+	cp.settings.Store(d.settingsOf(c))
+	cp.lastRefresh = d.cfg.Clock.Now()
+	cp.dedup.window = d.cfg.DedupWindow
+	return cp
+}
+
+func (d *Daemon) settingsOf(c lease.Campaign) *settings {
+	curve, ok := d.cfg.Curves[c.Curve]
+	if !ok {
+		d.log.Warn("campaign names an unknown curve; pacing it flat", zap.String("campaign", c.ID), zap.String("curve", c.Curve))
+		curve = d.cfg.Curves["flat"]
+	}
+	return &settings{Campaign: c, loc: c.Location(), curve: curve}
+}
+
+func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
+	c.requested.Add(amount)
+	if amount > c.maxAmount.Load() {
+		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
+	}
+	if auctionID == "" {
+		return c.decide(now, amount)
+	}
+	return c.dedup.do(now, auctionID, amount, func() transport.Decision { return c.decide(now, amount) })
+}
+
+func (c *campaign) decide(now time.Time, amount int64) transport.Decision {
+	if c.settings.Load().State == lease.StatePaused {
+		return transport.Exhausted
+	}
+	ds := c.day.Load()
+	if ds == nil || now.Before(ds.day.Start) || !now.Before(ds.day.End) {
+		return transport.Paced // the refill loop opens the day on its next tick
+	}
+	if ds.refused.Load() {
+		return transport.Exhausted
+	}
+	if ds.b.Spend(now, amount) {
+		return transport.Allowed
+	}
+	if ds.exhausted.Load() {
+		return transport.Exhausted
+	}
+	return transport.Paced
+}
+
+func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
+	c.refundMu.Lock()
+	defer c.refundMu.Unlock()
+	ds := c.day.Load()
+	if ds == nil {
+		return 0, fmt.Errorf("refund of %d micros for campaign %q: nothing was allowed today", amount, c.id)
+	}
+	st := ds.b.Stats(now)
+	if net := st.Spent - st.Refunded; amount > net {
+		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
+	}
+	if auctionID != "" {
+		if err := c.dedup.refund(now, auctionID, amount); err != nil {
+			return 0, fmt.Errorf("refund for campaign %q: %w", c.id, err)
+		}
+	}
+	return ds.b.Refund(now, amount), nil
+}
+
+func (c *campaign) balance(now time.Time) transport.Balance {
+	ds := c.day.Load()
+	if ds == nil {
+		return transport.Balance{State: c.state(nil)}
+	}
+	st := ds.b.Stats(now)
+	return transport.Balance{Tokens: st.Tokens, Reserve: st.Reserve, PacePerSecond: st.DripPerSecond, State: c.state(ds)}
+}
+
+func (c *campaign) state(ds *dayState) string {
+	switch {
+	case c.settings.Load().State == lease.StatePaused:
+		return "paused"
+	case ds == nil:
+		return "opening"
+	case ds.refused.Load():
+		return "refused"
+	case ds.exhausted.Load():
+		return "exhausted"
+	}
+	return "active"
+}
+
+func (c *campaign) leaseCount() int {
+	c.loopMu.Lock()
+	defer c.loopMu.Unlock()
+	if ds := c.day.Load(); ds != nil {
+		return len(ds.leases)
+	}
+	return 0
+}
+
+// step is one round of the refill loop at now.
+func (c *campaign) step(ctx context.Context, now time.Time) {
+	c.loopMu.Lock()
+	defer c.loopMu.Unlock()
+	cfg := &c.d.cfg
+
+	if now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
+		c.refresh(ctx, now)
+	}
+	c.retryReleases(ctx, now)
+
+	s := c.settings.Load()
+	ds := c.day.Load()
+	if s.State == lease.StatePaused {
+		if ds != nil {
+			c.dropDay(ctx, now, ds)
+			c.day.Store(nil)
+		}
+		return
+	}
+	day := bucket.DayOf(now, s.loc)
+	if ds != nil && ds.day.Key != day.Key {
+		c.dropDay(ctx, now, ds)
+		c.day.Store(nil)
+		ds = nil
+	}
+	if ds == nil {
+		if ds = c.openDay(ctx, now, s, day); ds == nil {
+			return
+		}
+		c.day.Store(ds)
+	}
+	if ds.refused.Load() {
+		return
+	}
+
+	closed := ds.b.Expire(now)
+	c.updateDemand(now)
+	// Size the bucket after this tick's grants, from the drip they set up.
+	defer func() { ds.b.SetCapacity(c.capacity(ds.b.Stats(now).DripPerSecond)) }()
+
+	// A new lease is due half a window after the last grant, so two drip at a
+	// time. A lease closing this tick is renewed in the same ledger call if the
+	// next one would be due within a quarter window anyway: one round trip, not
+	// two.
+	due := ds.lastGrantAt.Add(cfg.LeaseWindow / 2)
+	if len(closed) > 0 {
+		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
+	}
+	want := c.want(now, s, ds, due)
+	for _, cl := range closed {
+		h := ds.leases[cl.ID]
+		delete(ds.leases, cl.ID)
+		key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
+		// Renew on the same shard only if it filled our last ask there: a shard
+		// that could not is running dry, and the next lease should come from
+		// another one, or budget would strand on shards nobody visits.
+		if want > 0 && ds.shardFilled[h.shard] {
+			c.grant(ctx, now, s, ds, h.shard, want, &cl)
+			want = 0
+			continue
+		}
+		c.releaseLease(ctx, now, release{key: key, id: cl.ID, unused: cl.Unused, until: h.expiry.Add(cfg.Grace + time.Minute)})
+	}
+	if want > 0 {
+		if shard, ok := ds.pickShard(); ok {
+			c.grant(ctx, now, s, ds, shard, want, nil)
+		}
+	}
+}
+
+// refresh re-reads the campaign's settings from the ledger.
+func (c *campaign) refresh(ctx context.Context, now time.Time) {
+	c.lastRefresh = now
+	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	c.d.counters.ledgerCalls.Add(1)
+	fresh, err := c.d.ledger.GetCampaign(ctx, c.id)
+	if err != nil {
+		c.d.counters.ledgerErrors.Add(1)
+		c.log.Warn("campaign refresh failed; keeping the settings we have", zap.Error(err))
+		return
+	}
+	old := c.settings.Load()
+	if fresh.Version == old.Version {
+		return
+	}
+	c.settings.Store(c.d.settingsOf(fresh))
+	if ds := c.day.Load(); ds != nil && fresh.DailyMicros != old.DailyMicros {
+		ds.exhausted.Store(false) // a raise may have refilled the day: ask again
+	}
+	c.log.Info("campaign settings changed", zap.Int64("version", fresh.Version), zap.String("state", fresh.State),
+		zap.Int64("daily_micros", fresh.DailyMicros), zap.String("curve", fresh.Curve))
+}
+
+// openDay opens (or joins) the campaign-day in the ledger and returns a fresh
+// local state for it; nil when the ledger could not be reached (retried next
+// tick).
+func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
+	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	c.d.counters.ledgerCalls.Add(1)
+	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}}
+	n, err := c.d.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
+	switch {
+	case errors.Is(err, lease.ErrLedgerLost):
+		c.d.counters.ledgerErrors.Add(1)
+		c.log.Error("ledger lost this campaign-day's state; refusing to spend from it", zap.String("day", day.Key), zap.Error(err))
+		ds.refused.Store(true)
+		return ds
+	case err != nil:
+		c.d.counters.ledgerErrors.Add(1)
+		c.log.Warn("cannot open campaign-day", zap.String("day", day.Key), zap.Error(err))
+		return nil
+	}
+	c.seenDays[day.Key] = true
+	ds.shards = n
+	ds.shardEmpty = make([]bool, n)
+	ds.shardFilled = make([]bool, n)
+	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
+	return ds
+}
+
+// pickShard returns a shard to ask, at random among those not known to be
+// empty. Random, not round robin: daemons rotating in lockstep would always
+// reach a shard in the same order, and the first would drain what the shard
+// accrued for the whole fleet.
+func (ds *dayState) pickShard() (int, bool) {
+	open := 0
+	for _, empty := range ds.shardEmpty {
+		if !empty {
+			open++
+		}
+	}
+	if open == 0 {
+		return 0, false
+	}
+	k := ds.rng.IntN(open)
+	for s, empty := range ds.shardEmpty {
+		if !empty {
+			if k == 0 {
+				return s, true
+			}
+			k--
+		}
+	}
+	return 0, false
+}
+
+// updateDemand folds the SPEND demand since the last tick into the EWMA.
+func (c *campaign) updateDemand(now time.Time) {
+	req := c.requested.Load()
+	if req != c.lastRequested {
+		c.lastDemandAt = now
+	}
+	if !c.lastTick.IsZero() {
+		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
+			inst := float64(req-c.lastRequested) / dt
+			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
+			c.rate += alpha * (inst - c.rate)
+		}
+	}
+	c.lastTick, c.lastRequested = now, req
+}
+
+// demandTau is the EWMA's time constant: long enough to smooth Poisson
+// arrivals, short enough to follow a traffic ramp within a lease window.
+const demandTau = 10 * time.Second
+
+func (c *campaign) capacity(dripPerSecond int64) int64 {
+	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
+	return max(int64(burst), 4*c.maxAmount.Load(), 1)
+}
+
+// want sizes the next lease, or returns 0 when no lease is needed now. Leases
+// last LeaseWindow and a new one starts every half window, so two drip at a
+// time: a lease of demand x window/2 matches demand. It is capped at the whole
+// campaign's pace over a window, so one host cannot hoard the day.
+func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) int64 {
+	cfg := &c.d.cfg
+	if ds.exhausted.Load() || now.Before(ds.nextGrantAt) {
+		return 0
+	}
+	if c.lastDemandAt.IsZero() || now.Sub(c.lastDemandAt) > 2*cfg.LeaseWindow {
+		if len(ds.leases) > 0 || !c.lastDemandAt.IsZero() {
+			return 0 // idle: let held leases run out, keep no budget from busier hosts
+		}
+	}
+	if len(ds.leases) > 0 && now.Before(due) {
+		return 0
+	}
+	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
+		return 0 // too close to midnight for a lease worth having
+	}
+	pace := s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day) - s.curve.AtTime(now, ds.day)
+	maxWant := int64(float64(s.DailyMicros) * float64(pace) / float64(bucket.PPB))
+	floor := 4 * c.maxAmount.Load()
+	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
+	w = min(max(w, floor, maxWant/16), max(maxWant, floor))
+	return max(w, 1)
+}
+
+// grant asks the ledger for a new lease on shard; with ending set, it renews:
+// the ending lease is released in the same call.
+func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, ending *bucket.Closed) {
+	cfg := &c.d.cfg
+	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
+	expiry := now.Add(cfg.LeaseWindow)
+	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
+		expiry = lastSpend // spendable until midnight at the latest
+	}
+	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
+	req := lease.GrantRequest{
+		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
+		Pace:  lease.Pace{Now: s.curve.AtTime(now, ds.day), Cap: s.curve.AtTime(now.Add(cfg.CapWindow), ds.day)},
+		Grace: cfg.Grace, DayStart: ds.day.Start,
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
+	defer cancel()
+	c.d.counters.ledgerCalls.Add(1)
+	var g lease.Grant
+	var err error
+	if ending != nil {
+		g, err = c.d.ledger.Renew(cctx, ending.ID, ending.Unused, req)
+		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
+			c.d.counters.leasesReleased.Add(1)
+			if err != nil {
+				c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
+			}
+			err = nil
+		} else {
+			// Neither half happened (one script); release on its own later.
+			c.pending = append(c.pending, release{key: key, id: ending.ID, unused: ending.Unused, until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
+		}
+	} else {
+		g, err = c.d.ledger.Grant(cctx, req)
+	}
+	if errors.Is(err, lease.ErrDayNotOpen) && c.seenDays[ds.day.Key] {
+		c.log.Error("ledger lost an open campaign-day; refusing to spend from it", zap.String("day", ds.day.Key))
+		ds.refused.Store(true)
+		return
+	}
+	if err != nil {
+		c.d.counters.ledgerErrors.Add(1)
+		c.log.Warn("lease grant failed", zap.Stringer("shard", key), zap.Error(err))
+		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
+		return
+	}
+	ds.shardFilled[shard] = g.Granted == want
+	if g.Granted == 0 {
+		if g.Shard.Remaining() == 0 {
+			ds.shardEmpty[shard] = true
+			if !slices.Contains(ds.shardEmpty, false) {
+				ds.exhausted.Store(true)
+				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
+			}
+		} else {
+			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // paced: nothing available on this shard yet
+		}
+		return
+	}
+	c.d.counters.leasesGranted.Add(1)
+	end := expiry.Add(-cfg.SkewBound)
+	start := now
+	if len(ds.leases) == 0 {
+		// A campaign with no lease dripping (first use, or after a gap) gets a
+		// burst window's worth at once, so its first SPENDs are not all paced.
+		start = now.Add(-cfg.BurstWindow)
+	}
+	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: start, End: end}); err != nil {
+		// Cannot happen with a well-formed grant; give the lease straight back.
+		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
+		c.releaseLease(ctx, now, release{key: key, id: id, unused: g.Granted, until: expiry.Add(cfg.Grace + time.Minute)})
+		return
+	}
+	ds.leases[id] = heldLease{shard: shard, amount: g.Granted, expiry: expiry, end: end}
+	ds.lastGrantAt = now
+}
+
+func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
+	if !c.tryRelease(ctx, now, r) {
+		c.pending = append(c.pending, r)
+	}
+}
+
+// tryRelease reports whether the release is done with (acknowledged, or
+// pointless to retry).
+func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	c.d.counters.ledgerCalls.Add(1)
+	_, err := c.d.ledger.Release(ctx, r.key, r.id, r.unused, now)
+	switch {
+	case err == nil:
+		c.d.counters.leasesReleased.Add(1)
+		return true
+	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrDayNotOpen):
+		c.log.Warn("lease release refused by the ledger", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
+		return true
+	case now.After(r.until):
+		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
+		return true
+	}
+	c.d.counters.ledgerErrors.Add(1)
+	return false
+}
+
+func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
+	kept := c.pending[:0]
+	for _, r := range c.pending {
+		if !c.tryRelease(ctx, now, r) {
+			kept = append(kept, r)
+		}
+	}
+	c.pending = kept
+}
+
+// dropDay revokes the day's bucket and releases every lease it held.
+func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
+	for _, cl := range ds.b.Revoke(now) {
+		h := ds.leases[cl.ID]
+		delete(ds.leases, cl.ID)
+		c.releaseLease(ctx, now, release{
+			key: lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard},
+			id:  cl.ID, unused: cl.Unused, until: h.expiry.Add(c.d.cfg.Grace + time.Minute),
+		})
+	}
+}
+
+// shutdown drops the campaign's day and releases its leases, returning the
+// first release that did not go through.
+func (c *campaign) shutdown(ctx context.Context, now time.Time) error {
+	c.loopMu.Lock()
+	defer c.loopMu.Unlock()
+	if ds := c.day.Load(); ds != nil {
+		c.dropDay(ctx, now, ds)
+		c.day.Store(nil)
+	}
+	c.retryReleases(ctx, now)
+	if n := len(c.pending); n > 0 {
+		return fmt.Errorf("campaign %q: %d lease releases not acknowledged; the ledger settles them after expiry", c.id, n)
+	}
+	return nil
+}
+
+func hash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}

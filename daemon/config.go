@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"go.uber.org/zap"
+)
+
+// Clock tells the time. Every component takes one, so tests and the simulator
+// can run a whole day, a midnight in another zone or a DST change in
+// milliseconds.
+type Clock interface {
+	Now() time.Time
+}
+
+// ClockFunc adapts a function to Clock.
+type ClockFunc func() time.Time
+
+// Now implements Clock.
+func (f ClockFunc) Now() time.Time { return f() }
+
+// SystemClock is the wall clock.
+var SystemClock Clock = ClockFunc(time.Now)
+
+// Config tunes a Daemon. Zero fields take the defaults documented on each.
+type Config struct {
+	// Holder names this daemon in lease records and the audit stream
+	// (default: "pacerd").
+	Holder string
+	// LeaseWindow is how long a lease lasts (default 30s). A daemon holds two
+	// staggered leases per busy campaign and makes about one ledger call per
+	// half window.
+	LeaseWindow time.Duration
+	// SkewBound is the largest clock difference between hosts (default 1s). A
+	// daemon spends a lease only until its expiry minus SkewBound.
+	SkewBound time.Duration
+	// Grace is how long after expiry an unreleased lease may be settled
+	// (default 2*SkewBound + 2s). It must exceed SkewBound.
+	Grace time.Duration
+	// CapWindow bounds each shard's available budget to what the curve
+	// releases over this window (default 5m): catch-up without a burst.
+	CapWindow time.Duration
+	// BurstWindow sizes the bucket: its capacity is this many seconds of the
+	// current drip rate, and never less than the largest recent SPEND
+	// (default 2s).
+	BurstWindow time.Duration
+	// TickInterval is how often the refill loop runs (default 100ms).
+	TickInterval time.Duration
+	// CampaignRefresh is how often campaign settings are re-read from the
+	// ledger (default 30s).
+	CampaignRefresh time.Duration
+	// LedgerTimeout bounds one ledger call (default 2s).
+	LedgerTimeout time.Duration
+	// DedupWindow is how long a SPEND's auction id is remembered (default 10m).
+	DedupWindow time.Duration
+	// Curves are the pacing curves by name; "flat" is built in.
+	Curves map[string]*bucket.Curve
+	Clock  Clock
+	Logger *zap.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Holder == "" {
+		c.Holder = "pacerd"
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseWindow, 30*time.Second)
+	def(&c.SkewBound, time.Second)
+	def(&c.Grace, 2*c.SkewBound+2*time.Second)
+	def(&c.CapWindow, 5*time.Minute)
+	def(&c.BurstWindow, 2*time.Second)
+	def(&c.TickInterval, 100*time.Millisecond)
+	def(&c.CampaignRefresh, 30*time.Second)
+	def(&c.LedgerTimeout, 2*time.Second)
+	def(&c.DedupWindow, 10*time.Minute)
+	if c.Clock == nil {
+		c.Clock = SystemClock
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Curves == nil {
+		c.Curves = map[string]*bucket.Curve{}
+	}
+	if _, ok := c.Curves["flat"]; !ok {
+		c.Curves["flat"] = bucket.Flat(24)
+	}
+	switch {
+	case c.Grace <= c.SkewBound:
+		return fmt.Errorf("grace %v must exceed the clock-skew bound %v", c.Grace, c.SkewBound)
+	case c.LeaseWindow <= 4*c.SkewBound:
+		return fmt.Errorf("lease window %v must exceed 4x the clock-skew bound %v", c.LeaseWindow, c.SkewBound)
+	case len(c.Holder) > 100:
+		return errors.New("holder name longer than 100 bytes")
+	}
+	return nil
+}

@@ -1,0 +1,291 @@
+// Package daemon wires pacerd together: per-campaign token buckets fed by
+// leases from the Redis ledger, the refill loop that sizes, renews and releases
+// those leases ahead of demand, and the Spender that the RESP server calls.
+//
+// The hot path (Spend) touches only memory: a lock-free campaign lookup and the
+// campaign-day's bucket. Everything that talks to Redis runs in Step, which Run
+// calls every TickInterval and tests call directly with an injected clock.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"go.uber.org/zap"
+)
+
+var _ transport.Spender = (*Daemon)(nil)
+
+// Daemon is one pacerd's state. It is safe for concurrent use. Create it with
+// New, call Run (or Step, in tests), and Close to release every lease.
+type Daemon struct {
+	cfg    Config
+	ledger *lease.Ledger
+	log    *zap.Logger
+	bootID string
+
+	campaigns sync.Map // campaign id -> *campaign
+	loads     sync.Map // campaign id -> *load (first-use loads in flight)
+	unknown   sync.Map // campaign id -> time.Time until which it is known unknown
+
+	leaseSeq atomic.Uint64
+	counters counters
+	closed   atomic.Bool
+}
+
+type counters struct {
+	allowed, paced, exhausted, spendErrors atomic.Int64
+	refunds, refundsUnbacked               atomic.Int64
+	ledgerCalls, ledgerErrors              atomic.Int64
+	leasesGranted, leasesReleased          atomic.Int64
+}
+
+// New returns a Daemon using ledger.
+func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("daemon config: %w", err)
+	}
+	return &Daemon{
+		cfg:    cfg,
+		ledger: ledger,
+		log:    cfg.Logger.Named("daemon"),
+		bootID: strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
+	}, nil
+}
+
+// unknownTTL is how long an unknown campaign id is remembered, so a client
+// spamming one bad id costs one Redis read per TTL, not one per call.
+const unknownTTL = 10 * time.Second
+
+// firstLoadTimeout bounds how long the first SPEND of a campaign waits for its
+// settings and first lease.
+const firstLoadTimeout = 2 * time.Second
+
+// maxUnknown bounds the negative cache, so random ids cannot grow memory.
+const maxUnknown = 10_000
+
+type load struct {
+	done chan struct{}
+	c    *campaign
+	err  error
+}
+
+// campaignFor returns the campaign's state, loading it on first use. Loads
+// are deduplicated: a burst of first SPENDs for one campaign makes one load,
+// which the others wait for (bounded by firstLoadTimeout).
+func (d *Daemon) campaignFor(id string) (*campaign, error) {
+	if c, ok := d.campaigns.Load(id); ok {
+		return c.(*campaign), nil
+	}
+	if until, ok := d.unknown.Load(id); ok && d.cfg.Clock.Now().Before(until.(time.Time)) {
+		return nil, &lease.UnknownCampaignError{ID: id}
+	}
+	if !lease.ValidCampaignID(id) {
+		return nil, &lease.UnknownCampaignError{ID: id}
+	}
+	if d.closed.Load() {
+		return nil, errors.New("pacerd is shutting down")
+	}
+	l := &load{done: make(chan struct{})}
+	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
+		l = other.(*load)
+	} else {
+		go d.load(id, l)
+	}
+	select {
+	case <-l.done:
+		return l.c, l.err
+	case <-time.After(firstLoadTimeout):
+		return nil, fmt.Errorf("campaign %q: settings not loaded yet (ledger slow or unreachable)", id)
+	}
+}
+
+func (d *Daemon) load(id string, l *load) {
+	defer d.loads.Delete(id)
+	defer close(l.done)
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LedgerTimeout)
+	defer cancel()
+	d.counters.ledgerCalls.Add(1)
+	settings, err := d.ledger.GetCampaign(ctx, id)
+	if err != nil {
+		var unknown *lease.UnknownCampaignError
+		if errors.As(err, &unknown) {
+			d.rememberUnknown(id)
+		} else {
+			d.counters.ledgerErrors.Add(1)
+		}
+		l.err = err
+		return
+	}
+	c := newCampaign(d, settings)
+	actual, _ := d.campaigns.LoadOrStore(id, c)
+	l.c = actual.(*campaign)
+	// Prime the first lease now, so the first SPEND finds tokens.
+	l.c.step(ctx, d.cfg.Clock.Now())
+}
+
+func (d *Daemon) rememberUnknown(id string) {
+	n := 0
+	d.unknown.Range(func(k, v any) bool { n++; return n < maxUnknown })
+	if n >= maxUnknown {
+		d.unknown.Clear()
+	}
+	d.unknown.Store(id, d.cfg.Clock.Now().Add(unknownTTL))
+}
+
+// Spend implements transport.Spender: may the campaign spend amount micros on
+// this auction? It never waits on the network, except for the first SPEND of
+// a campaign this daemon has not seen, which waits for the campaign's settings.
+func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (transport.Decision, error) {
+	c, err := d.campaignFor(campaignID)
+	if err != nil {
+		d.counters.spendErrors.Add(1)
+		return transport.Paced, err
+	}
+	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
+	switch dec {
+	case transport.Allowed:
+		d.counters.allowed.Add(1)
+	case transport.Paced:
+		d.counters.paced.Add(1)
+	default:
+		d.counters.exhausted.Add(1)
+	}
+	return dec, nil
+}
+
+// Refund implements transport.Spender.
+func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error {
+	c, err := d.campaignFor(campaignID)
+	if err != nil {
+		return err
+	}
+	accepted, err := c.refund(d.cfg.Clock.Now(), amount, auctionID)
+	if err != nil {
+		return err
+	}
+	d.counters.refunds.Add(1)
+	if accepted < amount {
+		d.counters.refundsUnbacked.Add(amount - accepted)
+	}
+	return nil
+}
+
+// Balance implements transport.Spender.
+func (d *Daemon) Balance(campaignID string) (transport.Balance, error) {
+	c, err := d.campaignFor(campaignID)
+	if err != nil {
+		return transport.Balance{}, err
+	}
+	return c.balance(d.cfg.Clock.Now()), nil
+}
+
+// Info implements transport.Spender.
+func (d *Daemon) Info() []transport.InfoField {
+	var campaigns, leases int
+	d.campaigns.Range(func(_, v any) bool {
+		campaigns++
+		leases += v.(*campaign).leaseCount()
+		return true
+	})
+	i := func(k string, v int64) transport.InfoField {
+		return transport.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
+	}
+	return []transport.InfoField{
+		{Key: "holder", Value: d.cfg.Holder},
+		i("campaigns", int64(campaigns)),
+		i("leases_held", int64(leases)),
+		i("spend_allowed", d.counters.allowed.Load()),
+		i("spend_paced", d.counters.paced.Load()),
+		i("spend_exhausted", d.counters.exhausted.Load()),
+		i("spend_errors", d.counters.spendErrors.Load()),
+		i("refunds", d.counters.refunds.Load()),
+		i("refunds_unbacked_micros", d.counters.refundsUnbacked.Load()),
+		i("ledger_calls", d.counters.ledgerCalls.Load()),
+		i("ledger_errors", d.counters.ledgerErrors.Load()),
+		i("leases_granted", d.counters.leasesGranted.Load()),
+		i("leases_released", d.counters.leasesReleased.Load()),
+	}
+}
+
+// Step runs one round of the refill loop for every campaign at the clock's
+// current time: settings refresh, day rollover, lease renewal and release.
+// Campaigns run concurrently, so one campaign stuck on a slow shard does not
+// hold the others back.
+func (d *Daemon) Step(ctx context.Context) {
+	now := d.cfg.Clock.Now()
+	var wg sync.WaitGroup
+	d.campaigns.Range(func(_, v any) bool {
+		c := v.(*campaign)
+		wg.Go(func() { c.step(ctx, now) })
+		return true
+	})
+	wg.Wait()
+}
+
+// Run calls Step every TickInterval until ctx is cancelled.
+func (d *Daemon) Run(ctx context.Context) error {
+	t := time.NewTicker(d.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			d.Step(ctx)
+		}
+	}
+}
+
+// Close stops taking new campaigns, drops every bucket and releases every
+// lease, returning unused micros to the ledger at once. It returns the first
+// release error; leases it could not release are settled by the ledger after
+// their expiry.
+func (d *Daemon) Close(ctx context.Context) error {
+	d.closed.Store(true)
+	now := d.cfg.Clock.Now()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	d.campaigns.Range(func(_, v any) bool {
+		c := v.(*campaign)
+		wg.Go(func() {
+			if err := c.shutdown(ctx, now); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+		return true
+	})
+	wg.Wait()
+	return first
+}
+
+// Campaigns returns the ids of the campaigns this daemon has loaded.
+func (d *Daemon) Campaigns() []string {
+	var ids []string
+	d.campaigns.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
+	return ids
+}
+
+// Warm loads the given campaigns and primes their first leases (pacerd calls it
+// at start with the campaigns of its last run, before it reports ready).
+func (d *Daemon) Warm(ids []string) {
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() { _, _ = d.campaignFor(id) })
+	}
+	wg.Wait()
+}

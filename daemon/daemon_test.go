@@ -1,0 +1,205 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// manualClock is a clock the test moves by hand.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *manualClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func (c *manualClock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+var (
+	ctx      = context.Background()
+	midnight = time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+)
+
+const day = "2026-11-21"
+
+type fixture struct {
+	redis  *redistest.Server
+	ledger *lease.Ledger
+	clock  *manualClock
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	srv := redistest.Start(t)
+	return &fixture{redis: srv, ledger: lease.New(srv.Client(), lease.Config{}, nil), clock: &manualClock{t: midnight}}
+}
+
+func (f *fixture) campaign(t *testing.T, id string, daily int64, shards int) {
+	t.Helper()
+	_, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	return d
+}
+
+func (f *fixture) check(t *testing.T, id string) lease.Shard {
+	t.Helper()
+	total, problems, err := f.ledger.CheckDay(ctx, id, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("conservation: %s", p)
+	}
+	return total
+}
+
+// spendUntilDenied spends amount until the daemon says no, and returns what it
+// allowed and its last answer: unbounded demand.
+func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (int64, transport.Decision) {
+	t.Helper()
+	var allowed int64
+	for {
+		dec, err := d.Spend(id, amount, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec != transport.Allowed {
+			return allowed, dec
+		}
+		allowed += amount
+	}
+}
+
+func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "demo", 8_640_000_000, 8) // 100,000 micros/s flat
+	f.clock.Set(midnight.Add(10 * time.Hour))
+	d := f.daemon(t, "h1")
+	dec, err := d.Spend("demo", 1000, "")
+	if err != nil || dec != transport.Allowed {
+		t.Fatalf("first SPEND = %v, %v; want allowed", dec, err)
+	}
+	// Far above pace: most calls are paced, and over a minute the allowed
+	// amount follows the pace (100,000 micros/s), not the demand.
+	var allowed int64
+	var paced int
+	for range 600 {
+		f.clock.Add(100 * time.Millisecond)
+		d.Step(ctx)
+		for range 50 {
+			dec, err := d.Spend("demo", 1000, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch dec {
+			case transport.Allowed:
+				allowed += 1000
+			case transport.Paced:
+				paced++
+			default:
+				t.Fatalf("SPEND = %v, want allowed or paced", dec)
+			}
+		}
+	}
+	if paced == 0 {
+		t.Fatal("no SPEND was paced at 5x the pace")
+	}
+	// 60 s at 100,000/s = 6,000,000; allow the first lease's burst and the
+	// cap window's catch-up, but not the 30,000,000 demanded.
+	if allowed < 5_000_000 || allowed > 9_000_000 {
+		t.Fatalf("allowed %d micros in 60 s; pace is 6,000,000", allowed)
+	}
+	f.check(t, "demo")
+}
+
+func TestUnknownCampaignAndBadSpend(t *testing.T) {
+	f := newFixture(t)
+	d := f.daemon(t, "h1")
+	_, err := d.Spend("nope", 1000, "")
+	var unknown *lease.UnknownCampaignError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("SPEND unknown = %v, want UnknownCampaignError", err)
+	}
+	if _, err := d.Spend("bad{id}", 1, ""); !errors.As(err, &unknown) {
+		t.Fatalf("SPEND bad id = %v", err)
+	}
+}
+
+// Two daemons on one Redis with unbounded demand over a whole simulated day:
+// together they allow at most the budget, and at least 99% of it.
+func TestTwoDaemonsSimulatedDay(t *testing.T) {
+	f := newFixture(t)
+	const budget = 864_000_000 // 10,000 micros/s
+	f.campaign(t, "c", budget, 8)
+	a, b := f.daemon(t, "a"), f.daemon(t, "b")
+	var allowedA, allowedB int64
+	for now := midnight; now.Before(midnight.Add(24 * time.Hour)); now = now.Add(2 * time.Second) {
+		f.clock.Set(now)
+		a.Step(ctx)
+		b.Step(ctx)
+		n, _ := spendUntilDenied(t, a, "c", 2000)
+		allowedA += n
+		n, _ = spendUntilDenied(t, b, "c", 2000)
+		allowedB += n
+		if now.Minute() == 0 && now.Second() == 0 {
+			f.check(t, "c") // conservation holds throughout, not only at the end
+		}
+	}
+	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
+	a.Step(ctx)
+	b.Step(ctx)
+	total := allowedA + allowedB
+	t.Logf("allowed a=%d b=%d total=%d (%.3f%% of budget)", allowedA, allowedB, total, 100*float64(total)/budget)
+	if total > budget {
+		t.Fatalf("overspend: allowed %d > budget %d", total, budget)
+	}
+	if total < budget*99/100 {
+		t.Fatalf("under-delivery: allowed %d < 99%% of %d", total, budget)
+	}
+	if allowedA < total/4 || allowedB < total/4 {
+		t.Errorf("one daemon starved: a=%d b=%d", allowedA, allowedB)
+	}
+	sh := f.check(t, "c")
+	if sh.Spent < total {
+		t.Fatalf("ledger spent %d < allowed %d", sh.Spent, total)
+	}
+}
