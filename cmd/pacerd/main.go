@@ -1,0 +1,257 @@
+// Command pacerd is the budget-pacing daemon: it answers bidders' SPEND calls
+// on a local Unix socket from in-memory token buckets fed by leases from the
+// Redis ledger.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// version is set at build time: -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "pacerd:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks an error already explained by the flag package.
+var errUsage = errors.New("usage")
+
+// options are pacerd's command line.
+type options struct {
+	configPath string
+	overrides  map[string]string
+	version    bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	fl := flag.NewFlagSet("pacerd", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	o := options{overrides: map[string]string{}}
+	fl.StringVar(&o.configPath, "config", "", "YAML config `file` (see configs/pacerd.example.yaml); defaults apply without one")
+	fl.BoolVar(&o.version, "version", false, "print the version and exit")
+	for _, f := range []struct{ name, usage string }{
+		{"socket", "Unix socket `path` for bidders (overrides socket:)"},
+		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, or Cluster seeds (overrides redis:)"},
+		{"etcd", "etcd `url[,url…]` for the reconciler election (overrides etcd:)"},
+		{"nats", "NATS `url` for broadcasts (overrides nats:)"},
+		{"admin", "admin listener `host:port` for metrics and health; empty disables (overrides admin:)"},
+		{"holder", "this daemon's `name` in lease records (overrides holder:; default: host name)"},
+		{"curves", "pacing curves `dir` (overrides curves_dir:)"},
+		{"log-format", "log `format`: json or console (overrides log.format:)"},
+	} {
+		fl.Func(f.name, f.usage, func(v string) error { o.overrides[f.name] = v; return nil })
+	}
+	if err := fl.Parse(args); err != nil {
+		return o, errUsage
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "pacerd: unexpected argument %q\n", fl.Arg(0))
+		return o, errUsage
+	}
+	return o, nil
+}
+
+// loadConfig reads the config file (if any) and applies flag overrides.
+func loadConfig(o options) (config.Daemon, error) {
+	cfg := config.DefaultDaemon()
+	if o.configPath != "" {
+		data, err := os.ReadFile(o.configPath)
+		if err != nil {
+			return cfg, err
+		}
+		if cfg, err = config.ParseDaemon(data); err != nil {
+			return cfg, fmt.Errorf("%s: %w", o.configPath, err)
+		}
+	}
+	list := func(v string) []string {
+		var out []string
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	for k, v := range o.overrides {
+		switch k {
+		case "socket":
+			cfg.Socket = v
+		case "redis":
+			cfg.Redis = list(v)
+		case "etcd":
+			cfg.Etcd = list(v)
+		case "nats":
+			cfg.NATS = v
+		case "admin":
+			cfg.Admin = v
+		case "holder":
+			cfg.Holder = v
+		case "curves":
+			cfg.CurvesDir = v
+		case "log-format":
+			cfg.Log.Format = v
+		}
+	}
+	if cfg.Holder == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("no holder name given and no host name: %w", err)
+		}
+		cfg.Holder = h
+	}
+	if len(cfg.Redis) == 0 {
+		return cfg, errors.New("no Redis address: set redis: in the config or --redis")
+	}
+	if cfg.Socket == "" {
+		return cfg, errors.New("no socket path: set socket: in the config or --socket")
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg config.Log, stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	var encoder zapcore.Encoder
+	switch cfg.Format {
+	case "console":
+		enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	case "json", "":
+		encoder = zapcore.NewJSONEncoder(enc)
+	default:
+		return nil, fmt.Errorf("log format %q: want json or console", cfg.Format)
+	}
+	return zap.New(zapcore.NewCore(encoder, zapcore.AddSync(stderr), level)), nil
+}
+
+// loadCurves reads the curves directory; a missing directory leaves only the
+// built-in flat curve, with a warning.
+func loadCurves(dir string, log *zap.Logger) (map[string]*bucket.Curve, error) {
+	curves, err := config.LoadCurves(os.DirFS(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		log.Warn("curves directory missing; only the built-in flat curve is available", zap.String("dir", dir))
+		return map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}, nil
+	}
+	return curves, err
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			return errors.New("bad command line (see pacerd -h)")
+		}
+		return err
+	}
+	if o.version {
+		fmt.Fprintln(stdout, "pacerd", version)
+		return nil
+	}
+	cfg, err := loadConfig(o)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	curves, err := loadCurves(cfg.CurvesDir, log)
+	if err != nil {
+		return fmt.Errorf("curves: %w", err)
+	}
+
+	rdb, err := lease.NewClient(cfg.Redis)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer rdb.Close()
+	ledger := lease.New(rdb, lease.Config{}, log)
+	d, err := daemon.New(ledger, daemon.Config{
+		Holder:          cfg.Holder,
+		LeaseWindow:     cfg.Lease.Window,
+		SkewBound:       cfg.Lease.SkewBound,
+		Grace:           cfg.Lease.Grace,
+		CapWindow:       cfg.Lease.CapWindow,
+		BurstWindow:     cfg.Lease.BurstWindow,
+		TickInterval:    cfg.TickInterval,
+		CampaignRefresh: cfg.CampaignRefresh,
+		LedgerTimeout:   cfg.LedgerTimeout,
+		Curves:          curves,
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	if len(cfg.Etcd) == 0 {
+		log.Warn("no etcd endpoints: this daemon takes no part in the reconciler election; expired leases are settled lazily by later grants")
+	}
+	if cfg.NATS == "" {
+		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
+	}
+
+	ln, err := transport.ListenUnix(cfg.Socket, os.FileMode(cfg.SocketMode))
+	if err != nil {
+		return err
+	}
+	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: cfg.MaxAmountMicros, Logger: log})
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- d.Run(loopCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln) }()
+	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
+		zap.Strings("redis", cfg.Redis), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: no new calls, answering those in flight, releasing leases")
+	case serveErr = <-serveDone:
+		log.Error("socket server stopped", zap.Error(serveErr))
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("socket server shutdown", zap.Error(err))
+	}
+	stopLoop()
+	<-loopDone
+	if err := d.Close(shutCtx); err != nil {
+		log.Warn("some leases were not released; the ledger settles them after expiry", zap.Error(err))
+	}
+	log.Info("pacerd stopped")
+	if serveErr != nil && !errors.Is(serveErr, transport.ErrServerClosed) && !errors.Is(serveErr, net.ErrClosed) {
+		return serveErr
+	}
+	return nil
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"github.com/redis/go-redis/v9"
+)
+
+var pacerdBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "pacerd-bin-")
+	if err != nil {
+		panic(err)
+	}
+	pacerdBin = filepath.Join(dir, "pacerd")
+	out, err := exec.Command("go", "build", "-race", "-o", pacerdBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build pacerd: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var ctx = context.Background()
+
+// stack is a redis-server and a way to start pacerd processes against it.
+type stack struct {
+	t      *testing.T
+	redis  *redistest.Server
+	ledger *lease.Ledger
+	dir    string
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	r := redistest.Start(t)
+	dir, err := os.MkdirTemp("", "pacerd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return &stack{t: t, redis: r, ledger: lease.New(r.Client(), lease.Config{}, nil), dir: dir}
+}
+
+// config has short leases, so a test sees expiry and settlement in seconds.
+const testConfig = `
+max_amount_micros: 10000000
+admin: ""
+lease:
+  window: 2s
+  skew_bound: 100ms
+  grace: 300ms
+  cap_window: 5m
+  burst_window: 1s
+tick_interval: 20ms
+campaign_refresh: 200ms
+`
+
+type proc struct {
+	cmd    *exec.Cmd
+	socket string
+	stderr *syncBuffer
+	done   chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *stack) start(holder string) *proc {
+	s.t.Helper()
+	cfg := filepath.Join(s.dir, "pacerd.yaml")
+	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(pacerdBin, "--config", cfg, "--redis", s.redis.Socket, "--socket", p.socket,
+		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"))
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	s.t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if s.t.Failed() {
+			s.t.Logf("pacerd %s log:\n%s", holder, p.stderr.String())
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// Dial, not stat: a killed daemon leaves its socket file behind.
+		if c, err := net.Dial("unix", p.socket); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("pacerd did not listen within 10s:\n%s", p.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return p
+}
+
+func (s *stack) campaign(id string, daily int64) {
+	s.t.Helper()
+	_, err := s.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "flat", Shards: 4, State: lease.StateActive})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *stack) check(id string) lease.Shard {
+	s.t.Helper()
+	day := time.Now().UTC().Format("2006-01-02")
+	total, problems, err := s.ledger.CheckDay(ctx, id, day)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, p := range problems {
+		s.t.Errorf("conservation: %s", p)
+	}
+	return total
+}
+
+func dial(t *testing.T, socket string) *transport.Client {
+	t.Helper()
+	c, err := transport.Dial(ctx, socket, transport.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// spendFor spends in a loop for d and returns the micros allowed.
+func spendFor(t *testing.T, c *transport.Client, id string, amount int64, d time.Duration) int64 {
+	t.Helper()
+	var allowed int64
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		dec, err := c.Spend(ctx, id, amount, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec == transport.Allowed {
+			allowed += amount
+		}
+	}
+	return allowed
+}
+
+func TestSpendAndHostileInput(t *testing.T) {
+	s := newStack(t)
+	s.campaign("demo", 86_400_000_000)
+	p := s.start("h1")
+	c := dial(t, p.socket)
+	dec, err := c.Spend(ctx, "demo", 1000, "")
+	if err != nil || dec != transport.Allowed {
+		t.Fatalf("SPEND demo 1000 = %v, %v; want allowed", dec, err)
+	}
+	bad := []struct {
+		args []any
+		want string
+	}{
+		{[]any{"SPEND", "demo"}, "wrong number of arguments"},
+		{[]any{"SPEND", "demo", "abc"}, "integer"},
+		{[]any{"SPEND", "demo", "-5"}, "positive"},
+		{[]any{"SPEND", "demo", "0"}, "positive"},
+		{[]any{"SPEND", "demo", "99999999999999999999"}, "integer"},
+		{[]any{"SPEND", "demo", "10000001"}, "exceeds the per-call maximum"},
+		{[]any{"SPEND", "nosuch", "5"}, `unknown campaign "nosuch"`},
+		{[]any{"REFUND", "demo", "999999"}, "exceeds"},
+		{[]any{"FLUSHALL"}, "unknown command"},
+	}
+	raw := rawClient(t, p.socket)
+	for _, b := range bad {
+		err := raw.Do(ctx, b.args...).Err()
+		if err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%v: err = %v, want it to mention %q", b.args, err, b.want)
+		}
+	}
+	// The daemon keeps serving.
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refund(ctx, "demo", 1000, ""); err != nil {
+		t.Fatalf("REFUND of an allowed amount: %v", err)
+	}
+	s.check("demo")
+}
+
+// SIGTERM: stop serving, give unused micros back at once, exit 0.
+func TestSIGTERMReleasesLeases(t *testing.T) {
+	s := newStack(t)
+	s.campaign("c", 86_400_000_000)
+	p := s.start("h1")
+	spendFor(t, dial(t, p.socket), "c", 1000, 500*time.Millisecond)
+	if sh := s.check("c"); sh.Leased == 0 {
+		t.Fatal("no lease outstanding while spending")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("pacerd exit after SIGTERM: %v\n%s", err, p.stderr.String())
+		}
+		p.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("pacerd did not exit within 10s of SIGTERM")
+	}
+	sh := s.check("c")
+	if sh.Leased != 0 {
+		t.Fatalf("after SIGTERM %d micros are still leased; want all released", sh.Leased)
+	}
+	if sh.Lost != 0 {
+		t.Fatalf("lost %d micros on a clean shutdown", sh.Lost)
+	}
+}
+
+// SIGKILL: the dead daemon's leases stay outstanding until they expire; then
+// they are settled (conservatively), the ledger accounts for every micro, the
+// loss is bounded by what the daemon held, and nothing was overspent.
+func TestSIGKILLThenRestart(t *testing.T) {
+	s := newStack(t)
+	s.campaign("c", 86_400_000_000)
+	p := s.start("h1")
+	allowed := spendFor(t, dial(t, p.socket), "c", 1000, 500*time.Millisecond)
+	p.cmd.Process.Kill()
+	<-p.done
+	p.done <- errors.New("killed")
+	held := s.check("c").Leased
+	if held == 0 {
+		t.Fatal("the killed daemon held no lease; the test proves nothing")
+	}
+
+	// A restarted daemon goes on spending; its grants settle the dead leases
+	// once expiry plus grace has passed.
+	p2 := s.start("h1")
+	c2 := dial(t, p2.socket)
+	allowed2 := spendFor(t, c2, "c", 1000, 3*time.Second)
+	day := time.Now().UTC().Format("2006-01-02")
+	for i := range 4 {
+		if _, err := s.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i}, time.Now(), 300*time.Millisecond, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := s.check("c")
+	if sh.Lost == 0 || sh.Lost > held {
+		t.Fatalf("lost %d micros; want > 0 and at most the %d the killed daemon held", sh.Lost, held)
+	}
+	if allowed+allowed2 > sh.Spent+sh.Leased {
+		t.Fatalf("allowed %d > spent %d + leased %d: overspend", allowed+allowed2, sh.Spent, sh.Leased)
+	}
+}
+
+func rawClient(t *testing.T, socket string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: socket, MaxRetries: -1, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	return c
+}

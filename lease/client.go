@@ -1,0 +1,28 @@
+package lease
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NewClient returns a Redis client for the ledger's addresses: one host:port,
+// one Unix socket path (starting with / or .), or several host:port seeds of a
+// Redis Cluster.
+func NewClient(addrs []string) (redis.UniversalClient, error) {
+	switch {
+	case len(addrs) == 0:
+		return nil, errors.New("no Redis address given")
+	case len(addrs) == 1 && (strings.HasPrefix(addrs[0], "/") || strings.HasPrefix(addrs[0], ".")):
+		return redis.NewClient(&redis.Options{Network: "unix", Addr: addrs[0]}), nil
+	case len(addrs) == 1:
+		return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
+	}
+	for _, a := range addrs {
+		if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") {
+			return nil, errors.New("a Unix socket path cannot be a Cluster seed: give one path, or host:port seeds")
+		}
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+}
