@@ -62,6 +62,23 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 				"leased %d != sum of outstanding leases %d", sh.Leased, leases)})
 		}
 	}
+	// Across shards: the day's budget is in its shards or in flight between
+	// two of them (a rebalancing move whose second half has not landed).
+	pending, err := l.PendingMoves(ctx, campaign, day, n)
+	if err != nil {
+		return total, problems, err
+	}
+	var inFlight int64
+	for _, m := range pending {
+		inFlight += m.Amount
+	}
+	dayBudget, err := l.rdb.HGet(ctx, daysKey(campaign), day+":budget").Int64()
+	if err != nil {
+		problems = append(problems, Problem{ShardKey{campaign, day, -1}, fmt.Sprintf("day budget record unreadable: %v", err)})
+	} else if total.Budget+inFlight != dayBudget {
+		problems = append(problems, Problem{ShardKey{campaign, day, -1}, fmt.Sprintf(
+			"day budget %d != shards' budgets %d + in-flight moves %d", dayBudget, total.Budget, inFlight)})
+	}
 	return total, problems, nil
 }
 
@@ -95,6 +112,7 @@ func (l *Ledger) OpenDays(ctx context.Context, campaign string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("ledger %s: days: %w", campaign, err)
 	}
+	days = slices.DeleteFunc(days, func(d string) bool { return strings.Contains(d, ":") })
 	slices.Sort(days)
 	return days, nil
 }

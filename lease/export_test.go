@@ -1,4 +1,16 @@
 package lease
 
+import (
+	"context"
+	"time"
+)
+
 // LuaPreludeForTest lets tests run the shared Lua helpers directly.
 var LuaPreludeForTest = luaPrelude
+
+// MoveOutForTest runs only the first step of a move, as a mover that crashed
+// right after it would leave it.
+func (l *Ledger) MoveOutForTest(ctx context.Context, campaign, day string, from, to int, amount int64, moveID string, now time.Time) (int64, error) {
+	_, taken, _, _, err := l.run(ctx, moveOutScript, ShardKey{campaign, day, from}, moveID, amount, to, 0, now.UnixMilli(), l.cfg.AuditMaxLen)
+	return taken, err
+}

@@ -15,6 +15,7 @@ import (
 //	pacer:{c/d/s}:exp     zset   lease id by expiry_ms (for settlement)
 //	pacer:{c/d/s}:done    hash   lease id -> "r:unused" | "s:amount" (idempotency record)
 //	pacer:{c/d/s}:audit   stream every change to money on the shard
+//	pacer:{c/d/s}:moves   hash   move id -> "out|amount|peer|pending|done" or "in|amount|peer" (rebalancing)
 //	pacer:campaign:<id>   hash   campaign settings
 //	pacer:campaigns       set    campaign ids
 //	pacer:days:<id>       hash   day -> shard count, written once every shard of the day is open
@@ -42,7 +43,7 @@ func (k ShardKey) tag() string {
 // keys returns the shard's keys in the order every script expects them.
 func (k ShardKey) keys() []string {
 	t := k.tag()
-	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit"}
+	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit", t + "moves"}
 }
 
 // AuditKey is the shard's audit stream.

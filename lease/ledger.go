@@ -193,7 +193,12 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 	// HSETNX: if a racing opener with another shard count got there first, its
 	// count stands (our shards beyond it would hold budget nobody grants from, so
 	// Split is deterministic and both openers use the campaign's stored count).
-	if err := l.rdb.HSetNX(ctx, daysKey(c.ID), day, c.Shards).Err(); err != nil {
+	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSetNX(ctx, daysKey(c.ID), day+":budget", c.DailyMicros)
+		p.HSetNX(ctx, daysKey(c.ID), day, c.Shards)
+		return nil
+	})
+	if err != nil {
 		return 0, fmt.Errorf("ledger %s/%s: day marker: %w", c.ID, day, err)
 	}
 	l.log.Info("opened campaign-day", zap.String("campaign", c.ID), zap.String("day", day),
@@ -398,6 +403,9 @@ func (l *Ledger) AdjustDay(ctx context.Context, campaign, day string, newBudget 
 		applied, _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, sign*part, now)
 		if err != nil {
 			return budget, err
+		}
+		if err := l.rdb.HIncrBy(ctx, daysKey(campaign), day+":budget", applied).Err(); err != nil {
+			return budget, fmt.Errorf("ledger %s/%s: day budget: %w", campaign, day, err)
 		}
 		budget += applied
 	}

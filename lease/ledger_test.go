@@ -419,3 +419,7 @@ func TestRandomOpsConserve(t *testing.T) {
 		}
 	}
 }
+
+func shardKey(c, day string, s int) lease.ShardKey {
+	return lease.ShardKey{Campaign: c, Day: day, Shard: s}
+}

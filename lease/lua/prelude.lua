@@ -134,7 +134,28 @@ local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
 end
 
 local function keys_of(KEYS)
-  return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5]}
+  return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5], moves = KEYS[6]}
+end
+
+-- check_fence refuses a reconciler call whose fencing token is older than one
+-- the shard has seen (a deposed leader), and records a newer one. fence 0 is
+-- "no election" and is always accepted without recording anything.
+local function check_fence(K, fence)
+  if fence <= 0 then return true end
+  local seen = num(redis.call('HGET', K.state, 'fence'))
+  if fence < seen then return false end
+  if fence > seen then redis.call('HSET', K.state, 'fence', str(fence)) end
+  return true
+end
+
+-- inherit_ttl gives keys created after the shard was opened (done, moves) the
+-- state key's retention, so nothing of a campaign-day outlives it.
+local function inherit_ttl(K)
+  local ttl = redis.call('PTTL', K.state)
+  if ttl <= 0 then return end
+  for name, k in pairs(K) do
+    if name ~= 'state' and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl) end
+  end
 end
 
 local function expire_all(K, at)

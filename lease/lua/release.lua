@@ -11,4 +11,5 @@ if not s then return {-1, 0, 0, 0, 0, 0, 0, 0} end
 local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
 if type(st) == 'table' then return st end
 store_shard(K.state, s)
+inherit_ttl(K)
 return shard_reply(st, credited, s)

@@ -11,17 +11,14 @@ local K = keys_of(KEYS)
 local now, grace, fence, limit, maxlen = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local s = load_shard(K.state)
 if not s then return {-1, 0, 0, 0, 0, 0, 0, 0, 0} end
-if fence > 0 then
-  local seen = num(redis.call('HGET', K.state, 'fence'))
-  if fence < seen then
-    local r = shard_reply(-3, seen, s)
-    r[9] = 0
-    return r
-  end
-  redis.call('HSET', K.state, 'fence', str(fence))
+if not check_fence(K, fence) then
+  local r = shard_reply(-3, num(redis.call('HGET', K.state, 'fence')), s)
+  r[9] = 0
+  return r
 end
 local n, total = settle_expired(K, s, now - grace, limit, now, maxlen, 'reconciler')
 store_shard(K.state, s)
 local r = shard_reply(0, total, s)
+inherit_ttl(K)
 r[9] = n
 return r

@@ -1,0 +1,30 @@
+-- move_out: first half of a rebalancing move between two shards of one
+-- campaign-day (different slots, so two scripts). Takes up to amount micros
+-- of locked budget out of this shard and records the move as pending; the
+-- reconciler then calls move_in on the peer and move_done here. If it dies in
+-- between, the next reconciler finds the pending record and finishes the move:
+-- move_in is idempotent by move id, so no micro is lost or doubled.
+-- KEYS: state leases exp done audit moves
+-- ARGV: move_id amount peer_shard fence now_ms audit_maxlen
+-- Reply: {status, taken, budget, locked, available, leased, spent, lost};
+-- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off.
+local K = keys_of(KEYS)
+local id, amount, peer = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local fence, now, maxlen = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local s = load_shard(K.state)
+if not s then return {-1, 0, 0, 0, 0, 0, 0, 0} end
+local rec = redis.call('HGET', K.moves, id)
+if rec then
+  local kind, amt = string.match(rec, '^(%a+)|(%d+)|')
+  return shard_reply(1, tonumber(amt), s)
+end
+if not check_fence(K, fence) then return shard_reply(-3, 0, s) end
+local take = math.min(amount, s.locked)
+s.locked = s.locked - take
+s.budget = s.budget - take
+redis.call('HSET', K.state, 'budget', str(s.budget))
+store_shard(K.state, s)
+redis.call('HSET', K.moves, id, 'out|' .. str(take) .. '|' .. peer .. '|pending')
+inherit_ttl(K)
+audit(K.audit, maxlen, 'ev', 'move_out', 'move', id, 'amount', str(take), 'peer', peer, 'ms', str(now))
+return shard_reply(0, take, s)
