@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/lease"
+)
+
+// campaignView is a campaign with its balances for one day, as campaign get
+// prints it. The balance fields are 0 when the day is not open.
+type campaignView struct {
+	lease.Campaign
+	Day       string `json:"day"`
+	DayOpen   bool   `json:"day_open"`
+	Budget    int64  `json:"budget"`
+	Spent     int64  `json:"spent"`
+	Available int64  `json:"available"`
+	Leased    int64  `json:"leased"`
+	Locked    int64  `json:"locked"`
+	Lost      int64  `json:"lost"`
+}
+
+// today returns the key of the local day of c's time zone at the app's now.
+func (a *app) today(c lease.Campaign) string {
+	return bucket.DayOf(a.now(), c.Location()).Key
+}
+
+// view reads c's balances for today.
+func (a *app) view(ctx context.Context, l *lease.Ledger, c lease.Campaign) (campaignView, error) {
+	v := campaignView{Campaign: c, Day: a.today(c)}
+	n, err := l.DayShards(ctx, c.ID, v.Day)
+	if err != nil || n == 0 {
+		return v, err
+	}
+	t, err := l.DayTotals(ctx, c.ID, v.Day)
+	if err != nil {
+		return v, err
+	}
+	v.DayOpen = true
+	v.Budget, v.Spent, v.Available, v.Leased, v.Locked, v.Lost =
+		t.Budget, t.Spent, t.Available, t.Leased, t.Locked, t.Lost
+	return v, nil
+}
+
+// setResult is what campaign set did, for --json.
+type setResult struct {
+	Campaign lease.Campaign `json:"campaign"`
+	Created  bool           `json:"created"`
+	Today    *todayChange   `json:"today,omitempty"` // only when --daily was given
+}
+
+type todayChange struct {
+	Day          string `json:"day"`
+	Open         bool   `json:"open"`
+	BudgetBefore int64  `json:"budget_before,omitempty"`
+	BudgetAfter  int64  `json:"budget_after,omitempty"`
+	Requested    int64  `json:"requested"`
+}
+
+func (a *app) campaignSet(ctx context.Context, args []string) error {
+	flags := newFlagSet("campaign set")
+	var daily moneyFlag
+	flags.Var(&daily, "daily", "daily budget, MONEY (integer micros, or units with suffix u: 1.5u)")
+	tz := flags.String("tz", "", "IANA time zone of the campaign's day, such as Europe/Paris (new campaigns: UTC)")
+	curve := flags.String("curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
+	shards := flags.Int("shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
+	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N]")
+	if err != nil {
+		return err
+	}
+	id, err := campaignArg("campaign set", pos)
+	if err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	if daily.set && daily.micros > lease.MaxBudgetMicros {
+		return usagef("campaign set: --daily %s: at most %d micros (%s)", formatUnits(daily.micros), lease.MaxBudgetMicros, formatUnits(lease.MaxBudgetMicros))
+	}
+	if given["tz"] {
+		// "Local" would mean a different day on every host.
+		if _, err := time.LoadLocation(*tz); err != nil || *tz == "" || *tz == "Local" {
+			return usagef("campaign set: unknown time zone %q: want an IANA zone such as Europe/Paris or UTC", *tz)
+		}
+	}
+	if given["shards"] && (*shards < 1 || *shards > lease.MaxShards) {
+		return usagef("campaign set: --shards %d: want 1 to %d", *shards, lease.MaxShards)
+	}
+	if given["curve"] {
+		if err := a.checkCurveName(*curve); err != nil {
+			return err
+		}
+	}
+
+	l, err := a.getLedger()
+	if err != nil {
+		return err
+	}
+	old, err := l.GetCampaign(ctx, id)
+	var unknown *lease.UnknownCampaignError
+	created := errors.As(err, &unknown)
+	if err != nil && !created {
+		return err
+	}
+	c := old
+	if created {
+		if !daily.set {
+			return usagef("campaign set: campaign %q is new: --daily is required", id)
+		}
+		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
+	}
+	if daily.set {
+		c.DailyMicros = daily.micros
+	}
+	if given["tz"] {
+		c.TZ = *tz
+	}
+	if given["curve"] {
+		c.Curve = *curve
+	}
+	if given["shards"] {
+		c.Shards = *shards
+	}
+	stored := old
+	if created || c != old {
+		if stored, err = l.PutCampaign(ctx, c); err != nil {
+			return err
+		}
+	}
+	res := setResult{Campaign: stored, Created: created}
+
+	// Today's open day, if any, was opened under the time zone in force
+	// before this change.
+	var adjustErr error
+	if daily.set {
+		zoneOf := stored
+		if !created {
+			zoneOf = old
+		}
+		res.Today = &todayChange{Day: a.today(zoneOf), Requested: daily.micros}
+		adjustErr = a.adjustToday(ctx, l, id, res.Today)
+	}
+
+	if a.json {
+		if err := a.printJSON(res); err != nil {
+			return err
+		}
+		return adjustErr
+	}
+	verb := "updated"
+	switch {
+	case created:
+		verb = "created"
+	case stored == old:
+		verb = "unchanged"
+	}
+	fmt.Fprintf(a.stdout, "campaign %s %s (version %d): daily %d micros (%s), tz %s, curve %s, %d shards, %s\n",
+		id, verb, stored.Version, stored.DailyMicros, formatUnits(stored.DailyMicros), stored.TZ, stored.Curve, stored.Shards, stored.State)
+	if !created && (stored.TZ != old.TZ || stored.Shards != old.Shards) {
+		fmt.Fprintln(a.stdout, "note: the new time zone or shard count applies from the next day opened; days already open keep theirs")
+	}
+	if t := res.Today; t != nil {
+		switch {
+		case !t.Open:
+			fmt.Fprintf(a.stdout, "today %s is not open yet: it will open with the new budget\n", t.Day)
+		case adjustErr != nil:
+			// reported below
+		case t.BudgetBefore == t.BudgetAfter && t.BudgetAfter == t.Requested:
+			fmt.Fprintf(a.stdout, "today %s is open: its budget is already %d micros\n", t.Day, t.BudgetAfter)
+		case t.BudgetAfter == t.Requested:
+			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d)\n", t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore)
+		default:
+			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d); asked for %d, but a cut takes only budget not yet leased or spent\n",
+				t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore, t.Requested)
+		}
+	}
+	if adjustErr != nil {
+		return fmt.Errorf("campaign %s stored, but today's budget was not adjusted (run the command again to retry): %w", id, adjustErr)
+	}
+	return nil
+}
+
+// adjustToday moves an open day's budget to t.Requested. It compares with
+// the day's budget rather than the campaign's old daily, so running the same
+// command again after a failure retries the adjustment.
+func (a *app) adjustToday(ctx context.Context, l *lease.Ledger, id string, t *todayChange) error {
+	n, err := l.DayShards(ctx, id, t.Day)
+	if err != nil || n == 0 {
+		return err
+	}
+	t.Open = true
+	before, err := l.DayTotals(ctx, id, t.Day)
+	if err != nil {
+		return err
+	}
+	t.BudgetBefore, t.BudgetAfter = before.Budget, before.Budget
+	if before.Budget == t.Requested {
+		return nil
+	}
+	after, err := l.AdjustDay(ctx, id, t.Day, t.Requested, a.now())
+	t.BudgetAfter = after
+	return err
+}
+
+// curveNamePattern is bucket.NewCurve's rule for curve names.
+var curveNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// checkCurveName refuses a curve the --curves directory does not define. If
+// the directory cannot be loaded, pacerctl may be running on a host without
+// it: it warns and lets the name through.
+func (a *app) checkCurveName(name string) error {
+	if name == config.FlatCurve {
+		return nil
+	}
+	if !curveNamePattern.MatchString(name) {
+		return usagef("campaign set: curve name %q: want 1 to 64 characters from [a-z0-9_-]", name)
+	}
+	curves, unreadable, err := a.loadCurves()
+	if unreadable != nil {
+		a.warnf("cannot check that curve %q exists: %v", name, unreadable)
+		return nil
+	}
+	if err != nil {
+		a.warnf("cannot check that curve %q exists: %v", name, err)
+		return nil
+	}
+	if _, ok := curves[name]; !ok {
+		names := make([]string, 0, len(curves))
+		for n := range curves {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return usagef("campaign set: unknown curve %q: %s has %s", name, a.curvesDir, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+func (a *app) campaignGet(ctx context.Context, args []string) error {
+	pos, err := a.parseArgs(newFlagSet("campaign get"), args, "<id>")
+	if err != nil {
+		return err
+	}
+	id, err := campaignArg("campaign get", pos)
+	if err != nil {
+		return err
+	}
+	l, err := a.getLedger()
+	if err != nil {
+		return err
+	}
+	c, err := l.GetCampaign(ctx, id)
+	if err != nil {
+		return err
+	}
+	v, err := a.view(ctx, l, c)
+	if err != nil {
+		return err
+	}
+	return a.printJSON(v)
+}
+
+func (a *app) campaignList(ctx context.Context, args []string) error {
+	pos, err := a.parseArgs(newFlagSet("campaign list"), args, "")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("campaign list: takes no arguments, got %q", pos)
+	}
+	l, err := a.getLedger()
+	if err != nil {
+		return err
+	}
+	cs, err := l.ListCampaigns(ctx)
+	if err != nil {
+		return err
+	}
+	views := make([]campaignView, 0, len(cs))
+	for _, c := range cs {
+		v, err := a.view(ctx, l, c)
+		if err != nil {
+			return err
+		}
+		views = append(views, v)
+	}
+	if a.json {
+		return a.printJSON(views)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "ID\tDAILY\tTZ\tCURVE\tSHARDS\tSTATE\tSPENT TODAY")
+	for _, v := range views {
+		spent := "-" // day not open
+		if v.DayOpen && v.Budget > 0 {
+			// Budget <= 1e15, so spent*1000 cannot overflow.
+			p := v.Spent * 1000 / v.Budget
+			spent = fmt.Sprintf("%d.%d%%", p/10, p%10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", v.ID, formatUnits(v.DailyMicros), v.TZ, v.Curve, v.Shards, v.State, spent)
+	}
+	return tw.Flush()
+}
+
+func (a *app) campaignState(ctx context.Context, verb, state string, args []string) error {
+	name := "campaign " + verb
+	pos, err := a.parseArgs(newFlagSet(name), args, "<id>")
+	if err != nil {
+		return err
+	}
+	id, err := campaignArg(name, pos)
+	if err != nil {
+		return err
+	}
+	l, err := a.getLedger()
+	if err != nil {
+		return err
+	}
+	c, err := l.GetCampaign(ctx, id)
+	if err != nil {
+		return err
+	}
+	changed := c.State != state
+	if changed {
+		if c, err = l.SetState(ctx, id, state); err != nil {
+			return err
+		}
+	}
+	if a.json {
+		return a.printJSON(c)
+	}
+	if !changed {
+		fmt.Fprintf(a.stdout, "campaign %s is already %s (version %d)\n", id, state, c.Version)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "campaign %s %s (version %d); daemons apply it at their next campaign refresh\n", id, state, c.Version)
+	return nil
+}

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
+)
+
+// loadCurves reads --curves. If the directory itself cannot be read it
+// returns that error as unreadable and no curves: pacerctl often runs away
+// from the daemons' hosts, so callers warn rather than fail. A directory
+// holding a bad curve file is err.
+func (a *app) loadCurves() (curves map[string]*bucket.Curve, unreadable, err error) {
+	if _, err := os.ReadDir(a.curvesDir); err != nil {
+		return nil, err, nil // os errors name the directory; DirFS ones say "."
+	}
+	curves, err = config.LoadCurves(os.DirFS(a.curvesDir))
+	return curves, nil, err
+}
+
+// curvesOrFlat is loadCurves for the curve commands: an unreadable
+// directory leaves only the built-in flat, with a warning.
+func (a *app) curvesOrFlat() (map[string]*bucket.Curve, error) {
+	curves, unreadable, err := a.loadCurves()
+	if unreadable != nil {
+		a.warnf("cannot read the curves directory (%v); showing only the built-in %s", unreadable, config.FlatCurve)
+		return map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}, nil
+	}
+	return curves, err
+}
+
+// curveSummary is one line of curve list.
+type curveSummary struct {
+	Name         string `json:"name"`
+	Slots        int    `json:"slots"`
+	PeakSlot     int    `json:"peak_slot"`
+	PeakStart    string `json:"peak_start"` // local wall clock on a 24-hour day, "19:00"
+	PeakEnd      string `json:"peak_end"`
+	PeakSharePPB int64  `json:"peak_share_ppb"`
+}
+
+func shares(c *bucket.Curve) []int64 {
+	cum := c.Cumulative()
+	s := make([]int64, c.Slots())
+	for i := range s {
+		s[i] = cum[i+1] - cum[i]
+	}
+	return s
+}
+
+// slotClock is the wall-clock start of slot i of n on a 24-hour day.
+func slotClock(i, n int) string {
+	m := i * 24 * 60 / n
+	return fmt.Sprintf("%02d:%02d", m/60, m%60)
+}
+
+func summarize(c *bucket.Curve) curveSummary {
+	s := shares(c)
+	peak := 0
+	for i, v := range s {
+		if v > s[peak] {
+			peak = i // the earliest slot wins a tie
+		}
+	}
+	return curveSummary{Name: c.Name(), Slots: c.Slots(), PeakSlot: peak,
+		PeakStart: slotClock(peak, c.Slots()), PeakEnd: slotClock(peak+1, c.Slots()), PeakSharePPB: s[peak]}
+}
+
+func (a *app) curveList(ctx context.Context, args []string) error {
+	pos, err := a.parseArgs(newFlagSet("curve list"), args, "")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("curve list: takes no arguments, got %q", pos)
+	}
+	curves, err := a.curvesOrFlat()
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(curves))
+	for n := range curves {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	list := make([]curveSummary, len(names))
+	for i, n := range names {
+		list[i] = summarize(curves[n])
+	}
+	if a.json {
+		return a.printJSON(list)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "NAME\tSLOTS\tPEAK SLOT\tPEAK SHARE")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%d\t%d (%s-%s)\t%s\n", s.Name, s.Slots, s.PeakSlot, s.PeakStart, s.PeakEnd, percent(s.PeakSharePPB))
+	}
+	return tw.Flush()
+}
+
+// percent formats a PPB share as a percentage with two decimals, exactly
+// rounded down.
+func percent(ppb int64) string {
+	bp := ppb / 100_000 // hundredths of a percent
+	return fmt.Sprintf("%d.%02d%%", bp/100, bp%100)
+}
+
+// sparkLevels draw a share relative to the largest; a zero share is drawn as
+// a space, so "nothing released" stands out from "a little".
+var sparkLevels = []rune("▁▂▃▄▅▆▇█")
+
+// maxSparkWidth keeps a 1440-slot curve on one terminal line: slots are
+// summed into at most this many columns (15 minutes each).
+const maxSparkWidth = 96
+
+// sparkline draws shares, summed into at most maxSparkWidth columns.
+func sparkline(s []int64) string {
+	per := (len(s) + maxSparkWidth - 1) / maxSparkWidth // 1440 slots -> 15
+	for len(s)%per != 0 {
+		per++
+	}
+	cols := make([]int64, len(s)/per)
+	var top int64
+	for i, v := range s {
+		cols[i/per] += v
+	}
+	for _, v := range cols {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for _, v := range cols {
+		if v == 0 || top == 0 {
+			b.WriteRune(' ')
+			continue
+		}
+		// ceil(v*8/top)-1: any positive share gets at least the lowest bar.
+		lvl := (v*int64(len(sparkLevels))+top-1)/top - 1
+		b.WriteRune(sparkLevels[lvl])
+	}
+	return b.String()
+}
+
+// hourAxis labels every third hour under a sparkline width columns wide.
+func hourAxis(width int) string {
+	line := []byte(strings.Repeat(" ", width+2))
+	for h := 0; h < 24; h += 3 {
+		copy(line[h*width/24:], fmt.Sprint(h))
+	}
+	return strings.TrimRight(string(line), " ")
+}
+
+// curveDetail is curve show's JSON.
+type curveDetail struct {
+	Name          string  `json:"name"`
+	Slots         int     `json:"slots"`
+	SharesPPB     []int64 `json:"shares_ppb"`
+	CumulativePPB []int64 `json:"cumulative_ppb"`
+}
+
+func (a *app) curveShow(ctx context.Context, args []string) error {
+	pos, err := a.parseArgs(newFlagSet("curve show"), args, "<name>")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("curve show: want exactly one curve name, got %d arguments", len(pos))
+	}
+	curves, err := a.curvesOrFlat()
+	if err != nil {
+		return err
+	}
+	c, ok := curves[pos[0]]
+	if !ok {
+		return fmt.Errorf("unknown curve %q (see pacerctl curve list)", pos[0])
+	}
+	if a.json {
+		return a.printJSON(curveDetail{c.Name(), c.Slots(), shares(c), c.Cumulative()})
+	}
+	s := summarize(c)
+	spark := sparkline(shares(c))
+	fmt.Fprintf(a.stdout, "curve %s: %d slots, peak slot %d (%s-%s) with %s of the day\n\n",
+		c.Name(), c.Slots(), s.PeakSlot, s.PeakStart, s.PeakEnd, percent(s.PeakSharePPB))
+	fmt.Fprintf(a.stdout, "  %s\n  %s\n\n", spark, hourAxis(len([]rune(spark))))
+	fmt.Fprintln(a.stdout, "  by     cumulative  in these 3h")
+	var prev int64
+	for h := 3; h <= 24; h += 3 {
+		cum := c.At(time.Duration(h)*time.Hour, 24*time.Hour)
+		fmt.Fprintf(a.stdout, "  %02d:00  %10s  %11s\n", h, percent(cum), percent(cum-prev))
+		prev = cum
+	}
+	fmt.Fprintln(a.stdout, "\n  (on a 23- or 25-hour DST day the slots stretch with the day)")
+	return nil
+}

@@ -1,0 +1,358 @@
+// Command pacerctl is the pacer operator's tool: it creates, changes, pauses
+// and inspects campaigns in the Redis ledger, shows pacing curves, checks
+// that the ledger balances, and sends SPEND/REFUND/BALANCE to a local
+// pacerd. Run "pacerctl help" for the commands.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, now: time.Now}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// env is what pacerctl takes from the outside world besides its arguments,
+// so tests can run it in-process with a fixed clock.
+type env struct {
+	stdout, stderr io.Writer
+	now            func() time.Time
+}
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command failed, or check found problems
+	exitUsage   = 2 // the command line is wrong
+)
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errReported means the command already printed why it failed (check's
+// problems); run only sets the exit status.
+var errReported = errors.New("reported")
+
+// errHelp means help was asked for and printed: exit status 0.
+var errHelp = errors.New("help")
+
+const (
+	defaultRedis   = "127.0.0.1:6379"
+	defaultSocket  = "/run/pacer/pacer.sock"
+	defaultCurves  = "/etc/pacer/curves"
+	defaultTimeout = 30 * time.Second
+)
+
+// app is one pacerctl invocation: its environment, global flags and the
+// ledger client, opened on first use.
+type app struct {
+	env
+	redisAddrs string
+	socket     string
+	curvesDir  string
+	json       bool
+
+	rdb    redis.UniversalClient
+	ledger *lease.Ledger
+}
+
+type command struct {
+	name string // "campaign set"
+	args string // synopsis of the arguments
+	help string
+	run  func(a *app, ctx context.Context, args []string) error
+}
+
+// commands is the full command list, in the order usage shows it.
+func commands() []command {
+	return []command{
+		{name: "campaign set", args: "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N]",
+			help: "Create or update a campaign. Fields not given keep their value; a new campaign needs\n" +
+				"--daily and defaults to tz UTC, curve flat, 8 shards, active. If today (in the campaign's\n" +
+				"time zone) is already open, a changed --daily is applied to today's budget too; a cut\n" +
+				"takes only budget not yet leased or spent. --tz and --shards apply from the next day opened.",
+			run: (*app).campaignSet},
+		{name: "campaign get", args: "<id>",
+			help: "Print the campaign and today's balances (local day of its time zone) as JSON.",
+			run:  (*app).campaignGet},
+		{name: "campaign list", args: "",
+			help: "List campaigns with today's spent share (a table, or JSON with --json).",
+			run:  (*app).campaignList},
+		{name: "campaign pause", args: "<id>",
+			help: "Pause a campaign: daemons stop spending it at their next campaign refresh.",
+			run: func(a *app, ctx context.Context, args []string) error {
+				return a.campaignState(ctx, "pause", lease.StatePaused, args)
+			}},
+		{name: "campaign resume", args: "<id>",
+			help: "Resume a paused campaign.",
+			run: func(a *app, ctx context.Context, args []string) error {
+				return a.campaignState(ctx, "resume", lease.StateActive, args)
+			}},
+		{name: "curve list", args: "",
+			help: "List the pacing curves in --curves plus the built-in flat: slots and peak slot.",
+			run:  (*app).curveList},
+		{name: "curve show", args: "<name>",
+			help: "Draw a curve's weights as a sparkline and print its cumulative share every 3 hours.",
+			run:  (*app).curveShow},
+		{name: "check", args: "[<id>]",
+			help: "Verify that every open day of one campaign, or of all, balances:\n" +
+				"budget = locked + available + leased + spent. Exit status 1 if anything is off.",
+			run: (*app).check},
+		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
+			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
+			run:  (*app).spend},
+		{name: "refund", args: "<campaign> <MONEY> [auction-id]",
+			help: "REFUND an amount to the local pacerd (--socket).",
+			run:  (*app).refund},
+		{name: "balance", args: "<campaign>",
+			help: "Print the local pacerd's view of a campaign (--socket).",
+			run:  (*app).balance},
+		{name: "help", args: "",
+			help: "Print this help."},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `pacerctl: the pacer operator's tool
+
+Usage: pacerctl [global flags] <command> [arguments]
+
+Global flags (before the command):
+  --redis ADDR[,ADDR...]  the Redis ledger: host:port, a Unix socket path (starting with / or .),
+                          or several host:port Cluster seeds (default `+defaultRedis+`)
+  --socket PATH           pacerd's socket, for spend/refund/balance (default `+defaultSocket+`)
+  --curves DIR            pacing-curve directory (default `+defaultCurves+`; pass
+                          --curves configs/curves to use a source checkout's examples)
+  --json                  machine-readable output (campaign set/list/pause/resume, curve
+                          list/show, check, spend/refund/balance; campaign get is always JSON)
+  --timeout DURATION      give up after this long (default `+defaultTimeout.String()+`)
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(c.name+" "+c.args))
+		for _, line := range strings.Split(c.help, "\n") {
+			fmt.Fprintf(w, "      %s\n", line)
+		}
+	}
+	fmt.Fprint(w, `
+MONEY is a plain integer of micros (1500000), or currency units with the suffix u,
+exact to 6 decimals: 1.5u = 1500000 micros, 0.000001u = 1 micro. Never negative.
+
+Run "pacerctl <command> -h" for a command's flags.
+Exit status: 0 success, 1 failure (or check found a problem), 2 usage error.
+`)
+}
+
+// run runs pacerctl with args (without the program name) and returns the
+// exit status.
+func run(ctx context.Context, e env, args []string) int {
+	a := &app{env: e}
+	defer a.close()
+	err := a.main(ctx, args)
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return exitOK
+	case errors.Is(err, errReported):
+		return exitFailure
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "pacerctl: %s\nRun 'pacerctl help' for usage.\n", ue.msg)
+		return exitUsage
+	default:
+		fmt.Fprintf(e.stderr, "pacerctl: %v\n", err)
+		return exitFailure
+	}
+}
+
+func (a *app) main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("pacerctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.redisAddrs, "redis", defaultRedis, "")
+	fs.StringVar(&a.socket, "socket", defaultSocket, "")
+	fs.StringVar(&a.curvesDir, "curves", defaultCurves, "")
+	fs.BoolVar(&a.json, "json", false, "")
+	timeout := fs.Duration("timeout", defaultTimeout, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(a.stdout)
+			return errHelp
+		}
+		return usagef("%v", err)
+	}
+	if *timeout <= 0 {
+		return usagef("--timeout %v: must be positive", *timeout)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage(a.stderr)
+		return usagef("no command given")
+	}
+	if rest[0] == "help" {
+		usage(a.stdout)
+		return nil
+	}
+	cmd, args, err := findCommand(rest)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := cmd.run(a, ctx, args); err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) || errors.Is(err, errHelp) || errors.Is(err, errReported) {
+			return err
+		}
+		return fmt.Errorf("%s: %w", cmd.name, err)
+	}
+	return nil
+}
+
+// findCommand matches the one- or two-word command at the start of args.
+func findCommand(args []string) (command, []string, error) {
+	var groups []string
+	for _, c := range commands() {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			return c, args[len(words):], nil
+		}
+		if len(words) == 2 && words[0] == args[0] {
+			groups = append(groups, words[1])
+		}
+	}
+	if len(groups) > 0 {
+		if len(args) == 1 {
+			return command{}, nil, usagef("%s: want a subcommand: %s", args[0], strings.Join(groups, ", "))
+		}
+		return command{}, nil, usagef("%s: unknown subcommand %q (want %s)", args[0], args[1], strings.Join(groups, ", "))
+	}
+	return command{}, nil, usagef("unknown command %q", args[0])
+}
+
+// newFlagSet returns a flag set for a command that reports errors instead of
+// printing them, and prints the command's help for -h.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseArgs parses a command's flags, which may come before, between or
+// after its positional arguments ("campaign set c1 --daily 5u"), and returns
+// the positional ones. After "--" everything is positional.
+func (a *app) parseArgs(fs *flag.FlagSet, args []string, synopsis string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(a.stdout, "Usage: pacerctl %s\n", strings.TrimSpace(fs.Name()+" "+synopsis))
+				for _, c := range commands() {
+					if c.name == fs.Name() {
+						fmt.Fprintf(a.stdout, "\n%s\n", c.help)
+					}
+				}
+				fs.SetOutput(a.stdout)
+				fs.PrintDefaults()
+				return nil, errHelp
+			}
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// campaignArg checks that a command got exactly the one campaign id it needs.
+func campaignArg(cmd string, pos []string) (string, error) {
+	if len(pos) != 1 {
+		return "", usagef("%s: want exactly one campaign id, got %d arguments", cmd, len(pos))
+	}
+	if !lease.ValidCampaignID(pos[0]) {
+		return "", usagef("%s: bad campaign id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", cmd, pos[0])
+	}
+	return pos[0], nil
+}
+
+// redisClient builds a client for --redis: one Unix socket path, one
+// host:port, or several host:port Cluster seeds.
+func redisClient(addrs string) (redis.UniversalClient, error) {
+	var list []string
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	if err := config.CheckRedis(list); err != nil {
+		return nil, usagef("--redis: %v", err)
+	}
+	if len(list) == 1 && config.IsUnixPath(list[0]) {
+		return redis.NewClient(&redis.Options{Network: "unix", Addr: list[0], DialTimeout: 5 * time.Second}), nil
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: list, DialTimeout: 5 * time.Second}), nil
+}
+
+// getLedger opens the ledger on first use; commands that do not need Redis
+// never dial it.
+func (a *app) getLedger() (*lease.Ledger, error) {
+	if a.ledger != nil {
+		return a.ledger, nil
+	}
+	rdb, err := redisClient(a.redisAddrs)
+	if err != nil {
+		return nil, err
+	}
+	a.rdb = rdb
+	a.ledger = lease.New(rdb, lease.Config{}, nil)
+	return a.ledger, nil
+}
+
+func (a *app) close() {
+	if a.rdb != nil {
+		a.rdb.Close()
+	}
+}
+
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+}
+
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "pacerctl: warning: "+format+"\n", args...)
+}

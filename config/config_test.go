@@ -1,0 +1,358 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+)
+
+func TestDefaultDaemonIsValid(t *testing.T) {
+	if err := DefaultDaemon().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, empty := range []string{"", "# only a comment\n", "---\n"} {
+		d, err := ParseDaemon([]byte(empty))
+		if err != nil {
+			t.Fatalf("ParseDaemon(%q): %v", empty, err)
+		}
+		if !reflect.DeepEqual(d, DefaultDaemon()) {
+			t.Errorf("ParseDaemon(%q) = %+v, want the defaults", empty, d)
+		}
+	}
+}
+
+func TestParseDaemon(t *testing.T) {
+	full := `
+socket: /tmp/p.sock
+socket_mode: 0600
+redis: [10.0.0.1:7000, 10.0.0.2:7000]
+etcd: [http://10.0.0.5:2379, 10.0.0.6:2379]
+nats: nats://10.0.0.7:4222, tls://10.0.0.8:4222
+admin: "[::1]:9000"
+holder: bidder-17
+curves_dir: /srv/curves
+state_dir: /srv/state
+max_amount_micros: 5_000_000
+lease:
+  window: 1m
+  skew_bound: 2s
+  grace: 5s
+  cap_window: 10m
+  burst_window: 500ms
+tick_interval: 50ms
+campaign_refresh: 1m
+ledger_timeout: 750ms
+log:
+  format: console
+  level: debug
+`
+	want := Daemon{
+		Socket:          "/tmp/p.sock",
+		SocketMode:      0o600,
+		Redis:           []string{"10.0.0.1:7000", "10.0.0.2:7000"},
+		Etcd:            []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
+		NATS:            "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
+		Admin:           "[::1]:9000",
+		Holder:          "bidder-17",
+		CurvesDir:       "/srv/curves",
+		StateDir:        "/srv/state",
+		MaxAmountMicros: 5_000_000,
+		Lease: Lease{Window: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
+			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond},
+		TickInterval:    50 * time.Millisecond,
+		CampaignRefresh: time.Minute,
+		LedgerTimeout:   750 * time.Millisecond,
+		Log:             Log{Format: "console", Level: "debug"},
+	}
+	got, err := ParseDaemon([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+
+	// A partial section keeps the defaults of the keys it leaves out.
+	got, err = ParseDaemon([]byte("lease:\n  window: 10s\nredis: [/run/redis/redis.sock]\nadmin: \"\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = DefaultDaemon()
+	want.Lease.Window = 10 * time.Second
+	want.Redis = []string{"/run/redis/redis.sock"}
+	want.Admin = ""
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("partial: got  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseDaemonErrors(t *testing.T) {
+	for _, tc := range []struct {
+		yaml, want string
+	}{
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)`},
+		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window)`},
+		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
+		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
+		{"lease:\n  window: 30x", `line 2: lease.window: "30x" is not a duration such as 30s or 100ms (a unit is required)`},
+		{"lease:\n  window: -30s", `lease.window: -30s: must be positive`},
+		{"ledger_timeout: 0s", `ledger_timeout: 0s: must be positive`},
+		{"lease:\n  grace: 1s", `lease.grace: 1s must exceed lease.skew_bound 1s, or the reconciler could settle a lease its holder may still spend`},
+		{"lease:\n  window: 4s", `lease.window: 4s must exceed 4 x lease.skew_bound (4s), or little of each lease is spendable`},
+		{"tick_interval: 30s", `tick_interval: 30s must be shorter than lease.window 30s`},
+		{"max_amount_micros: 1.5", `line 1: max_amount_micros: "1.5" is not an integer`},
+		{"max_amount_micros: 0", `max_amount_micros: 0: want 1 to 1000000000000000`},
+		{"max_amount_micros: 99999999999999999999", `line 1: max_amount_micros: "99999999999999999999" is not an integer`},
+		{"socket_mode: 0999", `line 1: socket_mode: "0999" is not an octal mode such as "0660" (at most 0777)`},
+		{"socket_mode: \"0440\"", `socket_mode: 0440 must give the owner read and write (at least 0600) and stay within 0777`},
+		{"socket: \"\"", `socket: must not be empty`},
+		{"socket: /" + strings.Repeat("s", 110), `socket: path is 111 bytes; Unix socket paths are limited to 107`},
+		{"redis: []", `redis: at least one address is needed`},
+		{"redis: localhost", `line 1: redis: want a list, such as [a, b]`},
+		{"redis: [localhost]", `redis: "localhost": want host:port or a Unix socket path starting with / or .`},
+		{"redis: [\"h:0\"]", `redis: "h:0": port "0": want 1 to 65535`},
+		{"redis: [/run/r.sock, h:1]", `redis: "/run/r.sock": a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)`},
+		{"redis: [h:1, h:1]", `redis: "h:1" is listed twice`},
+		{"etcd: [\"ftp://e:1\"]", `etcd[0]: "ftp://e:1": scheme "ftp": want one of http, https`},
+		{"nats: http://n:4222", `nats: "http://n:4222": scheme "http": want one of nats, tls, ws, wss`},
+		{"admin: 0.0.0.0:9464", `admin: "0.0.0.0:9464": host must be a loopback address (127.0.0.1, ::1 or localhost)`},
+		{"admin: :9464", `admin: ":9464": want host:port or a Unix socket path starting with / or .`},
+		{"holder: a|b", `holder: "a|b" must not contain '|', spaces or control characters`},
+		{"curves_dir: ~", `line 1: curves_dir: no value; write one (such as "" or []) or leave the key out`},
+		{"curves_dir: \"\"", `curves_dir: must not be empty`},
+		{"etcd:", `line 1: etcd: no value; write one (such as "" or []) or leave the key out`},
+		{"log:\n  level: verbose", `log.level: "verbose": want debug, info, warn or error`},
+		{"log: json", `line 1: log: want a mapping of keys, got "json"`},
+		{"- a\n- b", `line 1: the file: want a mapping of keys, got a list`},
+		{"socket: /a\n---\nsocket: /b", `line 2: a second YAML document; want exactly one`},
+		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
+		// Every problem is reported, one per line.
+		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)"},
+	} {
+		_, err := ParseDaemon([]byte(tc.yaml))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("ParseDaemon(%q):\n got: %v\nwant: %s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestFileMode(t *testing.T) {
+	for in, want := range map[string]FileMode{
+		`"0660"`: 0o660, `0660`: 0o660, `660`: 0o660, `"0o640"`: 0o640, `0777`: 0o777, `"0600"`: 0o600,
+	} {
+		d, err := ParseDaemon([]byte("socket_mode: " + in))
+		if err != nil || d.SocketMode != want {
+			t.Errorf("socket_mode: %s = %v, %v; want %v", in, d.SocketMode, err, want)
+		}
+	}
+	if s := FileMode(0o660).String(); s != "0660" {
+		t.Errorf("String = %q", s)
+	}
+}
+
+func weightsYAML(w []float64) string {
+	s := make([]string, len(w))
+	for i, v := range w {
+		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+func ones(n int) []float64 {
+	w := make([]float64, n)
+	for i := range w {
+		w[i] = 1
+	}
+	return w
+}
+
+func TestParseCurve(t *testing.T) {
+	w := ones(24)
+	w[20] = 5
+	c, err := ParseCurve([]byte("name: peak\nslots: 24\ndescription: evening\nweights: " + weightsYAML(w)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := bucket.NewCurve("peak", w)
+	if c.Name() != "peak" || !slices.Equal(c.Cumulative(), want.Cumulative()) {
+		t.Errorf("got %s %v, want %v", c.Name(), c.Cumulative(), want.Cumulative())
+	}
+	// slots is optional.
+	if _, err := ParseCurve([]byte("name: a\nweights: " + weightsYAML(ones(48)))); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestParseCurveErrors(t *testing.T) {
+	w24 := weightsYAML(ones(24))
+	neg := ones(24)
+	neg[3] = -1
+	zero := make([]float64, 24)
+	for _, tc := range []struct{ yaml, want string }{
+		{"weights: " + w24, `name: missing; every curve file names its curve`},
+		{"name: a", `curve "a": weights: missing`},
+		{"name: Peak\nweights: " + w24, `curve "Peak": name byte 0 is 'P'; only a-z, 0-9, '_' and '-' allowed`},
+		{"name: a\nslots: 48\nweights: " + w24, `curve "a": slots is 48 but there are 24 weights`},
+		{"name: a\nweights: [1, 2, 3]", `curve "a": 3 weights; want 24, 48, 96 or 1440`},
+		{"name: a\nweights: " + weightsYAML(neg), `curve "a": weights[3]: weight -1 is negative`},
+		{"name: a\nweights: " + weightsYAML(zero), `curve "a": weights sum to 0; at least one must be positive`},
+		{"name: a\nweights: [.nan" + strings.Repeat(", 1", 23) + "]", `curve "a": weights[0]: weight is NaN`},
+		{"name: a\nweights: [1, x" + strings.Repeat(", 1", 22) + "]", `line 2: weights[1]: "x" is not a number`},
+		{"name: a\nweight: " + w24, `line 2: unknown key "weight" (known keys: name, slots, description, weights)`},
+		{"name: a\nslots: many\nweights: " + w24, `line 2: slots: "many" is not an integer`},
+	} {
+		_, err := ParseCurve([]byte(tc.yaml))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("ParseCurve(%.40q):\n got: %v\nwant: %s", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+func TestMarshalCurveRoundTrip(t *testing.T) {
+	for _, slots := range []int{24, 48, 96, 1440} {
+		w := make([]float64, slots)
+		for i := range w {
+			w[i] = float64((i*7919)%13) + 0.1*float64(i%3) // irregular, some near-ties
+		}
+		w[slots/2] = 0
+		c, err := bucket.NewCurve("fit-test", w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := MarshalCurve(c, "fitted: \"quoted\"\nsecond line")
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseCurve(data)
+		if err != nil {
+			t.Fatalf("%d slots: %v\n%s", slots, err, data)
+		}
+		if back.Name() != c.Name() || !slices.Equal(back.Cumulative(), c.Cumulative()) {
+			t.Errorf("%d slots: round trip changed the curve", slots)
+		}
+	}
+	if _, err := MarshalCurve(bucket.Flat(24), "\xff"); err == nil {
+		t.Error("invalid UTF-8 description accepted")
+	}
+}
+
+func TestLoadCurves(t *testing.T) {
+	w := weightsYAML(ones(24))
+	good := fstest.MapFS{
+		"a.yaml":        {Data: []byte("name: a\nweights: " + w)},
+		"b-2.yaml":      {Data: []byte("name: b-2\nweights: " + w)},
+		"README.md":     {Data: []byte("not a curve")},
+		".a.yaml.swp":   {Data: []byte("junk")},
+		".hidden.yaml":  {Data: []byte("junk")},
+		"sub/c.yaml":    {Data: []byte("junk")},
+		"old.yaml.bak":  {Data: []byte("junk")},
+		"nested.d/x.md": {Data: []byte("junk")},
+	}
+	curves, err := LoadCurves(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range curves {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"a", "b-2", "flat"}) {
+		t.Errorf("names = %v", names)
+	}
+	if !slices.Equal(curves["flat"].Cumulative(), bucket.Flat(24).Cumulative()) {
+		t.Error("flat is not bucket.Flat(24)")
+	}
+
+	bad := fstest.MapFS{
+		"a.yaml":    {Data: []byte("name: b\nweights: " + w)},
+		"flat.yaml": {Data: []byte("name: flat\nweights: " + w)},
+		"c.yml":     {Data: []byte("name: c\nweights: " + w)},
+		"d.yaml":    {Data: []byte("name: d\nweights: [1]")},
+		"e.yaml":    {Data: []byte("name: e\nweights: " + w)},
+	}
+	_, err = LoadCurves(bad)
+	want := strings.Join([]string{
+		`curves: a.yaml: names curve "b"; the name must match the file name (b.yaml)`,
+		`curves: c.yml: curve files must end in .yaml`,
+		`curves: d.yaml: curve "d": 1 weights; want 24, 48, 96 or 1440`,
+		`curves: flat.yaml: "flat" is the built-in constant-rate curve and cannot be redefined; give this curve another name`,
+	}, "\n")
+	if err == nil || err.Error() != want {
+		t.Errorf("LoadCurves(bad):\n got: %v\nwant: %s", err, want)
+	}
+
+	if _, err := LoadCurves(os.DirFS(filepath.Join(t.TempDir(), "missing"))); err == nil {
+		t.Error("missing directory: no error")
+	}
+}
+
+// The shipped examples must parse: a config that does not load is worse
+// than none.
+func TestShippedConfigs(t *testing.T) {
+	data, err := os.ReadFile("../configs/pacerd.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ParseDaemon(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example documents the defaults, so it must equal them.
+	if !reflect.DeepEqual(d, DefaultDaemon()) {
+		t.Errorf("example config differs from the defaults:\n got  %+v\nwant %+v", d, DefaultDaemon())
+	}
+	// And it must mention every key, so it stays the complete reference.
+	for _, key := range allKeys(reflect.TypeFor[Daemon](), "") {
+		last := key[strings.LastIndex(key, ".")+1:]
+		if !strings.Contains(string(data), "\n"+strings.Repeat(" ", 2*strings.Count(key, "."))+last+":") {
+			t.Errorf("example config does not document %s", key)
+		}
+	}
+
+	curves, err := LoadCurves(os.DirFS("../configs/curves"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("../configs/curves/*.yaml")
+	if len(files) < 3 || len(curves) != len(files)+1 {
+		t.Fatalf("%d curve files, %d curves loaded", len(files), len(curves))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ParseCurve(data)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		if c.Slots() != 24 {
+			t.Errorf("%s: %d slots, want 24", f, c.Slots())
+		}
+	}
+}
+
+func allKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+			keys = append(keys, allKeys(f.Type, prefix+name+".")...)
+			continue
+		}
+		keys = append(keys, prefix+name)
+	}
+	return keys
+}

@@ -1,0 +1,376 @@
+// Package config owns pacer's configuration files: pacerd's YAML config and
+// the pacing-curve files. It parses and validates bytes it is handed (or the
+// files of an fs.FS), fills defaults, and reports problems by key and line,
+// so an operator can fix a config file from the error alone. It never reads
+// flags, the environment or a path of its own choosing.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+	"gopkg.in/yaml.v3"
+)
+
+// Daemon is pacerd's configuration file. Every key has a default (see
+// DefaultDaemon), so an empty file is a valid config; a key the struct does
+// not know is an error, so a typo never silently leaves a default in place.
+// Command-line overrides are applied by cmd/pacerd, not here.
+type Daemon struct {
+	// Socket is the Unix socket bidders connect to.
+	Socket string `yaml:"socket"`
+	// SocketMode is the socket file's permission bits, written in octal.
+	SocketMode FileMode `yaml:"socket_mode"`
+	// Redis lists the ledger's addresses: one host:port, one Unix socket
+	// path (starting with / or .), or several host:port Cluster seeds.
+	Redis []string `yaml:"redis"`
+	// Etcd lists etcd endpoints for the reconciler election; empty means no
+	// election (this daemon never runs the reconciler).
+	Etcd []string `yaml:"etcd"`
+	// NATS is the NATS URL (or comma-separated URLs) for broadcasts; empty
+	// means none (exhaustion is learnt from the ledger, more slowly).
+	NATS string `yaml:"nats"`
+	// Admin is the loopback host:port of the metrics and health listener;
+	// empty disables it.
+	Admin string `yaml:"admin"`
+	// Holder names this daemon in lease records. Empty means the host name,
+	// which the caller fills in.
+	Holder string `yaml:"holder"`
+	// CurvesDir holds the pacing-curve files (*.yaml).
+	CurvesDir string `yaml:"curves_dir"`
+	// StateDir is where the daemon remembers campaigns across restarts.
+	StateDir string `yaml:"state_dir"`
+	// MaxAmountMicros caps one SPEND or REFUND.
+	MaxAmountMicros int64 `yaml:"max_amount_micros"`
+	Lease           Lease `yaml:"lease"`
+	// TickInterval is how often the refill loop runs.
+	TickInterval time.Duration `yaml:"tick_interval"`
+	// CampaignRefresh is how often campaign settings are re-read.
+	CampaignRefresh time.Duration `yaml:"campaign_refresh"`
+	// LedgerTimeout bounds one ledger call.
+	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
+	Log           Log           `yaml:"log"`
+}
+
+// Lease is the lease timing section of Daemon. The fencing rule that keeps a
+// cut-off daemon from overspending lives in these numbers: a daemon spends a
+// lease only until expiry minus SkewBound, and the reconciler settles it only
+// after expiry plus Grace, so Grace must exceed SkewBound.
+type Lease struct {
+	Window      time.Duration `yaml:"window"`
+	SkewBound   time.Duration `yaml:"skew_bound"`
+	Grace       time.Duration `yaml:"grace"`
+	CapWindow   time.Duration `yaml:"cap_window"`
+	BurstWindow time.Duration `yaml:"burst_window"`
+}
+
+// Log is the logging section of Daemon.
+type Log struct {
+	Format string `yaml:"format"` // json | console
+	Level  string `yaml:"level"`  // debug | info | warn | error
+}
+
+// FileMode is a file's permission bits, written in YAML in octal ("0660").
+type FileMode os.FileMode
+
+// String returns the mode in the octal form the config file uses.
+func (m FileMode) String() string { return fmt.Sprintf("%04o", uint32(m)) }
+
+// MarshalYAML writes the mode as an octal string.
+func (m FileMode) MarshalYAML() (any, error) { return m.String(), nil }
+
+// UnmarshalYAML reads an octal mode, quoted ("0660") or not (0660).
+func (m *FileMode) UnmarshalYAML(n *yaml.Node) error {
+	v, err := parseFileMode(n)
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
+
+func parseFileMode(n *yaml.Node) (FileMode, error) {
+	if n.Kind != yaml.ScalarNode {
+		return 0, errors.New(`want an octal mode such as "0660"`)
+	}
+	// The node's text, not its resolved value: unquoted 0660 is still octal
+	// to a reader, whatever YAML 1.1 or 1.2 would make of it.
+	s := strings.TrimPrefix(n.Value, "0o")
+	v, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || s == "" || v > 0o777 {
+		return 0, fmt.Errorf(`%q is not an octal mode such as "0660" (at most 0777)`, n.Value)
+	}
+	return FileMode(v), nil
+}
+
+// DefaultDaemon returns the configuration of an empty config file. Holder is
+// empty: the caller fills in the host name.
+func DefaultDaemon() Daemon {
+	return Daemon{
+		Socket:          "/run/pacer/pacer.sock",
+		SocketMode:      0o660,
+		Redis:           []string{"127.0.0.1:6379"},
+		Etcd:            []string{},
+		Admin:           "127.0.0.1:9464",
+		CurvesDir:       "/etc/pacer/curves",
+		StateDir:        "/var/lib/pacer",
+		MaxAmountMicros: 100_000_000,
+		Lease: Lease{
+			Window:      30 * time.Second,
+			SkewBound:   time.Second,
+			Grace:       4 * time.Second,
+			CapWindow:   5 * time.Minute,
+			BurstWindow: 2 * time.Second,
+		},
+		TickInterval:    100 * time.Millisecond,
+		CampaignRefresh: 30 * time.Second,
+		LedgerTimeout:   2 * time.Second,
+		Log:             Log{Format: "json", Level: "info"},
+	}
+}
+
+// maxSocketPath is the longest Unix socket path Linux accepts (sun_path is
+// 108 bytes including the terminating NUL).
+const maxSocketPath = 107
+
+// maxHolder matches the daemon's own limit on holder names.
+const maxHolder = 100
+
+// ParseDaemon parses a pacerd config file: keys absent from data keep their
+// DefaultDaemon value. Unknown keys, values of the wrong type and settings
+// that do not make sense together are errors; all the problems found are
+// reported at once, one per line, each naming its key.
+func ParseDaemon(data []byte) (Daemon, error) {
+	d := DefaultDaemon()
+	if err := decodeStrict(data, &d); err != nil {
+		return Daemon{}, err
+	}
+	if err := d.Validate(); err != nil {
+		return Daemon{}, err
+	}
+	return d, nil
+}
+
+// Validate reports every problem in d, joined, or nil. ParseDaemon calls it;
+// cmd/pacerd calls it again after applying flag overrides.
+func (d Daemon) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	switch {
+	case d.Socket == "":
+		bad("socket: must not be empty")
+	case len(d.Socket) > maxSocketPath:
+		bad("socket: path is %d bytes; Unix socket paths are limited to %d", len(d.Socket), maxSocketPath)
+	}
+	if d.SocketMode&0o600 != 0o600 || d.SocketMode > 0o777 {
+		bad("socket_mode: %s must give the owner read and write (at least 0600) and stay within 0777", d.SocketMode)
+	}
+	if err := CheckRedis(d.Redis); err != nil {
+		bad("redis: %v", err)
+	}
+	for i, e := range d.Etcd {
+		if err := checkEndpoint(e, "http", "https"); err != nil {
+			bad("etcd[%d]: %v", i, err)
+		}
+	}
+	if d.NATS != "" {
+		for _, u := range strings.Split(d.NATS, ",") {
+			if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+				bad("nats: %v", err)
+			}
+		}
+	}
+	if d.Admin != "" {
+		if err := checkLoopback(d.Admin); err != nil {
+			bad("admin: %v", err)
+		}
+	}
+	switch {
+	case len(d.Holder) > maxHolder:
+		bad("holder: %d bytes; at most %d allowed", len(d.Holder), maxHolder)
+	case strings.ContainsFunc(d.Holder, func(r rune) bool { return r == '|' || r <= ' ' || r == 0x7f }):
+		// Lease records are "amount|holder|expiry".
+		bad("holder: %q must not contain '|', spaces or control characters", d.Holder)
+	}
+	if d.CurvesDir == "" {
+		bad("curves_dir: must not be empty")
+	}
+	if d.StateDir == "" {
+		bad("state_dir: must not be empty")
+	}
+	if d.MaxAmountMicros <= 0 || d.MaxAmountMicros > lease.MaxBudgetMicros {
+		bad("max_amount_micros: %d: want 1 to %d", d.MaxAmountMicros, lease.MaxBudgetMicros)
+	}
+
+	positive := func(key string, v time.Duration) bool {
+		if v <= 0 {
+			bad("%s: %v: must be positive", key, v)
+			return false
+		}
+		return true
+	}
+	l := d.Lease
+	okWindow := positive("lease.window", l.Window)
+	okSkew := positive("lease.skew_bound", l.SkewBound)
+	okGrace := positive("lease.grace", l.Grace)
+	positive("lease.cap_window", l.CapWindow)
+	positive("lease.burst_window", l.BurstWindow)
+	okTick := positive("tick_interval", d.TickInterval)
+	positive("campaign_refresh", d.CampaignRefresh)
+	positive("ledger_timeout", d.LedgerTimeout)
+	if okSkew && okGrace && l.Grace <= l.SkewBound {
+		bad("lease.grace: %v must exceed lease.skew_bound %v, or the reconciler could settle a lease its holder may still spend", l.Grace, l.SkewBound)
+	}
+	if okSkew && okWindow && l.Window <= 4*l.SkewBound {
+		bad("lease.window: %v must exceed 4 x lease.skew_bound (%v), or little of each lease is spendable", l.Window, 4*l.SkewBound)
+	}
+	if okTick && okWindow && d.TickInterval >= l.Window {
+		bad("tick_interval: %v must be shorter than lease.window %v", d.TickInterval, l.Window)
+	}
+
+	switch d.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format: %q: want json or console", d.Log.Format)
+	}
+	switch d.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q: want debug, info, warn or error", d.Log.Level)
+	}
+	return errors.Join(errs...)
+}
+
+// IsUnixPath reports whether a redis address is a Unix socket path rather
+// than host:port: it starts with / or . as in the config file's comment.
+func IsUnixPath(addr string) bool {
+	return strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".")
+}
+
+// CheckRedis reports what is wrong with a list of Redis addresses: it must
+// be one Unix socket path, or one or more distinct host:port addresses.
+// pacerd's config and pacerctl's --redis flag share this rule.
+func CheckRedis(addrs []string) error {
+	if len(addrs) == 0 {
+		return errors.New("at least one address is needed")
+	}
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		if seen[a] {
+			return fmt.Errorf("%q is listed twice", a)
+		}
+		seen[a] = true
+		if IsUnixPath(a) {
+			if len(addrs) > 1 {
+				return fmt.Errorf("%q: a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)", a)
+			}
+			if len(a) > maxSocketPath {
+				return fmt.Errorf("%q: path is %d bytes; Unix socket paths are limited to %d", a, len(a), maxSocketPath)
+			}
+			continue
+		}
+		if err := checkHostPort(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" {
+		return fmt.Errorf("%q: want host:port or a Unix socket path starting with / or .", a)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%q: port %q: want 1 to 65535", a, port)
+	}
+	return nil
+}
+
+// checkEndpoint accepts host:port or a URL with one of schemes.
+func checkEndpoint(e string, schemes ...string) error {
+	if strings.Contains(e, "://") {
+		return checkURL(e, schemes...)
+	}
+	return checkHostPort(e)
+}
+
+func checkURL(s string, schemes ...string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%q: want a URL such as %s://host:port", s, schemes[0])
+	}
+	for _, sc := range schemes {
+		if u.Scheme == sc {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q: scheme %q: want one of %s", s, u.Scheme, strings.Join(schemes, ", "))
+}
+
+// checkLoopback enforces the design's loopback-only admin listener: metrics
+// and health are not meant for the network, and a typo like ":9464" would
+// otherwise listen on every interface.
+func checkLoopback(a string) error {
+	if err := checkHostPort(a); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(a)
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q: host must be a loopback address (127.0.0.1, ::1 or localhost)", a)
+}
+
+// decodeStrict decodes one YAML document into out (a pointer to a struct)
+// after checkTypes has vetted every key and scalar against out's type, so the
+// errors name keys and lines rather than Go types. An empty document leaves
+// out unchanged.
+func decodeStrict(data []byte, out any) error {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("line %d: a second YAML document; want exactly one", extra.Line)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil
+		}
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return nil // a file of comments only
+	}
+	if err := errors.Join(checkTypes(root, typeOf(out), "")...); err != nil {
+		return err
+	}
+	// KnownFields as a second line of defence: checkTypes already refused
+	// unknown keys, with their full path.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	return strict.Decode(out)
+}
