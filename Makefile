@@ -42,7 +42,7 @@ tidy: ## go mod tidy, and fail if it changed anything.
 
 .PHONY: bench
 bench: deps build ## Benchmarks: Go benchmarks and pacerd vs. Redis Lua with redis-benchmark.
-	$(GO) test -run '^$$' -bench . -benchmem ./bucket/ ./transport/
+	$(GO) test -run '^$$' -bench . -benchmem ./bucket/ ./daemon/ ./transport/
 	@scripts/bench-resp.sh
 
 .PHONY: clean

@@ -36,6 +36,9 @@ type campaign struct {
 	dedup    dedup
 	refundMu sync.Mutex
 
+	revoked      atomic.Bool // a revoke broadcast arrived: deny until the loop has re-read settings
+	forceRefresh atomic.Bool // re-read settings on the next tick
+
 	loopMu        sync.Mutex
 	lastRefresh   time.Time
 	lastTick      time.Time
@@ -68,6 +71,7 @@ type dayState struct {
 	lastGrantAt time.Time
 	shardEmpty  []bool
 	shardFilled []bool // the last grant on the shard was all we asked for
+	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
 }
 
 type heldLease struct {
@@ -116,7 +120,7 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 }
 
 func (c *campaign) decide(now time.Time, amount int64) transport.Decision {
-	if c.settings.Load().State == lease.StatePaused {
+	if c.revoked.Load() || c.settings.Load().State == lease.StatePaused {
 		return transport.Exhausted
 	}
 	ds := c.day.Load()
@@ -192,13 +196,24 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	defer c.loopMu.Unlock()
 	cfg := &c.d.cfg
 
-	if now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
+	if c.revoked.Load() {
+		if ds := c.day.Load(); ds != nil {
+			c.dropDay(ctx, now, ds)
+			c.day.Store(nil)
+		}
+		if c.refresh(ctx, now) {
+			c.revoked.Store(false)
+		}
+	} else if c.forceRefresh.Swap(false) || now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
 		c.refresh(ctx, now)
 	}
 	c.retryReleases(ctx, now)
 
 	s := c.settings.Load()
 	ds := c.day.Load()
+	if c.revoked.Load() {
+		return
+	}
 	if s.State == lease.StatePaused {
 		if ds != nil {
 			c.dropDay(ctx, now, ds)
@@ -257,8 +272,9 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 }
 
-// refresh re-reads the campaign's settings from the ledger.
-func (c *campaign) refresh(ctx context.Context, now time.Time) {
+// refresh re-reads the campaign's settings from the ledger and reports
+// whether it could.
+func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 	c.lastRefresh = now
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
@@ -267,11 +283,16 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) {
 	if err != nil {
 		c.d.counters.ledgerErrors.Add(1)
 		c.log.Warn("campaign refresh failed; keeping the settings we have", zap.Error(err))
-		return
+		return false
 	}
 	old := c.settings.Load()
+	if ds := c.day.Load(); ds != nil {
+		for i := range ds.shardEmpty {
+			ds.shardEmpty[i] = false // a rebalance may have refilled them: look again
+		}
+	}
 	if fresh.Version == old.Version {
-		return
+		return true
 	}
 	c.settings.Store(c.d.settingsOf(fresh))
 	if ds := c.day.Load(); ds != nil && fresh.DailyMicros != old.DailyMicros {
@@ -279,6 +300,7 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) {
 	}
 	c.log.Info("campaign settings changed", zap.Int64("version", fresh.Version), zap.String("state", fresh.State),
 		zap.Int64("daily_micros", fresh.DailyMicros), zap.String("curve", fresh.Curve))
+	return true
 }
 
 // openDay opens (or joins) the campaign-day in the ledger and returns a fresh
@@ -305,8 +327,21 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shards = n
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
+	ds.shardLeft = make([]int64, n)
+	for i, part := range lease.Split(s.DailyMicros, n) {
+		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
+	}
 	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
 	return ds
+}
+
+// remaining estimates the campaign-day's budget not yet leased or spent.
+func (ds *dayState) remaining() int64 {
+	var sum int64
+	for _, r := range ds.shardLeft {
+		sum += r
+	}
+	return sum
 }
 
 // pickShard returns a shard to ask, at random among those not known to be
@@ -380,8 +415,20 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
 		return 0 // too close to midnight for a lease worth having
 	}
-	pace := s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day) - s.curve.AtTime(now, ds.day)
-	maxWant := int64(float64(s.DailyMicros) * float64(pace) / float64(bucket.PPB))
+	// The most one lease may take: a window of the campaign's pace along the
+	// curve, or of the catch-up pace (what is left, spread over what is left
+	// of the curve) when the campaign is behind. Past the curve's end, all
+	// that is left.
+	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
+	remaining := ds.remaining()
+	var maxWant int64
+	if cNow >= bucket.PPB {
+		maxWant = remaining
+	} else {
+		pace := float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB)
+		catchUp := float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow)
+		maxWant = int64(max(pace, catchUp))
+	}
 	floor := 4 * c.maxAmount.Load()
 	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
 	w = min(max(w, floor, maxWant/16), max(maxWant, floor))
@@ -435,12 +482,13 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		return
 	}
 	ds.shardFilled[shard] = g.Granted == want
+	ds.shardLeft[shard] = g.Shard.Remaining()
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
 			ds.shardEmpty[shard] = true
-			if !slices.Contains(ds.shardEmpty, false) {
-				ds.exhausted.Store(true)
+			if !slices.Contains(ds.shardEmpty, false) && !ds.exhausted.Swap(true) {
 				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
+				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 			}
 		} else {
 			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // paced: nothing available on this shard yet

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -50,7 +51,8 @@ type Config struct {
 	// TickInterval is how often the refill loop runs (default 100ms).
 	TickInterval time.Duration
 	// CampaignRefresh is how often campaign settings are re-read from the
-	// ledger (default 30s).
+	// ledger (default: LeaseWindow, so a daemon that missed a broadcast learns
+	// of a pause within a lease window).
 	CampaignRefresh time.Duration
 	// LedgerTimeout bounds one ledger call (default 2s).
 	LedgerTimeout time.Duration
@@ -58,8 +60,11 @@ type Config struct {
 	DedupWindow time.Duration
 	// Curves are the pacing curves by name; "flat" is built in.
 	Curves map[string]*bucket.Curve
-	Clock  Clock
-	Logger *zap.Logger
+	// Publisher, if set, broadcasts what this daemon learns first (a
+	// campaign-day exhausted) to the fleet.
+	Publisher Publisher
+	Clock     Clock
+	Logger    *zap.Logger
 }
 
 func (c *Config) setDefaults() error {
@@ -77,7 +82,7 @@ func (c *Config) setDefaults() error {
 	def(&c.CapWindow, 5*time.Minute)
 	def(&c.BurstWindow, 2*time.Second)
 	def(&c.TickInterval, 100*time.Millisecond)
-	def(&c.CampaignRefresh, 30*time.Second)
+	def(&c.CampaignRefresh, c.LeaseWindow)
 	def(&c.LedgerTimeout, 2*time.Second)
 	def(&c.DedupWindow, 10*time.Minute)
 	if c.Clock == nil {
@@ -86,12 +91,14 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.Curves == nil {
-		c.Curves = map[string]*bucket.Curve{}
+	curves := maps.Clone(c.Curves) // the caller's map is not ours to add to
+	if curves == nil {
+		curves = map[string]*bucket.Curve{}
 	}
-	if _, ok := c.Curves["flat"]; !ok {
-		c.Curves["flat"] = bucket.Flat(24)
+	if _, ok := curves["flat"]; !ok {
+		curves["flat"] = bucket.Flat(24)
 	}
+	c.Curves = curves
 	switch {
 	case c.Grace <= c.SkewBound:
 		return fmt.Errorf("grace %v must exceed the clock-skew bound %v", c.Grace, c.SkewBound)

@@ -12,11 +12,14 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Etcd is a single-member etcd server.
 type Etcd struct {
-	e *embed.Etcd
+	e    *embed.Etcd
+	dir  string
+	peer string
 	// Endpoint is the client URL, e.g. http://127.0.0.1:41234.
 	Endpoint string
 }
@@ -24,28 +27,44 @@ type Etcd struct {
 // StartEtcd starts etcd with its data in dir and returns once it serves.
 // Timings are short (10 ms ticks, 100 ms elections) so tests start in ~0.1 s.
 func StartEtcd(dir string) (*Etcd, error) {
+	e := &Etcd{dir: dir, Endpoint: "http://127.0.0.1:0", peer: "http://127.0.0.1:0"}
+	return e, e.Start()
+}
+
+// Start (re)starts etcd on the same data and, after the first start, the
+// same URLs, so clients reconnect after an outage.
+func (e *Etcd) Start() error {
 	cfg := embed.NewConfig()
-	cfg.Dir = dir
+	cfg.Dir = e.dir
 	cfg.Name = "pacer-dev"
 	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true // test and dev data only
-	client, _ := url.Parse("http://127.0.0.1:0")
-	peer, _ := url.Parse("http://127.0.0.1:0")
+	client, err := url.Parse(e.Endpoint)
+	if err != nil {
+		return err
+	}
+	peer, err := url.Parse(e.peer)
+	if err != nil {
+		return err
+	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*client}, []url.URL{*client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
+	ee, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
+		return fmt.Errorf("start etcd: %w", err)
 	}
 	select {
-	case <-e.Server.ReadyNotify():
+	case <-ee.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("etcd did not become ready within 30s")
+		ee.Close()
+		return fmt.Errorf("etcd did not become ready within 30s")
 	}
-	return &Etcd{e: e, Endpoint: "http://" + e.Clients[0].Addr().String()}, nil
+	e.e = ee
+	e.Endpoint = "http://" + ee.Clients[0].Addr().String()
+	e.peer = "http://" + ee.Peers[0].Listener.Addr().String()
+	return nil
 }
 
 // Close stops etcd.

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Leadership is a won election. Fence is the fencing token the reconciler
+// passes to the ledger scripts: it grows with every new leader, so a deposed
+// leader's late writes are refused. Lost is closed when leadership ends.
+type Leadership struct {
+	Fence int64
+	Lost  <-chan struct{}
+}
+
+// Elector elects the fleet's reconciler.
+type Elector interface {
+	// Campaign blocks until this daemon leads, or ctx ends.
+	Campaign(ctx context.Context) (Leadership, error)
+	// Resign gives leadership up, if held.
+	Resign(ctx context.Context) error
+}
+
+// EtcdElector campaigns in an etcd election (clientv3/concurrency). Each term
+// has its own session: when the session's lease is lost (etcd unreachable for
+// a TTL, or the session killed), Lost closes and the reconciler stops.
+type EtcdElector struct {
+	client *clientv3.Client
+	holder string
+	ttl    int
+	prefix string
+
+	session  *concurrency.Session
+	election *concurrency.Election
+}
+
+// ElectionPrefix is the etcd key prefix of the reconciler election.
+const ElectionPrefix = "/pacer/reconciler"
+
+// NewEtcdElector returns an elector for holder. ttlSeconds is the session
+// lease: how long a dead leader keeps the role before another takes over.
+func NewEtcdElector(client *clientv3.Client, holder string, ttlSeconds int) *EtcdElector {
+	if ttlSeconds <= 0 {
+		ttlSeconds = 5
+	}
+	return &EtcdElector{client: client, holder: holder, ttl: ttlSeconds, prefix: ElectionPrefix}
+}
+
+// Campaign implements Elector.
+func (e *EtcdElector) Campaign(ctx context.Context) (Leadership, error) {
+	s, err := concurrency.NewSession(e.client, concurrency.WithTTL(e.ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return Leadership{}, fmt.Errorf("etcd session: %w", err)
+	}
+	el := concurrency.NewElection(s, e.prefix)
+	if err := el.Campaign(ctx, e.holder); err != nil {
+		s.Close()
+		return Leadership{}, fmt.Errorf("etcd election: %w", err)
+	}
+	e.session, e.election = s, el
+	return Leadership{Fence: el.Rev(), Lost: s.Done()}, nil
+}
+
+// Resign implements Elector.
+func (e *EtcdElector) Resign(ctx context.Context) error {
+	if e.election == nil {
+		return nil
+	}
+	err := e.election.Resign(ctx)
+	e.session.Close()
+	e.session, e.election = nil, nil
+	return err
+}
+
+// Leader returns the current leader's holder name, or "" if there is none.
+func Leader(ctx context.Context, client *clientv3.Client) (string, error) {
+	resp, err := client.Get(ctx, ElectionPrefix+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", nil
+	}
+	return string(resp.Kvs[0].Value), nil
+}
+
+// Trivial is an Elector that always leads with a fixed fence, like doorman's
+// election.Trivial: for tests, and for a single-host deployment without etcd.
+type Trivial struct{ Fence int64 }
+
+// Campaign implements Elector.
+func (t Trivial) Campaign(ctx context.Context) (Leadership, error) {
+	return Leadership{Fence: t.Fence, Lost: make(chan struct{})}, ctx.Err()
+}
+
+// Resign implements Elector.
+func (Trivial) Resign(context.Context) error { return nil }

@@ -1,0 +1,321 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/embedded"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func startNATS(t *testing.T) *embedded.NATS {
+	t.Helper()
+	n, err := embedded.StartNATS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// fleetDaemon is a daemon wired to NATS as pacerd wires it: it publishes what
+// it learns first and applies what others broadcast.
+func (f *fixture) fleetDaemon(t *testing.T, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *transport.Broadcaster) {
+	t.Helper()
+	b, err := transport.Connect(natsURL, holder, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Holder, cfg.Clock, cfg.Publisher = holder, f.clock, b
+	d, err := daemon.New(f.ledger, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Subscribe(d.HandleEvent); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); d.Close(ctx) })
+	return d, b
+}
+
+func evalshaCalls(t *testing.T, f *fixture) int64 {
+	t.Helper()
+	info, err := f.redis.Client().Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Once a campaign-day's budget is gone every daemon answers -1 and none of
+// them makes another lease call for it: a hot campaign at zero cannot hammer
+// its shards.
+func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
+	f := newFixture(t)
+	n := startNATS(t)
+	// A morning-only campaign: its curve is done at noon, so at 13:00 all of
+	// its budget is released and unbounded demand drains it within seconds.
+	morning := make([]float64, 24)
+	for i := range 12 {
+		morning[i] = 1
+	}
+	curve, err := bucket.NewCurve("morning", morning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "morning", Shards: 4, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(midnight.Add(13 * time.Hour))
+	cfg := daemon.Config{Curves: map[string]*bucket.Curve{"morning": curve}}
+	var ds []*daemon.Daemon
+	var bs []*transport.Broadcaster
+	for _, h := range []string{"a", "b", "c"} {
+		d, b := f.fleetDaemon(t, h, n.URL, cfg)
+		ds, bs = append(ds, d), append(bs, b)
+	}
+	var allowed int64
+	exhausted := func() bool {
+		for _, d := range ds {
+			if dec, _ := d.Spend("c", 1000, ""); dec != transport.Exhausted {
+				if dec == transport.Allowed {
+					allowed += 1000
+				}
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; !exhausted(); i++ {
+		if i > 300 {
+			b, _ := ds[0].Balance("c")
+			t.Fatalf("campaign not exhausted on every daemon after 300 steps: allowed %d, ledger %+v, a: %+v %v", allowed, f.check(t, "c"), b, ds[0].Info())
+		}
+		f.clock.Add(time.Second)
+		for _, d := range ds {
+			d.Step(ctx)
+			n, _ := spendUntilDenied(t, d, "c", 1000)
+			allowed += n
+		}
+	}
+	if allowed > 86_400_000 {
+		t.Fatalf("overspend: allowed %d of 86,400,000", allowed)
+	}
+	var received int64
+	for _, b := range bs {
+		received += b.Stats().Received
+	}
+	if received == 0 {
+		t.Error("no exhaustion broadcast was received")
+	}
+	// Let the last leases close and be released, then watch the ledger.
+	for range 40 {
+		f.clock.Add(time.Second)
+		for _, d := range ds {
+			d.Step(ctx)
+		}
+	}
+	before := evalshaCalls(t, f)
+	for range 300 {
+		f.clock.Add(time.Second)
+		for _, d := range ds {
+			d.Step(ctx)
+			if dec, _ := d.Spend("c", 1000, ""); dec != transport.Exhausted {
+				t.Fatalf("SPEND after exhaustion = %v, want exhausted", dec)
+			}
+		}
+	}
+	if after := evalshaCalls(t, f); after != before {
+		t.Fatalf("%d lease calls after exhaustion; want none", after-before)
+	}
+	f.check(t, "c")
+}
+
+// A pause reaches every daemon within one NATS hop; they drop their tokens
+// and give their leases back. Without NATS the ledger tells them within a
+// lease window.
+func TestPauseReachesEveryDaemon(t *testing.T) {
+	for _, withNATS := range []bool{true, false} {
+		t.Run(map[bool]string{true: "nats", false: "ledger-only"}[withNATS], func(t *testing.T) {
+			f := newFixture(t)
+			n := startNATS(t)
+			f.campaign(t, "c", 8_640_000_000, 4)
+			f.clock.Set(midnight.Add(12 * time.Hour))
+			var ds []*daemon.Daemon
+			for _, h := range []string{"a", "b", "c"} {
+				d, _ := f.fleetDaemon(t, h, n.URL, daemon.Config{})
+				ds = append(ds, d)
+			}
+			for range 5 {
+				f.clock.Add(time.Second)
+				for _, d := range ds {
+					d.Step(ctx)
+					spendUntilDenied(t, d, "c", 1000)
+				}
+			}
+			if f.check(t, "c").Leased == 0 {
+				t.Fatal("no leases held before the pause")
+			}
+			if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+				t.Fatal(err)
+			}
+			if withNATS {
+				pub, err := transport.Connect(n.URL, "pacerctl", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pub.Close()
+				if err := pub.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c"}); err != nil {
+					t.Fatal(err)
+				}
+				// One NATS hop, no tick of any refill loop: every daemon denies.
+				waitFor(t, "every daemon to deny after the revoke broadcast", func() bool {
+					for _, d := range ds {
+						if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+							return false
+						}
+					}
+					return true
+				})
+				f.clock.Add(100 * time.Millisecond)
+			} else {
+				// Within one lease window (the settings refresh interval).
+				f.clock.Add(30 * time.Second)
+			}
+			for _, d := range ds {
+				d.Step(ctx)
+				if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+					t.Fatalf("SPEND after pause = %v, want exhausted", dec)
+				}
+			}
+			if sh := f.check(t, "c"); sh.Leased != 0 {
+				t.Fatalf("%d micros still leased after the pause; want all released", sh.Leased)
+			}
+		})
+	}
+}
+
+func etcdClient(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The reconciler's leader dies: another takes over and settles the leases of a
+// crashed daemon, exactly once; the deposed leader's fence is refused.
+func TestReconcilerFailover(t *testing.T) {
+	f := newFixture(t)
+	e, err := embedded.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	f.campaign(t, "c", 8_640_000_000, 2)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+
+	// A daemon takes leases, then "crashes" (never releases them).
+	crashed, err := daemon.New(f.ledger, daemon.Config{Holder: "crashed", Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec, err := crashed.Spend("c", 1000, ""); dec != transport.Allowed || err != nil {
+		t.Fatalf("SPEND = %v, %v", dec, err)
+	}
+	held := f.check(t, "c").Leased
+	if held == 0 {
+		t.Fatal("the crashed daemon holds no lease")
+	}
+
+	type member struct {
+		name   string
+		client *clientv3.Client
+		cancel context.CancelFunc
+		done   chan error
+	}
+	var members []*member
+	for _, name := range []string{"r1", "r2"} {
+		m := &member{name: name, client: etcdClient(t, e.Endpoint), done: make(chan error, 1)}
+		rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Holder: name, Interval: 20 * time.Millisecond, Grace: 4 * time.Second, Clock: f.clock})
+		var rctx context.Context
+		rctx, m.cancel = context.WithCancel(ctx)
+		go func() { m.done <- rc.Run(rctx, daemon.NewEtcdElector(m.client, name, 1)) }()
+		members = append(members, m)
+		defer func() { m.cancel(); <-m.done; m.client.Close() }()
+	}
+	obs := etcdClient(t, e.Endpoint)
+	defer obs.Close()
+	var first string
+	waitFor(t, "a reconciler leader", func() bool { first, _ = daemon.Leader(ctx, obs); return first != "" })
+	var leader, other *member
+	for _, m := range members {
+		if m.name == first {
+			leader = m
+		} else {
+			other = m
+		}
+	}
+	// Kill the leader: its etcd session dies with its client.
+	leader.cancel()
+	leader.client.Close()
+	<-leader.done
+	leader.done <- nil
+	waitFor(t, "the other reconciler to lead", func() bool {
+		l, _ := daemon.Leader(ctx, obs)
+		return l == other.name
+	})
+	// The crashed daemon's leases expire; the new leader settles them.
+	f.clock.Add(time.Minute)
+	waitFor(t, "the crashed daemon's leases to be settled", func() bool {
+		sh, _, _ := f.ledger.CheckDay(ctx, "c", day)
+		return sh.Leased == 0
+	})
+	sh := f.check(t, "c")
+	if sh.Lost != held {
+		t.Fatalf("lost %d, want exactly the %d the crashed daemon held", sh.Lost, held)
+	}
+	r, err := f.ledger.BuildReport(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Settled != r.Leases {
+		t.Fatalf("report: %d leases, %d settled; want each settled once", r.Leases, r.Settled)
+	}
+	// A deposed leader's late write, with a fence older than the new leader's,
+	// is refused.
+	_, err = f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, f.clock.Now(), time.Second, 1)
+	if !errors.Is(err, lease.ErrFenced) {
+		t.Fatalf("settle with a stale fence: %v, want ErrFenced", err)
+	}
+}
