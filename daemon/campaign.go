@@ -70,7 +70,7 @@ type dayState struct {
 	nextGrantAt time.Time
 	lastGrantAt time.Time
 	shardEmpty  []bool
-	shardFilled []bool // the last grant on the shard was all we asked for
+	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
 }
 

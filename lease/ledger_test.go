@@ -25,7 +25,8 @@ var (
 func newLedger(t *testing.T) (*lease.Ledger, *redistest.Server) {
 	t.Helper()
 	srv := redistest.Start(t)
-	return lease.New(srv.Client(), lease.Config{}, nil), srv
+	// Test days are fixed dates in the past: keep their keys from expiring at once.
+	return lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), srv
 }
 
 func mustOpen(t *testing.T, l *lease.Ledger, c lease.Campaign, day string) {

@@ -2,8 +2,12 @@ package lease
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Report is a campaign-day's account, rebuilt from its shards' audit streams
@@ -83,4 +87,42 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 	r.Outstanding = granted
 	r.UnderDelivery = r.Budget - r.Spent
 	return r, nil
+}
+
+func reportKey(campaign, day string) string { return keyPrefix + "report:" + campaign + ":" + day }
+
+// SaveReport stores a closed day's report (once: a second save keeps the first).
+func (l *Ledger) SaveReport(ctx context.Context, r Report) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := l.rdb.SetNX(ctx, reportKey(r.Campaign, r.Day), data, l.cfg.Retention*4).Err(); err != nil {
+		return fmt.Errorf("ledger %s/%s: save report: %w", r.Campaign, r.Day, err)
+	}
+	return nil
+}
+
+// HasReport reports whether a day's report was saved.
+func (l *Ledger) HasReport(ctx context.Context, campaign, day string) (bool, error) {
+	n, err := l.rdb.Exists(ctx, reportKey(campaign, day)).Result()
+	if err != nil {
+		return false, fmt.Errorf("ledger %s/%s: report: %w", campaign, day, err)
+	}
+	return n == 1, nil
+}
+
+// LoadReport returns a saved report; ok is false if the day has none yet.
+func (l *Ledger) LoadReport(ctx context.Context, campaign, day string) (r Report, ok bool, err error) {
+	data, err := l.rdb.Get(ctx, reportKey(campaign, day)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Report{}, false, nil
+	}
+	if err != nil {
+		return Report{}, false, fmt.Errorf("ledger %s/%s: report: %w", campaign, day, err)
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Report{}, false, fmt.Errorf("ledger %s/%s: report: %w", campaign, day, err)
+	}
+	return r, true, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
 )
 
 // campaignView is a campaign with its balances for one day, as campaign get
@@ -151,11 +152,24 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		adjustErr = a.adjustToday(ctx, l, id, res.Today)
 	}
 
+	// A lower daily budget, or a cut of today's, revokes: daemons drop their
+	// tokens and release their leases, then lease again under the new budget.
+	kind := transport.EventChanged
+	cut := !created && daily.set && daily.micros < old.DailyMicros
+	changed := created || stored != old
+	if t := res.Today; t != nil && t.Open {
+		cut = cut || t.BudgetAfter < t.BudgetBefore
+		changed = changed || t.BudgetAfter != t.BudgetBefore
+	}
+	if cut {
+		kind = transport.EventRevoked
+	}
+
 	if a.json {
 		if err := a.printJSON(res); err != nil {
 			return err
 		}
-		return adjustErr
+		return a.finishSet(kind, stored, changed, id, adjustErr)
 	}
 	verb := "updated"
 	switch {
@@ -184,10 +198,21 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 				t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore, t.Requested)
 		}
 	}
+	return a.finishSet(kind, stored, changed, id, adjustErr)
+}
+
+// finishSet announces what campaign set did and returns its error: the
+// adjustment's if any (the broadcast's is then only a warning), else the
+// broadcast's.
+func (a *app) finishSet(kind string, c lease.Campaign, changed bool, id string, adjustErr error) error {
+	bErr := a.announce(kind, c, changed)
 	if adjustErr != nil {
+		if bErr != nil {
+			a.warnf("%v", bErr)
+		}
 		return fmt.Errorf("campaign %s stored, but today's budget was not adjusted (run the command again to retry): %w", id, adjustErr)
 	}
-	return nil
+	return bErr
 }
 
 // adjustToday moves an open day's budget to t.Requested. It compares with
@@ -334,13 +359,20 @@ func (a *app) campaignState(ctx context.Context, verb, state string, args []stri
 			return err
 		}
 	}
+	kind := transport.EventChanged
+	if state == lease.StatePaused {
+		kind = transport.EventRevoked
+	}
 	if a.json {
-		return a.printJSON(c)
+		if err := a.printJSON(c); err != nil {
+			return err
+		}
+		return a.announce(kind, c, changed)
 	}
 	if !changed {
 		fmt.Fprintf(a.stdout, "campaign %s is already %s (version %d)\n", id, state, c.Version)
-		return nil
+	} else {
+		fmt.Fprintf(a.stdout, "campaign %s %s (version %d); daemons apply it at their next campaign refresh\n", id, state, c.Version)
 	}
-	fmt.Fprintf(a.stdout, "campaign %s %s (version %d); daemons apply it at their next campaign refresh\n", id, state, c.Version)
-	return nil
+	return a.announce(kind, c, changed)
 }

@@ -164,12 +164,19 @@ type curveDetail struct {
 }
 
 func (a *app) curveShow(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("curve show"), args, "<name>")
+	flags := newFlagSet("curve show")
+	png := flags.String("png", "", "also draw the curve to this PNG file")
+	size := flags.String("size", "1000x500", "the PNG's size in pixels, WIDTHxHEIGHT")
+	pos, err := a.parseArgs(flags, args, "<name> [--png FILE] [--size WxH]")
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usagef("curve show: want exactly one curve name, got %d arguments", len(pos))
+	}
+	width, height, err := parseSize(*size)
+	if err != nil {
+		return usagef("curve show: --%v", err)
 	}
 	curves, err := a.curvesOrFlat()
 	if err != nil {
@@ -178,6 +185,15 @@ func (a *app) curveShow(ctx context.Context, args []string) error {
 	c, ok := curves[pos[0]]
 	if !ok {
 		return fmt.Errorf("unknown curve %q (see pacerctl curve list)", pos[0])
+	}
+	if *png != "" {
+		data, err := curvePNG(c, width, height)
+		if err != nil {
+			return fmt.Errorf("draw %s: %w", *png, err)
+		}
+		if err := writeFileAtomic(*png, data); err != nil {
+			return err
+		}
 	}
 	if a.json {
 		return a.printJSON(curveDetail{c.Name(), c.Slots(), shares(c), c.Cumulative()})
@@ -195,5 +211,8 @@ func (a *app) curveShow(ctx context.Context, args []string) error {
 		prev = cum
 	}
 	fmt.Fprintln(a.stdout, "\n  (on a 23- or 25-hour DST day the slots stretch with the day)")
+	if *png != "" {
+		fmt.Fprintf(a.stdout, "\ndrew %s (%dx%d)\n", *png, width, height)
+	}
 	return nil
 }

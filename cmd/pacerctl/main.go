@@ -75,6 +75,8 @@ type app struct {
 	socket     string
 	curvesDir  string
 	json       bool
+	natsURL    string // --nats: broadcast campaign changes; "" = the ledger only
+	etcdURLs   string // --etcd: for status's reconciler leader
 
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
@@ -112,12 +114,41 @@ func commands() []command {
 			run: func(a *app, ctx context.Context, args []string) error {
 				return a.campaignState(ctx, "resume", lease.StateActive, args)
 			}},
+		{name: "report", args: "<id> [--day YYYY-MM-DD]",
+			help: "Print a campaign-day's account: budget, spent, returned, lost (settled crash leases),\n" +
+				"outstanding, under-delivery, leases. --day defaults to yesterday in the campaign's time\n" +
+				"zone. The report the reconciler saved when it closed the day is printed as is; a day\n" +
+				"without one (still open, or not yet closed) is rebuilt from the audit streams and marked\n" +
+				"provisional: its figures can still change.",
+			run: (*app).report},
+		{name: "status", args: "",
+			help: "The fleet as the ledger (and etcd, with --etcd) sees it: the reconciler leader and its\n" +
+				"standbys, the daemons holding leases (count and micros, and how many have expired), and\n" +
+				"per campaign today's budget, spent, spent share vs. the curve's target now, and state\n" +
+				"(active, paused, or exhausted when nothing is left to grant).",
+			run: (*app).status},
 		{name: "curve list", args: "",
 			help: "List the pacing curves in --curves plus the built-in flat: slots and peak slot.",
 			run:  (*app).curveList},
-		{name: "curve show", args: "<name>",
-			help: "Draw a curve's weights as a sparkline and print its cumulative share every 3 hours.",
-			run:  (*app).curveShow},
+		{name: "curve show", args: "<name> [--png FILE] [--size WxH]",
+			help: "Draw a curve's weights as a sparkline and print its cumulative share every 3 hours.\n" +
+				"--png also draws it to a PNG image (default 1000x500 pixels): the share of the day per\n" +
+				"slot as steps, and the cumulative share as a line.",
+			run: (*app).curveShow},
+		{name: "curve fit", args: "<campaign>|--from-csv FILE [--days N] [--slots N] [--name NAME] [--out FILE]",
+			help: "Fit a pacing curve to observed demand and write it as a curve file (to --out, or stdout).\n" +
+				"From a campaign: the SPEND requests per 15-minute slot that daemons flush to Redis\n" +
+				"(pacer:demand:<campaign>:<day>), summed over the last --days complete local days\n" +
+				"(default 7; days without data are skipped). From --from-csv: a CSV file, a header line\n" +
+				"then one row per slot, \"slot,requests\" (24, 48, 96 or 1440 rows, slot 0 first at local\n" +
+				"midnight) or \"hour,requests\" (24 rows, hours 0-23); # starts a comment. The demand is\n" +
+				"smoothed (a circular triangular moving average, --smooth slots each side; default about\n" +
+				"half an hour), normalised, and bounded: every slot gets between --min and --max times the\n" +
+				"mean share (default 0.2 and 5), so no slot is starved and none takes an extreme share.\n" +
+				"--slots is the fitted curve's slot count (24, 48, 96 or 1440; default 24). The curve is\n" +
+				"named --name (default: the campaign or file name with -fit); save it as NAME.yaml in the\n" +
+				"curves directory of every host.",
+			run: (*app).curveFit},
 		{name: "check", args: "[<id>]",
 			help: "Verify that every open day of one campaign, or of all, balances:\n" +
 				"budget = locked + available + leased + spent. Exit status 1 if anything is off.",
@@ -147,8 +178,14 @@ Global flags (before the command):
   --socket PATH           pacerd's socket, for spend/refund/balance (default `+defaultSocket+`)
   --curves DIR            pacing-curve directory (default `+defaultCurves+`; pass
                           --curves configs/curves to use a source checkout's examples)
-  --json                  machine-readable output (campaign set/list/pause/resume, curve
-                          list/show, check, spend/refund/balance; campaign get is always JSON)
+  --nats URL[,URL...]     NATS server(s): campaign set/pause/resume broadcast what they
+                          changed (pacer.changed.<id>, or pacer.revoked.<id> for a pause or a
+                          budget cut), so daemons act within one NATS hop; without it they learn
+                          of it from the ledger within a lease window
+  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379)
+  --json                  machine-readable output (campaign set/list/pause/resume, report,
+                          status, curve list/show, check, spend/refund/balance; campaign get
+                          is always JSON)
   --timeout DURATION      give up after this long (default `+defaultTimeout.String()+`)
 
 Commands:
@@ -196,6 +233,8 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.socket, "socket", defaultSocket, "")
 	fs.StringVar(&a.curvesDir, "curves", defaultCurves, "")
 	fs.BoolVar(&a.json, "json", false, "")
+	fs.StringVar(&a.natsURL, "nats", "", "")
+	fs.StringVar(&a.etcdURLs, "etcd", "", "")
 	timeout := fs.Duration("timeout", defaultTimeout, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
