@@ -22,6 +22,7 @@ import (
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -124,11 +125,8 @@ func loadConfig(o options) (config.Daemon, error) {
 		}
 		cfg.Holder = h
 	}
-	if len(cfg.Redis) == 0 {
-		return cfg, errors.New("no Redis address: set redis: in the config or --redis")
-	}
-	if cfg.Socket == "" {
-		return cfg, errors.New("no socket path: set socket: in the config or --socket")
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config after command-line overrides: %w", err)
 	}
 	return cfg, nil
 }
@@ -196,7 +194,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer rdb.Close()
 	ledger := lease.New(rdb, lease.Config{}, log)
+	var bc *transport.Broadcaster
+	if cfg.NATS == "" {
+		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
+	} else {
+		if bc, err = transport.Connect(cfg.NATS, "pacerd-"+cfg.Holder, log); err != nil {
+			return err
+		}
+		defer bc.Close()
+	}
+	var publisher daemon.Publisher
+	if bc != nil {
+		publisher = bc
+	}
 	d, err := daemon.New(ledger, daemon.Config{
+		Publisher:       publisher,
 		Holder:          cfg.Holder,
 		LeaseWindow:     cfg.Lease.Window,
 		SkewBound:       cfg.Lease.SkewBound,
@@ -212,11 +224,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if bc != nil {
+		if err := bc.Subscribe(d.HandleEvent); err != nil {
+			return err
+		}
+	}
+	var etcd *clientv3.Client
 	if len(cfg.Etcd) == 0 {
 		log.Warn("no etcd endpoints: this daemon takes no part in the reconciler election; expired leases are settled lazily by later grants")
-	}
-	if cfg.NATS == "" {
-		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
+	} else {
+		// The client dials lazily and retries: etcd being down only pauses
+		// the reconciler; leases keep working.
+		etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel))})
+		if err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		defer etcd.Close()
 	}
 
 	ln, err := transport.ListenUnix(cfg.Socket, os.FileMode(cfg.SocketMode))
@@ -227,6 +250,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()
+	reconcilerDone := make(chan error, 1)
+	if etcd != nil {
+		rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
+			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log,
+		})
+		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
+	} else {
+		reconcilerDone <- nil
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
@@ -246,6 +278,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopLoop()
 	<-loopDone
+	if err := <-reconcilerDone; err != nil {
+		log.Warn("reconciler resign", zap.Error(err))
+	}
 	if err := d.Close(shutCtx); err != nil {
 		log.Warn("some leases were not released; the ledger settles them after expiry", zap.Error(err))
 	}

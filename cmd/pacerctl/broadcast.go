@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+)
+
+// flushTimeout bounds how long a broadcast waits for the NATS server.
+const flushTimeout = 2 * time.Second
+
+// announce tells the daemons that campaign c changed, with an event of kind
+// transport.EventChanged or transport.EventRevoked. With --nats it publishes
+// the event and waits until the server has it; without, it says on stderr
+// that the daemons learn of the change from the ledger instead. The ledger
+// was written first: NATS only makes the daemons notice sooner, so a failed
+// broadcast is an error the operator sees, but the change stands.
+//
+// changed is false when the command changed nothing: it then says nothing
+// without --nats, and with --nats announces the current state again, so
+// re-running a command re-sends a broadcast a daemon may have missed.
+func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
+	if a.natsURL == "" {
+		if changed {
+			fmt.Fprintf(a.stderr, "pacerctl: note: no --nats: daemons learn of this from the ledger within a lease window\n")
+		}
+		return nil
+	}
+	e := transport.Event{Kind: kind, Campaign: c.ID, Version: c.Version, From: "pacerctl", AtMillis: a.now().UnixMilli()}
+	b, err := transport.Connect(a.natsURL, "pacerctl", nil)
+	if err != nil {
+		return fmt.Errorf("broadcast %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), err)
+	}
+	defer b.Close()
+	if err := b.Publish(e); err != nil {
+		return fmt.Errorf("broadcast: %w (the change is in the ledger: daemons learn of it within a lease window)", err)
+	}
+	if err := b.Flush(flushTimeout); err != nil {
+		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), a.natsURL, err)
+	}
+	if !a.json {
+		fmt.Fprintf(a.stdout, "broadcast %s (version %d)\n", e.Subject(), e.Version)
+	}
+	return nil
+}

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// electionPrefix is the etcd key prefix of the reconciler election,
+// daemon.ElectionPrefix (a test checks they agree): pacerctl reads it
+// without linking the daemon.
+const electionPrefix = "/pacer/reconciler"
+
+// statusView is status's JSON.
+type statusView struct {
+	At string `json:"at"`
+	// Reconciler is nil without --etcd.
+	Reconciler *reconcilerView  `json:"reconciler"`
+	Daemons    []holderView     `json:"daemons"`
+	Campaigns  []campaignStatus `json:"campaigns"`
+}
+
+type reconcilerView struct {
+	Leader  string   `json:"leader"` // "" when no daemon campaigns
+	Standby []string `json:"standby"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// holderView is one daemon as its outstanding leases show it.
+type holderView struct {
+	Holder    string `json:"holder"`
+	Leases    int    `json:"leases"`
+	Micros    int64  `json:"micros"`
+	Expired   int    `json:"expired"` // past their expiry: the holder may be gone
+	Campaigns int    `json:"campaigns"`
+}
+
+// campaignStatus is one campaign's today.
+type campaignStatus struct {
+	ID        string `json:"id"`
+	TZ        string `json:"tz"`
+	Curve     string `json:"curve"`
+	Day       string `json:"day"`
+	DayOpen   bool   `json:"day_open"`
+	State     string `json:"state"` // active, paused or exhausted
+	Budget    int64  `json:"budget"`
+	Spent     int64  `json:"spent"`
+	Leased    int64  `json:"leased"`
+	Remaining int64  `json:"remaining"` // locked + available: what can still be granted
+	// SpentPPB is spent / budget, TargetPPB the curve's cumulative share at
+	// now, both in parts per billion; TargetPPB is null when the campaign's
+	// curve is not in --curves.
+	SpentPPB  int64  `json:"spent_share_ppb"`
+	TargetPPB *int64 `json:"target_share_ppb"`
+}
+
+func (a *app) status(ctx context.Context, args []string) error {
+	pos, err := a.parseArgs(newFlagSet("status"), args, "")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("status: takes no arguments, got %q", pos)
+	}
+	now := a.now()
+	v := statusView{At: now.UTC().Format(time.RFC3339), Daemons: []holderView{}, Campaigns: []campaignStatus{}}
+	failed := false
+	if a.etcdURLs != "" {
+		r, err := a.reconciler(ctx)
+		if err != nil {
+			r.Error = err.Error()
+			a.warnf("etcd %s: %v", a.etcdURLs, err)
+			failed = true
+		}
+		v.Reconciler = &r
+	}
+
+	l, err := a.getLedger()
+	if err != nil {
+		return err
+	}
+	cs, err := l.ListCampaigns(ctx)
+	if err != nil {
+		return err
+	}
+	curves, unreadable, err := a.loadCurves()
+	switch {
+	case unreadable != nil:
+		a.warnf("cannot read the curves directory (%v): targets only for campaigns on %s", unreadable, config.FlatCurve)
+		curves = map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}
+	case err != nil:
+		return err
+	}
+
+	holders := map[string]*holderView{}
+	holderCampaigns := map[string]map[string]bool{}
+	for _, c := range cs {
+		s, err := a.campaignStatus(ctx, l, c, curves[c.Curve], now)
+		if err != nil {
+			return err
+		}
+		v.Campaigns = append(v.Campaigns, s)
+		if err := scanLeases(ctx, l, c.ID, now, func(holder string, micros int64, expired bool) {
+			h := holders[holder]
+			if h == nil {
+				h = &holderView{Holder: holder}
+				holders[holder] = h
+				holderCampaigns[holder] = map[string]bool{}
+			}
+			h.Leases++
+			h.Micros += micros
+			if expired {
+				h.Expired++
+			}
+			holderCampaigns[holder][c.ID] = true
+		}); err != nil {
+			return err
+		}
+	}
+	for name, h := range holders {
+		h.Campaigns = len(holderCampaigns[name])
+		v.Daemons = append(v.Daemons, *h)
+	}
+	slices.SortFunc(v.Daemons, func(x, y holderView) int { return strings.Compare(x.Holder, y.Holder) })
+
+	if a.json {
+		if err := a.printJSON(v); err != nil {
+			return err
+		}
+	} else if err := a.printStatus(v); err != nil {
+		return err
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
+
+// reconciler reads the election from etcd: the candidate with the oldest
+// key leads (concurrency.Election's rule), the others stand by.
+func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
+	r := reconcilerView{Standby: []string{}}
+	var eps []string
+	for _, e := range strings.Split(a.etcdURLs, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return r, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, electionPrefix+"/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return r, err
+	}
+	for i, kv := range resp.Kvs {
+		if i == 0 {
+			r.Leader = string(kv.Value)
+		} else {
+			r.Standby = append(r.Standby, string(kv.Value))
+		}
+	}
+	return r, nil
+}
+
+func (a *app) campaignStatus(ctx context.Context, l *lease.Ledger, c lease.Campaign, curve *bucket.Curve, now time.Time) (campaignStatus, error) {
+	day := bucket.DayOf(now, c.Location())
+	s := campaignStatus{ID: c.ID, TZ: c.TZ, Curve: c.Curve, Day: day.Key, State: c.State}
+	if curve != nil {
+		t := curve.AtTime(now, day)
+		s.TargetPPB = &t
+	}
+	n, err := l.DayShards(ctx, c.ID, day.Key)
+	if err != nil || n == 0 {
+		return s, err
+	}
+	t, err := l.DayTotals(ctx, c.ID, day.Key)
+	if err != nil {
+		return s, err
+	}
+	s.DayOpen = true
+	s.Budget, s.Spent, s.Leased, s.Remaining = t.Budget, t.Spent, t.Leased, t.Remaining()
+	if t.Budget > 0 {
+		s.SpentPPB = ppbOf(t.Spent, t.Budget)
+	}
+	if c.State == lease.StateActive && s.Remaining == 0 {
+		s.State = "exhausted"
+	}
+	return s, nil
+}
+
+// ppbOf returns part/whole in parts per billion, rounded down, for
+// 0 <= part and 0 < whole. The product is taken in 128 bits: amounts reach
+// 1e15 micros and PPB is 1e9.
+func ppbOf(part, whole int64) int64 {
+	if part < 0 || whole <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(part), uint64(bucket.PPB))
+	if hi >= uint64(whole) {
+		return math.MaxInt64 // not reachable for part <= whole
+	}
+	q, _ := bits.Div64(hi, lo, uint64(whole))
+	return int64(min(q, math.MaxInt64))
+}
+
+// scanLeases calls fn for every outstanding lease of every open day of a
+// campaign. Lease records are "amount|holder|expiry_ms" (lease/keys.go).
+func scanLeases(ctx context.Context, l *lease.Ledger, id string, now time.Time, fn func(holder string, micros int64, expired bool)) error {
+	days, err := l.OpenDays(ctx, id)
+	if err != nil {
+		return err
+	}
+	rdb := l.Client()
+	for _, day := range days {
+		n, err := l.DayShards(ctx, id, day)
+		if err != nil {
+			return err
+		}
+		cmds := make([]*redis.MapStringStringCmd, n)
+		// Not a transaction: under Cluster each shard is its own slot.
+		pipe := rdb.Pipeline()
+		for i := range n {
+			cmds[i] = pipe.HGetAll(ctx, "pacer:{"+id+"/"+day+"/"+strconv.Itoa(i)+"}:leases")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("leases of %s/%s: %w", id, day, err)
+		}
+		for i, cmd := range cmds {
+			for leaseID, rec := range cmd.Val() {
+				parts := strings.Split(rec, "|")
+				if len(parts) != 3 {
+					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
+				}
+				amount, err1 := strconv.ParseInt(parts[0], 10, 64)
+				expiry, err2 := strconv.ParseInt(parts[2], 10, 64)
+				if err1 != nil || err2 != nil {
+					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
+				}
+				fn(parts[1], amount, expiry < now.UnixMilli())
+			}
+		}
+	}
+	return nil
+}
+
+func (a *app) printStatus(v statusView) error {
+	switch r := v.Reconciler; {
+	case r == nil:
+		fmt.Fprintln(a.stdout, "reconciler: unknown (pass --etcd to read the election)")
+	case r.Error != "":
+		fmt.Fprintf(a.stdout, "reconciler: unknown (etcd: %s)\n", r.Error)
+	case r.Leader == "":
+		fmt.Fprintln(a.stdout, "reconciler: no leader: no daemon is campaigning in etcd")
+	default:
+		standby := "none"
+		if len(r.Standby) > 0 {
+			standby = strings.Join(r.Standby, ", ")
+		}
+		fmt.Fprintf(a.stdout, "reconciler: leader %s (standby: %s)\n", r.Leader, standby)
+	}
+	fmt.Fprintln(a.stdout)
+	tw := a.table()
+	if len(v.Daemons) == 0 {
+		fmt.Fprintln(a.stdout, "no daemon holds a lease")
+	} else {
+		fmt.Fprintln(tw, "DAEMON\tLEASES\tLEASED\tEXPIRED\tCAMPAIGNS")
+		for _, h := range v.Daemons {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\n", h.Holder, h.Leases, formatUnits(h.Micros), h.Expired, h.Campaigns)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(a.stdout)
+	if len(v.Campaigns) == 0 {
+		fmt.Fprintln(a.stdout, "no campaigns")
+		return nil
+	}
+	fmt.Fprintln(tw, "CAMPAIGN\tDAY\tSTATE\tBUDGET\tSPENT\tLEASED\tSPENT%\tTARGET%\tPACE")
+	for _, c := range v.Campaigns {
+		target, pace := "-", "-"
+		if c.TargetPPB != nil {
+			target = percent(*c.TargetPPB)
+		}
+		if !c.DayOpen {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t%s\tday not open\n", c.ID, c.Day, c.State, target)
+			continue
+		}
+		if c.TargetPPB != nil {
+			d := c.SpentPPB - *c.TargetPPB
+			sign := "+"
+			if d < 0 {
+				sign, d = "-", -d
+			}
+			pace = sign + strings.TrimSuffix(percent(d), "%") + " pts"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Day, c.State,
+			formatUnits(c.Budget), formatUnits(c.Spent), formatUnits(c.Leased), percent(c.SpentPPB), target, pace)
+	}
+	return tw.Flush()
+}
