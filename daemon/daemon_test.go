@@ -84,6 +84,11 @@ func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 
 func (f *fixture) check(t *testing.T, id string) lease.Shard {
 	t.Helper()
+	return f.checkDay(t, id, day)
+}
+
+func (f *fixture) checkDay(t *testing.T, id, day string) lease.Shard {
+	t.Helper()
 	total, problems, err := f.ledger.CheckDay(ctx, id, day)
 	if err != nil {
 		t.Fatal(err)
