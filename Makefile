@@ -48,3 +48,40 @@ bench: deps build ## Benchmarks: Go benchmarks and pacerd vs. Redis Lua with red
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.
 	rm -rf $(BIN) .run
+
+# Install layout (FHS). Binaries go under $(PREFIX); units, sysusers.d and
+# tmpfiles.d snippets go where systemd looks for vendor files; the config goes
+# to /etc/pacer and is never overwritten. DESTDIR stages the whole tree.
+UNITDIR     ?= /lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+TMPFILESDIR ?= /usr/lib/tmpfiles.d
+INSTALL     ?= install
+
+.PHONY: install
+install: build ## Install pacerd, pacerctl, units, config and curves (honours DESTDIR, PREFIX).
+	$(INSTALL) -D -m 0755 $(BIN)/pacerd $(DESTDIR)$(PREFIX)/bin/pacerd
+	$(INSTALL) -D -m 0755 $(BIN)/pacerctl $(DESTDIR)$(PREFIX)/bin/pacerctl
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed 's|^ExecStart=/usr/local/bin/pacerd |ExecStart=$(PREFIX)/bin/pacerd |' systemd/pacerd.service \
+		> $(DESTDIR)$(UNITDIR)/pacerd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/pacerd.service
+	$(INSTALL) -m 0644 systemd/pacerd.socket $(DESTDIR)$(UNITDIR)/pacerd.socket
+	$(INSTALL) -D -m 0644 systemd/pacer.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/pacer.conf
+	$(INSTALL) -D -m 0644 systemd/pacer.tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/pacer.conf
+	$(INSTALL) -d -m 0755 $(DESTDIR)/etc/pacer/curves
+	@# The operator's files in /etc/pacer are theirs: install only what is missing.
+	@for src in configs/pacerd.example.yaml configs/curves/*.yaml; do \
+		case $$src in configs/pacerd.example.yaml) dst=$(DESTDIR)/etc/pacer/pacerd.yaml ;; \
+		*) dst=$(DESTDIR)/etc/pacer/curves/$$(basename $$src) ;; esac; \
+		if [ -e "$$dst" ]; then echo "kept existing $$dst (new version: $$src)"; \
+		else echo "$(INSTALL) -m 0644 $$src $$dst"; $(INSTALL) -m 0644 "$$src" "$$dst" || exit 1; fi; \
+	done
+	@echo "installed. Next: systemctl daemon-reload && systemd-sysusers && systemd-tmpfiles --create pacer.conf && systemctl enable --now pacerd.socket pacerd.service (systemd/README.md)"
+
+.PHONY: uninstall
+uninstall: ## Remove binaries, units and snippets; keeps /etc/pacer and /var/lib/pacer.
+	rm -f $(DESTDIR)$(PREFIX)/bin/pacerd $(DESTDIR)$(PREFIX)/bin/pacerctl
+	rm -f $(DESTDIR)$(UNITDIR)/pacerd.service $(DESTDIR)$(UNITDIR)/pacerd.socket
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/pacer.conf $(DESTDIR)$(TMPFILESDIR)/pacer.conf
+	@echo "kept $(DESTDIR)/etc/pacer (config, curves), /var/lib/pacer (state) and the user pacer: remove them by hand if you want them gone."
+	@echo "run 'systemctl disable --now pacerd.socket pacerd.service' before, and 'systemctl daemon-reload' after."

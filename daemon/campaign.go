@@ -278,10 +278,10 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 	c.lastRefresh = now
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
-	c.d.counters.ledgerCalls.Add(1)
+	start := time.Now()
 	fresh, err := c.d.ledger.GetCampaign(ctx, c.id)
+	c.d.observeLedger("refresh", start, err)
 	if err != nil {
-		c.d.counters.ledgerErrors.Add(1)
 		c.log.Warn("campaign refresh failed; keeping the settings we have", zap.Error(err))
 		return false
 	}
@@ -309,17 +309,16 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
-	c.d.counters.ledgerCalls.Add(1)
 	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}}
+	start := time.Now()
 	n, err := c.d.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
+	c.d.observeLedger("open", start, err)
 	switch {
 	case errors.Is(err, lease.ErrLedgerLost):
-		c.d.counters.ledgerErrors.Add(1)
 		c.log.Error("ledger lost this campaign-day's state; refusing to spend from it", zap.String("day", day.Key), zap.Error(err))
 		ds.refused.Store(true)
 		return ds
 	case err != nil:
-		c.d.counters.ledgerErrors.Add(1)
 		c.log.Warn("cannot open campaign-day", zap.String("day", day.Key), zap.Error(err))
 		return nil
 	}
@@ -452,11 +451,12 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
-	c.d.counters.ledgerCalls.Add(1)
 	var g lease.Grant
 	var err error
+	start := time.Now()
 	if ending != nil {
 		g, err = c.d.ledger.Renew(cctx, ending.ID, ending.Unused, req)
+		c.d.observeLedger("renew", start, err)
 		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
 			c.d.counters.leasesReleased.Add(1)
 			if err != nil {
@@ -469,6 +469,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		}
 	} else {
 		g, err = c.d.ledger.Grant(cctx, req)
+		c.d.observeLedger("grant", start, err)
 	}
 	if errors.Is(err, lease.ErrDayNotOpen) && c.seenDays[ds.day.Key] {
 		c.log.Error("ledger lost an open campaign-day; refusing to spend from it", zap.String("day", ds.day.Key))
@@ -476,7 +477,6 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		return
 	}
 	if err != nil {
-		c.d.counters.ledgerErrors.Add(1)
 		c.log.Warn("lease grant failed", zap.Stringer("shard", key), zap.Error(err))
 		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
 		return
@@ -497,13 +497,13 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	c.d.counters.leasesGranted.Add(1)
 	end := expiry.Add(-cfg.SkewBound)
-	start := now
+	dripFrom := now
 	if len(ds.leases) == 0 {
 		// A campaign with no lease dripping (first use, or after a gap) gets a
 		// burst window's worth at once, so its first SPENDs are not all paced.
-		start = now.Add(-cfg.BurstWindow)
+		dripFrom = now.Add(-cfg.BurstWindow)
 	}
-	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: start, End: end}); err != nil {
+	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
 		c.releaseLease(ctx, now, release{key: key, id: id, unused: g.Granted, until: expiry.Add(cfg.Grace + time.Minute)})
@@ -524,8 +524,9 @@ func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
 func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
-	c.d.counters.ledgerCalls.Add(1)
+	start := time.Now()
 	_, err := c.d.ledger.Release(ctx, r.key, r.id, r.unused, now)
+	c.d.observeLedger("release", start, err)
 	switch {
 	case err == nil:
 		c.d.counters.leasesReleased.Add(1)
@@ -537,7 +538,6 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
 		return true
 	}
-	c.d.counters.ledgerErrors.Add(1)
 	return false
 }
 

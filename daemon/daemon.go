@@ -37,6 +37,8 @@ type Daemon struct {
 
 	leaseSeq atomic.Uint64
 	counters counters
+	opCounts opCounts
+	metrics  *metrics
 	closed   atomic.Bool
 }
 
@@ -53,10 +55,11 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
 	return &Daemon{
-		cfg:    cfg,
-		ledger: ledger,
-		log:    cfg.Logger.Named("daemon"),
-		bootID: strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
+		cfg:     cfg,
+		metrics: newMetrics(),
+		ledger:  ledger,
+		log:     cfg.Logger.Named("daemon"),
+		bootID:  strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
 	}, nil
 }
 
@@ -80,7 +83,7 @@ type load struct {
 // campaignFor returns the campaign's state, loading it on first use. Loads
 // are deduplicated: a burst of first SPENDs for one campaign makes one load,
 // which the others wait for (bounded by firstLoadTimeout).
-func (d *Daemon) campaignFor(id string) (*campaign, error) {
+func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
 	if c, ok := d.campaigns.Load(id); ok {
 		return c.(*campaign), nil
 	}
@@ -97,7 +100,7 @@ func (d *Daemon) campaignFor(id string) (*campaign, error) {
 	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
 		l = other.(*load)
 	} else {
-		go d.load(id, l)
+		go d.load(id, l, firstAmount)
 	}
 	select {
 	case <-l.done:
@@ -107,24 +110,30 @@ func (d *Daemon) campaignFor(id string) (*campaign, error) {
 	}
 }
 
-func (d *Daemon) load(id string, l *load) {
+// load reads the campaign's settings and primes its first lease, sized for
+// at least a few SPENDs of firstAmount (the call that triggered the load).
+func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	defer d.loads.Delete(id)
 	defer close(l.done)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LedgerTimeout)
 	defer cancel()
-	d.counters.ledgerCalls.Add(1)
+	start := time.Now()
 	settings, err := d.ledger.GetCampaign(ctx, id)
+	var unknown *lease.UnknownCampaignError
+	if errors.As(err, &unknown) {
+		d.observeLedger("refresh", start, nil)
+	} else {
+		d.observeLedger("refresh", start, err)
+	}
 	if err != nil {
-		var unknown *lease.UnknownCampaignError
 		if errors.As(err, &unknown) {
 			d.rememberUnknown(id)
-		} else {
-			d.counters.ledgerErrors.Add(1)
 		}
 		l.err = err
 		return
 	}
 	c := newCampaign(d, settings)
+	c.maxAmount.Store(firstAmount)
 	actual, _ := d.campaigns.LoadOrStore(id, c)
 	l.c = actual.(*campaign)
 	// Prime the first lease now, so the first SPEND finds tokens.
@@ -144,12 +153,20 @@ func (d *Daemon) rememberUnknown(id string) {
 // this auction? It never waits on the network, except for the first SPEND of
 // a campaign this daemon has not seen, which waits for the campaign's settings.
 func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (transport.Decision, error) {
-	c, err := d.campaignFor(campaignID)
+	c, err := d.campaignFor(campaignID, amount)
 	if err != nil {
 		d.counters.spendErrors.Add(1)
 		return transport.Paced, err
 	}
+	var start time.Time
+	sampled := d.metrics.spendSeq.Add(1)%spendSample == 0
+	if sampled {
+		start = time.Now()
+	}
 	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
+	if sampled {
+		d.metrics.spendSeconds.Observe(time.Since(start).Seconds())
+	}
 	switch dec {
 	case transport.Allowed:
 		d.counters.allowed.Add(1)
@@ -163,7 +180,7 @@ func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (trans
 
 // Refund implements transport.Spender.
 func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error {
-	c, err := d.campaignFor(campaignID)
+	c, err := d.campaignFor(campaignID, 0)
 	if err != nil {
 		return err
 	}
@@ -180,7 +197,7 @@ func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error
 
 // Balance implements transport.Spender.
 func (d *Daemon) Balance(campaignID string) (transport.Balance, error) {
-	c, err := d.campaignFor(campaignID)
+	c, err := d.campaignFor(campaignID, 0)
 	if err != nil {
 		return transport.Balance{}, err
 	}
@@ -228,6 +245,7 @@ func (d *Daemon) Step(ctx context.Context) {
 		return true
 	})
 	wg.Wait()
+	d.metrics.lastStep.Store(time.Now().UnixNano())
 }
 
 // Run calls Step every TickInterval until ctx is cancelled.
@@ -285,7 +303,7 @@ func (d *Daemon) Campaigns() []string {
 func (d *Daemon) Warm(ids []string) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
-		wg.Go(func() { _, _ = d.campaignFor(id) })
+		wg.Go(func() { _, _ = d.campaignFor(id, 0) })
 	}
 	wg.Wait()
 }

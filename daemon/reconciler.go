@@ -24,8 +24,11 @@ type ReconcilerConfig struct {
 	// campaign-day's mean is refilled from the richest (default 0.25).
 	PoorShare float64
 	Publisher Publisher
-	Clock     Clock
-	Logger    *zap.Logger
+	// OnLeadership, if set, is told when this reconciler starts and stops
+	// leading (pacerd feeds its metrics gauge with it).
+	OnLeadership func(leading bool)
+	Clock        Clock
+	Logger       *zap.Logger
 }
 
 // Reconciler is the fleet's housekeeper; one daemon runs it, elected. Every
@@ -87,6 +90,10 @@ func (r *Reconciler) Run(ctx context.Context, el Elector) error {
 }
 
 func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
+	if f := r.cfg.OnLeadership; f != nil {
+		f(true)
+		defer f(false)
+	}
 	// A term's context ends with the term, so a pass in flight stops with it.
 	term, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer logf.Close()
 		c := exec.Command(filepath.Join(*bin, "pacerd"),
 			"--redis", redisSock, "--socket", sock, "--etcd", etcd.Endpoint, "--nats", nats.URL,
-			"--holder", fmt.Sprintf("dev-%d", i), "--curves", *curves,
+			"--holder", fmt.Sprintf("dev-%d", i), "--curves", *curves, "--state-dir", filepath.Join(abs, fmt.Sprintf("state-%d", i)),
 			"--admin", fmt.Sprintf("127.0.0.1:%d", 9463+i), "--log-format", "console")
 		c.Stdout, c.Stderr = logf, logf
 		p, err := start(c)

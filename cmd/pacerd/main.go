@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ type options struct {
 	configPath string
 	overrides  map[string]string
 	version    bool
+	pprof      bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -55,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{overrides: map[string]string{}}
 	fl.StringVar(&o.configPath, "config", "", "YAML config `file` (see configs/pacerd.example.yaml); defaults apply without one")
 	fl.BoolVar(&o.version, "version", false, "print the version and exit")
+	fl.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 	for _, f := range []struct{ name, usage string }{
 		{"socket", "Unix socket `path` for bidders (overrides socket:)"},
 		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, or Cluster seeds (overrides redis:)"},
@@ -63,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		{"admin", "admin listener `host:port` for metrics and health; empty disables (overrides admin:)"},
 		{"holder", "this daemon's `name` in lease records (overrides holder:; default: host name)"},
 		{"curves", "pacing curves `dir` (overrides curves_dir:)"},
+		{"state-dir", "`dir` where the daemon remembers its campaigns across restarts (overrides state_dir:)"},
 		{"log-format", "log `format`: json or console (overrides log.format:)"},
 	} {
 		fl.Func(f.name, f.usage, func(v string) error { o.overrides[f.name] = v; return nil })
@@ -114,6 +118,8 @@ func loadConfig(o options) (config.Daemon, error) {
 			cfg.Holder = v
 		case "curves":
 			cfg.CurvesDir = v
+		case "state-dir":
+			cfg.StateDir = v
 		case "log-format":
 			cfg.Log.Format = v
 		}
@@ -242,9 +248,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer etcd.Close()
 	}
 
-	ln, err := transport.ListenUnix(cfg.Socket, os.FileMode(cfg.SocketMode))
+	ln, err := listen(cfg.Socket, os.FileMode(cfg.SocketMode), log)
 	if err != nil {
 		return err
+	}
+	var ready atomic.Bool
+	if cfg.Admin != "" {
+		adm, err := admin(cfg.Admin, d, &ready, bc, o.pprof, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer adm.Close()
 	}
 	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: cfg.MaxAmountMicros, Logger: log})
 	loopCtx, stopLoop := context.WithCancel(context.Background())
@@ -253,7 +268,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reconcilerDone := make(chan error, 1)
 	if etcd != nil {
 		rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
-			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log,
+			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
 		})
 		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
 	} else {
@@ -261,6 +276,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
+	// Ready once the socket listens and the campaigns of the last run have
+	// leases again (bounded: a slow ledger must not keep systemd waiting).
+	warm := loadCampaigns(cfg.StateDir)
+	warmed := make(chan struct{})
+	go func() { d.Warm(warm); close(warmed) }()
+	select {
+	case <-warmed:
+	case <-time.After(5 * time.Second):
+		log.Warn("campaigns of the last run not all primed within 5s; serving anyway", zap.Int("campaigns", len(warm)))
+	}
+	ready.Store(true)
+	notify(log, "READY=1")
+	notify(log, "STATUS="+status(d))
+	go watchdog(loopCtx, d, log)
 	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
 		zap.Strings("redis", cfg.Redis), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
 
@@ -271,6 +300,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case serveErr = <-serveDone:
 		log.Error("socket server stopped", zap.Error(serveErr))
 	}
+	ready.Store(false)
+	notify(log, "STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutCtx); err != nil {
@@ -280,6 +311,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-loopDone
 	if err := <-reconcilerDone; err != nil {
 		log.Warn("reconciler resign", zap.Error(err))
+	}
+	if err := saveCampaigns(cfg.StateDir, d.Campaigns()); err != nil {
+		log.Warn("cannot remember this run's campaigns", zap.String("dir", cfg.StateDir), zap.Error(err))
 	}
 	if err := d.Close(shutCtx); err != nil {
 		log.Warn("some leases were not released; the ledger settles them after expiry", zap.Error(err))

@@ -98,7 +98,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func (s *stack) start(holder string) *proc {
+func (s *stack) start(holder string) *proc { return s.startWith(holder, nil, nil) }
+
+// startWith starts pacerd with extra flags and environment.
+func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 	s.t.Helper()
 	cfg := filepath.Join(s.dir, "pacerd.yaml")
 	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
@@ -106,7 +109,9 @@ func (s *stack) start(holder string) *proc {
 	}
 	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(pacerdBin, "--config", cfg, "--redis", s.redis.Socket, "--socket", p.socket,
-		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"))
+		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state-"+holder))
+	p.cmd.Args = append(p.cmd.Args, extraArgs...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		s.t.Fatal(err)
