@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/transport"
+	"github.com/redis/go-redis/v9"
 )
 
 // A test NOTIFY_SOCKET receives READY, STATUS, WATCHDOG and STOPPING, in that
@@ -199,4 +200,99 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	}
 	io.Copy(io.Discard, resp.Body)
 	return out
+}
+
+// activated starts pacerd on a listening socket the test owns, as systemd
+// does under socket activation (fd 3, LISTEN_FDS=1, LISTEN_PID its own pid).
+func (s *stack) activated(f *os.File, holder string) *proc {
+	s.t.Helper()
+	cfg := filepath.Join(s.dir, "pacerd.yaml")
+	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	p := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	// sh sets LISTEN_PID to its own pid, which exec hands to pacerd.
+	p.cmd = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, pacerdBin,
+		"--config", cfg, "--redis", s.redis.Socket, "--socket", filepath.Join(s.dir, "unused.sock"),
+		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state"))
+	p.cmd.ExtraFiles = []*os.File{f}
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p
+}
+
+// A restart (upgrade) under socket activation: the socket stays open, calls
+// that arrive while no pacerd runs wait in its backlog and are answered by the
+// next one; a bidder looping SPENDs sees no failed call, and the ledger
+// balances afterwards.
+func TestRestartUnderLoadKeepsTheSocket(t *testing.T) {
+	s := newStack(t)
+	s.campaign("c", 864_000_000_000)
+	sock := filepath.Join(s.dir, "pacer.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	f, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p1 := s.activated(f, "r1")
+
+	// A bidder as a Redis client library behaves: it retries a call whose
+	// connection was closed (its auction id keeps a retry from counting twice).
+	bidder := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Protocol: 2, PoolSize: 4,
+		MaxRetries: 5, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond,
+		ReadTimeout: 10 * time.Second})
+	defer bidder.Close()
+	type result struct {
+		calls, failed int
+		maxLatency    time.Duration
+		firstErr      error
+	}
+	stop := make(chan struct{})
+	done := make(chan result)
+	go func() {
+		var r result
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			start := time.Now()
+			err := bidder.Do(ctx, "SPEND", "c", 1000, "auction-"+strconv.Itoa(i)).Err()
+			r.calls++
+			if lat := time.Since(start); lat > r.maxLatency {
+				r.maxLatency = lat
+			}
+			if err != nil {
+				r.failed++
+				if r.firstErr == nil {
+					r.firstErr = err
+				}
+			}
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	p1.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-p1.done; err != nil {
+		t.Fatalf("old pacerd exit: %v\n%s", err, p1.stderr.String())
+	}
+	p2 := s.activated(f, "r2")
+	defer func() { p2.cmd.Process.Signal(syscall.SIGTERM); <-p2.done }()
+	time.Sleep(time.Second)
+	close(stop)
+	r := <-done
+	t.Logf("restart under load: %d calls, %d failed, max latency %v", r.calls, r.failed, r.maxLatency)
+	if r.failed > 0 {
+		t.Fatalf("%d of %d calls failed across the restart; first: %v\nold:\n%s\nnew:\n%s", r.failed, r.calls, r.firstErr, p1.stderr.String(), p2.stderr.String())
+	}
+	s.check("c")
 }
