@@ -56,7 +56,7 @@ type fixture struct {
 	clock  *manualClock
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	srv := redistest.Start(t)
 	// Test days are fixed dates in the past: keep their keys from expiring at once.
@@ -64,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{redis: srv, ledger: ledger, clock: &manualClock{t: midnight}}
 }
 
-func (f *fixture) campaign(t *testing.T, id string, daily int64, shards int) {
+func (f *fixture) campaign(t testing.TB, id string, daily int64, shards int) {
 	t.Helper()
 	_, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 )
 
-func startNATS(t *testing.T) *embedded.NATS {
+func startNATS(t testing.TB) *embedded.NATS {
 	t.Helper()
 	n, err := embedded.StartNATS()
 	if err != nil {
@@ -29,7 +29,7 @@ func startNATS(t *testing.T) *embedded.NATS {
 
 // fleetDaemon is a daemon wired to NATS as pacerd wires it: it publishes what
 // it learns first and applies what others broadcast.
-func (f *fixture) fleetDaemon(t *testing.T, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *transport.Broadcaster) {
+func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *transport.Broadcaster) {
 	t.Helper()
 	b, err := transport.Connect(natsURL, holder, nil)
 	if err != nil {
