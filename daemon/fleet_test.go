@@ -319,3 +319,63 @@ func TestReconcilerFailover(t *testing.T) {
 		t.Fatalf("settle with a stale fence: %v, want ErrFenced", err)
 	}
 }
+
+// etcd down: no reconciler, but daemons keep serving and leasing from Redis;
+// when etcd is back a reconciler is elected again and settles what expired.
+func TestEtcdOutage(t *testing.T) {
+	f := newFixture(t)
+	e, err := embedded.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { e.Close() }()
+	f.campaign(t, "live", 8_640_000_000, 2)
+	f.campaign(t, "dead", 8_640_000_000, 2)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+
+	crashed, err := daemon.New(f.ledger, daemon.Config{Holder: "crashed", Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec, _ := crashed.Spend("dead", 1000, ""); dec != transport.Allowed {
+		t.Fatalf("SPEND = %v", dec)
+	}
+	live := f.daemon(t, "live")
+
+	client := etcdClient(t, e.Endpoint)
+	defer client.Close()
+	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Holder: "r", Interval: 20 * time.Millisecond, Clock: f.clock})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rc.Run(rctx, daemon.NewEtcdElector(client, "r", 1)) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "a leader", func() bool { l, _ := daemon.Leader(ctx, client); return l == "r" })
+
+	e.Close()
+	// A leader keeps its role until its session's TTL runs out: wait for that,
+	// then let the crashed daemon's lease expire while etcd is down. The live
+	// daemon keeps spending and leasing from Redis meanwhile.
+	time.Sleep(2 * time.Second)
+	var allowed int64
+	for range 120 {
+		f.clock.Add(time.Second)
+		live.Step(ctx)
+		n, _ := spendUntilDenied(t, live, "live", 1000)
+		allowed += n
+	}
+	if allowed == 0 {
+		t.Fatal("the live daemon allowed nothing while etcd was down")
+	}
+	if sh := f.checkDay(t, "dead", day); sh.Leased == 0 {
+		t.Fatal("the crashed daemon's lease was settled while no reconciler could lead")
+	}
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "settlement after etcd is back", func() bool {
+		sh, _, _ := f.ledger.CheckDay(ctx, "dead", day)
+		return sh.Leased == 0 && sh.Lost > 0
+	})
+	f.checkDay(t, "dead", day)
+	f.checkDay(t, "live", day)
+}

@@ -67,8 +67,13 @@ func (e *Etcd) Start() error {
 	return nil
 }
 
-// Close stops etcd.
-func (e *Etcd) Close() { e.e.Close() }
+// Close stops etcd; closing a stopped server does nothing.
+func (e *Etcd) Close() {
+	if e.e != nil {
+		e.e.Close()
+		e.e = nil
+	}
+}
 
 // NATS is a NATS server.
 type NATS struct {
