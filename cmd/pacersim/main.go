@@ -1,0 +1,101 @@
+// Command pacersim runs a simulated day of a pacer fleet against a real
+// redis-server and writes pacing-quality results and plots:
+//
+//	pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]
+//
+// See docs/SIMULATION.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+
+	"github.com/pacer/pacer/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pacersim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pacersim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "sim-out", "directory for results.json, results.md and the plots")
+	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (default: the Markdown table)")
+	seed := fs.Uint64("seed", 0, "random seed (default: the scenario's)")
+	redisAddr := fs.String("redis", "", "use this Redis (host:port or socket path; it must hold no pacer keys) instead of starting a redis-server")
+	redisServer := fs.String("redis-server", "redis-server", "redis-server binary to start")
+	imgPrefix := fs.String("img-prefix", "", "path the Markdown links the plots from (default: next to results.md)")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the scenario path.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(positional) != 1 {
+		fs.Usage()
+		return errors.New("want exactly one scenario file")
+	}
+	sc, err := sim.LoadScenario(positional[0])
+	if err != nil {
+		return err
+	}
+	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed}
+	if !*quiet {
+		opt.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := sim.Run(ctx, sc, opt)
+	if err != nil {
+		return err
+	}
+	prefix := *imgPrefix
+	if prefix == "" {
+		prefix = "."
+	}
+	if err := res.WriteFiles(*out, prefix); err != nil {
+		return err
+	}
+	if *asJSON {
+		return res.WriteJSON(stdout)
+	}
+	return res.WriteMarkdown(stdout, "")
+}

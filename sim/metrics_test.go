@@ -1,0 +1,127 @@
+package sim
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+func TestUtilisationAndOverspend(t *testing.T) {
+	for _, tc := range []struct {
+		allowed, refunded, budget int64
+		util                      float64
+		over                      int64
+	}{
+		{1000, 0, 1000, 1, 0},
+		{995, 0, 1000, 0.995, -5},
+		{1100, 50, 1000, 1.1, 50}, // utilisation counts allowed; overspend nets refunds
+		{0, 0, 0, 0, 0},
+	} {
+		if got := Utilisation(tc.allowed, tc.budget); !near(got, tc.util) {
+			t.Errorf("Utilisation(%d, %d) = %v, want %v", tc.allowed, tc.budget, got, tc.util)
+		}
+		if got := Overspend(tc.allowed, tc.refunded, tc.budget); got != tc.over {
+			t.Errorf("Overspend(%d, %d, %d) = %d, want %d", tc.allowed, tc.refunded, tc.budget, got, tc.over)
+		}
+	}
+}
+
+func TestTrackingError(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		actual, target   []float64
+		wantMax, wantRMS float64
+	}{
+		{"empty", nil, nil, 0, 0},
+		{"exact", []float64{0, 0.5, 1}, []float64{0, 0.5, 1}, 0, 0},
+		// errors 0, 0.1, 0.2: max 0.2, rms sqrt((0+0.01+0.04)/3)
+		{"lagging", []float64{0, 0.4, 0.8}, []float64{0, 0.5, 1}, 0.2, math.Sqrt(0.05 / 3)},
+		// absolute value: ahead counts as much as behind
+		{"ahead", []float64{0.3, 1}, []float64{0, 1}, 0.3, math.Sqrt(0.09 / 2)},
+		{"uneven lengths use the shorter", []float64{0.1, 0.2, 0.9}, []float64{0, 0.2}, 0.1, math.Sqrt(0.01 / 2)},
+	} {
+		m, r := TrackingError(tc.actual, tc.target)
+		if !near(m, tc.wantMax) || !near(r, tc.wantRMS) {
+			t.Errorf("%s: TrackingError = %v, %v; want %v, %v", tc.name, m, r, tc.wantMax, tc.wantRMS)
+		}
+	}
+}
+
+func TestSmoothness(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		spent, planned []int64
+		want           float64
+	}{
+		{"on plan", []int64{10, 20, 30}, []int64{10, 20, 30}, 0},
+		{"proportional", []int64{5, 10, 15}, []int64{10, 20, 30}, 0},
+		// ratios 0.5, 1.5: mean 1, population sd 0.5
+		{"uneven", []int64{5, 30}, []int64{10, 20}, 0.5},
+		// the zero-plan slot is skipped; ratios 1, 3: mean 2, sd 1
+		{"zero plan skipped", []int64{10, 99, 30}, []int64{10, 0, 10}, 0.5},
+		{"nothing planned", []int64{1}, []int64{0}, 0},
+		{"nothing spent", []int64{0, 0}, []int64{1, 1}, 0},
+	} {
+		if got := Smoothness(tc.spent, tc.planned); !near(got, tc.want) {
+			t.Errorf("%s: Smoothness = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSlotDeltas(t *testing.T) {
+	got := SlotDeltas([]int64{0, 10, 25, 25, 40})
+	want := []int64{10, 15, 0, 15}
+	if len(got) != len(want) {
+		t.Fatalf("SlotDeltas = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("SlotDeltas = %v, want %v", got, want)
+		}
+	}
+	if SlotDeltas([]int64{5}) != nil {
+		t.Fatal("one edge has no slots")
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	var s []time.Duration
+	for i := 1000; i >= 1; i-- { // unsorted on purpose
+		s = append(s, time.Duration(i))
+	}
+	got := Percentiles(s, 0.5, 0.99, 0.999, 1)
+	want := []time.Duration{500, 990, 999, 1000}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Percentiles = %v, want %v", got, want)
+		}
+	}
+	if p := Percentiles(nil, 0.5); p[0] != 0 {
+		t.Fatalf("empty = %v", p)
+	}
+}
+
+func TestShapesHaveMeanOne(t *testing.T) {
+	for _, spec := range []string{"flat", "cosine", "cosine@3.5"} {
+		sh, err := parseShape(spec, nil, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum, lo, hi float64
+		lo = math.Inf(1)
+		const n = 24 * 60
+		for i := range n {
+			v := sh.at(float64(i) / n)
+			sum += v
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		if math.Abs(sum/n-1) > 1e-6 {
+			t.Errorf("%s: mean %v, want 1", spec, sum/n)
+		}
+		if spec != "flat" && math.Abs(hi/lo-4) > 0.01 {
+			t.Errorf("%s: peak/trough %v, want 4", spec, hi/lo)
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package sim
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+var plotFiles = []struct{ name, title string }{
+	{"sim-cumulative.png", "Cumulative spend vs. the pacing curve's target, pacer"},
+	{"sim-strategies.png", "Cumulative spend vs. target, pacer and the baselines"},
+	{"sim-slots.png", "Spend per slot over plan, pacer"},
+	{"sim-hosts.png", "Per-host share of pacer's spend"},
+}
+
+// plotCampaigns picks up to n campaigns to draw: hot ones first, then one
+// per distinct curve and zone.
+func (res *Results) plotCampaigns(n int) []*CampaignResult {
+	var out []*CampaignResult
+	seen := map[string]bool{}
+	add := func(c *CampaignResult) {
+		if len(out) < n && !seen[c.ID] {
+			seen[c.ID] = true
+			out = append(out, c)
+		}
+	}
+	for _, c := range res.Campaigns {
+		if c.Hot {
+			add(c)
+		}
+	}
+	kinds := map[string]bool{}
+	for _, c := range res.Campaigns {
+		k := c.Curve + "/" + c.TZ
+		if !kinds[k] {
+			kinds[k] = true
+			add(c)
+		}
+	}
+	return out
+}
+
+func hoursInto(c *campaignRT, t time.Time) float64 { return t.Sub(c.day.Start).Hours() }
+
+// WritePlots writes the PNG plots into dir.
+func (res *Results) WritePlots(dir string) error {
+	for i, f := range []func() (*plot.Plot, error){res.plotCumulative, res.plotStrategies, res.plotSlots, res.plotHosts} {
+		p, err := f()
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			continue
+		}
+		if err := p.Save(8*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, plotFiles[i].name)); err != nil {
+			return fmt.Errorf("plot %s: %w", plotFiles[i].name, err)
+		}
+	}
+	return nil
+}
+
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func line(pts plotter.XYs, c color.Color, dashed bool) (*plotter.Line, error) {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return nil, err
+	}
+	l.Color = c
+	l.Width = vg.Points(1.2)
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		l.Width = vg.Points(0.8)
+	}
+	return l, nil
+}
+
+func (res *Results) plotCumulative() (*plot.Plot, error) {
+	p := newPlot("pacer: cumulative spend (solid) vs. curve target (dashed)", "hours into the campaign's local day", "share of daily budget")
+	for i, cr := range res.plotCampaigns(6) {
+		c := cr.rt
+		budget := cr.Results[StrategyPacer].BudgetMicros
+		actual, target := shares(c, sPacer, budget)
+		var a, t plotter.XYs
+		for k, s := range c.samples {
+			x := hoursInto(c, s.t)
+			a = append(a, plotter.XY{X: x, Y: actual[k]})
+			t = append(t, plotter.XY{X: x, Y: target[k]})
+		}
+		col := plotutil.Color(i)
+		la, err := line(a, col, false)
+		if err != nil {
+			return nil, err
+		}
+		lt, err := line(t, col, true)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(la, lt)
+		p.Legend.Add(fmt.Sprintf("%s (%s, %s)", cr.ID, cr.Curve, cr.TZ), la)
+	}
+	p.X.Min, p.X.Max = 0, 24
+	return p, nil
+}
+
+func (res *Results) plotStrategies() (*plot.Plot, error) {
+	var cr *CampaignResult
+	for _, c := range res.plotCampaigns(len(res.Campaigns)) {
+		if c.Baselines {
+			cr = c
+			break
+		}
+	}
+	if cr == nil {
+		return nil, nil
+	}
+	c := cr.rt
+	p := newPlot(fmt.Sprintf("%s (%s curve, demand %.1fx): cumulative spend by strategy", cr.ID, cr.Curve, cr.Demand),
+		"hours into the campaign's local day", "share of daily budget")
+	var t plotter.XYs
+	for _, s := range c.samples {
+		t = append(t, plotter.XY{X: hoursInto(c, s.t), Y: float64(c.curve.AtTime(s.t, c.day)) / float64(bucket.PPB)})
+	}
+	lt, err := line(t, color.Black, true)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(lt)
+	p.Legend.Add("curve target", lt)
+	for si, name := range strategies {
+		q, ok := cr.Results[name]
+		if !ok {
+			continue
+		}
+		actual, _ := shares(c, si, q.BudgetMicros)
+		var a plotter.XYs
+		for k, s := range c.samples {
+			a = append(a, plotter.XY{X: hoursInto(c, s.t), Y: actual[k]})
+		}
+		l, err := line(a, plotutil.Color(si), false)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l)
+		p.Legend.Add(strategyTitle[name], l)
+	}
+	p.X.Min, p.X.Max = 0, 24
+	return p, nil
+}
+
+func (res *Results) plotSlots() (*plot.Plot, error) {
+	p := newPlot("pacer: spend per slot / planned per slot", "slot start, hours into the local day", "spent / planned")
+	for i, cr := range res.plotCampaigns(6) {
+		c := cr.rt
+		budget := cr.Results[StrategyPacer].BudgetMicros
+		deltas := SlotDeltas(slotEdges(c, sPacer))
+		cum := c.curve.Cumulative()
+		n := c.curve.Slots()
+		var pts plotter.XYs
+		for k, d := range deltas {
+			planned := float64(budget) * float64(cum[k+1]-cum[k]) / float64(bucket.PPB)
+			if planned <= 0 {
+				continue
+			}
+			pts = append(pts, plotter.XY{X: 24 * float64(k) / float64(n), Y: float64(d) / planned})
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, err
+		}
+		l.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
+		sc.Shape = draw.CircleGlyph{}
+		sc.Radius = vg.Points(2)
+		p.Add(l, sc)
+		p.Legend.Add(cr.ID, l)
+	}
+	p.X.Min, p.X.Max = 0, 24
+	p.Y.Min = 0
+	p.Legend.Top, p.Legend.Left = false, true
+	return p, nil
+}
+
+// plotHosts draws each host's share of pacer's allowed spend per hour of the
+// run (all campaigns), beside its traffic weight.
+func (res *Results) plotHosts() (*plot.Plot, error) {
+	if len(res.Campaigns) == 0 || len(res.Hosts) == 0 {
+		return nil, nil
+	}
+	p := newPlot("pacer: each host's share of allowed spend per hour (dashed: its traffic weight)", "hours since the run's start (UTC "+res.Start.UTC().Format("15:04")+")", "share of the fleet's spend")
+	hours := int(res.End.Sub(res.Start).Hours() + 0.999)
+	per := make([][]float64, len(res.Hosts)) // host -> hour -> micros
+	for i := range per {
+		per[i] = make([]float64, hours+1)
+	}
+	for _, cr := range res.Campaigns {
+		c := cr.rt
+		var prev []int64
+		for k, s := range c.samples {
+			if k%60 != 0 && k != len(c.samples)-1 {
+				continue
+			}
+			if prev != nil {
+				hr := int(s.t.Sub(res.Start).Hours() - 1e-9)
+				for h := range s.hosts {
+					per[h][min(max(hr, 0), hours)] += float64(s.hosts[h] - prev[h])
+				}
+			}
+			prev = s.hosts
+		}
+	}
+	var wsum float64
+	for _, h := range res.Hosts {
+		wsum += h.Weight
+	}
+	for h, hr := range res.Hosts {
+		var pts plotter.XYs
+		for k := range hours {
+			var tot float64
+			for j := range per {
+				tot += per[j][k]
+			}
+			if tot > 0 {
+				pts = append(pts, plotter.XY{X: float64(k) + 0.5, Y: per[h][k] / tot})
+			}
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		l, err := line(pts, plotutil.Color(h), false)
+		if err != nil {
+			return nil, err
+		}
+		w, err := line(plotter.XYs{{X: 0, Y: hr.Weight / wsum}, {X: float64(hours), Y: hr.Weight / wsum}}, plotutil.Color(h), true)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l, w)
+		name := hr.Name
+		if hr.Killed {
+			name += " (killed)"
+		}
+		p.Legend.Add(name, l)
+	}
+	p.Y.Min, p.Y.Max = 0, 1
+	return p, nil
+}

@@ -1,0 +1,163 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// WriteJSON writes the results as indented JSON.
+func (res *Results) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+var strategyTitle = map[string]string{
+	StrategyPacer:    "pacer",
+	StrategyLua:      "(a) Lua check-and-decrement per SPEND",
+	StrategyBatch:    "(b) 8 sharded keys, 100 ms write batching",
+	StrategyNoPacing: "(c) no pacing, stop at budget",
+}
+
+func pct(v float64) string { return fmt.Sprintf("%.2f%%", 100*v) }
+
+// WriteMarkdown writes the side-by-side table, the per-campaign table for
+// pacer and the run's notes. imgDir, when set, is where the plots are linked
+// from.
+func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Simulation: %s\n\n", res.Scenario)
+	var killed []string
+	for _, h := range res.Hosts {
+		if h.Killed {
+			killed = append(killed, h.Name)
+		}
+	}
+	hot := 0
+	for _, c := range res.Campaigns {
+		if c.Hot {
+			hot++
+		}
+	}
+	fmt.Fprintf(&b, "%d hosts, %d campaigns (%d at >= %d SPENDs/s), local date %s, %.1f simulated hours in %.1f s wall; seed %d. ",
+		len(res.Hosts), len(res.Campaigns), hot, hotRate, res.Date, res.SimulatedHours, res.WallSeconds, res.Seed)
+	fmt.Fprintf(&b, "%d pacer SPENDs (every one a real `Daemon.Spend`). Lease window %s, step %s, arrivals every %s. ",
+		res.Summary[StrategyPacer].Spends, res.Daemon.LeaseWindow, res.Daemon.Step, res.Daemon.ArrivalTick)
+	if res.BaselineThin > 1 {
+		fmt.Fprintf(&b, "Baselines (a) and (b) ran on every %d-th arrival of each host and campaign with the budget divided by %d (measured, real Redis commands, at 1/%d of the rate); (c) saw every arrival. ",
+			res.BaselineThin, res.BaselineThin, res.BaselineThin)
+	}
+	if len(killed) > 0 {
+		fmt.Fprintf(&b, "Killed: %s. ", strings.Join(killed, ", "))
+	}
+	fmt.Fprintf(&b, "Ledger conservation at the end (`CheckDay`): %s.\n\n", map[bool]string{true: "balanced on every campaign-day", false: "PROBLEMS, see below"}[res.ConservationOK])
+
+	b.WriteString("| strategy | overspend (campaigns; worst % of budget) | utilisation min / mean | tracking error max / mean RMS | smoothness (CV) | Redis cmds per 1,000 SPENDs (all; hot) | SPEND latency p50 / p99 / p999 |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, name := range res.Strategies {
+		s := res.Summary[name]
+		over := "0"
+		if s.OverspendCampaigns > 0 {
+			over = fmt.Sprintf("%d of %d; %s", s.OverspendCampaigns, s.Campaigns, pct(s.OverspendMaxShare))
+		} else {
+			over = fmt.Sprintf("0 of %d", s.Campaigns)
+		}
+		hotCmds := "–"
+		if s.CmdsPer1000Hot > 0 || hot > 0 {
+			hotCmds = fmt.Sprintf("%.3f", s.CmdsPer1000Hot)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s / %s | %.3f | %.3f; %s | %.2f / %.2f / %.2f µs |\n",
+			strategyTitle[name], over, pct(s.UtilisationMin), pct(s.UtilisationMean),
+			pct(s.TrackingMax), pct(s.TrackingRMSMean), s.SmoothnessMean, s.CmdsPer1000, hotCmds,
+			s.LatencyP50, s.LatencyP99, s.LatencyP999)
+	}
+	b.WriteString("\nPer campaign, pacer (tracking error and overspend as shares of the daily budget):\n\n")
+	b.WriteString("| campaign | curve | tz | traffic | SPENDs/s | demand | overspend | utilisation | tracking max / RMS | smoothness | last hour | cmds/1,000 | leased at midnight | lost (settled) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range res.Campaigns {
+		q := c.Results[StrategyPacer]
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.2fx | %d | %s | %s / %s | %.3f | %s | %.3f | %s | %s |\n",
+			c.ID, c.Curve, c.TZ, c.Traffic, c.Rate, c.Demand, q.OverspendMicros, pct(q.Utilisation),
+			pct(q.TrackingMax), pct(q.TrackingRMS), q.Smoothness, pct(q.LastHourShare), q.CmdsPer1000,
+			pct(float64(c.Ledger.LeasedAtDayEnd)/float64(q.BudgetMicros)), pct(float64(c.Ledger.Lost)/float64(q.BudgetMicros)))
+	}
+	if len(res.Strategies) > 1 {
+		b.WriteString("\nPer campaign, baselines (overspend as share of budget / utilisation / tracking max):\n\n")
+		b.WriteString("| campaign |")
+		for _, name := range res.Strategies[1:] {
+			b.WriteString(" " + name + " |")
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---|", len(res.Strategies)-1) + "\n")
+		for _, c := range res.Campaigns {
+			b.WriteString("| " + c.ID + " |")
+			for _, name := range res.Strategies[1:] {
+				q, ok := c.Results[name]
+				if !ok {
+					b.WriteString(" – |")
+					continue
+				}
+				fmt.Fprintf(&b, " %s / %s / %s |", pct(float64(q.OverspendMicros)/float64(max(q.BudgetMicros, 1))), pct(q.Utilisation), pct(q.TrackingMax))
+			}
+			b.WriteString("\n")
+		}
+	}
+	fmt.Fprintf(&b, "\nRedis commands over the run: pacer daemons %d, reconciler %d, Lua baseline %d, batching baseline %d", res.Redis.Pacer, res.Redis.Reconciler, res.Redis.Lua, res.Redis.Batch)
+	if res.Redis.FailedWhilePaused > 0 {
+		fmt.Fprintf(&b, "; %d refused while Redis was paused", res.Redis.FailedWhilePaused)
+	}
+	b.WriteString(".\n")
+	if len(res.Faults) > 0 {
+		b.WriteString("\nFaults:\n\n")
+		for _, f := range res.Faults {
+			fmt.Fprintf(&b, "- at +%s (%s UTC): %s\n", f.Offset, f.At.UTC().Format("15:04:05"), f.What)
+		}
+	}
+	for _, c := range res.Campaigns {
+		for _, p := range c.Ledger.Problems {
+			fmt.Fprintf(&b, "- conservation problem: %s\n", p)
+		}
+	}
+	if len(res.Notes) > 0 {
+		b.WriteString("\nNotes:\n\n")
+		for _, n := range res.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
+	}
+	if imgDir != "" {
+		b.WriteString("\n")
+		for _, p := range plotFiles {
+			fmt.Fprintf(&b, "![%s](%s)\n", p.title, filepath.ToSlash(filepath.Join(imgDir, p.name)))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteFiles writes results.json, results.md and the plots into dir.
+func (res *Results) WriteFiles(dir, imgPrefix string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, f func(io.Writer) error) error {
+		fh, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			return err
+		}
+		if err := f(fh); err != nil {
+			fh.Close()
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return fh.Close()
+	}
+	if err := write("results.json", res.WriteJSON); err != nil {
+		return err
+	}
+	if err := write("results.md", func(w io.Writer) error { return res.WriteMarkdown(w, imgPrefix) }); err != nil {
+		return err
+	}
+	return res.WritePlots(dir)
+}

@@ -1,0 +1,364 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+)
+
+// Results are a run's figures; docs/SIMULATION.md defines each.
+type Results struct {
+	Scenario       string         `json:"scenario"`
+	Seed           uint64         `json:"seed"`
+	Date           string         `json:"date"`
+	Start          time.Time      `json:"start"`
+	End            time.Time      `json:"end"`
+	SimulatedHours float64        `json:"simulated_hours"`
+	WallSeconds    float64        `json:"wall_seconds"`
+	Hosts          []HostResult   `json:"hosts"`
+	Daemon         DaemonSettings `json:"daemon"`
+	BaselineThin   int            `json:"baseline_thin"`
+	Strategies     []string       `json:"strategies"`
+	// Summary is per strategy, over every campaign it ran on.
+	Summary   map[string]*Summary `json:"summary"`
+	Campaigns []*CampaignResult   `json:"campaigns"`
+	Redis     RedisCounts         `json:"redis"`
+	Faults    []FaultRecord       `json:"faults,omitempty"`
+	Notes     []string            `json:"notes,omitempty"`
+	// ConservationOK: lease.Ledger.CheckDay found no problem on any
+	// campaign-day at the end of the run.
+	ConservationOK bool `json:"conservation_ok"`
+}
+
+// DaemonSettings are the daemon's lease timings in the run.
+type DaemonSettings struct {
+	LeaseWindow string `json:"lease_window"`
+	SkewBound   string `json:"skew_bound"`
+	Grace       string `json:"grace"`
+	CapWindow   string `json:"cap_window"`
+	BurstWindow string `json:"burst_window"`
+	Step        string `json:"step"`
+	ArrivalTick string `json:"arrival_tick"`
+}
+
+// HostResult is one host's traffic and what pacer allowed it.
+type HostResult struct {
+	Name          string  `json:"name"`
+	Weight        float64 `json:"weight"`
+	Killed        bool    `json:"killed"`
+	Spends        int64   `json:"spends"`
+	AllowedMicros int64   `json:"allowed_micros"`
+}
+
+// RedisCounts are the commands each strategy sent to Redis over the run.
+type RedisCounts struct {
+	Pacer      int64 `json:"pacer"`
+	Reconciler int64 `json:"reconciler"`
+	Lua        int64 `json:"lua"`
+	Batch      int64 `json:"batch"`
+	// FailedWhilePaused were refused by the fault schedule's Redis pause.
+	FailedWhilePaused int64 `json:"failed_while_paused"`
+}
+
+// FaultRecord is a fault as applied.
+type FaultRecord struct {
+	At         time.Time `json:"at"`
+	Offset     string    `json:"offset"`
+	What       string    `json:"what"`
+	HeldMicros int64     `json:"held_micros,omitempty"`
+}
+
+// Quality is one strategy's figures for one campaign.
+type Quality struct {
+	BudgetMicros    int64   `json:"budget_micros"`
+	Spends          int64   `json:"spends"`
+	SpentMicros     int64   `json:"spent_micros"`
+	OverspendMicros int64   `json:"overspend_micros"`
+	Utilisation     float64 `json:"utilisation"`
+	TrackingMax     float64 `json:"tracking_error_max"`
+	TrackingRMS     float64 `json:"tracking_error_rms"`
+	Smoothness      float64 `json:"smoothness_cv"`
+	RedisCommands   int64   `json:"redis_commands"`
+	CmdsPer1000     float64 `json:"redis_cmds_per_1000_spends"`
+	// SpentByHour is the share of the budget spent in each hour of the
+	// local day (for the under-delivery-versus-burst question).
+	LastHourShare float64 `json:"last_hour_share"`
+}
+
+// CampaignResult is one campaign's figures, per strategy, and its ledger.
+type CampaignResult struct {
+	ID        string              `json:"id"`
+	Curve     string              `json:"curve"`
+	TZ        string              `json:"tz"`
+	Traffic   string              `json:"traffic"`
+	Rate      float64             `json:"rate_per_second"`
+	Demand    float64             `json:"demand"`
+	Hot       bool                `json:"hot"`
+	Baselines bool                `json:"baselines"`
+	Results   map[string]*Quality `json:"results"`
+	// Pacer's daemons' answers.
+	Allowed, Paced, Exhausted, Errors int64
+	// ExhaustionPropagationSeconds: from the first host answering
+	// "exhausted" to the last live host doing so; -1 if the campaign never
+	// exhausted or not every live host saw it.
+	ExhaustionPropagationSeconds float64   `json:"exhaustion_propagation_seconds"`
+	Ledger                       LedgerEnd `json:"ledger"`
+	// LuaKeyMatches: the Lua baseline's allowed total, counted by the
+	// generator, equals its budget minus its Redis key at the end.
+	LuaKeyMatches *bool `json:"lua_key_matches,omitempty"`
+
+	rt *campaignRT
+}
+
+// LedgerEnd is the campaign-day's ledger at the end of the run.
+type LedgerEnd struct {
+	LeasedAtDayEnd int64    `json:"leased_at_day_end"`
+	Spent          int64    `json:"spent"`
+	Lost           int64    `json:"lost"`
+	Unreleased     int64    `json:"unreleased"` // locked + available
+	Leased         int64    `json:"leased"`
+	HeldByKilled   int64    `json:"held_by_killed_host"`
+	Problems       []string `json:"problems,omitempty"`
+}
+
+// Summary aggregates one strategy over the campaigns it ran on.
+type Summary struct {
+	Campaigns          int     `json:"campaigns"`
+	OverspendCampaigns int     `json:"overspend_campaigns"`
+	OverspendMaxShare  float64 `json:"overspend_max_share"` // of budget
+	OverspendMicros    int64   `json:"overspend_micros"`    // summed over campaigns that overspent
+	UtilisationMin     float64 `json:"utilisation_min"`
+	UtilisationMean    float64 `json:"utilisation_mean"`
+	TrackingMax        float64 `json:"tracking_error_max"`
+	TrackingRMSMean    float64 `json:"tracking_error_rms_mean"`
+	SmoothnessMean     float64 `json:"smoothness_cv_mean"`
+	CmdsPer1000        float64 `json:"redis_cmds_per_1000_spends"`
+	CmdsPer1000Hot     float64 `json:"redis_cmds_per_1000_spends_hot"` // campaigns at >= 1,000 SPENDs/s
+	CmdsPer1000HotMax  float64 `json:"redis_cmds_per_1000_spends_hot_max"`
+	Spends             int64   `json:"spends"`
+	LatencyP50         float64 `json:"latency_p50_us"`
+	LatencyP99         float64 `json:"latency_p99_us"`
+	LatencyP999        float64 `json:"latency_p999_us"`
+	LatencySamples     int     `json:"latency_samples"`
+}
+
+// hotRate is the fleet rate at which a campaign counts as hot.
+const hotRate = 1000
+
+func (r *runner) results(ctx context.Context) (*Results, error) {
+	sc := r.sc
+	res := &Results{
+		Scenario: sc.Name, Seed: sc.Seed, Date: sc.Date, Start: r.start, End: r.end,
+		SimulatedHours: r.end.Sub(r.start).Hours(), BaselineThin: sc.Baselines.Thin,
+		Daemon: DaemonSettings{
+			LeaseWindow: r.daemonCfg.LeaseWindow.String(), SkewBound: r.daemonCfg.SkewBound.String(),
+			Grace: r.daemonCfg.Grace.String(), CapWindow: r.daemonCfg.CapWindow.String(),
+			BurstWindow: r.daemonCfg.BurstWindow.String(), Step: time.Duration(sc.Step).String(),
+			ArrivalTick: time.Duration(sc.ArrivalTick).String(),
+		},
+		Summary: map[string]*Summary{},
+		Redis: RedisCounts{Pacer: r.pacerCnt.total.Load(), Reconciler: r.reconCnt.total.Load(),
+			Lua: r.luaCnt.total.Load(), Batch: r.batchCnt.total.Load(),
+			FailedWhilePaused: r.pacerCnt.failed.Load() + r.reconCnt.failed.Load() + r.luaCnt.failed.Load() + r.batchCnt.failed.Load()},
+		Faults: r.faults, Notes: r.notes, ConservationOK: true,
+	}
+	for i, s := range strategies {
+		if r.enabled[i] {
+			res.Strategies = append(res.Strategies, s)
+		}
+	}
+	for _, h := range r.hosts {
+		hr := HostResult{Name: h.name, Weight: h.weight, Killed: !h.alive}
+		for ci := range h.c {
+			hr.Spends += h.c[ci].requests
+			hr.AllowedMicros += h.c[ci].allowedMicros
+		}
+		res.Hosts = append(res.Hosts, hr)
+	}
+
+	for _, c := range r.camps {
+		cr := &CampaignResult{ID: c.spec.ID, Curve: c.spec.Curve, TZ: c.spec.TZ, Traffic: c.shape.name,
+			Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
+			Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c}
+		var first, last time.Time
+		allSaw := true
+		var requests, blRequests int64
+		var allowed [nStrategies]int64
+		for _, h := range r.hosts {
+			hc := &h.c[c.idx]
+			requests += hc.requests
+			blRequests += hc.blRequests
+			allowed[sPacer] += hc.allowedMicros
+			allowed[sLua] += hc.luaAllowed
+			allowed[sBatch] += hc.batchAllowed
+			allowed[sNoPacing] += hc.npAllowed
+			cr.Allowed += hc.allowed
+			cr.Paced += hc.paced
+			cr.Exhausted += hc.exhausted
+			cr.Errors += hc.errors
+			if !h.alive {
+				continue
+			}
+			if hc.firstExhausted.IsZero() {
+				allSaw = false
+				continue
+			}
+			if first.IsZero() || hc.firstExhausted.Before(first) {
+				first = hc.firstExhausted
+			}
+			if hc.firstExhausted.After(last) {
+				last = hc.firstExhausted
+			}
+		}
+		if allSaw && !first.IsZero() {
+			cr.ExhaustionPropagationSeconds = last.Sub(first).Seconds()
+		}
+		for si, name := range strategies {
+			if !r.enabled[si] || (si != sPacer && si != sNoPacing && !c.inBL) {
+				continue
+			}
+			budget, spends := c.budget, requests
+			if si == sLua || si == sBatch {
+				budget, spends = c.blBudget, blRequests
+			}
+			q := quality(c, si, budget, allowed[si])
+			q.Spends = spends
+			if si != sNoPacing {
+				q.RedisCommands = c.cmdsAtEnd[si] - c.cmdsAtStart[si]
+			}
+			if spends > 0 {
+				q.CmdsPer1000 = 1000 * float64(q.RedisCommands) / float64(spends)
+			}
+			cr.Results[name] = q
+		}
+		// Ledger at the end: conservation and where the money is.
+		tot, problems, err := r.obsLedger.CheckDay(ctx, c.spec.ID, c.day.Key)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range problems {
+			cr.Ledger.Problems = append(cr.Ledger.Problems, p.String())
+			res.ConservationOK = false
+		}
+		cr.Ledger.LeasedAtDayEnd = c.leasedAtEnd
+		cr.Ledger.Spent, cr.Ledger.Lost, cr.Ledger.Leased = tot.Spent, tot.Lost, tot.Leased
+		cr.Ledger.Unreleased = tot.Locked + tot.Available
+		cr.Ledger.HeldByKilled = c.heldByKilled
+		if c.inBL && r.enabled[sLua] {
+			v, err := r.obsRDB.Get(ctx, luaKey(c.spec.ID)).Int64()
+			ok := err == nil && c.blBudget-v == allowed[sLua]
+			cr.LuaKeyMatches = &ok
+		}
+		res.Campaigns = append(res.Campaigns, cr)
+	}
+
+	for si, name := range strategies {
+		if !r.enabled[si] {
+			continue
+		}
+		s := &Summary{}
+		var util, rms, smooth float64
+		var cmds, spends, hotCmds, hotSpends int64
+		for _, cr := range res.Campaigns {
+			q, ok := cr.Results[name]
+			if !ok {
+				continue
+			}
+			if s.Campaigns == 0 || q.Utilisation < s.UtilisationMin {
+				s.UtilisationMin = q.Utilisation
+			}
+			s.Campaigns++
+			if q.OverspendMicros > 0 {
+				s.OverspendCampaigns++
+				s.OverspendMicros += q.OverspendMicros
+				s.OverspendMaxShare = max(s.OverspendMaxShare, float64(q.OverspendMicros)/float64(q.BudgetMicros))
+			}
+			util += q.Utilisation
+			rms += q.TrackingRMS
+			smooth += q.Smoothness
+			s.TrackingMax = max(s.TrackingMax, q.TrackingMax)
+			cmds += q.RedisCommands
+			spends += q.Spends
+			if cr.Hot {
+				hotCmds += q.RedisCommands
+				hotSpends += q.Spends
+				if q.Spends > 0 {
+					s.CmdsPer1000HotMax = max(s.CmdsPer1000HotMax, q.CmdsPer1000)
+				}
+			}
+		}
+		if s.Campaigns > 0 {
+			n := float64(s.Campaigns)
+			s.UtilisationMean, s.TrackingRMSMean, s.SmoothnessMean = util/n, rms/n, smooth/n
+		}
+		s.Spends = spends
+		if spends > 0 {
+			s.CmdsPer1000 = 1000 * float64(cmds) / float64(spends)
+		}
+		if hotSpends > 0 {
+			s.CmdsPer1000Hot = 1000 * float64(hotCmds) / float64(hotSpends)
+		}
+		var lat []time.Duration
+		for _, h := range r.hosts {
+			lat = append(lat, h.lat[si]...)
+		}
+		s.LatencySamples = len(lat)
+		p := Percentiles(lat, 0.5, 0.99, 0.999)
+		s.LatencyP50, s.LatencyP99, s.LatencyP999 = us(p[0]), us(p[1]), us(p[2])
+		res.Summary[name] = s
+	}
+	return res, nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+// quality computes one strategy's figures for a campaign from the minute
+// samples of its cumulative spend.
+func quality(c *campaignRT, si int, budget, allowed int64) *Quality {
+	q := &Quality{BudgetMicros: budget, SpentMicros: allowed}
+	q.OverspendMicros = Overspend(allowed, 0, budget)
+	q.Utilisation = Utilisation(allowed, budget)
+	actual, target := shares(c, si, budget)
+	q.TrackingMax, q.TrackingRMS = TrackingError(actual, target)
+	edges := slotEdges(c, si)
+	planned := make([]int64, c.curve.Slots())
+	cum := c.curve.Cumulative()
+	for i := range planned {
+		planned[i] = int64(float64(budget) * float64(cum[i+1]-cum[i]) / float64(bucket.PPB))
+	}
+	q.Smoothness = Smoothness(SlotDeltas(edges), planned)
+	if n := len(c.samples); n > 60 && budget > 0 {
+		q.LastHourShare = float64(c.samples[n-1].cum[si]-c.samples[n-61].cum[si]) / float64(budget)
+	}
+	return q
+}
+
+// shares returns, per minute sample, the cumulative spend and the curve's
+// cumulative target, both as shares of the budget.
+func shares(c *campaignRT, si int, budget int64) (actual, target []float64) {
+	if budget <= 0 {
+		return nil, nil
+	}
+	for _, s := range c.samples {
+		actual = append(actual, float64(s.cum[si])/float64(budget))
+		target = append(target, float64(c.curve.AtTime(s.t, c.day))/float64(bucket.PPB))
+	}
+	return actual, target
+}
+
+// slotEdges returns the cumulative spend at the curve's slot edges, from the
+// last minute sample at or before each edge.
+func slotEdges(c *campaignRT, si int) []int64 {
+	n := c.curve.Slots()
+	edges := make([]int64, n+1)
+	if len(c.samples) == 0 {
+		return edges
+	}
+	for i := range edges {
+		at := c.day.Start.Add(time.Duration(int64(c.day.Length()) * int64(i) / int64(n)))
+		k := min(int(at.Sub(c.day.Start)/time.Minute), len(c.samples)-1)
+		edges[i] = c.samples[k].cum[si]
+	}
+	return edges
+}

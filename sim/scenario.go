@@ -1,0 +1,566 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/lease"
+	"gopkg.in/yaml.v3"
+)
+
+// Duration is a time.Duration written in YAML as "30s" or "100ms".
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %q is not a duration such as 30s or 100ms (a unit is required)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Scenario is one simulated day, as a scenario file describes it. Parse it
+// with ParseScenario; the zero value is not usable.
+type Scenario struct {
+	Name string `yaml:"name"`
+	// Date is the local date every campaign is simulated on (YYYY-MM-DD). The
+	// run covers the union of the campaigns' local days of that date.
+	Date string `yaml:"date"`
+	Seed uint64 `yaml:"seed"`
+	// Step is how often every live daemon's refill loop runs (default 1s).
+	Step Duration `yaml:"step"`
+	// ArrivalTick is the granularity of arrival instants within a step
+	// (default 100ms); it must divide Step and 100ms (the batching baseline
+	// flushes every 100ms).
+	ArrivalTick Duration `yaml:"arrival_tick"`
+	// CurvesDir is read with config.LoadCurves, relative to the scenario
+	// file (default ../curves, i.e. configs/curves).
+	CurvesDir string `yaml:"curves_dir"`
+	// CurveFiles are extra curve files (config.ParseCurve), relative to the
+	// scenario file.
+	CurveFiles []string `yaml:"curve_files"`
+	// ReconcileEvery is how often a modelled reconciler settles expired
+	// leases on every shard (lease.Ledger.Settle, fence 0; default 1m).
+	ReconcileEvery Duration     `yaml:"reconcile_every"`
+	Daemon         DaemonTuning `yaml:"daemon"`
+	Hosts          []Host       `yaml:"hosts"`
+	// RedistributeKilled sends a killed host's traffic to the surviving hosts
+	// (default true): the exchange stops sending to a dead bidder.
+	RedistributeKilled *bool     `yaml:"redistribute_killed"`
+	Bids               Bids      `yaml:"bids"`
+	Defaults           Defaults  `yaml:"defaults"`
+	Campaigns          []Spec    `yaml:"campaigns"`
+	Faults             []Fault   `yaml:"faults"`
+	Baselines          Baselines `yaml:"baselines"`
+
+	// Resolved by ParseScenario.
+	curves map[string]*bucket.Curve
+	shapes []shape // per campaign
+	budget []int64 // per campaign
+	date   time.Time
+}
+
+// DaemonTuning overrides daemon.Config fields; zero means the daemon default.
+type DaemonTuning struct {
+	LeaseWindow Duration `yaml:"lease_window"`
+	SkewBound   Duration `yaml:"skew_bound"`
+	CapWindow   Duration `yaml:"cap_window"`
+	BurstWindow Duration `yaml:"burst_window"`
+}
+
+// Host is one bidder host running pacerd. Weight is its share of every
+// campaign's traffic (normalised over the hosts; default 1).
+type Host struct {
+	Name   string  `yaml:"name"`
+	Weight float64 `yaml:"weight"`
+}
+
+// Bids draws bid amounts. Dist is "lognormal" (default; Sigma default 0.5)
+// or "uniform" (between MinMicros and MaxMicros); MeanMicros is the mean.
+type Bids struct {
+	Dist       string  `yaml:"dist"`
+	MeanMicros int64   `yaml:"mean_micros"`
+	Sigma      float64 `yaml:"sigma"`
+	MinMicros  int64   `yaml:"min_micros"`
+	MaxMicros  int64   `yaml:"max_micros"`
+}
+
+// Defaults apply to every campaign that does not say.
+type Defaults struct {
+	Traffic string  `yaml:"traffic"`
+	Demand  float64 `yaml:"demand"`
+	Curve   string  `yaml:"curve"`
+	TZ      string  `yaml:"tz"`
+	Shards  int     `yaml:"shards"`
+}
+
+// Spec is one campaign of a scenario.
+type Spec struct {
+	ID string `yaml:"id"`
+	// Rate is the mean SPENDs per second over the campaign's local day,
+	// summed over the fleet.
+	Rate float64 `yaml:"rate"`
+	// Demand is expected daily demand (rate x day x mean bid) over the
+	// budget: 0.5 under-, 1 just-, 1.5 over-subscribed. The budget is derived
+	// from it unless BudgetMicros is set, in which case Demand is derived.
+	Demand       float64 `yaml:"demand"`
+	BudgetMicros int64   `yaml:"budget_micros"`
+	Curve        string  `yaml:"curve"`
+	TZ           string  `yaml:"tz"`
+	Shards       int     `yaml:"shards"`
+	// Traffic is the shape of arrivals over the local day: "flat",
+	// "cosine" (peak 4x trough, peak at 20:00 local; "cosine@14" peaks at
+	// 14:00), "curve" (follows the campaign's pacing curve) or
+	// "csv:PATH" (hourly weights, one per line or "hour,weight").
+	Traffic string `yaml:"traffic"`
+}
+
+// Fault is one event of the fault schedule. At is measured from the start
+// of the run (the earliest campaign's local midnight). Exactly one of Kill,
+// PauseRedis and StopNATS is set.
+type Fault struct {
+	At         Duration `yaml:"at"`
+	Kill       string   `yaml:"kill"`
+	PauseRedis Duration `yaml:"pause_redis"`
+	StopNATS   bool     `yaml:"stop_nats"`
+}
+
+// Baselines selects the alternative strategies run on the same arrivals.
+type Baselines struct {
+	// Thin runs the Redis-backed baselines (lua, batch) on every Thin-th
+	// arrival of each host and campaign, with the budget divided by Thin,
+	// so a day of them fits the run's time budget (default 1: every
+	// arrival). No pacing always sees every arrival.
+	Thin int `yaml:"thin"`
+	// Campaigns restricts the Redis-backed baselines to these ids (default
+	// all).
+	Campaigns []string `yaml:"campaigns"`
+	// Disable lists strategies not to run: "lua", "batch", "nopacing".
+	Disable []string `yaml:"disable"`
+	// FlushEvery is the batching baseline's flush period (default 100ms).
+	FlushEvery Duration `yaml:"flush_every"`
+	// BatchShards is the batching baseline's key count (default 8).
+	BatchShards int `yaml:"batch_shards"`
+}
+
+// LoadScenario reads and parses a scenario file; relative paths in it are
+// resolved from the file's directory.
+func LoadScenario(path string) (*Scenario, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	s, err := ParseScenario(data, filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ParseScenario parses a scenario, fills defaults, loads its curves and
+// traffic shapes, and reports every problem it finds. baseDir resolves
+// relative paths.
+func ParseScenario(data []byte, baseDir string) (*Scenario, error) {
+	var s Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	if err := s.resolve(baseDir); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Scenario) resolve(baseDir string) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if s.Name == "" {
+		s.Name = "scenario"
+	}
+	if s.Date == "" {
+		bad("date: missing; give the local date to simulate, such as 2026-11-21")
+	} else if d, err := time.Parse("2006-01-02", s.Date); err != nil {
+		bad("date: %q is not YYYY-MM-DD", s.Date)
+	} else {
+		s.date = d
+	}
+	if s.Seed == 0 {
+		s.Seed = 1
+	}
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	def(&s.Step, time.Second)
+	def(&s.ArrivalTick, 100*time.Millisecond)
+	def(&s.ReconcileEvery, time.Minute)
+	def(&s.Baselines.FlushEvery, 100*time.Millisecond)
+	step, tick := time.Duration(s.Step), time.Duration(s.ArrivalTick)
+	switch {
+	case step < 0 || tick < 0 || s.ReconcileEvery < 0 || s.Baselines.FlushEvery < 0:
+		bad("step, arrival_tick, reconcile_every and baselines.flush_every must be positive")
+	case step%tick != 0:
+		bad("arrival_tick %v must divide step %v", tick, step)
+	case time.Duration(s.Baselines.FlushEvery)%tick != 0:
+		bad("arrival_tick %v must divide baselines.flush_every %v", tick, time.Duration(s.Baselines.FlushEvery))
+	case step > time.Minute:
+		bad("step %v: at most 1m (metrics are sampled every simulated minute)", step)
+	case time.Minute%step != 0:
+		bad("step %v must divide a minute", step)
+	}
+	if s.Baselines.Thin == 0 {
+		s.Baselines.Thin = 1
+	}
+	if s.Baselines.Thin < 0 {
+		bad("baselines.thin %d: want 1 or more", s.Baselines.Thin)
+	}
+	if s.Baselines.BatchShards == 0 {
+		s.Baselines.BatchShards = 8
+	}
+	if s.Baselines.BatchShards < 1 || s.Baselines.BatchShards > 256 {
+		bad("baselines.batch_shards %d: want 1 to 256", s.Baselines.BatchShards)
+	}
+	for _, d := range s.Baselines.Disable {
+		if d != StrategyLua && d != StrategyBatch && d != StrategyNoPacing {
+			bad("baselines.disable: %q: want lua, batch or nopacing", d)
+		}
+	}
+	if s.RedistributeKilled == nil {
+		t := true
+		s.RedistributeKilled = &t
+	}
+
+	// Hosts.
+	if len(s.Hosts) == 0 {
+		bad("hosts: none; a scenario needs at least one host")
+	}
+	hostSeen := map[string]bool{}
+	for i := range s.Hosts {
+		h := &s.Hosts[i]
+		if h.Name == "" {
+			h.Name = fmt.Sprintf("host%d", i+1)
+		}
+		if hostSeen[h.Name] {
+			bad("hosts[%d]: name %q used twice", i, h.Name)
+		}
+		hostSeen[h.Name] = true
+		if h.Weight == 0 {
+			h.Weight = 1
+		}
+		if h.Weight < 0 || math.IsNaN(h.Weight) || math.IsInf(h.Weight, 0) {
+			bad("hosts[%d] (%s): weight %v: want a positive number", i, h.Name, h.Weight)
+		}
+	}
+
+	// Bids.
+	b := &s.Bids
+	if b.Dist == "" {
+		b.Dist = "lognormal"
+	}
+	if b.MeanMicros == 0 {
+		b.MeanMicros = 2000
+	}
+	switch b.Dist {
+	case "lognormal":
+		if b.Sigma == 0 {
+			b.Sigma = 0.5
+		}
+		if b.Sigma < 0 || b.Sigma > 3 || b.MeanMicros < 1 {
+			bad("bids: lognormal needs mean_micros >= 1 and 0 < sigma <= 3")
+		}
+	case "uniform":
+		if b.MinMicros == 0 && b.MaxMicros == 0 {
+			b.MinMicros, b.MaxMicros = b.MeanMicros/2, b.MeanMicros*3/2
+		}
+		if b.MinMicros < 1 || b.MaxMicros < b.MinMicros {
+			bad("bids: uniform needs 1 <= min_micros <= max_micros")
+		}
+		b.MeanMicros = (b.MinMicros + b.MaxMicros) / 2
+	default:
+		bad("bids.dist: %q: want lognormal or uniform", b.Dist)
+	}
+
+	// Curves.
+	if s.CurvesDir == "" {
+		s.CurvesDir = "../curves"
+	}
+	dir := s.CurvesDir
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(baseDir, dir)
+	}
+	curves, err := config.LoadCurves(os.DirFS(dir))
+	if err != nil {
+		bad("curves_dir %s: %v", dir, err)
+		curves = map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}
+	}
+	for _, f := range s.CurveFiles {
+		p := f
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			bad("curve_files: %v", err)
+			continue
+		}
+		c, err := config.ParseCurve(data)
+		if err != nil {
+			bad("curve_files: %s: %v", f, err)
+			continue
+		}
+		if _, dup := curves[c.Name()]; dup {
+			bad("curve_files: %s: curve %q is already defined", f, c.Name())
+			continue
+		}
+		curves[c.Name()] = c
+	}
+	s.curves = curves
+
+	// Campaigns.
+	d := &s.Defaults
+	if d.Traffic == "" {
+		d.Traffic = "flat"
+	}
+	if d.Demand == 0 {
+		d.Demand = 1.5
+	}
+	if d.Curve == "" {
+		d.Curve = config.FlatCurve
+	}
+	if d.TZ == "" {
+		d.TZ = "UTC"
+	}
+	if d.Shards == 0 {
+		d.Shards = lease.DefaultShards
+	}
+	if len(s.Campaigns) == 0 {
+		bad("campaigns: none; a scenario needs at least one campaign")
+	}
+	seen := map[string]bool{}
+	s.shapes = make([]shape, len(s.Campaigns))
+	s.budget = make([]int64, len(s.Campaigns))
+	for i := range s.Campaigns {
+		c := &s.Campaigns[i]
+		where := fmt.Sprintf("campaigns[%d]", i)
+		if c.ID != "" {
+			where += " (" + c.ID + ")"
+		}
+		if !lease.ValidCampaignID(c.ID) {
+			bad("%s: id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", where, c.ID)
+		}
+		if seen[c.ID] {
+			bad("%s: id used twice", where)
+		}
+		seen[c.ID] = true
+		if c.Traffic == "" {
+			c.Traffic = d.Traffic
+		}
+		if c.Curve == "" {
+			c.Curve = d.Curve
+		}
+		if c.TZ == "" {
+			c.TZ = d.TZ
+		}
+		if c.Shards == 0 {
+			c.Shards = d.Shards
+		}
+		if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+			bad("%s: rate %v: want SPENDs per second > 0", where, c.Rate)
+		}
+		curve, ok := curves[c.Curve]
+		if !ok {
+			bad("%s: curve %q: not in %s nor curve_files (have %s)", where, c.Curve, dir, strings.Join(sortedKeys(curves), ", "))
+		}
+		if _, err := time.LoadLocation(c.TZ); err != nil {
+			bad("%s: tz %q is not an IANA zone such as America/New_York", where, c.TZ)
+		}
+		if c.Shards < 1 || c.Shards > lease.MaxShards {
+			bad("%s: shards %d: want 1 to %d", where, c.Shards, lease.MaxShards)
+		}
+		if ok {
+			sh, err := parseShape(c.Traffic, curve, baseDir)
+			if err != nil {
+				bad("%s: traffic: %v", where, err)
+			}
+			s.shapes[i] = sh
+		}
+		// Expected demand over a 24-hour day; shapes have mean 1.
+		demand := c.Rate * 86400 * float64(b.MeanMicros)
+		switch {
+		case c.BudgetMicros < 0:
+			bad("%s: budget_micros %d is negative", where, c.BudgetMicros)
+		case c.BudgetMicros > 0:
+			c.Demand = demand / float64(c.BudgetMicros)
+		default:
+			if c.Demand == 0 {
+				c.Demand = d.Demand
+			}
+			if !(c.Demand > 0) {
+				bad("%s: demand %v: want > 0", where, c.Demand)
+				continue
+			}
+			c.BudgetMicros = int64(demand / c.Demand)
+		}
+		if c.BudgetMicros > lease.MaxBudgetMicros {
+			bad("%s: budget %d micros exceeds the ledger's maximum", where, c.BudgetMicros)
+		}
+		s.budget[i] = c.BudgetMicros
+	}
+	for _, id := range s.Baselines.Campaigns {
+		if !seen[id] {
+			bad("baselines.campaigns: %q is not a campaign of this scenario", id)
+		}
+	}
+
+	// Faults.
+	for i, f := range s.Faults {
+		n := 0
+		if f.Kill != "" {
+			n++
+			if !hostSeen[f.Kill] {
+				bad("faults[%d]: kill: no host named %q", i, f.Kill)
+			}
+		}
+		if f.PauseRedis != 0 {
+			n++
+			if f.PauseRedis < 0 {
+				bad("faults[%d]: pause_redis must be positive", i)
+			}
+		}
+		if f.StopNATS {
+			n++
+		}
+		if n != 1 {
+			bad("faults[%d]: give exactly one of kill, pause_redis, stop_nats", i)
+		}
+		if f.At < 0 {
+			bad("faults[%d]: at %v is negative", i, time.Duration(f.At))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sortStrings(keys)
+	return keys
+}
+
+// shape is a traffic shape over a campaign's local day: the arrival rate's
+// multiplier at a fraction of the day, with mean 1 over the day.
+type shape struct {
+	name   string
+	hourly []float64 // piecewise constant over equal slots, mean 1; nil for cosine
+	peak   float64   // cosine: hour of the peak
+}
+
+// at returns the multiplier at frac (0 <= frac < 1) of the local day.
+func (s shape) at(frac float64) float64 {
+	if s.hourly == nil {
+		// 1 + 0.6 cos: peak 1.6, trough 0.4, mean 1.
+		return 1 + 0.6*math.Cos(2*math.Pi*(frac*24-s.peak)/24)
+	}
+	i := int(frac * float64(len(s.hourly)))
+	return s.hourly[min(max(i, 0), len(s.hourly)-1)]
+}
+
+func parseShape(spec string, curve *bucket.Curve, baseDir string) (shape, error) {
+	switch {
+	case spec == "flat":
+		return shape{name: spec, hourly: []float64{1}}, nil
+	case spec == "cosine" || strings.HasPrefix(spec, "cosine@"):
+		peak := 20.0
+		if h, ok := strings.CutPrefix(spec, "cosine@"); ok {
+			v, err := strconv.ParseFloat(h, 64)
+			if err != nil || v < 0 || v >= 24 {
+				return shape{}, fmt.Errorf("%q: the peak hour after @ must be 0 to 24", spec)
+			}
+			peak = v
+		}
+		return shape{name: spec, peak: peak}, nil
+	case spec == "curve":
+		w := curve.Weights()
+		for i := range w {
+			w[i] *= float64(len(w))
+		}
+		return shape{name: "curve:" + curve.Name(), hourly: w}, nil
+	case strings.HasPrefix(spec, "csv:"):
+		p := strings.TrimPrefix(spec, "csv:")
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		w, err := readHourlyCSV(p)
+		if err != nil {
+			return shape{}, err
+		}
+		return shape{name: spec, hourly: w}, nil
+	}
+	return shape{}, fmt.Errorf("%q: want flat, cosine, cosine@HOUR, curve or csv:PATH", spec)
+}
+
+// readHourlyCSV reads 24 non-negative weights, one per line ("w" or
+// "hour,w"; a header line and # comments are skipped), normalised to mean 1.
+func readHourlyCSV(path string) ([]float64, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(bytes.NewReader(data))
+	r.Comment = '#'
+	r.FieldsPerRecord = -1
+	recs, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var w []float64
+	for i, rec := range recs {
+		field := strings.TrimSpace(rec[len(rec)-1])
+		v, err := strconv.ParseFloat(field, 64)
+		if err != nil {
+			if i == 0 {
+				continue // header
+			}
+			return nil, fmt.Errorf("%s: line %d: %q is not a number", path, i+1, field)
+		}
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("%s: line %d: weight %v must be finite and >= 0", path, i+1, v)
+		}
+		w = append(w, v)
+	}
+	if len(w) != 24 {
+		return nil, fmt.Errorf("%s: %d weights; want 24 (one per hour)", path, len(w))
+	}
+	var sum float64
+	for _, v := range w {
+		sum += v
+	}
+	if sum == 0 {
+		return nil, fmt.Errorf("%s: weights sum to 0", path)
+	}
+	for i := range w {
+		w[i] *= 24 / sum
+	}
+	return w, nil
+}

@@ -1,0 +1,780 @@
+// Package sim is pacer's fleet simulator: K in-process daemons (the real
+// daemon.Daemon, stepped by a manual clock) on one real redis-server, a
+// load generator that sends them Poisson SPENDs following a traffic shape,
+// alternative strategies (baselines) run on the same arrivals, and the
+// pacing-quality metrics, tables and plots of docs/SIMULATION.md.
+//
+// Each host draws its arrivals from its own generator, so the arrivals are
+// the same for a seed; hosts run in parallel, so the order of their ledger
+// calls within a step, and with it pacer's figures, vary slightly from run
+// to run.
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Strategy names, in report order.
+const (
+	StrategyPacer    = "pacer"
+	StrategyLua      = "lua"
+	StrategyBatch    = "batch"
+	StrategyNoPacing = "nopacing"
+)
+
+var strategies = []string{StrategyPacer, StrategyLua, StrategyBatch, StrategyNoPacing}
+
+const (
+	sPacer = iota
+	sLua
+	sBatch
+	sNoPacing
+	nStrategies
+)
+
+// latencyEvery: one SPEND in this many is timed, per host and strategy.
+const latencyEvery = 128
+
+// Options are a run's settings that are not part of the scenario.
+type Options struct {
+	// RedisAddr is an existing Redis (host:port or a Unix socket path) to
+	// use; it should be empty, as the run writes pacer:* and sim:* keys.
+	// Empty starts a redis-server (RedisServer, default "redis-server").
+	RedisAddr   string
+	RedisServer string
+	// Seed overrides the scenario's seed when non-zero.
+	Seed uint64
+	// Progress receives a progress line while the run goes (nil: none).
+	Progress io.Writer
+	Logger   *zap.Logger
+}
+
+// hostClock is one host's manual clock; the run moves it.
+type hostClock struct{ ns atomic.Int64 }
+
+func (c *hostClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *hostClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *hostClock) unixNanos() int64    { return c.ns.Load() }
+func (c *hostClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// campaignRT is a campaign's run-time state, shared by every host.
+type campaignRT struct {
+	spec     Spec
+	idx      int
+	loc      *time.Location
+	day      bucket.Day
+	curve    *bucket.Curve
+	shape    shape
+	budget   int64 // pacer's and no pacing's budget
+	blBudget int64 // the Redis-backed baselines' budget (budget / thin)
+	inBL     bool  // runs the Redis-backed baselines
+
+	npRemaining atomic.Int64 // no pacing: the fleet's shared counter
+
+	// Main goroutine only.
+	samples      []sample // one per simulated minute of the local day, from its start
+	cmdsAtStart  [nStrategies]int64
+	cmdsAtEnd    [nStrategies]int64
+	leasedAtEnd  int64
+	snapped      bool
+	blOpened     bool
+	heldByKilled int64
+}
+
+// sample is the generator's cumulative net spend at one instant.
+type sample struct {
+	t     time.Time
+	cum   [nStrategies]int64
+	hosts []int64 // pacer's, per host
+}
+
+// hostCampaign is what one host's generator counts for one campaign; the
+// host's goroutine owns it during the arrivals phase.
+type hostCampaign struct {
+	requests, allowed, paced, exhausted, errors int64
+	allowedMicros                               int64
+	firstExhausted                              time.Time
+
+	npAllowed int64
+
+	seq                   int64 // arrivals seen, for thinning
+	blRequests            int64
+	luaAllowed, luaErrors int64
+	batchAllowed          int64
+	view, pending         []int64 // batching baseline, per key
+}
+
+type luaCall struct {
+	ci     int
+	amount int64
+}
+
+type hostRT struct {
+	name   string
+	weight float64
+	share  float64 // of every campaign's traffic now
+	clock  *hostClock
+	d      *daemon.Daemon
+	alive  bool
+	rng    *rand.Rand // arrivals: the same for every strategy
+	blRng  *rand.Rand // the batching baseline's shard choice
+	c      []hostCampaign
+	warmed []bool
+
+	lat      [nStrategies][]time.Duration
+	latCount [nStrategies]int
+	luaQueue []luaCall
+}
+
+// runner holds one run's state.
+type runner struct {
+	sc      *Scenario
+	opt     Options
+	log     *zap.Logger
+	camps   []*campaignRT
+	hosts   []*hostRT
+	bid     bidder
+	start   time.Time
+	end     time.Time // last local midnight
+	stopAt  time.Time // end plus a tail for releases and settlement
+	paused  atomic.Bool
+	resume  time.Time
+	enabled [nStrategies]bool
+	notes   []string
+	faults  []FaultRecord
+
+	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB *redis.Client
+	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
+	ledger, reconLedger, obsLedger               *lease.Ledger
+	luaScript                                    *redis.Script
+	daemonCfg                                    daemon.Config
+}
+
+// luaCheckAndDecrement is the seed article's per-auction budget check.
+const luaCheckAndDecrement = `
+local b = tonumber(redis.call('GET', KEYS[1]))
+if b and b >= tonumber(ARGV[1]) then
+  redis.call('DECRBY', KEYS[1], ARGV[1])
+  return 1
+end
+return 0`
+
+// Run simulates the scenario and returns its results.
+func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
+	wallStart := time.Now()
+	if opt.Logger == nil {
+		opt.Logger = zap.NewNop()
+	}
+	if opt.Seed != 0 {
+		sc.Seed = opt.Seed
+	}
+	addr := opt.RedisAddr
+	if addr == "" {
+		srv, err := StartRedis(ctx, opt.RedisServer)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		addr = srv.Socket
+	}
+	r := &runner{sc: sc, opt: opt, log: opt.Logger.Named("sim"), bid: newBidder(sc.Bids), luaScript: redis.NewScript(luaCheckAndDecrement)}
+	defer r.close()
+	if err := r.setup(ctx, addr); err != nil {
+		return nil, err
+	}
+	if err := r.loop(ctx); err != nil {
+		return nil, err
+	}
+	res, err := r.results(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.WallSeconds = time.Since(wallStart).Seconds()
+	return res, nil
+}
+
+func (r *runner) close() {
+	for _, c := range []*redis.Client{r.pacerRDB, r.reconRDB, r.luaRDB, r.batchRDB, r.obsRDB} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func (r *runner) setup(ctx context.Context, addr string) error {
+	sc := r.sc
+	ids := make([]string, len(sc.Campaigns))
+	for i, c := range sc.Campaigns {
+		ids[i] = c.ID
+	}
+	never := new(atomic.Bool)
+	r.pacerRDB, r.reconRDB, r.obsRDB = newClient(addr), newClient(addr), newClient(addr)
+	r.luaRDB, r.batchRDB = newClient(addr), newClient(addr)
+	r.pacerCnt = newCounter(ids, &r.paused, pacerKeyID)
+	r.reconCnt = newCounter(ids, &r.paused, pacerKeyID)
+	r.luaCnt = newCounter(ids, &r.paused, baselineKeyID)
+	r.batchCnt = newCounter(ids, &r.paused, baselineKeyID)
+	r.pacerRDB.AddHook(r.pacerCnt)
+	r.reconRDB.AddHook(r.reconCnt)
+	r.luaRDB.AddHook(r.luaCnt)
+	r.batchRDB.AddHook(r.batchCnt)
+	r.obsRDB.AddHook(newCounter(nil, never, pacerKeyID))
+	if err := r.obsRDB.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s: %w", addr, err)
+	}
+	if n, err := r.obsRDB.Keys(ctx, "pacer:*").Result(); err == nil && len(n) > 0 && r.opt.RedisAddr != "" {
+		return fmt.Errorf("redis at %s already holds %d pacer:* keys; give the simulator an empty Redis", addr, len(n))
+	}
+	r.ledger = lease.New(r.pacerRDB, lease.Config{}, r.log)
+	r.reconLedger = lease.New(r.reconRDB, lease.Config{}, r.log)
+	r.obsLedger = lease.New(r.obsRDB, lease.Config{}, r.log)
+
+	for _, s := range strategies {
+		r.enabled[strategyIndex(s)] = true
+	}
+	for _, s := range sc.Baselines.Disable {
+		r.enabled[strategyIndex(s)] = false
+	}
+	inBL := map[string]bool{}
+	for _, id := range sc.Baselines.Campaigns {
+		inBL[id] = true
+	}
+	thin := int64(sc.Baselines.Thin)
+	for i, spec := range sc.Campaigns {
+		loc, _ := time.LoadLocation(spec.TZ)
+		day, err := bucket.ParseDayKey(sc.Date, loc)
+		if err != nil {
+			return err
+		}
+		c := &campaignRT{spec: spec, idx: i, loc: loc, day: day, curve: sc.curves[spec.Curve], shape: sc.shapes[i],
+			budget: sc.budget[i], blBudget: sc.budget[i] / thin, inBL: len(inBL) == 0 || inBL[spec.ID]}
+		c.npRemaining.Store(c.budget)
+		r.camps = append(r.camps, c)
+		if r.start.IsZero() || day.Start.Before(r.start) {
+			r.start = day.Start
+		}
+		if day.End.After(r.end) {
+			r.end = day.End
+		}
+		if _, err := r.obsLedger.PutCampaign(ctx, lease.Campaign{ID: spec.ID, DailyMicros: c.budget, TZ: spec.TZ,
+			Curve: spec.Curve, Shards: spec.Shards, State: lease.StateActive}); err != nil {
+			return err
+		}
+	}
+	r.stopAt = r.end.Add(2 * time.Minute)
+	if r.enabled[sLua] {
+		if err := r.luaScript.Load(ctx, r.luaRDB).Err(); err != nil {
+			return fmt.Errorf("load the Lua baseline: %w", err)
+		}
+	}
+
+	tune := sc.Daemon
+	r.daemonCfg = daemon.Config{
+		LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
+		CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
+	}
+	for i, h := range sc.Hosts {
+		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,
+			rng:   rand.New(rand.NewPCG(sc.Seed, uint64(i)+1)),
+			blRng: rand.New(rand.NewPCG(sc.Seed, uint64(i)+1001)),
+			c:     make([]hostCampaign, len(r.camps)), warmed: make([]bool, len(r.camps))}
+		hr.clock.set(r.start)
+		cfg := r.daemonCfg
+		cfg.Holder, cfg.Clock, cfg.Logger = h.Name, hr.clock, r.log.Named(h.Name)
+		cfg.Curves = make(map[string]*bucket.Curve, len(sc.curves))
+		for k, v := range sc.curves {
+			cfg.Curves[k] = v
+		}
+		d, err := daemon.New(r.ledger, cfg)
+		if err != nil {
+			return err
+		}
+		hr.d = d
+		for ci := range hr.c {
+			hr.c[ci].view = make([]int64, sc.Baselines.BatchShards)
+			hr.c[ci].pending = make([]int64, sc.Baselines.BatchShards)
+			copy(hr.c[ci].view, lease.Split(r.camps[ci].blBudget, sc.Baselines.BatchShards))
+		}
+		r.hosts = append(r.hosts, hr)
+	}
+	// Resolve daemon defaults for reporting and the reconciler's grace.
+	r.daemonCfg = resolvedDaemonConfig(r.daemonCfg)
+	r.reshare()
+	for _, f := range sc.Faults {
+		if f.StopNATS {
+			r.notes = append(r.notes, "stop_nats is accepted but a no-op: pacerd has no NATS broadcasts yet, so exhaustion spreads through the ledger only")
+		}
+	}
+	return nil
+}
+
+// resolvedDaemonConfig fills the daemon's documented defaults, for the
+// report and for the reconciler's grace.
+func resolvedDaemonConfig(c daemon.Config) daemon.Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.LeaseWindow, 30*time.Second)
+	def(&c.SkewBound, time.Second)
+	def(&c.Grace, 2*c.SkewBound+2*time.Second)
+	def(&c.CapWindow, 5*time.Minute)
+	def(&c.BurstWindow, 2*time.Second)
+	return c
+}
+
+func strategyIndex(s string) int {
+	for i, v := range strategies {
+		if v == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// reshare recomputes each host's share of traffic from the live hosts.
+func (r *runner) reshare() {
+	var total float64
+	for _, h := range r.hosts {
+		if h.alive || !*r.sc.RedistributeKilled {
+			total += h.weight
+		}
+	}
+	for _, h := range r.hosts {
+		h.share = 0
+		if h.alive && total > 0 {
+			h.share = h.weight / total
+		}
+	}
+}
+
+func (r *runner) loop(ctx context.Context) error {
+	sc := r.sc
+	step := time.Duration(sc.Step)
+	reconcileEvery := time.Duration(sc.ReconcileEvery)
+	nextReconcile := r.start.Add(reconcileEvery)
+	total := r.stopAt.Sub(r.start)
+	wall := time.Now()
+	lastProgress := wall
+	faults := append([]Fault(nil), sc.Faults...)
+	for t := r.start; !t.After(r.stopAt); t = t.Add(step) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, h := range r.hosts {
+			h.clock.set(t)
+		}
+		if r.paused.Load() && !t.Before(r.resume) {
+			r.paused.Store(false)
+			r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.start).String(), What: "redis resumed"})
+		}
+		kept := faults[:0]
+		for _, f := range faults {
+			if r.start.Add(time.Duration(f.At)).After(t) {
+				kept = append(kept, f)
+				continue
+			}
+			r.applyFault(ctx, t, f)
+		}
+		faults = kept
+		if !t.Before(nextReconcile) {
+			r.reconcile(ctx, t)
+			nextReconcile = nextReconcile.Add(reconcileEvery)
+		}
+		r.bookkeeping(ctx, t)
+
+		// Every live host, in parallel: its daemon's refill loop at t (so
+		// every ledger call of the step happens at t), then the step's
+		// arrivals on its own clock.
+		var wg sync.WaitGroup
+		for _, h := range r.hosts {
+			if !h.alive {
+				continue
+			}
+			wg.Go(func() {
+				var warm []string
+				for ci, c := range r.camps {
+					if !h.warmed[ci] && !t.Before(c.day.Start) && t.Before(c.day.End) {
+						h.warmed[ci] = true
+						warm = append(warm, c.spec.ID)
+					}
+				}
+				if len(warm) > 0 {
+					h.d.Warm(warm)
+				}
+				h.d.Step(ctx)
+				if t.Before(r.end) {
+					r.arrivals(ctx, h, t)
+				}
+			})
+		}
+		wg.Wait()
+		if r.opt.Progress != nil && time.Since(lastProgress) >= time.Second {
+			lastProgress = time.Now()
+			fmt.Fprintf(r.opt.Progress, "\rsim %s  %5.1f%%  wall %5.1fs ", t.UTC().Format("2006-01-02 15:04"),
+				100*float64(t.Sub(r.start))/float64(total), time.Since(wall).Seconds())
+		}
+	}
+	if r.opt.Progress != nil {
+		fmt.Fprintf(r.opt.Progress, "\rsim %s  100.0%%  wall %5.1fs \n", r.stopAt.UTC().Format("2006-01-02 15:04"), time.Since(wall).Seconds())
+	}
+	// The reconciler's last pass, after every lease has expired, then the
+	// live daemons shut down as pacerd would on SIGTERM.
+	r.reconcile(ctx, r.stopAt)
+	for _, h := range r.hosts {
+		if h.alive {
+			if err := h.d.Close(ctx); err != nil {
+				r.notes = append(r.notes, fmt.Sprintf("%s: close: %v", h.name, err))
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) applyFault(ctx context.Context, t time.Time, f Fault) {
+	rec := FaultRecord{At: t, Offset: t.Sub(r.start).String()}
+	switch {
+	case f.Kill != "":
+		for _, h := range r.hosts {
+			if h.name == f.Kill && h.alive {
+				h.alive = false
+				held := r.heldBy(ctx, h.name, t)
+				rec.What = fmt.Sprintf("killed %s (never closed; its leases stay outstanding); it held %d micros in leases", h.name, held)
+				rec.HeldMicros = held
+			}
+		}
+		r.reshare()
+	case f.PauseRedis > 0:
+		r.paused.Store(true)
+		r.resume = t.Add(time.Duration(f.PauseRedis))
+		rec.What = fmt.Sprintf("redis paused for %v (every ledger and baseline command fails fast)", time.Duration(f.PauseRedis))
+	case f.StopNATS:
+		rec.What = "nats stopped (no-op: no NATS in pacerd yet)"
+	}
+	r.faults = append(r.faults, rec)
+}
+
+// heldBy sums the outstanding leases holder has on every open shard, per
+// campaign (recorded on the campaign) and in total. It reads the ledger's
+// lease records directly: lease has no accessor for them yet.
+func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
+	var total int64
+	for _, c := range r.camps {
+		if t.Before(c.day.Start) || !t.Before(c.day.End) {
+			continue
+		}
+		for s := range c.spec.Shards {
+			k := lease.ShardKey{Campaign: c.spec.ID, Day: c.day.Key, Shard: s}
+			key := strings.TrimSuffix(k.AuditKey(), "audit") + "leases"
+			recs, err := r.obsRDB.HVals(ctx, key).Result()
+			if err != nil {
+				continue
+			}
+			for _, rec := range recs {
+				parts := strings.Split(rec, "|")
+				if len(parts) >= 2 && parts[1] == holder {
+					n, _ := strconv.ParseInt(parts[0], 10, 64)
+					c.heldByKilled += n
+					total += n
+				}
+			}
+		}
+	}
+	return total
+}
+
+// reconcile models the fleet's reconciler: settle expired leases on every
+// shard of every open campaign-day (fence 0: no election in the simulator).
+func (r *runner) reconcile(ctx context.Context, t time.Time) {
+	for _, c := range r.camps {
+		if t.Before(c.day.Start) {
+			continue
+		}
+		for s := range c.spec.Shards {
+			k := lease.ShardKey{Campaign: c.spec.ID, Day: c.day.Key, Shard: s}
+			_, err := r.reconLedger.Settle(ctx, k, t, r.daemonCfg.Grace, 0)
+			if err != nil && !errors.Is(err, lease.ErrDayNotOpen) && !errors.Is(err, errRedisPaused) {
+				r.log.Warn("settle", zap.Stringer("shard", k), zap.Error(err))
+			}
+		}
+	}
+}
+
+// bookkeeping runs at the top of each step, between the phases, when no host
+// goroutine runs: minute samples, day start and day end snapshots.
+func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
+	for _, c := range r.camps {
+		if t.Before(c.day.Start) || t.After(c.day.End) {
+			if !c.snapped && t.After(c.day.End) {
+				r.snapshotDayEnd(ctx, c)
+			}
+			continue
+		}
+		if !c.blOpened {
+			c.blOpened = true
+			c.cmdsAtStart = r.cmdCounts(c)
+			if c.inBL {
+				r.openBaselines(ctx, c)
+			}
+		}
+		if t.Sub(c.day.Start)%time.Minute == 0 {
+			s := sample{t: t, hosts: make([]int64, len(r.hosts))}
+			for hi, h := range r.hosts {
+				hc := &h.c[c.idx]
+				s.cum[sPacer] += hc.allowedMicros
+				s.cum[sLua] += hc.luaAllowed
+				s.cum[sBatch] += hc.batchAllowed
+				s.cum[sNoPacing] += hc.npAllowed
+				s.hosts[hi] = hc.allowedMicros
+			}
+			c.samples = append(c.samples, s)
+		}
+		if t.Equal(c.day.End) {
+			r.snapshotDayEnd(ctx, c)
+		}
+	}
+}
+
+func (r *runner) cmdCounts(c *campaignRT) [nStrategies]int64 {
+	var n [nStrategies]int64
+	n[sPacer] = r.pacerCnt.campaign(c.spec.ID)
+	n[sLua] = r.luaCnt.campaign(c.spec.ID)
+	n[sBatch] = r.batchCnt.campaign(c.spec.ID)
+	return n
+}
+
+// snapshotDayEnd records, at the campaign's local midnight before the
+// daemons step past it, the budget still leased out and the commands sent.
+func (r *runner) snapshotDayEnd(ctx context.Context, c *campaignRT) {
+	c.snapped = true
+	c.cmdsAtEnd = r.cmdCounts(c)
+	tot, err := r.obsLedger.DayTotals(ctx, c.spec.ID, c.day.Key)
+	if err == nil {
+		c.leasedAtEnd = tot.Leased
+	}
+}
+
+func (r *runner) openBaselines(ctx context.Context, c *campaignRT) {
+	if r.enabled[sLua] {
+		r.luaRDB.Set(ctx, luaKey(c.spec.ID), c.blBudget, 0)
+	}
+	if r.enabled[sBatch] {
+		for s, part := range lease.Split(c.blBudget, r.sc.Baselines.BatchShards) {
+			r.batchRDB.Set(ctx, batchKey(c.spec.ID, s), part, 0)
+		}
+	}
+}
+
+func luaKey(id string) string          { return "sim:lua:{" + id + "}" }
+func batchKey(id string, s int) string { return "sim:batch:{" + id + "}:" + strconv.Itoa(s) }
+
+// arrivals generates and serves one step of host h's traffic, starting at t.
+func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
+	sc := r.sc
+	tick := time.Duration(sc.ArrivalTick)
+	ticks := int(time.Duration(sc.Step) / tick)
+	flushEvery := int64(time.Duration(sc.Baselines.FlushEvery))
+	lambda := make([]float64, len(r.camps))
+	for ci, c := range r.camps {
+		if t.Before(c.day.Start) || !t.Before(c.day.End) {
+			continue
+		}
+		frac := float64(t.Sub(c.day.Start)) / float64(c.day.Length())
+		lambda[ci] = c.spec.Rate * c.shape.at(frac) * h.share * tick.Seconds()
+	}
+	for k := range ticks {
+		now := t.Add(time.Duration(k) * tick)
+		h.clock.set(now)
+		for ci, c := range r.camps {
+			n := poisson(h.rng, lambda[ci])
+			for range n {
+				r.spend(ctx, h, c, &h.c[ci], r.bid.draw(h.rng), now)
+			}
+		}
+		if len(h.luaQueue) > 0 {
+			r.flushLua(ctx, h)
+		}
+		if r.enabled[sBatch] && (now.Add(tick).Sub(r.start).Nanoseconds())%flushEvery == 0 {
+			r.flushBatch(ctx, h, now)
+		}
+	}
+}
+
+// spend serves one arrival through every strategy.
+func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
+	// pacer: the production hot path.
+	hc.requests++
+	var dec transport.Decision
+	var err error
+	if h.latCount[sPacer]++; h.latCount[sPacer]%latencyEvery == 0 {
+		t0 := time.Now()
+		dec, err = h.d.Spend(c.spec.ID, amount, "")
+		h.lat[sPacer] = append(h.lat[sPacer], time.Since(t0))
+	} else {
+		dec, err = h.d.Spend(c.spec.ID, amount, "")
+	}
+	switch {
+	case err != nil:
+		hc.errors++
+	case dec == transport.Allowed:
+		hc.allowed++
+		hc.allowedMicros += amount
+	case dec == transport.Paced:
+		hc.paced++
+	default:
+		hc.exhausted++
+		if hc.firstExhausted.IsZero() {
+			hc.firstExhausted = now
+		}
+	}
+
+	// No pacing: every arrival, the fleet's shared counter, stop at budget.
+	if r.enabled[sNoPacing] {
+		if h.latCount[sNoPacing]++; h.latCount[sNoPacing]%latencyEvery == 0 {
+			t0 := time.Now()
+			ok := noPacingSpend(&c.npRemaining, amount)
+			h.lat[sNoPacing] = append(h.lat[sNoPacing], time.Since(t0))
+			if ok {
+				hc.npAllowed += amount
+			}
+		} else if noPacingSpend(&c.npRemaining, amount) {
+			hc.npAllowed += amount
+		}
+	}
+
+	if !c.inBL {
+		return
+	}
+	hc.seq++
+	if hc.seq%int64(r.sc.Baselines.Thin) != 0 {
+		return
+	}
+	hc.blRequests++
+	if r.enabled[sLua] {
+		if h.latCount[sLua]++; h.latCount[sLua]%latencyEvery == 0 {
+			t0 := time.Now()
+			v, err := r.luaScript.EvalSha(ctx, r.luaRDB, []string{luaKey(c.spec.ID)}, amount).Int()
+			h.lat[sLua] = append(h.lat[sLua], time.Since(t0))
+			switch {
+			case err != nil:
+				hc.luaErrors++
+			case v == 1:
+				hc.luaAllowed += amount
+			}
+		} else {
+			h.luaQueue = append(h.luaQueue, luaCall{ci: c.idx, amount: amount})
+		}
+	}
+	if r.enabled[sBatch] {
+		if h.latCount[sBatch]++; h.latCount[sBatch]%latencyEvery == 0 {
+			t0 := time.Now()
+			ok := batchSpend(hc, h.blRng, amount)
+			h.lat[sBatch] = append(h.lat[sBatch], time.Since(t0))
+			if ok {
+				hc.batchAllowed += amount
+			}
+		} else if batchSpend(hc, h.blRng, amount) {
+			hc.batchAllowed += amount
+		}
+	}
+}
+
+func noPacingSpend(remaining *atomic.Int64, amount int64) bool {
+	for {
+		v := remaining.Load()
+		if v < amount {
+			return false
+		}
+		if remaining.CompareAndSwap(v, v-amount) {
+			return true
+		}
+	}
+}
+
+// batchSpend is the sharded, write-batched baseline's local decision: try a
+// random key, then the others, allowing while this host's view of the key's
+// remaining budget (minus what it has not flushed yet) covers the amount.
+func batchSpend(hc *hostCampaign, rng *rand.Rand, amount int64) bool {
+	n := len(hc.view)
+	s0 := rng.IntN(n)
+	for k := range n {
+		s := (s0 + k) % n
+		if hc.view[s]-hc.pending[s] >= amount {
+			hc.pending[s] += amount
+			return true
+		}
+	}
+	return false
+}
+
+// flushLua sends the host's queued Lua check-and-decrements in one pipeline:
+// each is still one EVALSHA, executed atomically in arrival order.
+func (r *runner) flushLua(ctx context.Context, h *hostRT) {
+	pipe := r.luaRDB.Pipeline()
+	cmds := make([]*redis.Cmd, len(h.luaQueue))
+	for i, q := range h.luaQueue {
+		cmds[i] = r.luaScript.EvalSha(ctx, pipe, []string{luaKey(r.camps[q.ci].spec.ID)}, q.amount)
+	}
+	pipe.Exec(ctx)
+	for i, q := range h.luaQueue {
+		hc := &h.c[q.ci]
+		v, err := cmds[i].Int()
+		switch {
+		case err != nil:
+			hc.luaErrors++
+		case v == 1:
+			hc.luaAllowed += q.amount
+		}
+	}
+	h.luaQueue = h.luaQueue[:0]
+}
+
+// flushBatch sends every key's pending decrement (DECRBY, pipelined) and
+// takes the replies as the host's new view of those keys. Keys with nothing
+// pending are not read: the host's view of them stays as stale as it is.
+func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
+	type pend struct {
+		ci, s int
+		cmd   *redis.IntCmd
+	}
+	var ps []pend
+	pipe := r.batchRDB.Pipeline()
+	for ci, c := range r.camps {
+		hc := &h.c[ci]
+		for s, p := range hc.pending {
+			if p > 0 {
+				ps = append(ps, pend{ci, s, pipe.DecrBy(ctx, batchKey(c.spec.ID, s), p)})
+			}
+		}
+	}
+	if len(ps) == 0 {
+		return
+	}
+	pipe.Exec(ctx)
+	for _, p := range ps {
+		v, err := p.cmd.Result()
+		if err != nil {
+			continue // kept pending, retried at the next flush
+		}
+		hc := &h.c[p.ci]
+		hc.pending[p.s] = 0
+		hc.view[p.s] = v
+	}
+}

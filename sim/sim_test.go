@@ -1,0 +1,58 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/pacer/pacer/internal/redistest"
+)
+
+// One end-to-end run of the smoke scenario on a real redis-server.
+func TestSmokeScenario(t *testing.T) {
+	if _, err := redistest.Binary(); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := LoadScenario("../configs/scenarios/smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.ConservationOK {
+		t.Error("ledger conservation failed")
+	}
+	for _, c := range res.Campaigns {
+		q := c.Results[StrategyPacer]
+		t.Logf("%s: pacer utilisation %.4f overspend %d tracking max %.4f cmds/1000 %.2f; lua %.4f batch %.4f",
+			c.ID, q.Utilisation, q.OverspendMicros, q.TrackingMax, q.CmdsPer1000,
+			c.Results[StrategyLua].Utilisation, c.Results[StrategyBatch].Utilisation)
+		if q.OverspendMicros > 0 {
+			t.Errorf("%s: pacer overspent %d micros", c.ID, q.OverspendMicros)
+		}
+		if q.Utilisation < 0.98 || q.Utilisation > 1 {
+			t.Errorf("%s: pacer utilisation %.4f, want 0.98..1", c.ID, q.Utilisation)
+		}
+		if q.TrackingMax > 0.03 {
+			t.Errorf("%s: pacer tracking error %.4f > 3%%", c.ID, q.TrackingMax)
+		}
+		if c.LuaKeyMatches == nil || !*c.LuaKeyMatches {
+			t.Errorf("%s: the Lua baseline's counted spend does not match its Redis key", c.ID)
+		}
+		if l := c.Results[StrategyLua]; l.OverspendMicros > 0 || l.CmdsPer1000 < 1000 {
+			t.Errorf("%s: Lua baseline overspend %d, cmds/1000 %.1f", c.ID, l.OverspendMicros, l.CmdsPer1000)
+		}
+		if c.Ledger.Spent < q.SpentMicros {
+			t.Errorf("%s: ledger spent %d < generator's %d", c.ID, c.Ledger.Spent, q.SpentMicros)
+		}
+	}
+	var md bytes.Buffer
+	if err := res.WriteMarkdown(&md, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteFiles(t.TempDir(), "."); err != nil {
+		t.Fatal(err)
+	}
+}
