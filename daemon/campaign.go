@@ -30,8 +30,10 @@ type campaign struct {
 	settings atomic.Pointer[settings]
 	day      atomic.Pointer[dayState]
 
-	requested atomic.Int64 // micros asked for by SPENDs, allowed or not: demand
-	maxAmount atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
+	requested                 atomic.Int64  // micros asked for by SPENDs, allowed or not: demand
+	allowed, paced, exhausted atomic.Int64  // SPEND answers
+	seq                       atomic.Uint64 // SPENDs, for sampling their latency
+	maxAmount                 atomic.Int64  // largest SPEND seen: the bucket must hold at least a few
 
 	dedup    dedup
 	refundMu sync.Mutex
@@ -117,6 +119,17 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 		return c.decide(now, amount)
 	}
 	return c.dedup.do(now, auctionID, amount, func() transport.Decision { return c.decide(now, amount) })
+}
+
+func (c *campaign) count(dec transport.Decision) {
+	switch dec {
+	case transport.Allowed:
+		c.allowed.Add(1)
+	case transport.Paced:
+		c.paced.Add(1)
+	default:
+		c.exhausted.Add(1)
+	}
 }
 
 func (c *campaign) decide(now time.Time, amount int64) transport.Decision {

@@ -31,7 +31,7 @@ type Daemon struct {
 	log    *zap.Logger
 	bootID string
 
-	campaigns sync.Map // campaign id -> *campaign
+	campaigns campaignSet
 	loads     sync.Map // campaign id -> *load (first-use loads in flight)
 	unknown   sync.Map // campaign id -> time.Time until which it is known unknown
 
@@ -43,10 +43,10 @@ type Daemon struct {
 }
 
 type counters struct {
-	allowed, paced, exhausted, spendErrors atomic.Int64
-	refunds, refundsUnbacked               atomic.Int64
-	ledgerCalls, ledgerErrors              atomic.Int64
-	leasesGranted, leasesReleased          atomic.Int64
+	spendErrors                   atomic.Int64
+	refunds, refundsUnbacked      atomic.Int64
+	ledgerCalls, ledgerErrors     atomic.Int64
+	leasesGranted, leasesReleased atomic.Int64
 }
 
 // New returns a Daemon using ledger.
@@ -84,8 +84,8 @@ type load struct {
 // are deduplicated: a burst of first SPENDs for one campaign makes one load,
 // which the others wait for (bounded by firstLoadTimeout).
 func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
-	if c, ok := d.campaigns.Load(id); ok {
-		return c.(*campaign), nil
+	if c, ok := d.campaigns.get(id); ok {
+		return c, nil
 	}
 	if until, ok := d.unknown.Load(id); ok && d.cfg.Clock.Now().Before(until.(time.Time)) {
 		return nil, &lease.UnknownCampaignError{ID: id}
@@ -134,8 +134,7 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	}
 	c := newCampaign(d, settings)
 	c.maxAmount.Store(firstAmount)
-	actual, _ := d.campaigns.LoadOrStore(id, c)
-	l.c = actual.(*campaign)
+	l.c = d.campaigns.add(c)
 	// Prime the first lease now, so the first SPEND finds tokens.
 	l.c.step(ctx, d.cfg.Clock.Now())
 }
@@ -158,8 +157,10 @@ func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (trans
 		d.counters.spendErrors.Add(1)
 		return transport.Paced, err
 	}
+	// Counters live on the campaign, not the daemon: one shared atomic would
+	// bounce between cores on every SPEND of every campaign.
+	sampled := c.seq.Add(1)%spendSample == 0
 	var start time.Time
-	sampled := d.metrics.spendSeq.Add(1)%spendSample == 0
 	if sampled {
 		start = time.Now()
 	}
@@ -167,15 +168,21 @@ func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (trans
 	if sampled {
 		d.metrics.spendSeconds.Observe(time.Since(start).Seconds())
 	}
-	switch dec {
-	case transport.Allowed:
-		d.counters.allowed.Add(1)
-	case transport.Paced:
-		d.counters.paced.Add(1)
-	default:
-		d.counters.exhausted.Add(1)
-	}
+	c.count(dec)
 	return dec, nil
+}
+
+// decisionCounts sums the campaigns' SPEND answers.
+type decisionCounts struct{ allowed, paced, exhausted int64 }
+
+func (d *Daemon) decisions() decisionCounts {
+	var n decisionCounts
+	for _, c := range d.campaigns.all() {
+		n.allowed += c.allowed.Load()
+		n.paced += c.paced.Load()
+		n.exhausted += c.exhausted.Load()
+	}
+	return n
 }
 
 // Refund implements transport.Spender.
@@ -207,11 +214,11 @@ func (d *Daemon) Balance(campaignID string) (transport.Balance, error) {
 // Info implements transport.Spender.
 func (d *Daemon) Info() []transport.InfoField {
 	var campaigns, leases int
-	d.campaigns.Range(func(_, v any) bool {
+	dec := d.decisions()
+	for _, c := range d.campaigns.all() {
 		campaigns++
-		leases += v.(*campaign).leaseCount()
-		return true
-	})
+		leases += c.leaseCount()
+	}
 	i := func(k string, v int64) transport.InfoField {
 		return transport.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
 	}
@@ -219,9 +226,9 @@ func (d *Daemon) Info() []transport.InfoField {
 		{Key: "holder", Value: d.cfg.Holder},
 		i("campaigns", int64(campaigns)),
 		i("leases_held", int64(leases)),
-		i("spend_allowed", d.counters.allowed.Load()),
-		i("spend_paced", d.counters.paced.Load()),
-		i("spend_exhausted", d.counters.exhausted.Load()),
+		i("spend_allowed", dec.allowed),
+		i("spend_paced", dec.paced),
+		i("spend_exhausted", dec.exhausted),
 		i("spend_errors", d.counters.spendErrors.Load()),
 		i("refunds", d.counters.refunds.Load()),
 		i("refunds_unbacked_micros", d.counters.refundsUnbacked.Load()),
@@ -239,11 +246,9 @@ func (d *Daemon) Info() []transport.InfoField {
 func (d *Daemon) Step(ctx context.Context) {
 	now := d.cfg.Clock.Now()
 	var wg sync.WaitGroup
-	d.campaigns.Range(func(_, v any) bool {
-		c := v.(*campaign)
+	for _, c := range d.campaigns.all() {
 		wg.Go(func() { c.step(ctx, now) })
-		return true
-	})
+	}
 	wg.Wait()
 	d.metrics.lastStep.Store(time.Now().UnixNano())
 }
@@ -274,8 +279,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 		first error
 		wg    sync.WaitGroup
 	)
-	d.campaigns.Range(func(_, v any) bool {
-		c := v.(*campaign)
+	for _, c := range d.campaigns.all() {
 		wg.Go(func() {
 			if err := c.shutdown(ctx, now); err != nil {
 				mu.Lock()
@@ -285,8 +289,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 				mu.Unlock()
 			}
 		})
-		return true
-	})
+	}
 	wg.Wait()
 	return first
 }
@@ -294,7 +297,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 // Campaigns returns the ids of the campaigns this daemon has loaded.
 func (d *Daemon) Campaigns() []string {
 	var ids []string
-	d.campaigns.Range(func(k, _ any) bool { ids = append(ids, k.(string)); return true })
+	for _, c := range d.campaigns.all() {
+		ids = append(ids, c.id)
+	}
 	return ids
 }
 

@@ -28,11 +28,10 @@ func (d *Daemon) publish(e transport.Event) {
 // not loaded are ignored: it reads their state from the ledger on first use.
 // It never blocks on the network: the refill loop does the ledger work.
 func (d *Daemon) HandleEvent(e transport.Event) {
-	v, ok := d.campaigns.Load(e.Campaign)
+	c, ok := d.campaigns.get(e.Campaign)
 	if !ok {
 		return
 	}
-	c := v.(*campaign)
 	switch e.Kind {
 	case transport.EventExhausted:
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {

@@ -17,7 +17,6 @@ type metrics struct {
 	ledgerSeconds *prometheus.HistogramVec
 	leader        atomic.Bool
 	lastStep      atomic.Int64 // unix nanos of the last completed refill round
-	spendSeq      atomic.Uint64
 }
 
 // spendSample: one SPEND in this many is timed (reading the clock twice costs
@@ -110,9 +109,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v int64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(v), labels...)
 	}
-	counter(descDecisions, d.counters.allowed.Load(), "allowed")
-	counter(descDecisions, d.counters.paced.Load(), "paced")
-	counter(descDecisions, d.counters.exhausted.Load(), "exhausted")
+	dec := d.decisions()
+	counter(descDecisions, dec.allowed, "allowed")
+	counter(descDecisions, dec.paced, "paced")
+	counter(descDecisions, dec.exhausted, "exhausted")
 	counter(descDecisions, d.counters.spendErrors.Load(), "error")
 	counter(descErrors, d.counters.ledgerErrors.Load())
 	counter(descUnbacked, d.counters.refundsUnbacked.Load())
@@ -133,15 +133,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	var rows []row
 	var leases int
 	now := d.cfg.Clock.Now()
-	d.campaigns.Range(func(_, v any) bool {
-		cp := v.(*campaign)
+	for _, cp := range d.campaigns.all() {
 		leases += cp.leaseCount()
 		if ds := cp.day.Load(); ds != nil {
 			st := ds.b.Stats(now)
 			rows = append(rows, row{cp.id, st.Tokens, st.Reserve})
 		}
-		return true
-	})
+	}
 	gauge(descLeases, int64(leases))
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.tokens+b.reserve, a.tokens+a.reserve) })
 	var other row
