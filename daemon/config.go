@@ -67,6 +67,13 @@ type Config struct {
 	Logger    *zap.Logger
 }
 
+// WithDefaults returns c with every zero field set to its default, or an
+// error if the settings contradict each other.
+func (c Config) WithDefaults() (Config, error) {
+	err := c.setDefaults()
+	return c, err
+}
+
 func (c *Config) setDefaults() error {
 	if c.Holder == "" {
 		c.Holder = "pacerd"

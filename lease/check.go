@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Problem is one conservation failure found by Check.
@@ -115,4 +116,35 @@ func (l *Ledger) OpenDays(ctx context.Context, campaign string) ([]string, error
 	days = slices.DeleteFunc(days, func(d string) bool { return strings.Contains(d, ":") })
 	slices.Sort(days)
 	return days, nil
+}
+
+// LeaseRecord is one outstanding lease.
+type LeaseRecord struct {
+	ID     string    `json:"id"`
+	Amount int64     `json:"amount"`
+	Holder string    `json:"holder"`
+	Expiry time.Time `json:"expiry"`
+}
+
+// Leases lists a shard's outstanding leases.
+func (l *Ledger) Leases(ctx context.Context, k ShardKey) ([]LeaseRecord, error) {
+	m, err := l.rdb.HGetAll(ctx, k.keys()[1]).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: leases: %w", k, err)
+	}
+	out := make([]LeaseRecord, 0, len(m))
+	for id, rec := range m {
+		f := strings.Split(rec, "|")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("ledger %s: malformed lease record %q", k, rec)
+		}
+		amount, err1 := strconv.ParseInt(f[0], 10, 64)
+		expiry, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("ledger %s: malformed lease record %q", k, rec)
+		}
+		out = append(out, LeaseRecord{ID: id, Amount: amount, Holder: f[1], Expiry: time.UnixMilli(expiry)})
+	}
+	slices.SortFunc(out, func(a, b LeaseRecord) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }

@@ -17,7 +17,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,9 +240,12 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	if n, err := r.obsRDB.Keys(ctx, "pacer:*").Result(); err == nil && len(n) > 0 && r.opt.RedisAddr != "" {
 		return fmt.Errorf("redis at %s already holds %d pacer:* keys; give the simulator an empty Redis", addr, len(n))
 	}
-	r.ledger = lease.New(r.pacerRDB, lease.Config{}, r.log)
-	r.reconLedger = lease.New(r.reconRDB, lease.Config{}, r.log)
-	r.obsLedger = lease.New(r.obsRDB, lease.Config{}, r.log)
+	// The scenario's day is simulated, often in the past of Redis's own clock:
+	// keep its keys from expiring the moment they are written.
+	lcfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
+	r.ledger = lease.New(r.pacerRDB, lcfg, r.log)
+	r.reconLedger = lease.New(r.reconRDB, lcfg, r.log)
+	r.obsLedger = lease.New(r.obsRDB, lcfg, r.log)
 
 	for _, s := range strategies {
 		r.enabled[strategyIndex(s)] = true
@@ -314,30 +316,18 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		r.hosts = append(r.hosts, hr)
 	}
 	// Resolve daemon defaults for reporting and the reconciler's grace.
-	r.daemonCfg = resolvedDaemonConfig(r.daemonCfg)
+	resolved, err := r.daemonCfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	r.daemonCfg = resolved
 	r.reshare()
 	for _, f := range sc.Faults {
 		if f.StopNATS {
-			r.notes = append(r.notes, "stop_nats is accepted but a no-op: pacerd has no NATS broadcasts yet, so exhaustion spreads through the ledger only")
+			r.notes = append(r.notes, "stop_nats is accepted but a no-op: the simulator runs its daemons without NATS, so exhaustion and pauses spread through the ledger only")
 		}
 	}
 	return nil
-}
-
-// resolvedDaemonConfig fills the daemon's documented defaults, for the
-// report and for the reconciler's grace.
-func resolvedDaemonConfig(c daemon.Config) daemon.Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.LeaseWindow, 30*time.Second)
-	def(&c.SkewBound, time.Second)
-	def(&c.Grace, 2*c.SkewBound+2*time.Second)
-	def(&c.CapWindow, 5*time.Minute)
-	def(&c.BurstWindow, 2*time.Second)
-	return c
 }
 
 func strategyIndex(s string) int {
@@ -472,8 +462,7 @@ func (r *runner) applyFault(ctx context.Context, t time.Time, f Fault) {
 }
 
 // heldBy sums the outstanding leases holder has on every open shard, per
-// campaign (recorded on the campaign) and in total. It reads the ledger's
-// lease records directly: lease has no accessor for them yet.
+// campaign (recorded on the campaign) and in total.
 func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
 	var total int64
 	for _, c := range r.camps {
@@ -481,18 +470,14 @@ func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
 			continue
 		}
 		for s := range c.spec.Shards {
-			k := lease.ShardKey{Campaign: c.spec.ID, Day: c.day.Key, Shard: s}
-			key := strings.TrimSuffix(k.AuditKey(), "audit") + "leases"
-			recs, err := r.obsRDB.HVals(ctx, key).Result()
+			recs, err := r.obsLedger.Leases(ctx, lease.ShardKey{Campaign: c.spec.ID, Day: c.day.Key, Shard: s})
 			if err != nil {
 				continue
 			}
-			for _, rec := range recs {
-				parts := strings.Split(rec, "|")
-				if len(parts) >= 2 && parts[1] == holder {
-					n, _ := strconv.ParseInt(parts[0], 10, 64)
-					c.heldByKilled += n
-					total += n
+			for _, l := range recs {
+				if l.Holder == holder {
+					c.heldByKilled += l.Amount
+					total += l.Amount
 				}
 			}
 		}
