@@ -3,82 +3,11 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-// RedisServer is a redis-server child process on a Unix socket in a
-// temporary directory. Persistence is off: the simulator measures pacing
-// and command counts, not fsync cost.
-type RedisServer struct {
-	Socket string
-	dir    string
-	cmd    *exec.Cmd
-}
-
-// StartRedis starts bin (a redis-server binary) and waits until it answers.
-func StartRedis(ctx context.Context, bin string) (*RedisServer, error) {
-	if bin == "" {
-		bin = "redis-server"
-	}
-	path, err := exec.LookPath(bin)
-	if err != nil {
-		return nil, fmt.Errorf("redis-server not found (%v): install it with `sudo apt-get install redis-server`, or pass --redis ADDR or --redis-server PATH", err)
-	}
-	// Unix socket paths are limited to ~104 bytes: keep the directory short.
-	dir, err := os.MkdirTemp("", "pacersim-")
-	if err != nil {
-		return nil, err
-	}
-	s := &RedisServer{Socket: filepath.Join(dir, "redis.sock"), dir: dir}
-	s.cmd = exec.Command(path, "--port", "0", "--unixsocket", s.Socket, "--unixsocketperm", "700",
-		"--dir", dir, "--appendonly", "no", "--save", "", "--daemonize", "no",
-		"--loglevel", "warning", "--logfile", filepath.Join(dir, "redis.log"))
-	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("unix", s.Socket)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			s.Stop()
-			return nil, fmt.Errorf("redis-server did not listen on %s within 10s: %v\n%s", s.Socket, err, log)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return s, nil
-}
-
-// Stop stops the server and removes its directory.
-func (s *RedisServer) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { s.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			s.cmd.Process.Kill()
-			<-done
-		}
-		s.cmd = nil
-	}
-	os.RemoveAll(s.dir)
-}
 
 // newClient returns a client for addr: a Unix socket path or host:port.
 func newClient(addr string) *redis.Client {

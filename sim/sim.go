@@ -23,6 +23,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
@@ -185,7 +186,9 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
 	}
 	addr := opt.RedisAddr
 	if addr == "" {
-		srv, err := StartRedis(ctx, opt.RedisServer)
+		// Persistence off: the simulator measures pacing and command counts,
+		// not fsync cost.
+		srv, err := redisproc.Start(ctx, redisproc.Options{Binary: opt.RedisServer})
 		if err != nil {
 			return nil, err
 		}

@@ -5,12 +5,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/internal/redisproc"
 )
 
 // One end-to-end run of the smoke scenario on a real redis-server.
 func TestSmokeScenario(t *testing.T) {
-	if _, err := redistest.Binary(); err != nil {
+	if _, err := redisproc.Binary(""); err != nil {
 		t.Fatal(err)
 	}
 	sc, err := LoadScenario("../configs/scenarios/smoke.yaml")

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/internal/embedded"
+	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,12 +58,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	redisSock := filepath.Join(abs, "redis.sock")
-	redisProc, err := startRedis(ctx, abs, redisSock)
+	rs, err := redisproc.Start(ctx, redisproc.Options{Dir: abs, Persistent: true})
 	if err != nil {
 		return err
 	}
-	defer redisProc.stop()
+	defer rs.Stop()
+	redisSock := rs.Socket
 
 	etcd, err := embedded.StartEtcd(filepath.Join(abs, "etcd"))
 	if err != nil {
@@ -161,34 +162,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func mustGetwd() string {
 	wd, _ := os.Getwd()
 	return wd
-}
-
-func startRedis(ctx context.Context, dir, sock string) (*proc, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, errors.New("redis-server not found: run `make deps` (or sudo apt-get install redis-server)")
-	}
-	os.Remove(sock)
-	c := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", dir,
-		"--appendonly", "yes", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"))
-	p, err := start(c)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitSocket(sock, 10*time.Second); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("redis-server: %w", err)
-	}
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
-	defer rdb.Close()
-	for deadline := time.Now().Add(10 * time.Second); rdb.Ping(ctx).Err() != nil; {
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, errors.New("redis-server does not answer")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return p, nil
 }
 
 func waitSocket(path string, timeout time.Duration) error {

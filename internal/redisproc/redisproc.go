@@ -1,0 +1,177 @@
+// Package redisproc runs redis-server as a child process on a Unix socket,
+// for the tests (via internal/redistest), the simulator and the development
+// fleet, so that nothing depends on a server already running on a fixed port.
+package redisproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options says how to run the server. The zero value runs Debian's
+// redis-server in a fresh temporary directory, without persistence.
+type Options struct {
+	// Binary is the redis-server to run (default: $PACER_REDIS_SERVER, else
+	// redis-server from PATH).
+	Binary string
+	// Dir holds the socket, the log and any data. Empty: a temporary
+	// directory, removed by Stop.
+	Dir string
+	// Persistent turns the AOF on with fsync on every write, as the ledger
+	// runs in production, so Kill and Restart lose no acknowledged write.
+	Persistent bool
+	// Extra options for redis-server ("--maxmemory", "1mb").
+	Extra []string
+}
+
+// Server is a running redis-server.
+type Server struct {
+	// Socket is the path of its Unix socket.
+	Socket  string
+	dir     string
+	ownsDir bool
+	args    []string
+	bin     string
+	cmd     *exec.Cmd
+	done    chan struct{}
+}
+
+// Binary returns the redis-server to run, or an error saying how to get one.
+func Binary(name string) (string, error) {
+	if name == "" {
+		name = os.Getenv("PACER_REDIS_SERVER")
+	}
+	if name == "" {
+		name = "redis-server"
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found: install it with `sudo apt-get install redis-server` (or `make deps`), or set PACER_REDIS_SERVER", name)
+	}
+	return p, nil
+}
+
+// Start starts redis-server and returns once it answers PING.
+func Start(ctx context.Context, opt Options) (*Server, error) {
+	bin, err := Binary(opt.Binary)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: opt.Dir, bin: bin}
+	if s.dir == "" {
+		// Unix socket paths are limited to ~104 bytes: keep the directory short.
+		if s.dir, err = os.MkdirTemp("", "pacer-redis-"); err != nil {
+			return nil, err
+		}
+		s.ownsDir = true
+	} else if err := os.MkdirAll(s.dir, 0o750); err != nil {
+		return nil, err
+	}
+	s.Socket = filepath.Join(s.dir, "redis.sock")
+	persist := []string{"--appendonly", "no", "--save", ""}
+	if opt.Persistent {
+		persist = []string{"--appendonly", "yes", "--appendfsync", "always", "--save", ""}
+	}
+	s.args = append(append([]string{
+		"--port", "0", "--unixsocket", s.Socket, "--unixsocketperm", "700", "--dir", s.dir,
+		"--daemonize", "no", "--loglevel", "warning", "--logfile", filepath.Join(s.dir, "redis.log"),
+	}, persist...), opt.Extra...)
+	if err := s.start(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	os.Remove(s.Socket) // a killed server leaves its socket behind
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.done = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(s.cmd, s.done)
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("unix", s.Socket)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server did not listen on %s within 10s: %v\n%s", s.Socket, err, log)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// While it loads its AOF, it answers LOADING: wait for a real PONG.
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket})
+	defer c.Close()
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || !strings.Contains(err.Error(), "LOADING") {
+			return fmt.Errorf("redis-server on %s: %w", s.Socket, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL, as a crash would; its data stays.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same socket and data.
+func (s *Server) Restart(ctx context.Context) error {
+	s.Kill()
+	return s.start(ctx)
+}
+
+// Stop shuts the server down (SIGINT, SIGKILL after 5 s) and removes its
+// directory if Start made it.
+func (s *Server) Stop() {
+	if s.cmd != nil {
+		s.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+		s.cmd = nil
+	}
+	if s.ownsDir {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// ErrNotRunning is returned by Pid for a stopped server.
+var ErrNotRunning = errors.New("redis-server not running")
+
+// Pid returns the server's process id.
+func (s *Server) Pid() (int, error) {
+	if s.cmd == nil {
+		return 0, ErrNotRunning
+	}
+	return s.cmd.Process.Pid, nil
+}
