@@ -213,3 +213,56 @@ func TestTwoDaemonsSimulatedDay(t *testing.T) {
 		t.Fatalf("ledger spent %d < allowed %d", sh.Spent, total)
 	}
 }
+
+// Redis dies: the daemon serves from the leases it holds until their
+// spendable end, then denies; it never allows more than it was granted. When
+// Redis is back (with its data: AOF), releases go through and the daemon
+// leases again; the ledger balances.
+func TestRedisOutageThenRestart(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LedgerTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	var allowed int64
+	for range 20 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		n, _ := spendUntilDenied(t, d, "c", 1000)
+		allowed += n
+	}
+	granted := f.check(t, "c")
+	held := granted.Leased + granted.Spent
+	f.redis.Kill()
+	var during int64
+	for range 60 { // two lease windows without Redis
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		n, _ := spendUntilDenied(t, d, "c", 1000)
+		during += n
+	}
+	if allowed+during > held {
+		t.Fatalf("allowed %d while the ledger had granted this daemon %d: overspend", allowed+during, held)
+	}
+	if dec, _ := d.Spend("c", 1000, ""); dec == transport.Allowed {
+		t.Fatal("still allowing after every lease's spendable end with Redis down")
+	}
+	f.redis.Restart()
+	var after int64
+	for range 60 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		n, _ := spendUntilDenied(t, d, "c", 1000)
+		after += n
+	}
+	if after == 0 {
+		t.Fatal("the daemon did not resume spending once Redis was back")
+	}
+	sh := f.check(t, "c")
+	if total := allowed + during + after; total > sh.Spent+sh.Leased {
+		t.Fatalf("allowed %d > ledger spent %d + leased %d", total, sh.Spent, sh.Leased)
+	}
+}
