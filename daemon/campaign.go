@@ -433,17 +433,19 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// that is left.
 	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
 	remaining := ds.remaining()
-	var maxWant int64
-	if cNow >= bucket.PPB {
-		maxWant = remaining
-	} else {
-		pace := float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB)
-		catchUp := float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow)
-		maxWant = int64(max(pace, catchUp))
+	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
+	maxWant := remaining
+	if cNow < bucket.PPB {
+		catchUp := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
+		maxWant = max(pace, catchUp)
 	}
-	floor := 4 * c.maxAmount.Load()
+	// At least a few of the largest SPENDs, and a sliver of the curve's pace
+	// (so a campaign whose demand is still unknown gets going), but never
+	// the catch-up's sliver: an idle campaign behind its curve must not
+	// hoard what other hosts could spend.
+	floor := max(4*c.maxAmount.Load(), pace/16)
 	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
-	w = min(max(w, floor, maxWant/16), max(maxWant, floor))
+	w = min(max(w, floor), max(maxWant, floor))
 	return max(w, 1)
 }
 
