@@ -65,6 +65,20 @@ func BenchmarkDispatchSpend(b *testing.B) {
 	}
 }
 
+// BenchmarkDispatchSpendNoAuction: a SPEND without an auction id, whose
+// campaign id the connection has seen before, allocates nothing.
+func BenchmarkDispatchSpendNoAuction(b *testing.B) {
+	s := NewServer(nopSpender{}, ServerConfig{MaxAmountMicros: 1_000_000})
+	d := dispatcher{s: s, c: &serverConn{}}
+	w := redcon.NewWriter(io.Discard)
+	args := [][]byte{[]byte("SPEND"), []byte("campaign-42"), []byte("1500")}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.serve(w, args)
+		w.Flush()
+	}
+}
+
 // BenchmarkParseAndDispatchSpend adds redcon's parsing behind the guard, as
 // a connection does for each request.
 func BenchmarkParseAndDispatchSpend(b *testing.B) {

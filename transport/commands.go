@@ -31,6 +31,26 @@ type dispatcher struct {
 	// ids holds campaign and auction id together so both become strings
 	// with a single allocation per command.
 	ids []byte
+	// campaigns interns the campaign ids this connection names, so a SPEND
+	// without an auction id allocates nothing: a bidder's connection talks
+	// about a handful of campaigns, over and over.
+	campaigns map[string]string
+}
+
+// maxInterned bounds a connection's interned campaign ids; past it the set
+// starts again, so a client cycling through ids cannot grow it.
+const maxInterned = 256
+
+func (d *dispatcher) intern(id []byte) string {
+	if s, ok := d.campaigns[string(id)]; ok { // no allocation for the lookup
+		return s
+	}
+	if d.campaigns == nil || len(d.campaigns) >= maxInterned {
+		d.campaigns = make(map[string]string, 16)
+	}
+	s := string(id)
+	d.campaigns[s] = s
+	return s
 }
 
 // serve answers one command and reports whether the client asked to quit.
@@ -168,6 +188,9 @@ func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amou
 		if hasControl(auctionID) {
 			return "", 0, "", "auction id contains a control character"
 		}
+	}
+	if auctionID == nil {
+		return d.intern(args[1]), amount, "", ""
 	}
 	d.ids = append(append(d.ids[:0], args[1]...), auctionID...)
 	both := string(d.ids)
