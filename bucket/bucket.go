@@ -61,6 +61,10 @@ type Stats struct {
 	Returned      int64 // sum of closed feeds' Unused
 	OpenFeeds     int
 	DripPerSecond int64 // nominal rate of the feeds whose window contains now
+	// Demand: micros asked for by Spend calls with a positive amount, and
+	// how many of those calls were allowed and denied.
+	Requested       int64
+	Allows, Denials int64
 }
 
 // feed is an open grant. Times are Unix nanoseconds of the wall clock,
@@ -154,6 +158,9 @@ type Bucket struct {
 	closed   []Closed // closed by advance, not yet handed out
 
 	granted, spent, refunded, returned int64
+	// Demand, counted under the lock Spend takes anyway, so that callers
+	// need no counters of their own on the hot path.
+	requested, allows, denials int64
 }
 
 // New returns an empty bucket holding at most capacityMicros tokens from
@@ -250,10 +257,14 @@ func (b *Bucket) Spend(now time.Time, amount int64) bool {
 	}
 	b.mu.Lock()
 	b.advance(now)
+	b.requested += amount
 	ok := b.tokens >= amount
 	if ok {
 		b.tokens -= amount
 		b.spent += amount
+		b.allows++
+	} else {
+		b.denials++
 	}
 	b.mu.Unlock()
 	return ok
@@ -343,6 +354,9 @@ func (b *Bucket) Stats(now time.Time) Stats {
 		Refunded:  b.refunded,
 		Returned:  b.returned,
 		OpenFeeds: b.nfeeds,
+		Requested: b.requested,
+		Allows:    b.allows,
+		Denials:   b.denials,
 	}
 	for i := range b.nfeeds {
 		f := &b.feeds[i]

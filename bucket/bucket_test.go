@@ -101,11 +101,13 @@ func TestBucketSteps(t *testing.T) {
 		// the rest stays in the feed.
 		{sec: 9, op: "spend", n: 5001, want: false},
 		{sec: 9, op: "stats", want: Stats{Tokens: 5000, Reserve: 4100, Capacity: 5000, Granted: 10_000,
-			Spent: 1500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000}},
+			Spent: 1500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000,
+			Requested: 1 + 1000 + 1 + 500 + 5001, Allows: 2, Denials: 3}},
 		{sec: 9, op: "spend", n: 5000, want: true},
 		// With room again, the held-back entitlement drips at once.
 		{sec: 9, op: "stats", want: Stats{Tokens: 3100, Reserve: 1000, Capacity: 5000, Granted: 10_000,
-			Spent: 6500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000}},
+			Spent: 6500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000,
+			Requested: 6503 + 5000, Allows: 3, Denials: 3}},
 		// The clock steps back: it stands still at t0+9s, nothing new drips.
 		{sec: 5, op: "spend", n: 3100, want: true},
 		{sec: 5, op: "spend", n: 1, want: false},
@@ -117,7 +119,8 @@ func TestBucketSteps(t *testing.T) {
 		{sec: 9.5, op: "add", g: Grant{ID: "g9", Amount: 1, Start: at(0), End: at(9)}, want: ErrGrantExpired},
 		{sec: 9.5, op: "add", g: Grant{ID: "g9", Amount: 1, Start: at(0), End: at(9.5)}, want: ErrGrantExpired},
 		{sec: 9.5, op: "stats", want: Stats{Tokens: 500, Reserve: 500 + 4000, Capacity: 5000, Granted: 14_000,
-			Spent: 9600, Refunded: 600, OpenFeeds: 2, DripPerSecond: 2000}},
+			Spent: 9600, Refunded: 600, OpenFeeds: 2, DripPerSecond: 2000,
+			Requested: 11503 + 3100 + 1, Allows: 4, Denials: 4}},
 		// g1 ends at t0+10s, before anyone looks: Spend closes it on its way,
 		// withdrawing its 500 tokens (Unused = 500 undripped + 500 withdrawn).
 		{sec: 12, op: "spend", n: 1, want: true},
@@ -130,7 +133,8 @@ func TestBucketSteps(t *testing.T) {
 		{sec: 13, op: "close", id: "g2", want: Closed{}},
 		{sec: 13, op: "spend", n: 1000, want: true},
 		{sec: 14, op: "revoke", want: []Closed{{ID: "g3", Amount: 3000, Unused: 2000}}},
-		{sec: 14, op: "stats", want: Stats{Capacity: 5000, Granted: 17_000, Spent: 10_601, Refunded: 601, Returned: 7000}},
+		{sec: 14, op: "stats", want: Stats{Capacity: 5000, Granted: 17_000, Spent: 10_601, Refunded: 601, Returned: 7000,
+			Requested: 14604 + 1 + 1000, Allows: 6, Denials: 4}},
 		{sec: 14, op: "spend", n: 1, want: false},
 		{sec: 14, op: "revoke", want: []Closed(nil)},
 	})
@@ -151,12 +155,14 @@ func TestBucketClosedByClock(t *testing.T) {
 		// a and b close at t0+2.5s before c drips, and withdraw all they
 		// dripped from the 100 tokens left: the 50 spent is charged to c.
 		{sec: 2.5, op: "stats", want: Stats{Tokens: 200, Reserve: 50,
-			Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 300, OpenFeeds: 1, DripPerSecond: 100}},
+			Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 300, OpenFeeds: 1, DripPerSecond: 100,
+			Requested: 50, Allows: 1}},
 		{sec: 2.5, op: "add", g: Grant{ID: "a", Amount: 1, Start: at(2.5), End: at(9)}, want: ErrDuplicateGrant},
 		{sec: 2.5, op: "close", id: "b", want: Closed{ID: "b", Amount: 200, Unused: 200}},
 		{sec: 2.5, op: "close", id: "b", want: Closed{}},
 		{sec: 2.6, op: "revoke", want: []Closed{{ID: "a", Amount: 100, Unused: 100}, {ID: "c", Amount: 300, Unused: 250}}},
-		{sec: 2.6, op: "stats", want: Stats{Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 550}},
+		{sec: 2.6, op: "stats", want: Stats{Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 550,
+			Requested: 50, Allows: 1}},
 	})
 }
 
@@ -209,12 +215,12 @@ func TestBucketCapacity(t *testing.T) {
 		{sec: 5, op: "spend", n: 201, want: false},
 		{sec: 5, op: "spend", n: 200, want: true},
 		{sec: 5, op: "stats", want: Stats{Tokens: 200, Reserve: 600, Capacity: 200, Granted: 1000, Spent: 200,
-			OpenFeeds: 1, DripPerSecond: 100}},
+			OpenFeeds: 1, DripPerSecond: 100, Requested: 1 + 201 + 200, Allows: 1, Denials: 2}},
 		// Lowering capacity keeps tokens; raising it lets the backlog drip.
 		{sec: 5, op: "capacity", n: 50},
 		{sec: 6, op: "spend", n: 200, want: true},
 		{sec: 6, op: "stats", want: Stats{Tokens: 50, Reserve: 550, Capacity: 50, Granted: 1000, Spent: 400,
-			OpenFeeds: 1, DripPerSecond: 100}},
+			OpenFeeds: 1, DripPerSecond: 100, Requested: 602, Allows: 2, Denials: 2}},
 		{sec: 6, op: "capacity", n: 10_000},
 		{sec: 6, op: "spend", n: 601, want: false},
 		{sec: 6, op: "spend", n: 200, want: true},

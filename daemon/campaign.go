@@ -30,10 +30,15 @@ type campaign struct {
 	settings atomic.Pointer[settings]
 	day      atomic.Pointer[dayState]
 
-	requested                 atomic.Int64  // micros asked for by SPENDs, allowed or not: demand
-	allowed, paced, exhausted atomic.Int64  // SPEND answers
-	seq                       atomic.Uint64 // SPENDs, for sampling their latency
-	maxAmount                 atomic.Int64  // largest SPEND seen: the bucket must hold at least a few
+	// SPEND answers. Allowed ones and the demand (micros asked) are counted
+	// by the day's bucket under the lock a SPEND takes anyway; these add the
+	// days already dropped. Denials are counted here.
+	allowsBase     atomic.Int64
+	allowsReported atomic.Int64 // what metrics last reported: counters never go back
+	paced          atomic.Int64
+	exhausted      atomic.Int64
+	maxAmount      atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
+	requestedBase  int64        // refill loop only: demand of the days already dropped
 
 	dedup    dedup
 	refundMu sync.Mutex
@@ -111,7 +116,6 @@ func (d *Daemon) settingsOf(c lease.Campaign) *settings {
 }
 
 func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
-	c.requested.Add(amount)
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
 	}
@@ -121,14 +125,33 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 	return c.dedup.do(now, auctionID, amount, func() transport.Decision { return c.decide(now, amount) })
 }
 
-func (c *campaign) count(dec transport.Decision) {
+// countDenial counts a SPEND the bucket did not allow (allowed ones are
+// counted by the bucket).
+func (c *campaign) countDenial(dec transport.Decision) {
 	switch dec {
-	case transport.Allowed:
-		c.allowed.Add(1)
 	case transport.Paced:
 		c.paced.Add(1)
-	default:
+	case transport.Exhausted:
 		c.exhausted.Add(1)
+	}
+}
+
+// allows returns how many SPENDs the campaign allowed, over all its days.
+func (c *campaign) allows(now time.Time) int64 {
+	n := c.allowsBase.Load() + c.dedup.replayedAllows.Load()
+	if ds := c.day.Load(); ds != nil {
+		n += ds.b.Stats(now).Allows
+	}
+	// A day being dropped can be seen twice or not at all for an instant:
+	// report a counter that never goes back.
+	for {
+		prev := c.allowsReported.Load()
+		if n <= prev {
+			return prev
+		}
+		if c.allowsReported.CompareAndSwap(prev, n) {
+			return n
+		}
 	}
 }
 
@@ -251,7 +274,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 
 	closed := ds.b.Expire(now)
-	c.updateDemand(now)
+	c.updateDemand(now, ds)
 	// Size the bucket after this tick's grants, from the drip they set up.
 	defer func() { ds.b.SetCapacity(c.capacity(ds.b.Stats(now).DripPerSecond)) }()
 
@@ -383,8 +406,8 @@ func (ds *dayState) pickShard() (int, bool) {
 }
 
 // updateDemand folds the SPEND demand since the last tick into the EWMA.
-func (c *campaign) updateDemand(now time.Time) {
-	req := c.requested.Load()
+func (c *campaign) updateDemand(now time.Time, ds *dayState) {
+	req := c.requestedBase + ds.b.Stats(now).Requested
 	if req != c.lastRequested {
 		c.lastDemandAt = now
 	}
@@ -568,7 +591,11 @@ func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 
 // dropDay revokes the day's bucket and releases every lease it held.
 func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
-	for _, cl := range ds.b.Revoke(now) {
+	closed := ds.b.Revoke(now)
+	st := ds.b.Stats(now)
+	c.requestedBase += st.Requested
+	c.allowsBase.Add(st.Allows)
+	for _, cl := range closed {
 		h := ds.leases[cl.ID]
 		delete(ds.leases, cl.ID)
 		c.releaseLease(ctx, now, release{

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer/pacer/transport"
@@ -20,6 +21,8 @@ type dedup struct {
 	cur      map[string]*auction
 	prev     map[string]*auction
 	curStart time.Time
+
+	replayedAllows atomic.Int64
 }
 
 type auction struct {
@@ -59,6 +62,9 @@ func (d *dedup) do(now time.Time, id string, amount int64, decide func() transpo
 	defer d.mu.Unlock()
 	d.rotate(now)
 	if a := d.lookup(now, id); a != nil {
+		if a.decision == transport.Allowed {
+			d.replayedAllows.Add(1) // answered "allowed" without a second charge
+		}
 		return a.decision
 	}
 	dec := decide()
