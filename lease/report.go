@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -91,13 +92,17 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 
 func reportKey(campaign, day string) string { return keyPrefix + "report:" + campaign + ":" + day }
 
+// ReportRetention is how long a closed day's report is kept: over a year, for
+// year-on-year comparisons.
+const ReportRetention = 400 * 24 * time.Hour
+
 // SaveReport stores a closed day's report (once: a second save keeps the first).
 func (l *Ledger) SaveReport(ctx context.Context, r Report) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	if err := l.rdb.SetNX(ctx, reportKey(r.Campaign, r.Day), data, l.cfg.Retention*4).Err(); err != nil {
+	if err := l.rdb.SetNX(ctx, reportKey(r.Campaign, r.Day), data, ReportRetention).Err(); err != nil {
 		return fmt.Errorf("ledger %s/%s: save report: %w", r.Campaign, r.Day, err)
 	}
 	return nil

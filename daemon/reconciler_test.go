@@ -1,0 +1,96 @@
+package daemon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+)
+
+// One shard drained by a busy daemon must not make the campaign look
+// exhausted: the reconciler refills it from the richest, exactly.
+func TestReconcilerRebalancesShards(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_000_000, 4)
+	f.clock.Set(midnight.Add(time.Hour))
+	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	if err := rc.Pass(ctx, 7); err != nil { // opens today
+		t.Fatal(err)
+	}
+	// Drain shard 2 completely (a late lease takes everything left on it).
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 2}
+	end := midnight.Add(24*time.Hour - time.Minute)
+	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "big", Holder: "h", Want: 2_000_000,
+		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
+		Grace: 5 * time.Second, DayStart: midnight})
+	if err != nil || g.Shard.Remaining() != 0 {
+		t.Fatalf("drain shard 2: %+v, %v", g, err)
+	}
+	if err := rc.Pass(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := f.ledger.ReadShard(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh.Remaining() == 0 {
+		t.Fatal("the reconciler left shard 2 empty while the others hold budget")
+	}
+	tot := f.check(t, "c")
+	if tot.Budget != 8_000_000 {
+		t.Fatalf("day budget %d after a move, want 8,000,000", tot.Budget)
+	}
+	// A reconciler with an older fence is refused on the shards it touches.
+	if err := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock}).Pass(ctx, 6); err == nil {
+		t.Fatal("a pass with a stale fence went through")
+	}
+}
+
+// At the campaign's local midnight the reconciler opens the new day and, once
+// the old day's leases are settled, writes its report; the old day's leftover
+// is under-delivery, not carried over.
+func TestReconcilerClosesTheDay(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 86_400_000, 2)
+	f.clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
+	d := f.daemon(t, "h")
+	for range 110 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		spendAttempts(t, d, "c", 1000, 5)
+	}
+	// The daemon dies just before midnight, holding leases.
+	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	f.clock.Set(midnight.Add(24*time.Hour + 2*time.Second)) // leases end by midnight+1s, settle after +grace
+	if err := rc.Pass(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	next := "2026-11-22"
+	if n, err := f.ledger.DayShards(ctx, "c", next); err != nil || n != 2 {
+		t.Fatalf("next day not opened at midnight: %d, %v", n, err)
+	}
+	if _, ok, _ := f.ledger.LoadReport(ctx, "c", day); ok {
+		t.Fatal("report written while the day's leases were still outstanding")
+	}
+	f.clock.Add(time.Minute) // past every lease's expiry plus grace
+	if err := rc.Pass(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	r, ok, err := f.ledger.LoadReport(ctx, "c", day)
+	if err != nil || !ok {
+		t.Fatalf("no report for the closed day: %v", err)
+	}
+	sh := f.check(t, "c")
+	if r.Budget != 86_400_000 || r.Spent != sh.Spent || r.Outstanding != 0 || r.UnderDelivery != r.Budget-r.Spent {
+		t.Fatalf("report %+v vs ledger %+v", r, sh)
+	}
+	if r.Lost == 0 {
+		t.Fatal("the dead daemon's leases should show as lost")
+	}
+	// The new day starts with its own full budget: nothing carried over.
+	tot, err := f.ledger.DayTotals(ctx, "c", next)
+	if err != nil || tot.Budget != 86_400_000 {
+		t.Fatalf("next day's budget %+v, %v", tot, err)
+	}
+}
