@@ -52,6 +52,8 @@ type campaign struct {
 	lastRequested int64
 	lastDemandAt  time.Time
 	rate          float64 // EWMA of demand, micros per second
+	flushed       bucket.Stats // demand counts at the last flush to the ledger
+	lastFlush     time.Time
 	pending       []release
 	seenDays      map[string]bool
 }
@@ -275,6 +277,9 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 
 	closed := ds.b.Expire(now)
 	c.updateDemand(now, ds)
+	if now.Sub(c.lastFlush) >= demandFlush {
+		c.flushDemand(ctx, now, ds)
+	}
 	// Size the bucket after this tick's grants, from the drip they set up.
 	defer func() { ds.b.SetCapacity(c.capacity(ds.b.Stats(now).DripPerSecond)) }()
 
@@ -419,6 +424,35 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 		}
 	}
 	c.lastTick, c.lastRequested = now, req
+}
+
+// demandFlush is how often a campaign's observed demand goes to the ledger
+// (for pacerctl curve fit): batched, never a write per SPEND.
+const demandFlush = time.Minute
+
+// flushDemand adds the demand seen since the last flush to the current slot
+// of the day.
+func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState) {
+	st := ds.b.Stats(now)
+	slot := int(int64(now.Sub(ds.day.Start)) * lease.DemandSlots / int64(ds.day.Length()))
+	d := lease.Demand{
+		Slot:        min(max(slot, 0), lease.DemandSlots-1),
+		Allowed:     st.Allows - c.flushed.Allows,
+		Denied:      st.Denials - c.flushed.Denials,
+		MicrosAsked: st.Requested - c.flushed.Requested,
+	}
+	d.Requests = d.Allowed + d.Denied
+	if d.Requests <= 0 {
+		c.lastFlush = now
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	if err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d); err != nil {
+		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
+		return
+	}
+	c.flushed, c.lastFlush = st, now
 }
 
 // demandTau is the EWMA's time constant: long enough to smooth Poisson
@@ -591,10 +625,12 @@ func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 
 // dropDay revokes the day's bucket and releases every lease it held.
 func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
+	c.flushDemand(ctx, now, ds) // the day's last minute of demand
 	closed := ds.b.Revoke(now)
 	st := ds.b.Stats(now)
 	c.requestedBase += st.Requested
 	c.allowsBase.Add(st.Allows)
+	c.flushed = bucket.Stats{} // the next day's bucket counts from zero
 	for _, cl := range closed {
 		h := ds.leases[cl.ID]
 		delete(ds.leases, cl.ID)

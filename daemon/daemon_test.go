@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -264,5 +265,43 @@ func TestRedisOutageThenRestart(t *testing.T) {
 	sh := f.check(t, "c")
 	if total := allowed + during + after; total > sh.Spent+sh.Leased {
 		t.Fatalf("allowed %d > ledger spent %d + leased %d", total, sh.Spent, sh.Leased)
+	}
+}
+
+// Observed demand reaches the ledger in per-slot batches (for curve fitting),
+// never a write per SPEND, and adds up to what the daemon answered.
+func TestDemandIsFlushedPerSlot(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4)
+	f.clock.Set(midnight.Add(6 * time.Hour))
+	d := f.daemon(t, "h")
+	var calls, allowed int64
+	for range 3 * 60 { // three minutes, 20 SPENDs a second
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		for range 20 {
+			dec, err := d.Spend("c", 10_000, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls++
+			if dec == transport.Allowed {
+				allowed++
+			}
+		}
+	}
+	f.clock.Add(time.Minute)
+	d.Step(ctx)
+	m, err := f.redis.Client().HGetAll(ctx, lease.DemandKey("c", day)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 06:00-06:04 is slot 24 of 96.
+	if m["req:24"] != strconv.FormatInt(calls, 10) || m["ok:24"] != strconv.FormatInt(allowed, 10) ||
+		m["reqm:24"] != strconv.FormatInt(calls*10_000, 10) {
+		t.Fatalf("demand hash %v; want req:24=%d ok:24=%d reqm:24=%d", m, calls, allowed, calls*10_000)
+	}
+	if len(m) != 4 {
+		t.Fatalf("demand spread over other slots: %v", m)
 	}
 }

@@ -27,7 +27,7 @@ const demandSlots = 96
 // demandKey is the Redis hash where daemons flush a campaign-day's observed
 // demand: fields req:<slot> (SPEND requests), ok:<slot> (allowed),
 // no:<slot> (denied) and reqm:<slot> (micros requested), slot 0 to 95.
-func demandKey(campaign, day string) string { return "pacer:demand:" + campaign + ":" + day }
+func demandKey(campaign, day string) string { return lease.DemandKey(campaign, day) }
 
 // fitOptions tune fitCurve.
 type fitOptions struct {

@@ -1,0 +1,48 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DemandSlots is how many slots of the local day observed demand is counted
+// in (15 minutes each on a 24 h day; DST days stretch them, as curves do).
+const DemandSlots = 96
+
+// DemandKey is the hash where daemons add up a campaign-day's observed demand:
+// fields req:<slot> (SPEND calls), ok:<slot> (allowed), no:<slot> (denied)
+// and reqm:<slot> (micros asked for), slot 0 to DemandSlots-1. pacerctl curve
+// fit reads it.
+func DemandKey(campaign, day string) string { return keyPrefix + "demand:" + campaign + ":" + day }
+
+// Demand is what a daemon saw of one slot since its last flush.
+type Demand struct {
+	Slot                int
+	Requests, Allowed   int64
+	Denied, MicrosAsked int64
+}
+
+// AddDemand adds a daemon's counts to the campaign-day's demand hash in one
+// round trip (daemons call it in batches, never per SPEND).
+func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) error {
+	key := DemandKey(campaign, day)
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, d := range ds {
+			s := strconv.Itoa(d.Slot)
+			p.HIncrBy(ctx, key, "req:"+s, d.Requests)
+			p.HIncrBy(ctx, key, "ok:"+s, d.Allowed)
+			p.HIncrBy(ctx, key, "no:"+s, d.Denied)
+			p.HIncrBy(ctx, key, "reqm:"+s, d.MicrosAsked)
+		}
+		p.PExpireAt(ctx, key, dayStart.Add(48*time.Hour+l.cfg.Retention))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
+	}
+	return nil
+}
