@@ -51,7 +51,7 @@ type campaign struct {
 	lastTick      time.Time
 	lastRequested int64
 	lastDemandAt  time.Time
-	rate          float64 // EWMA of demand, micros per second
+	rate          float64      // EWMA of demand, micros per second
 	flushed       bucket.Stats // demand counts at the last flush to the ledger
 	lastFlush     time.Time
 	pending       []release
