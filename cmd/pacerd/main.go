@@ -154,7 +154,12 @@ func newLogger(cfg config.Log, stderr io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log format %q: want json or console", cfg.Format)
 	}
-	return zap.New(zapcore.NewCore(encoder, zapcore.AddSync(stderr), level)), nil
+	// Rate-limit repeated messages: with Redis down, every campaign's refill
+	// loop fails the same way ten times a second. Per message and level, the
+	// first 5 of each second are logged, then one in 100.
+	core := zapcore.NewSamplerWithOptions(zapcore.NewCore(encoder, zapcore.AddSync(stderr), level),
+		time.Second, 5, 100)
+	return zap.New(core), nil
 }
 
 // loadCurves reads the curves directory; a missing directory leaves only the

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -294,4 +295,25 @@ func rawClient(t *testing.T, socket string) *redis.Client {
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: socket, MaxRetries: -1, Protocol: 2})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Repeated warnings (a ledger down, every tick failing the same way) are
+// rate-limited, distinct ones are not.
+func TestLogsAreRateLimited(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(config.Log{Format: "json", Level: "info"}, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		log.Warn("lease grant failed")
+	}
+	log.Warn("something else")
+	lines := strings.Count(buf.String(), "\n")
+	if lines < 6 || lines > 20 {
+		t.Fatalf("%d lines logged for 1000 identical warnings and 1 other; want a handful", lines)
+	}
+	if !strings.Contains(buf.String(), "something else") {
+		t.Fatal("a distinct message was dropped")
+	}
 }
