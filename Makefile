@@ -41,9 +41,10 @@ tidy: ## go mod tidy, and fail if it changed anything.
 	git diff --exit-code go.mod go.sum
 
 .PHONY: bench
-bench: deps build ## Benchmarks: Go benchmarks and pacerd vs. Redis Lua with redis-benchmark.
+bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simulated day (docs/img/).
 	$(GO) test -run '^$$' -bench . -benchmem ./bucket/ ./daemon/ ./transport/
-	@scripts/bench-resp.sh
+	@scripts/bench-resp.sh | tee docs/img/socket-results.md
+	@scripts/sim-bench.sh
 
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.
