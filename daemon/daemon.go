@@ -157,19 +157,9 @@ func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (trans
 		d.counters.spendErrors.Add(1)
 		return transport.Paced, err
 	}
-	// No shared counter on this path: the bucket counts allowed SPENDs under
-	// its lock, and about one SPEND in spendSample is timed, picked by the low
-	// bits of the clock reading the decision needs anyway.
-	now := d.cfg.Clock.Now()
-	sampled := now.Nanosecond()%spendSample == 0
-	var start time.Time
-	if sampled {
-		start = time.Now()
-	}
-	dec := c.spend(now, amount, auctionID)
-	if sampled {
-		d.metrics.spendSeconds.Observe(time.Since(start).Seconds())
-	}
+	// No shared state on this path: the bucket counts allowed SPENDs under
+	// its lock; latency is sampled by the socket server (ObserveSpend).
+	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
 	if dec != transport.Allowed {
 		c.countDenial(dec)
 	}

@@ -9,9 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics holds what the hot path and the loops observe. Counters that already
-// live in Daemon.counters are read at scrape time, so a SPEND pays for no
-// metric but, one call in spendSample, a latency observation.
+// metrics holds what the loops and the socket server observe. SPEND counts
+// are read from the buckets at scrape time, so a SPEND pays for no metric.
 type metrics struct {
 	spendSeconds  prometheus.Histogram
 	ledgerSeconds *prometheus.HistogramVec
@@ -19,14 +18,10 @@ type metrics struct {
 	lastStep      atomic.Int64 // unix nanos of the last completed refill round
 }
 
-// spendSample: one SPEND in this many is timed (reading the clock twice costs
-// more than the decision itself).
-const spendSample = 64
-
 func newMetrics() *metrics {
 	return &metrics{
 		spendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "pacer_spend_duration_seconds", Help: "In-process SPEND decision time (sampled 1 in 64).",
+			Name: "pacer_spend_duration_seconds", Help: "SPEND decision time, as the socket server saw it (sampled 1 in 64 per connection).",
 			Buckets: prometheus.ExponentialBuckets(25e-9, 2, 14),
 		}),
 		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -64,6 +59,10 @@ func (o *opCounts) add(op string, failed bool) {
 		o.ok[i].Add(1)
 	}
 }
+
+// ObserveSpend records one sampled SPEND's decision time (the socket server
+// calls it; see transport.ServerConfig.ObserveSpend).
+func (d *Daemon) ObserveSpend(took time.Duration) { d.metrics.spendSeconds.Observe(took.Seconds()) }
 
 // SetLeader records whether this daemon's reconciler leads (for the gauge).
 func (d *Daemon) SetLeader(leading bool) { d.metrics.leader.Store(leading) }

@@ -3,6 +3,7 @@ package transport
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/redcon"
 )
@@ -35,7 +36,15 @@ type dispatcher struct {
 	// without an auction id allocates nothing: a bidder's connection talks
 	// about a handful of campaigns, over and over.
 	campaigns map[string]string
+	// spends counts this connection's SPENDs, to time one in SpendSample
+	// without any state shared between connections.
+	spends uint64
 }
+
+// SpendSample: one SPEND in this many, per connection, is timed for
+// ServerConfig.ObserveSpend (reading the clock twice costs more than the
+// decision itself).
+const SpendSample = 64
 
 // maxInterned bounds a connection's interned campaign ids; past it the set
 // starts again, so a client cycling through ids cannot grow it.
@@ -73,7 +82,15 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if msg != "" {
 			return msg
 		}
+		var start time.Time
+		observe := d.s.cfg.ObserveSpend
+		if d.spends++; observe != nil && d.spends%SpendSample == 0 {
+			start = time.Now()
+		}
 		dec, err := d.s.spender.Spend(campaign, amount, auction)
+		if !start.IsZero() {
+			observe(time.Since(start))
+		}
 		if err != nil {
 			return err.Error()
 		}

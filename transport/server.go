@@ -94,6 +94,9 @@ type ServerConfig struct {
 	MaxArgs int64
 	// Logger receives connection-level events; nil means no logging.
 	Logger *zap.Logger
+	// ObserveSpend, if set, is given the time the Spender took for one SPEND
+	// in SpendSample (per connection): a latency histogram's feed.
+	ObserveSpend func(time.Duration)
 }
 
 // ErrServerClosed is returned by Serve after Close or Shutdown.

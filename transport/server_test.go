@@ -645,3 +645,28 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	r.b = r.b[n:]
 	return n, nil
 }
+
+// One SPEND in SpendSample per connection is timed for ObserveSpend.
+func TestObserveSpendSamples(t *testing.T) {
+	var mu sync.Mutex
+	var seen []time.Duration
+	ts := startServer(t, newFakeSpender(), ServerConfig{ObserveSpend: func(d time.Duration) {
+		mu.Lock()
+		seen = append(seen, d)
+		mu.Unlock()
+	}})
+	c := dialRaw(t, ts.path)
+	for range 2*SpendSample + 1 {
+		c.do(t, resp("SPEND", "empty", "1"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 {
+		t.Fatalf("%d SPENDs timed out of %d; want 2", len(seen), 2*SpendSample+1)
+	}
+	for _, d := range seen {
+		if d <= 0 {
+			t.Fatalf("observed %v", d)
+		}
+	}
+}

@@ -266,7 +266,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer adm.Close()
 	}
-	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: cfg.MaxAmountMicros, Logger: log})
+	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: cfg.MaxAmountMicros, Logger: log, ObserveSpend: d.ObserveSpend})
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()
