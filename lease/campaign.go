@@ -40,10 +40,14 @@ type Campaign struct {
 	Shards      int    `json:"shards"`
 	State       string `json:"state"`
 	Version     int64  `json:"version"`
+
+	loc *time.Location // TZ, loaded once by the Ledger that read or stored it
 }
 
 // Validate reports what is wrong with c, if anything.
-func (c Campaign) Validate() error {
+func (c Campaign) Validate() error { return c.validate(time.LoadLocation) }
+
+func (c Campaign) validate(loadLocation func(string) (*time.Location, error)) error {
 	if !ValidCampaignID(c.ID) {
 		return fmt.Errorf("campaign id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", c.ID)
 	}
@@ -53,7 +57,7 @@ func (c Campaign) Validate() error {
 	if c.DailyMicros > MaxBudgetMicros {
 		return fmt.Errorf("campaign %s: %w", c.ID, ErrBudgetTooLarge)
 	}
-	if _, err := time.LoadLocation(c.TZ); err != nil || c.TZ == "" {
+	if _, err := loadLocation(c.TZ); err != nil || c.TZ == "" || c.TZ == "Local" {
 		return fmt.Errorf("campaign %s: time zone %q is not an IANA zone such as Europe/Paris", c.ID, c.TZ)
 	}
 	if !curveNamePattern.MatchString(c.Curve) {
@@ -70,6 +74,9 @@ func (c Campaign) Validate() error {
 
 // Location returns the campaign's time zone.
 func (c Campaign) Location() *time.Location {
+	if c.loc != nil {
+		return c.loc
+	}
 	loc, err := time.LoadLocation(c.TZ)
 	if err != nil {
 		return time.UTC // Validate refuses such campaigns before they are stored
@@ -80,9 +87,10 @@ func (c Campaign) Location() *time.Location {
 // PutCampaign stores c (validated), bumping its version, and returns the stored
 // campaign. Settings of days already open are not touched: see AdjustDay.
 func (l *Ledger) PutCampaign(ctx context.Context, c Campaign) (Campaign, error) {
-	if err := c.Validate(); err != nil {
+	if err := c.validate(l.location); err != nil {
 		return Campaign{}, err
 	}
+	c.loc, _ = l.location(c.TZ)
 	key := campaignKey(c.ID)
 	ver, err := l.rdb.HIncrBy(ctx, key, "version", 1).Result()
 	if err != nil {
@@ -128,9 +136,10 @@ func (l *Ledger) GetCampaign(ctx context.Context, id string) (Campaign, error) {
 	if perr != nil {
 		return Campaign{}, perr
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(l.location); err != nil {
 		return Campaign{}, fmt.Errorf("stored %w", err)
 	}
+	c.loc, _ = l.location(c.TZ)
 	return c, nil
 }
 
@@ -164,4 +173,19 @@ func (l *Ledger) SetState(ctx context.Context, id, state string) (Campaign, erro
 	}
 	c.State = state
 	return l.PutCampaign(ctx, c)
+}
+
+// location loads a time zone once per Ledger: time.LoadLocation reads and
+// parses the zone file on every call, and campaigns are re-read every lease
+// window.
+func (l *Ledger) location(name string) (*time.Location, error) {
+	if loc, ok := l.locations.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	l.locations.Store(name, loc)
+	return loc, nil
 }

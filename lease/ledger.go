@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -73,6 +74,8 @@ type Ledger struct {
 	rdb redis.UniversalClient
 	log *zap.Logger
 	cfg Config
+
+	locations sync.Map // time zone name -> *time.Location
 }
 
 // New returns a Ledger over rdb. rdb may be a single node, a failover client or
