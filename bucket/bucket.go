@@ -74,6 +74,7 @@ type feed struct {
 	amount     int64
 	start, end int64
 	dripped    int64 // moved into tokens so far; never more than amount
+	due        int64 // entitlement accounted for: dripped or forgone at capacity
 
 	// amount = perNano*window + rem, and frac = floor(rem * 2^64 / window):
 	// precomputed so that the hot path finds its entitlement with
@@ -116,9 +117,10 @@ func (f *feed) entitled(elapsed uint64) int64 {
 // the ledger hands out budget instead of bursting at each lease: by instant
 // t a feed is entitled to floor(Amount × (t−Start) / (End−Start)) micros,
 // computed exactly in 128 bits. Capacity bounds what one instant can
-// spend: while tokens are at or above capacity, drip pauses and the
-// entitlement stays in its feed, to drip as soon as spending makes room.
-// Feeds drip earliest End first.
+// spend: entitlement that arrives while tokens are at capacity is forgone,
+// not banked, so a bucket idle for a while cannot release its feeds' past
+// entitlement in one burst; forgone micros stay in their feed and go back to
+// the ledger, unused, when it closes. Feeds drip earliest End first.
 //
 // The accounting that makes "no overspend" hold:
 //   - Tokens never exceed the sum of what the open feeds have dripped. When
@@ -390,34 +392,31 @@ func (b *Bucket) advance(now time.Time) int64 {
 	return t
 }
 
-// drip moves each open feed's entitlement at t into tokens, earliest end
-// first, while tokens are below capacity. Entitlement is a pure function of
-// t, so what capacity holds back is not lost: it drips once there is room.
+// drip moves each open feed's new entitlement at t into tokens, earliest end
+// first, up to capacity; the rest of it is forgone (see Bucket).
 func (b *Bucket) drip(t int64) {
 	for i := range b.nfeeds {
-		room := b.capacity - b.tokens
-		if room <= 0 {
-			return
-		}
 		f := &b.feeds[i]
-		if f.dripped == f.amount || t <= f.start {
+		if f.due == f.amount || t <= f.start {
 			continue
 		}
 		// t < f.end here: advance closed the rest.
-		owed := f.entitled(uint64(t-f.start)) - f.dripped
+		e := f.entitled(uint64(t - f.start))
+		owed := e - f.due
 		if owed <= 0 {
 			continue
 		}
-		add := min(owed, room)
+		// What does not fit under the capacity is forgone, not held back:
+		// a bucket idle at capacity must not bank its feeds' entitlement
+		// and release it in one burst when spending resumes. The forgone
+		// micros stay in the feed and go back to the ledger when it closes.
+		add := min(owed, max(b.capacity-b.tokens, 0))
 		b.tokens += add
 		f.dripped += add
+		f.due = e
 	}
 }
 
-// closeFeed removes open feed i and returns its outcome. Withdrawing
-// min(tokens, dripped) keeps tokens <= the open feeds' dripped sum, which
-// is the invariant that stops tokens outliving their leases.
-// b.mu must be held.
 func (b *Bucket) closeFeed(i int) Closed {
 	f := b.feeds[i]
 	withdrawn := min(b.tokens, f.dripped)

@@ -104,12 +104,13 @@ func TestBucketSteps(t *testing.T) {
 			Spent: 1500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000,
 			Requested: 1 + 1000 + 1 + 500 + 5001, Allows: 2, Denials: 3}},
 		{sec: 9, op: "spend", n: 5000, want: true},
-		// With room again, the held-back entitlement drips at once.
-		{sec: 9, op: "stats", want: Stats{Tokens: 3100, Reserve: 1000, Capacity: 5000, Granted: 10_000,
+		// With room again, what drip forwent at capacity (3100 at t0+9s)
+		// does not come back: no burst after idling at capacity.
+		{sec: 9, op: "stats", want: Stats{Tokens: 0, Reserve: 4100, Capacity: 5000, Granted: 10_000,
 			Spent: 6500, Refunded: 600, OpenFeeds: 1, DripPerSecond: 1000,
 			Requested: 6503 + 5000, Allows: 3, Denials: 3}},
 		// The clock steps back: it stands still at t0+9s, nothing new drips.
-		{sec: 5, op: "spend", n: 3100, want: true},
+		{sec: 5, op: "spend", n: 3100, want: false},
 		{sec: 5, op: "spend", n: 1, want: false},
 		{sec: 9.5, op: "add", g: g2, want: nil},
 		{sec: 9.5, op: "add", g: g2, want: ErrDuplicateGrant},
@@ -118,23 +119,23 @@ func TestBucketSteps(t *testing.T) {
 		{sec: 9.5, op: "add", g: Grant{Amount: 1, Start: at(9.5), End: at(20)}, want: ErrInvalidGrant},
 		{sec: 9.5, op: "add", g: Grant{ID: "g9", Amount: 1, Start: at(0), End: at(9)}, want: ErrGrantExpired},
 		{sec: 9.5, op: "add", g: Grant{ID: "g9", Amount: 1, Start: at(0), End: at(9.5)}, want: ErrGrantExpired},
-		{sec: 9.5, op: "stats", want: Stats{Tokens: 500, Reserve: 500 + 4000, Capacity: 5000, Granted: 14_000,
-			Spent: 9600, Refunded: 600, OpenFeeds: 2, DripPerSecond: 2000,
-			Requested: 11503 + 3100 + 1, Allows: 4, Denials: 4}},
+		{sec: 9.5, op: "stats", want: Stats{Tokens: 500, Reserve: 3600 + 4000, Capacity: 5000, Granted: 14_000,
+			Spent: 6500, Refunded: 600, OpenFeeds: 2, DripPerSecond: 2000,
+			Requested: 11503 + 3100 + 1, Allows: 3, Denials: 5}},
 		// g1 ends at t0+10s, before anyone looks: Spend closes it on its way,
-		// withdrawing its 500 tokens (Unused = 500 undripped + 500 withdrawn).
+		// withdrawing its 500 tokens (Unused = 3600 undripped + 500 withdrawn).
 		{sec: 12, op: "spend", n: 1, want: true},
 		// Only g2's spend can be refunded; g1's was settled when it closed.
 		{sec: 12, op: "refund", n: 1000, want: int64(1)},
-		{sec: 12, op: "expire", want: []Closed{{ID: "g1", Amount: 10_000, Unused: 1000}}},
+		{sec: 12, op: "expire", want: []Closed{{ID: "g1", Amount: 10_000, Unused: 4100}}},
 		{sec: 12, op: "expire", want: []Closed(nil)},
 		{sec: 12, op: "add", g: g3, want: nil},
 		{sec: 13, op: "close", id: "g2", want: Closed{ID: "g2", Amount: 4000, Unused: 4000}},
 		{sec: 13, op: "close", id: "g2", want: Closed{}},
 		{sec: 13, op: "spend", n: 1000, want: true},
 		{sec: 14, op: "revoke", want: []Closed{{ID: "g3", Amount: 3000, Unused: 2000}}},
-		{sec: 14, op: "stats", want: Stats{Capacity: 5000, Granted: 17_000, Spent: 10_601, Refunded: 601, Returned: 7000,
-			Requested: 14604 + 1 + 1000, Allows: 6, Denials: 4}},
+		{sec: 14, op: "stats", want: Stats{Capacity: 5000, Granted: 17_000, Spent: 7501, Refunded: 601, Returned: 10_100,
+			Requested: 14604 + 1 + 1000, Allows: 5, Denials: 5}},
 		{sec: 14, op: "spend", n: 1, want: false},
 		{sec: 14, op: "revoke", want: []Closed(nil)},
 	})
@@ -210,21 +211,25 @@ func TestBucketCapacity(t *testing.T) {
 	g := Grant{ID: "g", Amount: 1000, Start: at(0), End: at(10)}
 	runSteps(t, b, []step{
 		{sec: 0, op: "add", g: g},
+		// At capacity 0 the feed's first 500 are forgone, not banked.
 		{sec: 5, op: "spend", n: 1, want: false},
 		{sec: 5, op: "capacity", n: 200},
-		{sec: 5, op: "spend", n: 201, want: false},
-		{sec: 5, op: "spend", n: 200, want: true},
-		{sec: 5, op: "stats", want: Stats{Tokens: 200, Reserve: 600, Capacity: 200, Granted: 1000, Spent: 200,
-			OpenFeeds: 1, DripPerSecond: 100, Requested: 1 + 201 + 200, Allows: 1, Denials: 2}},
-		// Lowering capacity keeps tokens; raising it lets the backlog drip.
-		{sec: 5, op: "capacity", n: 50},
-		{sec: 6, op: "spend", n: 200, want: true},
-		{sec: 6, op: "stats", want: Stats{Tokens: 50, Reserve: 550, Capacity: 50, Granted: 1000, Spent: 400,
-			OpenFeeds: 1, DripPerSecond: 100, Requested: 602, Allows: 2, Denials: 2}},
-		{sec: 6, op: "capacity", n: 10_000},
-		{sec: 6, op: "spend", n: 601, want: false},
-		{sec: 6, op: "spend", n: 200, want: true},
-		{sec: 20, op: "expire", want: []Closed{{ID: "g", Amount: 1000, Unused: 400}}},
+		{sec: 5, op: "spend", n: 1, want: false}, // raising capacity brings nothing back
+		{sec: 6, op: "spend", n: 101, want: false},
+		{sec: 6, op: "spend", n: 100, want: true}, // one second of drip
+		{sec: 6, op: "stats", want: Stats{Capacity: 200, Granted: 1000, Spent: 100, Reserve: 900,
+			OpenFeeds: 1, DripPerSecond: 100, Requested: 1 + 1 + 101 + 100, Allows: 1, Denials: 3}},
+		// Idle for 3 s at a 200 capacity: only 200 of the 300 drip; a burst
+		// after idling is bounded by the capacity.
+		{sec: 9, op: "spend", n: 201, want: false},
+		{sec: 9, op: "spend", n: 200, want: true},
+		// Lowering capacity keeps tokens above it spendable; drip waits.
+		{sec: 9, op: "capacity", n: 50},
+		{sec: 9.5, op: "spend", n: 50, want: true},
+		{sec: 9.5, op: "stats", want: Stats{Capacity: 50, Granted: 1000, Spent: 350, Reserve: 650,
+			OpenFeeds: 1, DripPerSecond: 100, Requested: 203 + 201 + 200 + 50, Allows: 3, Denials: 4}},
+		// Dripped 350 and all spent; the 650 forgone or not yet due go back.
+		{sec: 20, op: "expire", want: []Closed{{ID: "g", Amount: 1000, Unused: 650}}},
 	})
 }
 

@@ -486,8 +486,10 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	}
 	// The most one lease may take: a window of the campaign's pace along the
 	// curve, or of the catch-up pace (what is left, spread over what is left
-	// of the curve) when the campaign is behind. Past the curve's end, all
-	// that is left.
+	// of the curve) when the campaign is behind. Two leases drip at once, so
+	// one host with unbounded demand can drip up to twice that pace: enough
+	// to catch up, while the ledger's cap window bounds what the fleet can
+	// take at once. Past the curve's end, all that is left.
 	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
 	remaining := ds.remaining()
 	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
