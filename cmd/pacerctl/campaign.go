@@ -275,15 +275,7 @@ func (a *app) campaignGet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	id, err := campaignArg("campaign get", pos)
-	if err != nil {
-		return err
-	}
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	c, err := l.GetCampaign(ctx, id)
+	l, c, err := a.loadCampaign(ctx, "campaign get", pos)
 	if err != nil {
 		return err
 	}
@@ -341,18 +333,11 @@ func (a *app) campaignState(ctx context.Context, verb, state string, args []stri
 	if err != nil {
 		return err
 	}
-	id, err := campaignArg(name, pos)
+	l, c, err := a.loadCampaign(ctx, name, pos)
 	if err != nil {
 		return err
 	}
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	c, err := l.GetCampaign(ctx, id)
-	if err != nil {
-		return err
-	}
+	id := c.ID
 	changed := c.State != state
 	if changed {
 		if c, err = l.SetState(ctx, id, state); err != nil {
@@ -375,4 +360,19 @@ func (a *app) campaignState(ctx context.Context, verb, state string, args []stri
 		fmt.Fprintf(a.stdout, "campaign %s %s (version %d); daemons apply it at their next campaign refresh\n", id, state, c.Version)
 	}
 	return a.announce(kind, c, changed)
+}
+
+// loadCampaign reads the one campaign id of a command's arguments and loads
+// it from the ledger.
+func (a *app) loadCampaign(ctx context.Context, cmd string, pos []string) (*lease.Ledger, lease.Campaign, error) {
+	id, err := campaignArg(cmd, pos)
+	if err != nil {
+		return nil, lease.Campaign{}, err
+	}
+	l, err := a.getLedger()
+	if err != nil {
+		return nil, lease.Campaign{}, err
+	}
+	c, err := l.GetCampaign(ctx, id)
+	return l, c, err
 }

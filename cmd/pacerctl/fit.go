@@ -397,18 +397,11 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 		source = "demand in " + filepath.Base(*fromCSV)
 		summary = fmt.Sprintf("%d slots of demand from %s", len(demand), *fromCSV)
 	} else {
-		id, err := campaignArg("curve fit", pos)
+		l, c, err := a.loadCampaign(ctx, "curve fit", pos)
 		if err != nil {
 			return err
 		}
-		l, err := a.getLedger()
-		if err != nil {
-			return err
-		}
-		c, err := l.GetCampaign(ctx, id)
-		if err != nil {
-			return err
-		}
+		id := c.ID
 		obs, err := readDemand(ctx, l, c, a.now(), *days)
 		if err != nil {
 			return err

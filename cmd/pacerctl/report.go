@@ -35,18 +35,11 @@ func (a *app) report(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	id, err := campaignArg("report", pos)
+	l, c, err := a.loadCampaign(ctx, "report", pos)
 	if err != nil {
 		return err
 	}
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	c, err := l.GetCampaign(ctx, id)
-	if err != nil {
-		return err
-	}
+	id := c.ID
 	day := yesterday(a.now(), c.Location()).Key
 	if *dayFlag != "" {
 		d, err := bucket.ParseDayKey(*dayFlag, c.Location())
