@@ -179,7 +179,7 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 				return err
 			}
 			r.checkExhausted(c.ID, day.Key, shards)
-		} else if err := r.closeDay(ctx, c.ID, day, shards, now); err != nil {
+		} else if err := r.closeDay(ctx, c, day, today, shards, now); err != nil {
 			return err
 		}
 	}
@@ -243,8 +243,9 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 
 // closeDay writes a finished day's report once none of its leases is
 // outstanding (they are settled after expiry plus grace). Its remaining budget
-// stays unspent: under-delivery, not carried over.
-func (r *Reconciler) closeDay(ctx context.Context, campaign string, day bucket.Day, shards []lease.Shard, now time.Time) error {
+// is under-delivery, unless the campaign carries it over to the next day.
+func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, shards []lease.Shard, now time.Time) error {
+	campaign := c.ID
 	for _, s := range shards {
 		if s.Leased > 0 {
 			return nil // not yet: leases of the day are still outstanding
@@ -253,6 +254,16 @@ func (r *Reconciler) closeDay(ctx context.Context, campaign string, day bucket.D
 	saved, err := r.ledger.HasReport(ctx, campaign, day.Key)
 	if err != nil || saved {
 		return err
+	}
+	if c.CarryOver {
+		// The next day must exist to take the carry, even for a paused
+		// campaign (its budget stays locked until it resumes).
+		if _, err := r.ledger.OpenDay(ctx, c, next.Key, next.Start, now); err != nil {
+			return err
+		}
+		if _, err := r.ledger.CarryOver(ctx, campaign, day.Key, next.Key, now); err != nil {
+			return err
+		}
 	}
 	rep, err := r.ledger.BuildReport(ctx, campaign, day.Key)
 	if err != nil {

@@ -94,3 +94,49 @@ func TestReconcilerClosesTheDay(t *testing.T) {
 		t.Fatalf("next day's budget %+v, %v", tot, err)
 	}
 }
+
+// A campaign that carries over: what the closed day did not hand out moves to
+// the next day, exactly once, and both days balance.
+func TestReconcilerCarriesOver(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "flat",
+		Shards: 2, State: lease.StateActive, CarryOver: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
+	d := f.daemon(t, "h")
+	for range 60 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		spendAttempts(t, d, "c", 1000, 5)
+	}
+	if err := d.Close(ctx); err != nil { // releases its leases
+		t.Fatal(err)
+	}
+	closed := f.checkDay(t, "c", day)
+	left := closed.Remaining()
+	if left == 0 || closed.Spent == 0 {
+		t.Fatalf("want a day both spent from and with budget left: %+v", closed)
+	}
+	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
+	for range 2 { // a second pass moves nothing more
+		if err := rc.Pass(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := "2026-11-22"
+	tot, err := f.ledger.DayTotals(ctx, "c", next)
+	if err != nil || tot.Budget != 86_400_000+left {
+		t.Fatalf("next day's budget %d, %v; want the daily budget plus the %d carried", tot.Budget, err, left)
+	}
+	after := f.checkDay(t, "c", day)
+	if after.Budget != closed.Spent || after.Remaining() != 0 {
+		t.Fatalf("closed day after the carry: %+v; want budget = spent %d", after, closed.Spent)
+	}
+	f.checkDay(t, "c", next)
+	r, ok, err := f.ledger.LoadReport(ctx, "c", day)
+	if err != nil || !ok || r.CarriedOver != left || r.UnderDelivery != 0 {
+		t.Fatalf("report %+v, %v, %v; want %d carried over and no under-delivery", r, ok, err, left)
+	}
+}

@@ -39,7 +39,10 @@ type Campaign struct {
 	Curve       string `json:"curve"`
 	Shards      int    `json:"shards"`
 	State       string `json:"state"`
-	Version     int64  `json:"version"`
+	// CarryOver: when a day closes, its budget not spent (nor leased) moves
+	// to the next day, on top of the daily budget.
+	CarryOver bool  `json:"carry_over"`
+	Version   int64 `json:"version"`
 
 	loc *time.Location // TZ, loaded once by the Ledger that read or stored it
 }
@@ -99,7 +102,7 @@ func (l *Ledger) PutCampaign(ctx context.Context, c Campaign) (Campaign, error) 
 	c.Version = ver
 	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, "daily", c.DailyMicros, "tz", c.TZ, "curve", c.Curve,
-			"shards", c.Shards, "state", c.State)
+			"shards", c.Shards, "state", c.State, "carry_over", c.CarryOver)
 		p.SAdd(ctx, campaignsKey, c.ID)
 		return nil
 	})
@@ -121,7 +124,7 @@ func (l *Ledger) GetCampaign(ctx context.Context, id string) (Campaign, error) {
 	if len(m) == 0 || m["daily"] == "" {
 		return Campaign{}, &UnknownCampaignError{ID: id}
 	}
-	c := Campaign{ID: id, TZ: m["tz"], Curve: m["curve"], State: m["state"]}
+	c := Campaign{ID: id, TZ: m["tz"], Curve: m["curve"], State: m["state"], CarryOver: m["carry_over"] == "1"}
 	var perr error
 	parse := func(field string) int64 {
 		v, err := strconv.ParseInt(m[field], 10, 64)

@@ -31,6 +31,9 @@ type Report struct {
 	Outstanding int64 `json:"outstanding"`
 	// UnderDelivery is Budget - Spent.
 	UnderDelivery int64 `json:"under_delivery"`
+	// CarriedOver is what the day passed on to the next one (campaigns with
+	// carry-over): Budget already excludes it.
+	CarriedOver int64 `json:"carried_over"`
 	Leases        int64 `json:"leases"`
 	Settled       int64 `json:"settled_leases"`
 	Events        int64 `json:"events"`
@@ -87,6 +90,9 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 	}
 	r.Outstanding = granted
 	r.UnderDelivery = r.Budget - r.Spent
+	if r.CarriedOver, err = l.CarriedOver(ctx, campaign, day); err != nil {
+		return Report{}, err
+	}
 	return r, nil
 }
 

@@ -74,7 +74,8 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 	tz := flags.String("tz", "", "IANA time zone of the campaign's day, such as Europe/Paris (new campaigns: UTC)")
 	curve := flags.String("curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
 	shards := flags.Int("shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
-	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N]")
+	carry := flags.Bool("carry-over", false, "carry a closed day's unspent budget over to the next day (new campaigns: false)")
+	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over]")
 	if err != nil {
 		return err
 	}
@@ -131,6 +132,9 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 	}
 	if given["shards"] {
 		c.Shards = *shards
+	}
+	if given["carry-over"] {
+		c.CarryOver = *carry
 	}
 	stored := old
 	if created || c != old {

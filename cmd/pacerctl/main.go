@@ -92,7 +92,7 @@ type command struct {
 // commands is the full command list, in the order usage shows it.
 func commands() []command {
 	return []command{
-		{name: "campaign set", args: "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N]",
+		{name: "campaign set", args: "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over]",
 			help: "Create or update a campaign. Fields not given keep their value; a new campaign needs\n" +
 				"--daily and defaults to tz UTC, curve flat, 8 shards, active. If today (in the campaign's\n" +
 				"time zone) is already open, a changed --daily is applied to today's budget too; a cut\n" +
