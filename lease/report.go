@@ -34,9 +34,9 @@ type Report struct {
 	// CarriedOver is what the day passed on to the next one (campaigns with
 	// carry-over): Budget already excludes it.
 	CarriedOver int64 `json:"carried_over"`
-	Leases        int64 `json:"leases"`
-	Settled       int64 `json:"settled_leases"`
-	Events        int64 `json:"events"`
+	Leases      int64 `json:"leases"`
+	Settled     int64 `json:"settled_leases"`
+	Events      int64 `json:"events"`
 }
 
 // BuildReport replays the campaign-day's audit streams.
