@@ -21,8 +21,8 @@ import (
 //  3. a guard is set (HSETNX "<day>:carry_in") and only then the next day
 //     is raised by the amount.
 //
-// A crash between 3's guard and its raise loses the carry (under-delivery,
-// logged), never doubles it.
+// A crash between 3's guard and its raise loses the carry (under-delivery),
+// never doubles it.
 func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now time.Time) (int64, error) {
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil || n == 0 {
