@@ -305,3 +305,69 @@ func TestDemandIsFlushedPerSlot(t *testing.T) {
 		t.Fatalf("demand spread over other slots: %v", m)
 	}
 }
+
+// The network to Redis is cut (the server frozen: calls hang until their
+// timeout): the daemon spends its leases until their spendable end, then
+// denies, never past what the ledger granted; SPEND never waits on the hung
+// calls; when the cut heals it carries on.
+func TestRedisPartition(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LedgerTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed int64
+	for range 20 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		allowed += spendAttempts(t, d, "c", 1000, 200)
+	}
+	granted := f.check(t, "c")
+	if err := f.redis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			f.redis.Resume()
+		}
+	}()
+	var during int64
+	for range 45 { // one and a half lease windows cut off
+		f.clock.Add(time.Second)
+		d.Step(ctx) // its ledger calls time out
+		start := time.Now()
+		during += spendAttempts(t, d, "c", 1000, 200)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("200 SPENDs took %v while Redis hung: the hot path waited on the network", took)
+		}
+	}
+	if allowed+during > granted.Spent+granted.Leased {
+		t.Fatalf("allowed %d while the ledger had granted %d: overspend", allowed+during, granted.Spent+granted.Leased)
+	}
+	if dec, _ := d.Spend("c", 1000, ""); dec == transport.Allowed {
+		t.Fatal("still allowing after every lease's spendable end with Redis unreachable")
+	}
+	if err := f.redis.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	var after int64
+	for range 30 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		after += spendAttempts(t, d, "c", 1000, 200)
+	}
+	if after == 0 {
+		t.Fatal("no spending after the partition healed")
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sh := f.check(t, "c")
+	if total := allowed + during + after; total > sh.Spent {
+		t.Fatalf("allowed %d > ledger spent %d after every lease was released or settled", total, sh.Spent)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -174,4 +175,21 @@ func (s *Server) Pid() (int, error) {
 		return 0, ErrNotRunning
 	}
 	return s.cmd.Process.Pid, nil
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open and calls hang,
+// as they do when the network to Redis is cut. Resume undoes it.
+func (s *Server) Pause() error {
+	if s.cmd == nil {
+		return ErrNotRunning
+	}
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error {
+	if s.cmd == nil {
+		return ErrNotRunning
+	}
+	return s.cmd.Process.Signal(syscall.SIGCONT)
 }

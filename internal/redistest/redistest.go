@@ -31,9 +31,10 @@ func Start(tb testing.TB, extra ...string) *Server {
 	return &Server{Server: s, tb: tb}
 }
 
-// Client returns a new client for the server, closed at cleanup.
+// Client returns a new client for the server, closed at cleanup. Like the
+// daemon's (lease.NewClient), its calls honour their context's deadline.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket})
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket, ContextTimeoutEnabled: true})
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }
