@@ -379,3 +379,70 @@ func TestEtcdOutage(t *testing.T) {
 	f.checkDay(t, "dead", day)
 	f.checkDay(t, "live", day)
 }
+
+// offsetClock reads a shared clock shifted by a fixed skew, as a host whose
+// clock is off.
+type offsetClock struct {
+	base *manualClock
+	off  time.Duration
+}
+
+func (c offsetClock) Now() time.Time { return c.base.Now().Add(c.off) }
+
+// Two daemons whose clocks differ by 1.8 s (each 0.9 s off, inside the 1 s
+// skew bound) and a reconciler on a third clock settle leases aggressively
+// over the end of a day with unbounded demand: at every step the fleet has
+// allowed no more than the ledger counts as leased or spent, and the day ends
+// within its budget.
+func TestClockSkewWithinBound(t *testing.T) {
+	f := newFixture(t)
+	const budget = 86_400_000
+	f.campaign(t, "c", budget, 4)
+	f.clock.Set(midnight.Add(22 * time.Hour))
+	cfg := func(h string, off time.Duration) daemon.Config {
+		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, SkewBound: time.Second, Grace: 2100 * time.Millisecond}
+	}
+	a, err := daemon.New(f.ledger, cfg("ahead", 900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	b, err := daemon.New(f.ledger, cfg("behind", -900*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: offsetClock{f.clock, 900 * time.Millisecond}, Grace: 2100 * time.Millisecond})
+	var allowed int64
+	for now := f.clock.Now(); now.Before(midnight.Add(24*time.Hour + time.Minute)); now = now.Add(time.Second) {
+		f.clock.Set(now)
+		a.Step(ctx)
+		b.Step(ctx)
+		if now.Second()%10 == 0 {
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Spend until two seconds before midnight (what comes after would
+		// belong to the next day on some clock); keep stepping past midnight
+		// so that every lease is released or settled.
+		if now.Before(midnight.Add(24*time.Hour - 2*time.Second)) {
+			allowed += spendAttempts(t, a, "c", 1000, 3)
+			allowed += spendAttempts(t, b, "c", 1000, 3)
+		}
+		if now.Minute()%10 == 0 && now.Second() == 0 {
+			sh := f.check(t, "c")
+			if allowed > sh.Spent+sh.Leased {
+				t.Fatalf("%v: allowed %d > spent %d + leased %d", now, allowed, sh.Spent, sh.Leased)
+			}
+		}
+	}
+	if allowed > budget {
+		t.Fatalf("overspend with skewed clocks: allowed %d > budget %d", allowed, budget)
+	}
+	sh := f.check(t, "c")
+	if allowed > sh.Spent+sh.Leased {
+		t.Fatalf("allowed %d > spent %d + leased %d", allowed, sh.Spent, sh.Leased)
+	}
+	t.Logf("allowed %d of %d in the day's last two hours (spent %d, lost %d)", allowed, budget, sh.Spent, sh.Lost)
+}
