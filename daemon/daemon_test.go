@@ -252,6 +252,10 @@ func TestRedisOutageThenRestart(t *testing.T) {
 		t.Fatal("still allowing after every lease's spendable end with Redis down")
 	}
 	f.redis.Restart()
+	// The client's pool reconnects on its own within a second of real time
+	// (go-redis re-dials in the background after a refused dial); wait for
+	// that I/O, not for the test clock.
+	waitForRedis(t, f.ledger)
 	var after int64
 	for range 60 {
 		f.clock.Add(time.Second)
@@ -369,5 +373,18 @@ func TestRedisPartition(t *testing.T) {
 	sh := f.check(t, "c")
 	if total := allowed + during + after; total > sh.Spent {
 		t.Fatalf("allowed %d > ledger spent %d after every lease was released or settled", total, sh.Spent)
+	}
+}
+
+// waitForRedis waits (real time, for real I/O) until the ledger's client
+// reaches Redis again after a restart.
+func waitForRedis(t testing.TB, l *lease.Ledger) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Client().Ping(ctx).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the ledger's client did not reconnect to Redis within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

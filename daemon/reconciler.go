@@ -151,6 +151,9 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 			return err
 		}
 	}
+	if _, err := r.ledger.FinishDayOps(ctx, c.ID, now); err != nil {
+		return err
+	}
 	for _, day := range []bucket.Day{yesterday, today} {
 		n, err := r.ledger.DayShards(ctx, c.ID, day.Key)
 		if err != nil {
@@ -246,14 +249,19 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 // is under-delivery, unless the campaign carries it over to the next day.
 func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, shards []lease.Shard, now time.Time) error {
 	campaign := c.ID
+	saved, err := r.ledger.HasReport(ctx, campaign, day.Key)
+	if err != nil || saved {
+		return err
+	}
+	// Closed shards refuse grants, so what is left on them can only shrink
+	// (a daemon with a late clock cannot lease from a finished day).
+	if err := r.ledger.CloseDay(ctx, campaign, day.Key, now); err != nil {
+		return err
+	}
 	for _, s := range shards {
 		if s.Leased > 0 {
 			return nil // not yet: leases of the day are still outstanding
 		}
-	}
-	saved, err := r.ledger.HasReport(ctx, campaign, day.Key)
-	if err != nil || saved {
-		return err
 	}
 	if c.CarryOver {
 		// The next day must exist to take the carry, even for a paused
@@ -261,7 +269,9 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 		if _, err := r.ledger.OpenDay(ctx, c, next.Key, next.Start, now); err != nil {
 			return err
 		}
-		if _, err := r.ledger.CarryOver(ctx, campaign, day.Key, next.Key, now); err != nil {
+		if _, err := r.ledger.CarryOver(ctx, campaign, day.Key, next.Key, now); errors.Is(err, lease.ErrCarryNotReady) {
+			return nil // a lease landed since the shards were read: next pass
+		} else if err != nil {
 			return err
 		}
 	}

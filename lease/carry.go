@@ -10,54 +10,62 @@ import (
 	"go.uber.org/zap"
 )
 
+// carryOutOp and carryInOp name a carry-over's two day ops: "carry-out" on
+// the closed day, "carry-from:<day>" on the next.
+const (
+	carryOutOp = "carry-out"
+	carryInOp  = "carry-from:"
+)
+
 // CarryOver moves what a closed campaign-day did not hand out (locked plus
 // available: nothing leased, nothing spent) onto the next day's budget, and
-// returns the micros moved. Call it once the closed day has no outstanding
-// lease. It spans two days' shards (different slots), so it runs in steps
-// that a crash can interrupt anywhere without minting a micro:
+// returns the micros moved. The day's shards are closed first (no grant can
+// land afterwards), and the call waits (returns ErrCarryNotReady) until none
+// of the day's leases is outstanding. It spans both days' shards (other
+// slots) in steps that are each exactly-once by op id, so a crash or a lost
+// reply anywhere is finished by calling again, and the carry is exactly the
+// sum the closing cuts took:
 //
-//  1. the amount is decided once (HSETNX "<day>:carry" in the day marker);
-//  2. the closed day's shards are cut by what they hold (a retry cuts 0);
-//  3. a guard is set (HSETNX "<day>:carry_in") and only then the next day
-//     is raised by the amount.
-//
-// A crash between 3's guard and its raise loses the carry (under-delivery),
-// never doubles it.
+//  1. every shard of the day is closed;
+//  2. each shard's remaining budget is taken, once (op "carry-out");
+//  3. the amount is the sum of what step 2 recorded, decided once
+//     ("<day>:carry");
+//  4. the closed day's budget goes down and the next day's goes up by it,
+//     each once (day ops "carry-out" and "carry-from:<day>").
 func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now time.Time) (int64, error) {
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	dk := daysKey(campaign)
-	shards := make([]Shard, n)
-	var remaining int64
+	if err := l.CloseDay(ctx, campaign, day, now); err != nil {
+		return 0, err
+	}
 	for i := range n {
-		if shards[i], err = l.ReadShard(ctx, ShardKey{campaign, day, i}); err != nil {
-			return 0, err
-		}
-		if shards[i].Leased > 0 {
-			return 0, fmt.Errorf("ledger %s/%s: carry over: %d micros still leased", campaign, day, shards[i].Leased)
-		}
-		remaining += shards[i].Remaining()
-	}
-	if err := l.rdb.HSetNX(ctx, dk, day+":carry", remaining).Err(); err != nil {
-		return 0, fmt.Errorf("ledger %s/%s: carry over: %w", campaign, day, err)
-	}
-	amount, err := l.rdb.HGet(ctx, dk, day+":carry").Int64()
-	if err != nil {
-		return 0, fmt.Errorf("ledger %s/%s: carry over: %w", campaign, day, err)
-	}
-	for i, s := range shards {
-		if s.Remaining() == 0 {
-			continue
-		}
-		applied, _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, -s.Remaining(), now)
+		sh, err := l.ReadShard(ctx, ShardKey{campaign, day, i})
 		if err != nil {
 			return 0, err
 		}
-		if err := l.rdb.HIncrBy(ctx, dk, day+":budget", applied).Err(); err != nil {
-			return 0, fmt.Errorf("ledger %s/%s: day budget: %w", campaign, day, err)
+		if sh.Leased > 0 {
+			return 0, fmt.Errorf("ledger %s/%s: carry over: %d micros still leased: %w", campaign, day, sh.Leased, ErrCarryNotReady)
 		}
+	}
+	var amount int64
+	for i := range n {
+		a, err := l.Adjust(ctx, ShardKey{campaign, day, i}, carryOutOp, -MaxBudgetMicros, AdjustTake, now)
+		if err != nil {
+			return 0, err
+		}
+		amount -= a.Applied
+	}
+	dk := daysKey(campaign)
+	if err := l.rdb.HSetNX(ctx, dk, day+":carry", amount).Err(); err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: carry over: %w", campaign, day, err)
+	}
+	if _, _, err := l.dayOp(ctx, "begin", campaign, day, carryOutOp, -amount); err != nil {
+		return 0, err
+	}
+	if _, _, err := l.dayOp(ctx, "done", campaign, day, carryOutOp, -amount); err != nil {
+		return 0, err
 	}
 	if amount == 0 {
 		return 0, nil
@@ -67,23 +75,15 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 		return 0, err
 	}
 	if nn == 0 {
-		return 0, fmt.Errorf("ledger %s/%s: carry over: next day %s is not open yet", campaign, day, next)
+		return 0, fmt.Errorf("ledger %s/%s: carry over: next day %s is not open yet: %w", campaign, day, next, ErrCarryNotReady)
 	}
-	first, err := l.rdb.HSetNX(ctx, dk, day+":carry_in", next).Result()
+	op := carryInOp + day
+	delta, _, err := l.dayOp(ctx, "begin", campaign, next, op, amount)
 	if err != nil {
-		return 0, fmt.Errorf("ledger %s/%s: carry over: %w", campaign, day, err)
+		return 0, err
 	}
-	if !first {
-		return amount, nil // already moved
-	}
-	for i, part := range Split(amount, nn) {
-		applied, _, err := l.Adjust(ctx, ShardKey{campaign, next, i}, part, now)
-		if err != nil {
-			return 0, fmt.Errorf("carry over %d micros from %s: %w", amount, day, err)
-		}
-		if err := l.rdb.HIncrBy(ctx, dk, next+":budget", applied).Err(); err != nil {
-			return 0, fmt.Errorf("ledger %s/%s: day budget: %w", campaign, next, err)
-		}
+	if _, err := l.applyDayOp(ctx, campaign, next, op, nn, delta, AdjustOwe, now); err != nil {
+		return 0, fmt.Errorf("carry over %d micros from %s: %w", amount, day, err)
 	}
 	l.log.Info("carried over a closed day's remaining budget", zap.String("campaign", campaign),
 		zap.String("day", day), zap.String("to", next), zap.Int64("micros", amount))

@@ -2,11 +2,14 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Problem is one conservation failure found by Check.
@@ -50,7 +53,7 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 				sh.Budget, sh.Locked, sh.Available, sh.Leased, sh.Spent, sum, sum-sh.Budget)})
 		}
 		for name, v := range map[string]int64{"budget": sh.Budget, "locked": sh.Locked,
-			"available": sh.Available, "leased": sh.Leased, "spent": sh.Spent, "lost": sh.Lost} {
+			"available": sh.Available, "leased": sh.Leased, "spent": sh.Spent, "lost": sh.Lost, "owed": sh.Owed} {
 			if v < 0 {
 				problems = append(problems, Problem{k, fmt.Sprintf("%s is negative: %d", name, v)})
 			}
@@ -63,8 +66,9 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 				"leased %d != sum of outstanding leases %d", sh.Leased, leases)})
 		}
 	}
-	// Across shards: the day's budget is in its shards or in flight between
-	// two of them (a rebalancing move whose second half has not landed).
+	// Across shards: the day's budget is its shards' targets (budget less
+	// what cuts still owe), plus moves in flight between two shards, less
+	// what begun-but-unfinished budget changes already did to the shards.
 	pending, err := l.PendingMoves(ctx, campaign, day, n)
 	if err != nil {
 		return total, problems, err
@@ -73,14 +77,58 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 	for _, m := range pending {
 		inFlight += m.Amount
 	}
-	dayBudget, err := l.rdb.HGet(ctx, daysKey(campaign), day+":budget").Int64()
+	ops, err := l.PendingDayOps(ctx, campaign)
 	if err != nil {
-		problems = append(problems, Problem{ShardKey{campaign, day, -1}, fmt.Sprintf("day budget record unreadable: %v", err)})
-	} else if total.Budget+inFlight != dayBudget {
-		problems = append(problems, Problem{ShardKey{campaign, day, -1}, fmt.Sprintf(
-			"day budget %d != shards' budgets %d + in-flight moves %d", dayBudget, total.Budget, inFlight)})
+		return total, problems, err
+	}
+	var unfinished int64
+	for _, op := range ops {
+		if op.Day != day {
+			continue
+		}
+		for i := range n {
+			d, err := l.shardOpDelta(ctx, ShardKey{campaign, day, i}, op.ID)
+			if err != nil {
+				return total, problems, err
+			}
+			unfinished += d
+		}
+	}
+	dayKey := ShardKey{campaign, day, -1}
+	dayBudget, err := l.DayBudget(ctx, campaign, day)
+	if err != nil {
+		problems = append(problems, Problem{dayKey, fmt.Sprintf("day budget record unreadable: %v", err)})
+	} else if got := total.Target() + inFlight - unfinished; got != dayBudget {
+		problems = append(problems, Problem{dayKey, fmt.Sprintf(
+			"day budget %d != shards' budgets %d - owed %d + in-flight moves %d - unfinished changes %d = %d",
+			dayBudget, total.Budget, total.Owed, inFlight, unfinished, got)})
+	}
+	for _, op := range ops {
+		if op.Day == day {
+			problems = append(problems, Problem{dayKey, fmt.Sprintf(
+				"budget change %s (%+d micros) begun and not finished: the reconciler finishes it", op.ID, op.Delta)})
+		}
 	}
 	return total, problems, nil
+}
+
+// shardOpDelta returns what a budget change did to one shard's target (0 if
+// it has not reached the shard).
+func (l *Ledger) shardOpDelta(ctx context.Context, k ShardKey, opID string) (int64, error) {
+	rec, err := l.rdb.HGet(ctx, k.keys()[6], opID).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s: op %s: %w", k, opID, err)
+	}
+	a, o, ok := strings.Cut(rec, "|")
+	applied, err1 := strconv.ParseInt(a, 10, 64)
+	owed, err2 := strconv.ParseInt(o, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("ledger %s: malformed op record %q", k, rec)
+	}
+	return applied - owed, nil
 }
 
 func (l *Ledger) readShardAndLeases(ctx context.Context, k ShardKey) (Shard, int64, error) {

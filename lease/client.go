@@ -12,20 +12,22 @@ import (
 // Redis Cluster. Its calls honour their context's deadline (the daemon's
 // ledger timeout), also on a connection that hangs because the network to
 // Redis is cut; without that, go-redis would wait out its own read timeout and
-// retries.
+// retries. go-redis's own retries are off: a plain command whose reply was
+// lost must not run twice; the ledger retries its scripts itself, which are
+// idempotent by lease, move or op id.
 func NewClient(addrs []string) (redis.UniversalClient, error) {
 	switch {
 	case len(addrs) == 0:
 		return nil, errors.New("no Redis address given")
 	case len(addrs) == 1 && (strings.HasPrefix(addrs[0], "/") || strings.HasPrefix(addrs[0], ".")):
-		return redis.NewClient(&redis.Options{Network: "unix", Addr: addrs[0], ContextTimeoutEnabled: true}), nil
+		return redis.NewClient(&redis.Options{Network: "unix", Addr: addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1}), nil
 	case len(addrs) == 1:
-		return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}), nil
+		return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1}), nil
 	}
 	for _, a := range addrs {
 		if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") {
 			return nil, errors.New("a Unix socket path cannot be a Cluster seed: give one path, or host:port seeds")
 		}
 	}
-	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), nil
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1}), nil
 }

@@ -16,6 +16,12 @@ var (
 	// ErrLeaseSettled: the lease was settled as expired before its holder released
 	// it. Its whole amount was counted as spent; nothing is credited.
 	ErrLeaseSettled = errors.New("lease: lease already settled as expired")
+	// ErrDayClosed: the campaign-day is over and its shards closed (for the
+	// report and carry-over): nothing more is granted from it.
+	ErrDayClosed = errors.New("lease: campaign-day closed")
+	// ErrCarryNotReady: a carry-over must wait (leases of the closed day are
+	// outstanding, or the next day is not open); call again later.
+	ErrCarryNotReady = errors.New("lease: carry-over not ready")
 	// ErrUnknownLease: no such lease on the shard.
 	ErrUnknownLease = errors.New("lease: unknown lease")
 	// ErrFenced: a reconciler call carried a fencing token older than one the

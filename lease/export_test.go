@@ -14,3 +14,10 @@ func (l *Ledger) MoveOutForTest(ctx context.Context, campaign, day string, from,
 	_, taken, _, _, err := l.run(ctx, moveOutScript, ShardKey{campaign, day, from}, moveID, amount, to, 0, now.UnixMilli(), l.cfg.AuditMaxLen)
 	return taken, err
 }
+
+// BeginDayOpForTest begins a day op without applying it, as a caller that
+// crashed right after would leave it.
+func (l *Ledger) BeginDayOpForTest(ctx context.Context, campaign, day, opID string, delta int64) error {
+	_, _, err := l.dayOp(ctx, "begin", campaign, day, opID, delta)
+	return err
+}

@@ -16,9 +16,16 @@ import (
 //	pacer:{c/d/s}:done    hash   lease id -> "r:unused" | "s:amount" (idempotency record)
 //	pacer:{c/d/s}:audit   stream every change to money on the shard
 //	pacer:{c/d/s}:moves   hash   move id -> "out|amount|peer|pending|done" or "in|amount|peer" (rebalancing)
-//	pacer:campaign:<id>   hash   campaign settings
+//	pacer:{c/d/s}:ops     hash   op id -> "applied|owed" (budget changes, exactly once)
+//	pacer:campaign:{<id>} hash   campaign settings
 //	pacer:campaigns       set    campaign ids
-//	pacer:days:<id>       hash   day -> shard count, written once every shard of the day is open
+//	pacer:days:{<id>}     hash   day -> shard count, written once every shard of the day is open;
+//	                             "<day>:plan" budget|shards|curve, decided once; "<day>:budget"
+//	                             the day's budget; "<day>:op:<op>" pending|done budget changes
+//	pacer:dayops:{<id>}   hash   "<day>|<op>" -> delta, budget changes not yet finished
+//
+// A campaign's settings, its days and its pending day ops share the hash tag
+// {<id>}, so deciding a day's plan from the settings is one atomic script.
 const keyPrefix = "pacer:"
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
@@ -43,13 +50,14 @@ func (k ShardKey) tag() string {
 // keys returns the shard's keys in the order every script expects them.
 func (k ShardKey) keys() []string {
 	t := k.tag()
-	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit", t + "moves"}
+	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit", t + "moves", t + "ops"}
 }
 
 // AuditKey is the shard's audit stream.
 func (k ShardKey) AuditKey() string { return k.tag() + "audit" }
 
-func campaignKey(id string) string { return keyPrefix + "campaign:" + id }
-func daysKey(id string) string     { return keyPrefix + "days:" + id }
+func campaignKey(id string) string { return keyPrefix + "campaign:{" + id + "}" }
+func daysKey(id string) string     { return keyPrefix + "days:{" + id + "}" }
+func dayOpsKey(id string) string   { return keyPrefix + "dayops:{" + id + "}" }
 
 const campaignsKey = keyPrefix + "campaigns"

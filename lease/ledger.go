@@ -17,10 +17,14 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +47,12 @@ var (
 	luaSettle string
 	//go:embed lua/adjust.lua
 	luaAdjust string
+	//go:embed lua/close.lua
+	luaClose string
+	//go:embed lua/plan.lua
+	luaPlan string
+	//go:embed lua/dayop.lua
+	luaDayOp string
 )
 
 func script(body string) *redis.Script { return redis.NewScript(luaPrelude + "\n" + body) }
@@ -55,6 +65,9 @@ var (
 	releaseScript = script(luaRelease)
 	settleScript  = script(luaSettle)
 	adjustScript  = script(luaAdjust)
+	closeScript   = script(luaClose)
+	planScript    = redis.NewScript(luaPlan)
+	dayOpScript   = redis.NewScript(luaDayOp)
 )
 
 // Config tunes a Ledger. The zero value is usable.
@@ -109,6 +122,15 @@ type Shard struct {
 	// Lost is the part of Spent settled from expired leases whose holder never
 	// reported: an upper bound on what crashed or cut-off daemons spent.
 	Lost int64 `json:"lost"`
+	// Owed is the part of a budget cut not applied yet, because the budget
+	// was already leased: it is taken from leases' unused micros as they come
+	// back, before anything is granted again. The shard's target budget is
+	// Budget - Owed.
+	Owed int64 `json:"owed"`
+	// Seq is the shard's write sequence: every write raises it. A reply with a
+	// lower Seq than one seen before means Redis lost acknowledged writes.
+	// Sums of shards (Add) leave it 0.
+	Seq int64 `json:"seq"`
 }
 
 // Remaining is what the shard can still grant today: locked plus available.
@@ -117,28 +139,68 @@ func (s Shard) Remaining() int64 { return s.Locked + s.Available }
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
 	return Shard{s.Budget + o.Budget, s.Locked + o.Locked, s.Available + o.Available,
-		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost}
+		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost, s.Owed + o.Owed, 0}
 }
+
+// Target is the budget the shard is to spend: Budget less what a cut still owes.
+func (s Shard) Target() int64 { return s.Budget - s.Owed }
 
 func (l *Ledger) retainUntil(day time.Time) int64 {
 	return day.Add(l.cfg.Retention).UnixMilli()
 }
 
 // run executes a script on one shard and decodes the common reply
-// {status, value, budget, locked, available, leased, spent, lost, extra...}.
+// {status, value, budget, locked, available, leased, spent, lost, owed, seq, extra...}.
+//
+// Every ledger script is idempotent (by lease id, move id or op id), so run
+// retries one whose reply was lost to a network error with the same
+// arguments: the retry returns the first answer and changes nothing. The
+// client itself must not retry (NewClient turns go-redis's retries off):
+// plain commands are not idempotent.
 func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
-	res, err := s.Run(ctx, l.rdb, k.keys(), args...).Int64Slice()
+	res, err := l.runScript(ctx, s, k.keys(), args...)
 	if err != nil {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w", k, err)
 	}
-	if len(res) < 8 {
+	if len(res) < 10 {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: short reply %v", k, res)
 	}
-	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7]}
+	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7], Owed: res[8], Seq: res[9]}
 	if res[0] == -1 {
-		return res[0], res[1], sh, res[8:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
+		return res[0], res[1], sh, res[10:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
 	}
-	return res[0], res[1], sh, res[8:], nil
+	return res[0], res[1], sh, res[10:], nil
+}
+
+// scriptAttempts is how many times runScript sends an idempotent script whose
+// reply was lost.
+const scriptAttempts = 3
+
+// runScript runs an idempotent script, retrying on network errors (never on
+// an error reply from Redis, which means the script ran and refused).
+func (l *Ledger) runScript(ctx context.Context, s *redis.Script, keys []string, args ...any) ([]int64, error) {
+	var err error
+	for attempt := 1; ; attempt++ {
+		var res []int64
+		res, err = s.Run(ctx, l.rdb, keys, args...).Int64Slice()
+		if err == nil || attempt == scriptAttempts || ctx.Err() != nil || !retriable(err) {
+			return res, err
+		}
+		l.log.Debug("retrying an idempotent ledger script after a lost reply", zap.Strings("keys", keys[:1]), zap.Error(err))
+	}
+}
+
+// retriable reports whether err may have lost a script's reply (the script
+// may or may not have run), as opposed to an answer from Redis.
+func retriable(err error) bool {
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false // Redis answered (an error reply): the script ran or was refused
+	}
+	return true
 }
 
 // DayShards returns how many shards the campaign-day was opened with, or 0 if
@@ -158,10 +220,48 @@ func (l *Ledger) DayShards(ctx context.Context, campaign, day string) (int, erro
 	return n, nil
 }
 
-// OpenDay opens campaign c's day (its local date, starting at dayStart) with the
-// campaign's daily budget split evenly over its shards, all of it locked.
-// Idempotent and safe to race: shards are created only if missing, and the day
-// marker is written after every shard exists. It returns the day's shard count.
+// Plan is a campaign-day's plan, decided once in the ledger from the stored
+// campaign when the day is first opened; every opener builds the day from it.
+type Plan struct {
+	Budget int64
+	Shards int
+	Curve  string
+}
+
+// DayPlan decides campaign's plan for day (if no opener has yet) from the
+// campaign as the store holds it now, and returns it. The plan never changes
+// afterwards: later budget changes go through AdjustDay.
+func (l *Ledger) DayPlan(ctx context.Context, campaign, day string) (Plan, error) {
+	v, err := planScript.Run(ctx, l.rdb, []string{campaignKey(campaign), daysKey(campaign)}, day).Slice()
+	if err != nil {
+		if strings.Contains(err.Error(), "unknown campaign") {
+			return Plan{}, &UnknownCampaignError{ID: campaign}
+		}
+		return Plan{}, fmt.Errorf("ledger %s/%s: plan: %w", campaign, day, err)
+	}
+	if len(v) != 3 {
+		return Plan{}, fmt.Errorf("ledger %s/%s: plan: malformed reply %v", campaign, day, v)
+	}
+	var p Plan
+	b, _ := v[0].(string)
+	n, _ := v[1].(string)
+	p.Curve, _ = v[2].(string)
+	var err1, err2 error
+	p.Budget, err1 = strconv.ParseInt(b, 10, 64)
+	p.Shards, err2 = strconv.Atoi(n)
+	if err1 != nil || err2 != nil || p.Budget < 0 || p.Budget > MaxBudgetMicros || p.Shards < 1 || p.Shards > MaxShards {
+		return Plan{}, fmt.Errorf("ledger %s/%s: plan: malformed %v", campaign, day, v)
+	}
+	return p, nil
+}
+
+// OpenDay opens campaign c's day (its local date, starting at dayStart): the
+// day's plan is decided once from the stored campaign (DayPlan; c supplies
+// only the id, never a cached budget or shard count), and its budget is split
+// evenly over the plan's shards, all of it locked. Idempotent and safe to
+// race: every opener builds the same shards from the same plan, shards are
+// created only if missing, and the day marker is written after every shard
+// exists. It returns the day's shard count.
 //
 // A day whose marker exists but one of whose shards is missing means Redis lost
 // state; OpenDay returns ErrLedgerLost rather than grant that budget again.
@@ -183,29 +283,25 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 		}
 		return n, nil
 	}
-	if err := c.Validate(); err != nil {
+	if !ValidCampaignID(c.ID) {
+		return 0, &UnknownCampaignError{ID: c.ID}
+	}
+	plan, err := l.DayPlan(ctx, c.ID, day)
+	if err != nil {
 		return 0, err
 	}
 	retain := l.retainUntil(dayStart.Add(48 * time.Hour))
-	for i, part := range Split(c.DailyMicros, c.Shards) {
+	for i, part := range Split(plan.Budget, plan.Shards) {
 		k := ShardKey{c.ID, day, i}
-		if _, err := openScript.Run(ctx, l.rdb, k.keys(), part, now.UnixMilli(), retain, l.cfg.AuditMaxLen).Result(); err != nil {
+		if _, err := l.runScript(ctx, openScript, k.keys(), part, now.UnixMilli(), retain, l.cfg.AuditMaxLen); err != nil {
 			return 0, fmt.Errorf("ledger %s: open: %w", k, err)
 		}
 	}
-	// HSETNX: if a racing opener with another shard count got there first, its
-	// count stands (our shards beyond it would hold budget nobody grants from, so
-	// Split is deterministic and both openers use the campaign's stored count).
-	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, daysKey(c.ID), day+":budget", c.DailyMicros)
-		p.HSetNX(ctx, daysKey(c.ID), day, c.Shards)
-		return nil
-	})
-	if err != nil {
+	if err := l.rdb.HSetNX(ctx, daysKey(c.ID), day, plan.Shards).Err(); err != nil {
 		return 0, fmt.Errorf("ledger %s/%s: day marker: %w", c.ID, day, err)
 	}
 	l.log.Info("opened campaign-day", zap.String("campaign", c.ID), zap.String("day", day),
-		zap.Int64("budget_micros", c.DailyMicros), zap.Int("shards", c.Shards))
+		zap.Int64("budget_micros", plan.Budget), zap.Int("shards", plan.Shards))
 	return l.DayShards(ctx, c.ID, day)
 }
 
@@ -282,8 +378,11 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err != nil {
 		return Grant{}, err
 	}
-	if status == 2 {
+	switch status {
+	case 2:
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: lease already closed", r.Shard, r.LeaseID)
+	case 3:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrDayClosed)
 	}
 	return Grant{Granted: g, Shard: sh}, nil
 }
@@ -308,6 +407,10 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	out := Grant{Granted: g, Shard: sh}
 	if len(extra) > 0 && extra[0] == 2 {
 		return out, fmt.Errorf("ledger %s: renew %s: lease already closed", r.Shard, r.LeaseID)
+	}
+	if len(extra) > 0 && extra[0] == 3 {
+		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, ErrDayClosed),
+			releaseStatusErr(r.Shard, oldLeaseID, oldStatus))
 	}
 	return out, releaseStatusErr(r.Shard, oldLeaseID, oldStatus)
 }
@@ -364,21 +467,72 @@ func (l *Ledger) Settle(ctx context.Context, k ShardKey, now time.Time, grace ti
 	return Settled{Count: n, Amount: amount, Shard: sh}, nil
 }
 
-// Adjust changes one shard's budget by delta micros (a raise goes to locked; a
-// cut comes out of locked, then available) and returns the delta applied: a cut
-// larger than what the shard has not handed out is applied only in part.
-func (l *Ledger) Adjust(ctx context.Context, k ShardKey, delta int64, now time.Time) (int64, Shard, error) {
-	if delta < -MaxBudgetMicros || delta > MaxBudgetMicros {
-		return 0, Shard{}, fmt.Errorf("ledger %s: adjust by %d: %w", k, delta, ErrBudgetTooLarge)
-	}
-	_, applied, sh, _, err := l.run(ctx, adjustScript, k, delta, now.UnixMilli(), MaxBudgetMicros, l.cfg.AuditMaxLen)
-	return applied, sh, err
+// Adjust modes: how a cut treats budget the shard has already handed out.
+const (
+	// AdjustOwe applies a cut in full: what the shard cannot give now is owed
+	// and taken from leases' unused micros as they come back.
+	AdjustOwe = "owe"
+	// AdjustTake takes only what the shard holds (locked and available).
+	AdjustTake = "take"
+)
+
+// Adjusted is what one shard's adjustment did.
+type Adjusted struct {
+	// Applied moved the shard's budget now.
+	Applied int64
+	// Owed is what the cut added to the shard's debt (negative: a raise
+	// cancelled that much of an earlier cut's debt).
+	Owed  int64
+	Shard Shard
 }
 
-// AdjustDay moves an open campaign-day's budget to newBudget, spreading the
-// change over its shards, and returns the day's budget afterwards (a cut is
-// bounded by what is not yet leased or spent).
+// Adjust changes one shard's budget by delta micros, exactly once per opID: a
+// retry with the same opID returns the first result and changes nothing. A
+// raise first cancels debt, then goes to locked; a cut comes out of locked,
+// then available, and in AdjustOwe mode the rest is owed.
+func (l *Ledger) Adjust(ctx context.Context, k ShardKey, opID string, delta int64, mode string, now time.Time) (Adjusted, error) {
+	if delta < -MaxBudgetMicros || delta > MaxBudgetMicros {
+		return Adjusted{}, fmt.Errorf("ledger %s: adjust by %d: %w", k, delta, ErrBudgetTooLarge)
+	}
+	if opID == "" || len(opID) > 200 {
+		return Adjusted{}, fmt.Errorf("ledger %s: adjust: op id must be 1 to 200 bytes", k)
+	}
+	if mode != AdjustOwe && mode != AdjustTake {
+		return Adjusted{}, fmt.Errorf("ledger %s: adjust: mode %q", k, mode)
+	}
+	_, applied, sh, extra, err := l.run(ctx, adjustScript, k, opID, delta, now.UnixMilli(), MaxBudgetMicros, mode, l.cfg.AuditMaxLen)
+	if err != nil {
+		return Adjusted{}, err
+	}
+	var owed int64
+	if len(extra) > 0 {
+		owed = extra[0]
+	}
+	return Adjusted{Applied: applied, Owed: owed, Shard: sh}, nil
+}
+
+// NewOpID returns a fresh operation id for AdjustDayOp.
+func NewOpID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// AdjustDay moves an open campaign-day's budget to newBudget under a fresh
+// operation id (AdjustDayOp) and returns the day's budget afterwards.
 func (l *Ledger) AdjustDay(ctx context.Context, campaign, day string, newBudget int64, now time.Time) (int64, error) {
+	return l.AdjustDayOp(ctx, campaign, day, NewOpID(), newBudget, now)
+}
+
+// AdjustDayOp moves an open campaign-day's budget to newBudget, exactly once
+// per opID, and returns the day's budget afterwards. The delta is decided
+// once (from the day's budget when the op begins) and spread over the shards;
+// a cut below what is already leased or spent is applied in full: the shards
+// owe the rest and take it from leases as they come back, so the day can never
+// spend more than newBudget from then on (ShardTotals' Owed shows what is
+// still owed). A call that fails half-way is finished by calling again with the
+// same opID, or by the reconciler (FinishDayOps).
+func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, newBudget int64, now time.Time) (int64, error) {
 	if newBudget < 0 || newBudget > MaxBudgetMicros {
 		return 0, fmt.Errorf("ledger %s/%s: budget %d: %w", campaign, day, newBudget, ErrBudgetTooLarge)
 	}
@@ -386,33 +540,127 @@ func (l *Ledger) AdjustDay(ctx context.Context, campaign, day string, newBudget 
 	if err != nil || n == 0 {
 		return 0, err
 	}
-	total, err := l.DayTotals(ctx, campaign, day)
+	cur, err := l.DayBudget(ctx, campaign, day)
 	if err != nil {
 		return 0, err
 	}
-	delta := newBudget - total.Budget
-	if delta == 0 {
-		return total.Budget, nil
+	delta, _, err := l.dayOp(ctx, "begin", campaign, day, opID, newBudget-cur)
+	if err != nil {
+		return 0, err
 	}
-	sign := int64(1)
+	return l.applyDayOp(ctx, campaign, day, opID, n, delta, AdjustOwe, now)
+}
+
+// applyDayOp spreads a begun day op's delta over the day's n shards, exactly
+// once per shard, and marks the op done.
+func (l *Ledger) applyDayOp(ctx context.Context, campaign, day, opID string, n int, delta int64, mode string, now time.Time) (int64, error) {
+	sign, abs := int64(1), delta
 	if delta < 0 {
-		sign, delta = -1, -delta
+		sign, abs = -1, -delta
 	}
-	budget := total.Budget
-	for i, part := range Split(delta, n) {
+	for i, part := range Split(abs, n) {
 		if part == 0 {
 			continue
 		}
-		applied, _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, sign*part, now)
-		if err != nil {
-			return budget, err
+		if _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, opID, sign*part, mode, now); err != nil {
+			return 0, err
 		}
-		if err := l.rdb.HIncrBy(ctx, daysKey(campaign), day+":budget", applied).Err(); err != nil {
-			return budget, fmt.Errorf("ledger %s/%s: day budget: %w", campaign, day, err)
-		}
-		budget += applied
 	}
-	return budget, nil
+	_, budget, err := l.dayOp(ctx, "done", campaign, day, opID, delta)
+	return budget, err
+}
+
+// dayOp runs the dayop script: "begin" decides the op's delta once and returns
+// it; "done" adds it to the day's budget once and returns the budget.
+func (l *Ledger) dayOp(ctx context.Context, action, campaign, day, opID string, delta int64) (decided, budget int64, err error) {
+	res, err := l.runScript(ctx, dayOpScript, []string{daysKey(campaign), dayOpsKey(campaign)}, action, day, opID, delta)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ledger %s/%s: day op %s %s: %w", campaign, day, opID, action, err)
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("ledger %s/%s: day op %s: malformed reply %v", campaign, day, opID, res)
+	}
+	return res[0], res[1], nil
+}
+
+// PendingDayOp is a budget change begun on a campaign-day and not finished.
+type PendingDayOp struct {
+	Day   string
+	ID    string
+	Delta int64
+}
+
+// PendingDayOps lists a campaign's unfinished budget changes.
+func (l *Ledger) PendingDayOps(ctx context.Context, campaign string) ([]PendingDayOp, error) {
+	m, err := l.rdb.HGetAll(ctx, dayOpsKey(campaign)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: pending day ops: %w", campaign, err)
+	}
+	out := make([]PendingDayOp, 0, len(m))
+	for f, v := range m {
+		day, id, ok := strings.Cut(f, "|")
+		d, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("ledger %s: malformed pending day op %q=%q", campaign, f, v)
+		}
+		out = append(out, PendingDayOp{Day: day, ID: id, Delta: d})
+	}
+	slices.SortFunc(out, func(a, b PendingDayOp) int { return strings.Compare(a.Day+a.ID, b.Day+b.ID) })
+	return out, nil
+}
+
+// FinishDayOps finishes the budget changes that a crashed caller left half
+// done (each is exactly-once per shard), and returns how many it finished.
+func (l *Ledger) FinishDayOps(ctx context.Context, campaign string, now time.Time) (int, error) {
+	ops, err := l.PendingDayOps(ctx, campaign)
+	if err != nil || len(ops) == 0 {
+		return 0, err
+	}
+	for _, op := range ops {
+		n, err := l.DayShards(ctx, campaign, op.Day)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("ledger %s/%s: pending day op %s on a day not open", campaign, op.Day, op.ID)
+		}
+		mode := AdjustOwe
+		if strings.HasPrefix(op.ID, carryOutOp) {
+			mode = AdjustTake
+		}
+		if _, err := l.applyDayOp(ctx, campaign, op.Day, op.ID, n, op.Delta, mode, now); err != nil {
+			return 0, err
+		}
+	}
+	return len(ops), nil
+}
+
+// DayBudget returns a campaign-day's budget: its plan's, plus every finished
+// raise, cut and carry-over.
+func (l *Ledger) DayBudget(ctx context.Context, campaign, day string) (int64, error) {
+	v, err := l.rdb.HGet(ctx, daysKey(campaign), day+":budget").Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("ledger %s/%s: %w", campaign, day, ErrDayNotOpen)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: day budget: %w", campaign, day, err)
+	}
+	return v, nil
+}
+
+// CloseDay closes every shard of a finished campaign-day: no grant or renewal
+// succeeds on it afterwards. Idempotent.
+func (l *Ledger) CloseDay(ctx context.Context, campaign, day string, now time.Time) error {
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil || n == 0 {
+		return err
+	}
+	for i := range n {
+		if _, _, _, _, err := l.run(ctx, closeScript, ShardKey{campaign, day, i}, now.UnixMilli(), l.cfg.AuditMaxLen); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ReadShard returns a shard's balances.
@@ -429,22 +677,25 @@ func (l *Ledger) ReadShard(ctx context.Context, k ShardKey) (Shard, error) {
 }
 
 // shardFields is the order parseShard expects HMGET's reply in.
-var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost"}
+var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost", "owed", "seq"}
 
 func parseShard(v []any) (Shard, error) {
 	if len(v) != len(shardFields) || v[0] == nil {
 		return Shard{}, ErrDayNotOpen
 	}
-	var f [6]int64
+	var f [8]int64
 	for i := range f {
-		s, _ := v[i].(string)
+		s, ok := v[i].(string)
+		if !ok && i >= 6 {
+			continue // owed, seq: absent on shards opened before they existed
+		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return Shard{}, fmt.Errorf("field %s is %q, not an integer", shardFields[i], s)
 		}
 		f[i] = n
 	}
-	return Shard{f[0], f[1], f[2], f[3], f[4], f[5]}, nil
+	return Shard{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]}, nil
 }
 
 // DayTotals sums a campaign-day's shards.

@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func TestGrantReleaseSteps(t *testing.T) {
 	if err != nil || g.Granted != 400_000 {
 		t.Fatalf("grant L1 = %+v, %v", g, err)
 	}
-	if want := (lease.Shard{Budget: 24_000_000, Locked: 21_000_000, Available: 2_600_000, Leased: 400_000}); g.Shard != want {
+	if want := (lease.Shard{Budget: 24_000_000, Locked: 21_000_000, Available: 2_600_000, Leased: 400_000}); noSeq(g.Shard) != want {
 		t.Fatalf("after L1: %+v, want %+v", g.Shard, want)
 	}
 	// Retry of the same grant: same lease, nothing moves.
@@ -186,7 +187,7 @@ func TestGrantReleaseSteps(t *testing.T) {
 	if err != nil || g.Granted != 700_000 {
 		t.Fatalf("renew L2->L3 = %+v, %v", g, err)
 	}
-	if want := (lease.Shard{Budget: 24_000_000, Locked: 18_000_000, Available: 2_400_000, Leased: 700_000, Spent: 2_900_000}); g.Shard != want {
+	if want := (lease.Shard{Budget: 24_000_000, Locked: 18_000_000, Available: 2_400_000, Leased: 700_000, Spent: 2_900_000}); noSeq(g.Shard) != want {
 		t.Fatalf("after renew: %+v, want %+v", g.Shard, want)
 	}
 	tot := mustBalance(t, l, "c", day)
@@ -199,7 +200,7 @@ func TestGrantReleaseSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := lease.Shard{Budget: 24_000_000, Leased: 24_000_000 - 2_900_000 - 700_000, Spent: 3_600_000, Lost: 700_000}
-	if g.Shard != want {
+	if noSeq(g.Shard) != want {
 		t.Fatalf("day end: %+v, want %+v", g.Shard, want)
 	}
 	if _, err := l.Release(ctx, k, "L3", 0, h(24)); !errors.Is(err, lease.ErrLeaseSettled) {
@@ -306,6 +307,9 @@ func TestSettleFencing(t *testing.T) {
 	mustBalance(t, l, "c", day)
 }
 
+// noSeq drops a shard's write sequence, to compare balances only.
+func noSeq(s lease.Shard) lease.Shard { s.Seq = 0; return s }
+
 func TestAdjustDay(t *testing.T) {
 	l, _ := newLedger(t)
 	const day = "2026-11-21"
@@ -314,16 +318,84 @@ func TestAdjustDay(t *testing.T) {
 	if err != nil || got != 30_000_003 {
 		t.Fatalf("raise = %d, %v", got, err)
 	}
-	// Lease most of shard 0 at the day's end, then cut to zero: the leased part stays.
-	g, err := l.Grant(ctx, grantReq("L", lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, 5_000_000, t0.Add(24*time.Hour-time.Minute), ppb))
+	// Lease most of shard 0 at the day's end, then cut to zero: the cut is
+	// applied in full; what is leased is owed, and taken from the lease's
+	// unused micros when it comes back, never granted again.
+	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	g, err := l.Grant(ctx, grantReq("L", k0, 5_000_000, t0.Add(24*time.Hour-time.Minute), ppb))
+	if err != nil || g.Granted != 5_000_000 {
+		t.Fatalf("grant = %+v, %v", g, err)
+	}
+	got, err = l.AdjustDay(ctx, "c", day, 0, t0)
+	if err != nil || got != 0 {
+		t.Fatalf("cut = %d, %v; want 0", got, err)
+	}
+	tot := mustBalance(t, l, "c", day)
+	if tot.Owed != g.Granted || tot.Target() != 0 {
+		t.Fatalf("after the cut: %+v, want %d owed and a target of 0", tot, g.Granted)
+	}
+	sh, err := l.Release(ctx, k0, "L", 3_000_000, t0.Add(24*time.Hour-time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = l.AdjustDay(ctx, "c", day, 0, t0)
-	if err != nil || got != g.Granted {
-		t.Fatalf("cut = %d, %v; want %d (what is leased)", got, err, g.Granted)
+	if want := (lease.Shard{Budget: 2_000_000, Spent: 2_000_000, Owed: 2_000_000}); noSeq(sh) != want {
+		t.Fatalf("after the release: %+v, want %+v (the unused micros paid the debt)", sh, want)
 	}
-	mustBalance(t, l, "c", day)
+	// Nothing is left to grant, on any shard.
+	for i := range 4 {
+		g, err := l.Grant(ctx, grantReq("M"+strconv.Itoa(i), lease.ShardKey{Campaign: "c", Day: day, Shard: i}, 1_000_000, t0.Add(24*time.Hour-time.Minute), ppb))
+		if err != nil || g.Granted != 0 {
+			t.Fatalf("grant after the cut on shard %d = %+v, %v", i, g, err)
+		}
+	}
+	// A raise first cancels the debt: 2,500,000 more is 500,000 to grant.
+	if got, err = l.AdjustDay(ctx, "c", day, 2_500_000, t0); err != nil || got != 2_500_000 {
+		t.Fatalf("raise = %d, %v", got, err)
+	}
+	tot = mustBalance(t, l, "c", day)
+	if tot.Owed != 2_000_000-625_000 || tot.Remaining() != 2_500_000-625_000 {
+		t.Fatalf("after the raise: %+v", tot)
+	}
+}
+
+// A budget change retried with its op id (a lost reply, a crash half-way)
+// is applied once.
+func TestAdjustDayOpIsExactlyOnce(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 1_000_000, 3), day)
+	for range 3 {
+		got, err := l.AdjustDayOp(ctx, "c", day, "op-1", 2_000_000, t0)
+		if err != nil || got != 2_000_000 {
+			t.Fatalf("raise = %d, %v", got, err)
+		}
+	}
+	if tot := mustBalance(t, l, "c", day); tot.Budget != 2_000_000 {
+		t.Fatalf("after a repeated raise: %+v", tot)
+	}
+	// One shard's adjustment lands, then the caller dies: the day does not
+	// balance until the op is finished, and finishing it applies the rest once.
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	if err := l.BeginDayOpForTest(ctx, "c", day, "op-2", 900_000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Adjust(ctx, k, "op-2", 300_000, lease.AdjustOwe, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, problems, err := l.CheckDay(ctx, "c", day); err != nil || len(problems) != 1 || !strings.Contains(problems[0].What, "op-2") {
+		t.Fatalf("check with a half-done op = %v, %v; want the op reported", problems, err)
+	}
+	for range 2 {
+		if n, err := l.FinishDayOps(ctx, "c", t0); err != nil || n > 1 {
+			t.Fatalf("finish = %d, %v", n, err)
+		}
+	}
+	if tot := mustBalance(t, l, "c", day); tot.Budget != 2_900_000 {
+		t.Fatalf("after finishing: %+v", tot)
+	}
+	if b, err := l.DayBudget(ctx, "c", day); err != nil || b != 2_900_000 {
+		t.Fatalf("day budget = %d, %v", b, err)
+	}
 }
 
 // A ledger that lost a day's shard (Redis restarted without its data) must not

@@ -99,7 +99,7 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 // pacerKeyID returns the campaign a ledger key belongs to:
-// pacer:{c/day/shard}:..., pacer:campaign:c, pacer:days:c.
+// pacer:{c/day/shard}:..., pacer:campaign:{c}, pacer:days:{c}, pacer:dayops:{c}.
 func pacerKeyID(k string) string {
 	rest, ok := strings.CutPrefix(k, "pacer:")
 	if !ok {
@@ -109,11 +109,11 @@ func pacerKeyID(k string) string {
 		id, _, _ := strings.Cut(tag, "/")
 		return id
 	}
-	if id, ok := strings.CutPrefix(rest, "campaign:"); ok {
-		return id
-	}
-	if id, ok := strings.CutPrefix(rest, "days:"); ok {
-		return id
+	for _, p := range []string{"campaign:{", "days:{", "dayops:{"} {
+		if tag, ok := strings.CutPrefix(rest, p); ok {
+			id, _, _ := strings.Cut(tag, "}")
+			return id
+		}
 	}
 	return ""
 }

@@ -28,6 +28,10 @@ type campaignView struct {
 	Leased    int64  `json:"leased"`
 	Locked    int64  `json:"locked"`
 	Lost      int64  `json:"lost"`
+	// CutPending is the part of a budget cut not applied yet because that
+	// budget was already leased: it is taken from the leases' unused micros as
+	// they come back. Budget less CutPending is what the day may spend.
+	CutPending int64 `json:"cut_pending"`
 }
 
 // today returns the key of the local day of c's time zone at the app's now.
@@ -46,8 +50,8 @@ func (a *app) view(ctx context.Context, l *lease.Ledger, c lease.Campaign) (camp
 		return v, err
 	}
 	v.DayOpen = true
-	v.Budget, v.Spent, v.Available, v.Leased, v.Locked, v.Lost =
-		t.Budget, t.Spent, t.Available, t.Leased, t.Locked, t.Lost
+	v.Budget, v.Spent, v.Available, v.Leased, v.Locked, v.Lost, v.CutPending =
+		t.Budget, t.Spent, t.Available, t.Leased, t.Locked, t.Lost, t.Owed
 	return v, nil
 }
 
@@ -64,6 +68,9 @@ type todayChange struct {
 	BudgetBefore int64  `json:"budget_before,omitempty"`
 	BudgetAfter  int64  `json:"budget_after,omitempty"`
 	Requested    int64  `json:"requested"`
+	// CutPending: what the day still owes of cuts, taken from leases as they
+	// come back.
+	CutPending int64 `json:"cut_pending,omitempty"`
 }
 
 func (a *app) campaignSet(ctx context.Context, args []string) error {
@@ -196,9 +203,9 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 			fmt.Fprintf(a.stdout, "today %s is open: its budget is already %d micros\n", t.Day, t.BudgetAfter)
 		case t.BudgetAfter == t.Requested:
 			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d)\n", t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore)
-		default:
-			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d); asked for %d, but a cut takes only budget not yet leased or spent\n",
-				t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore, t.Requested)
+			if t.CutPending > 0 {
+				fmt.Fprintf(a.stdout, "%d micros of the cut were already leased: they are taken back as those leases return (cut_pending in campaign get)\n", t.CutPending)
+			}
 		}
 	}
 	return a.finishSet(kind, stored, changed, id, adjustErr)
@@ -227,16 +234,18 @@ func (a *app) adjustToday(ctx context.Context, l *lease.Ledger, id string, t *to
 		return err
 	}
 	t.Open = true
-	before, err := l.DayTotals(ctx, id, t.Day)
+	before, err := l.DayBudget(ctx, id, t.Day)
 	if err != nil {
 		return err
 	}
-	t.BudgetBefore, t.BudgetAfter = before.Budget, before.Budget
-	if before.Budget == t.Requested {
-		return nil
+	t.BudgetBefore, t.BudgetAfter = before, before
+	if before != t.Requested {
+		if t.BudgetAfter, err = l.AdjustDay(ctx, id, t.Day, t.Requested, a.now()); err != nil {
+			return err
+		}
 	}
-	after, err := l.AdjustDay(ctx, id, t.Day, t.Requested, a.now())
-	t.BudgetAfter = after
+	tot, err := l.DayTotals(ctx, id, t.Day)
+	t.CutPending = tot.Owed
 	return err
 }
 

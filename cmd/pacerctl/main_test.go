@@ -189,7 +189,8 @@ func TestCampaignSetAdjustsOpenDay(t *testing.T) {
 	h.ok("campaign", "set", "c1", "--daily", "4u")
 	wantFields(t, "after cut", h.get("c1"), map[string]any{"budget": 4e6, "locked": 4e6, "day_open": true})
 
-	// Lease part of the budget, then cut to zero: only what is not leased goes.
+	// Lease part of the budget, then cut to zero: the cut is applied in full,
+	// the leased part as a pending cut taken back as the lease returns.
 	k := lease.ShardKey{Campaign: "c1", Day: day.Key, Shard: 0}
 	g, err := h.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "L1", Holder: "h1", Want: 3_000_000,
 		Expiry: t0.Add(30 * time.Second), Now: t0, Pace: lease.Pace{Now: bucket.PPB, Cap: bucket.PPB},
@@ -198,16 +199,17 @@ func TestCampaignSetAdjustsOpenDay(t *testing.T) {
 		t.Fatalf("grant: %+v, %v", g, err)
 	}
 	out = h.ok("campaign", "set", "c1", "--daily", "0")
-	want := fmt.Sprintf("today 2099-03-08 is open: budget 4000000 -> %d micros (%+d); asked for 0, but a cut takes only budget not yet leased or spent\n",
-		g.Granted, g.Granted-4_000_000)
+	want := fmt.Sprintf("today 2099-03-08 is open: budget 4000000 -> 0 micros (-4000000)\n"+
+		"%d micros of the cut were already leased: they are taken back as those leases return (cut_pending in campaign get)\n", g.Granted)
 	if !strings.HasSuffix(out, want) {
-		t.Errorf("partial cut:\n got %q\nwant suffix %q", out, want)
+		t.Errorf("cut below what is leased:\n got %q\nwant suffix %q", out, want)
 	}
+	wantFields(t, "after a cut below leased", h.get("c1"), map[string]any{"budget": float64(g.Granted), "cut_pending": float64(g.Granted), "leased": float64(g.Granted)})
 	var res setResult
 	if err := json.Unmarshal([]byte(h.ok("--json", "campaign", "set", "c1", "--daily", "0")), &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.Today == nil || !res.Today.Open || res.Today.BudgetAfter != g.Granted || res.Campaign.DailyMicros != 0 {
+	if res.Today == nil || !res.Today.Open || res.Today.BudgetAfter != 0 || res.Today.CutPending != g.Granted || res.Campaign.DailyMicros != 0 {
 		t.Errorf("--json set: %+v %+v", res, res.Today)
 	}
 	if r := h.run("check", "c1"); r.code != 0 {

@@ -32,9 +32,10 @@ func Start(tb testing.TB, extra ...string) *Server {
 }
 
 // Client returns a new client for the server, closed at cleanup. Like the
-// daemon's (lease.NewClient), its calls honour their context's deadline.
+// daemon's (lease.NewClient), its calls honour their context's deadline and
+// it does not retry (the ledger retries its idempotent scripts itself).
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket, ContextTimeoutEnabled: true, MaxRetries: -1})
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -2,7 +2,7 @@
 -- the peer shard to this shard's locked budget. Idempotent by move id.
 -- KEYS: state leases exp done audit moves
 -- ARGV: move_id amount peer_shard now_ms audit_maxlen
--- Reply: {status, credited, budget, locked, available, leased, spent, lost};
+-- Reply: {status, credited, budget, locked, available, leased, spent, lost, owed, seq};
 -- status 0 credited now, 1 already credited, -1 no such day.
 -- Not fenced: a move recorded as pending by a legitimate leader must be
 -- finishable by whoever comes next, and crediting it twice is impossible.
@@ -10,11 +10,10 @@ local K = keys_of(KEYS)
 local id, amount, peer = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now, maxlen = tonumber(ARGV[4]), ARGV[5]
 local s = load_shard(K.state)
-if not s then return {-1, 0, 0, 0, 0, 0, 0, 0} end
+if not s then return no_day() end
 if redis.call('HEXISTS', K.moves, id) == 1 then return shard_reply(1, 0, s) end
 s.locked = s.locked + amount
 s.budget = s.budget + amount
-redis.call('HSET', K.state, 'budget', str(s.budget))
 store_shard(K.state, s)
 redis.call('HSET', K.moves, id, 'in|' .. str(amount) .. '|' .. peer)
 inherit_ttl(K)

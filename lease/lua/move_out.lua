@@ -6,13 +6,13 @@
 -- move_in is idempotent by move id, so no micro is lost or doubled.
 -- KEYS: state leases exp done audit moves
 -- ARGV: move_id amount peer_shard fence now_ms audit_maxlen
--- Reply: {status, taken, budget, locked, available, leased, spent, lost};
+-- Reply: {status, taken, budget, locked, available, leased, spent, lost, owed, seq};
 -- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off.
 local K = keys_of(KEYS)
 local id, amount, peer = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fence, now, maxlen = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local s = load_shard(K.state)
-if not s then return {-1, 0, 0, 0, 0, 0, 0, 0} end
+if not s then return no_day() end
 local rec = redis.call('HGET', K.moves, id)
 if rec then
   local kind, amt = string.match(rec, '^(%a+)|(%d+)|')
@@ -22,7 +22,6 @@ if not check_fence(K, fence) then return shard_reply(-3, 0, s) end
 local take = math.min(amount, s.locked)
 s.locked = s.locked - take
 s.budget = s.budget - take
-redis.call('HSET', K.state, 'budget', str(s.budget))
 store_shard(K.state, s)
 redis.call('HSET', K.moves, id, 'out|' .. str(take) .. '|' .. peer .. '|pending')
 inherit_ttl(K)

@@ -43,7 +43,12 @@ local function muldiv(a, b, c)
   return q * b + x1 * 32768 + y
 end
 
-local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb'}
+-- owed: a budget cut not yet applied because the budget was already leased
+-- or spent; it is applied as leases come back (pay_owed). seq: the shard's
+-- write sequence, raised by every write, so a daemon that sees it go down
+-- knows the ledger lost acknowledged writes. closed: the day is over; no
+-- more grants.
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed'}
 
 local function load_shard(key)
   local v = redis.call('HMGET', key, unpack(FIELDS))
@@ -53,14 +58,39 @@ local function load_shard(key)
   return s
 end
 
+-- store_shard writes the shard back and raises its write sequence: every
+-- script stores at most once, so seq counts the writes Redis acknowledged.
 local function store_shard(key, s)
-  redis.call('HSET', key,
+  s.seq = s.seq + 1
+  redis.call('HSET', key, 'budget', str(s.budget),
     'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
-    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb))
+    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed),
+    'seq', str(s.seq))
 end
 
+-- Every money script replies {status, value, budget, locked, available,
+-- leased, spent, lost, owed, seq, extra...}.
 local function shard_reply(status, value, s)
-  return {status, value, s.budget, s.locked, s.available, s.leased, s.spent, s.lost}
+  return {status, value, s.budget, s.locked, s.available, s.leased, s.spent, s.lost, s.owed, s.seq}
+end
+
+local function no_day()
+  return {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+end
+
+-- pay_owed applies what is left of a budget cut from budget not handed out
+-- (locked first, then available): a cut below leased + spent completes as
+-- leases come back, so their unused micros are never granted again.
+local function pay_owed(s)
+  if s.owed <= 0 then return 0 end
+  local from_locked = math.min(s.owed, s.locked)
+  s.locked = s.locked - from_locked
+  local from_avail = math.min(s.owed - from_locked, s.available)
+  s.available = s.available - from_avail
+  local paid = from_locked + from_avail
+  s.owed = s.owed - paid
+  s.budget = s.budget - paid
+  return paid
 end
 
 -- audit appends one ledger event to the shard's stream. Every change to money goes
@@ -134,7 +164,7 @@ local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
 end
 
 local function keys_of(KEYS)
-  return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5], moves = KEYS[6]}
+  return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5], moves = KEYS[6], ops = KEYS[7]}
 end
 
 -- check_fence refuses a reconciler call whose fencing token is older than one
@@ -164,6 +194,7 @@ end
 
 -- grant_new takes up to want micros from available into a new lease.
 local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
+  if s.closed == 1 then return 0 end
   local g = want
   if s.available < g then g = s.available end
   if g <= 0 then return 0 end
@@ -196,6 +227,7 @@ local function release_lease(K, s, id, unused, now, maxlen)
   s.leased = s.leased - amount
   s.available = s.available + unused
   s.spent = s.spent + (amount - unused)
+  pay_owed(s)
   redis.call('HDEL', K.leases, id)
   redis.call('ZREM', K.exp, id)
   redis.call('HSET', K.done, id, 'r:' .. str(unused))

@@ -3,11 +3,11 @@
 -- credits nothing twice.
 -- KEYS: state leases exp done audit
 -- ARGV: lease_id unused now_ms audit_maxlen
--- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost};
+-- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq};
 -- status as release_lease, -1 no such day.
 local K = keys_of(KEYS)
 local s = load_shard(K.state)
-if not s then return {-1, 0, 0, 0, 0, 0, 0, 0} end
+if not s then return no_day() end
 local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
 if type(st) == 'table' then return st end
 store_shard(K.state, s)

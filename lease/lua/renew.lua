@@ -3,31 +3,33 @@
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit
 -- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen
--- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, new_status}
+-- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, new_status};
+-- new_status as grant's status.
 local K = keys_of(KEYS)
 local old_id, unused, id, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local c_now, c_cap, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
 local s = load_shard(K.state)
-if not s then return {-1, 0, 0, 0, 0, 0, 0, 0, -1} end
+if not s then local r = no_day(); r[11] = -1; return r end
 local st = release_lease(K, s, old_id, unused, now, maxlen)
 if type(st) == 'table' then return st end
-local reply
+local new_status, g = 0, 0
 local cur = redis.call('HGET', K.leases, id)
 if cur then
-  reply = shard_reply(st, (parse_lease(cur)), s)
-  reply[9] = 1
+  new_status, g = 1, (parse_lease(cur))
 elseif redis.call('HEXISTS', K.done, id) == 1 then
-  reply = shard_reply(st, 0, s)
-  reply[9] = 2
+  new_status = 2
+elseif s.closed == 1 then
+  new_status = 3
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
+  pay_owed(s)
   release_by_curve(s, c_now, c_cap)
-  local g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
-  reply = shard_reply(st, g, s)
-  reply[9] = 0
+  g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
 end
 store_shard(K.state, s)
 expire_all(K, retain)
+local reply = shard_reply(st, g, s)
+reply[11] = new_status
 return reply

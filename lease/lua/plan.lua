@@ -1,0 +1,20 @@
+-- plan: decides a campaign-day's plan once, from the campaign as the store
+-- holds it at that moment (never from a caller's cached copy), and returns it.
+-- Every opener builds the day's shards from this plan, so racing openers,
+-- a budget cut just before midnight or a shard-count change cannot fund a
+-- day twice or with two shard counts. The campaign's settings and its days
+-- share one hash tag, so this is one slot.
+-- KEYS: campaign days
+-- ARGV: day
+-- Reply: {budget, shards, curve} or an error if the campaign is unknown.
+local day = ARGV[1]
+local plan = redis.call('HGET', KEYS[2], day .. ':plan')
+if not plan then
+  local c = redis.call('HMGET', KEYS[1], 'daily', 'shards', 'curve')
+  if not c[1] then return redis.error_reply('ERR unknown campaign') end
+  plan = c[1] .. '|' .. c[2] .. '|' .. (c[3] or 'flat')
+  redis.call('HSET', KEYS[2], day .. ':plan', plan)
+  redis.call('HSETNX', KEYS[2], day .. ':budget', c[1])
+end
+local budget, shards, curve = string.match(plan, '^(%d+)|(%d+)|(.*)$')
+return {budget, shards, curve}
