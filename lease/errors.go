@@ -22,6 +22,13 @@ var (
 	// ErrCarryNotReady: a carry-over must wait (leases of the closed day are
 	// outstanding, or the next day is not open); call again later.
 	ErrCarryNotReady = errors.New("lease: carry-over not ready")
+	// ErrShardFrozen: the shard lost acknowledged writes and is frozen while
+	// the fleet re-asserts the leases it holds; grants resume afterwards.
+	ErrShardFrozen = errors.New("lease: shard frozen after a loss of acknowledged writes; re-assert held leases")
+	// ErrLedgerDiverged: the shard no longer has the history the caller saw:
+	// Redis lost writes it had acknowledged (restarted from an older AOF or
+	// snapshot, or failed over to a lagging replica).
+	ErrLedgerDiverged = errors.New("lease: ledger lost acknowledged writes (history diverged)")
 	// ErrUnknownLease: no such lease on the shard.
 	ErrUnknownLease = errors.New("lease: unknown lease")
 	// ErrFenced: a reconciler call carried a fencing token older than one the

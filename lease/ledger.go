@@ -53,21 +53,27 @@ var (
 	luaPlan string
 	//go:embed lua/dayop.lua
 	luaDayOp string
+	//go:embed lua/freeze.lua
+	luaFreeze string
+	//go:embed lua/reassert.lua
+	luaReassert string
 )
 
 func script(body string) *redis.Script { return redis.NewScript(luaPrelude + "\n" + body) }
 
 // Scripts are immutable; sharing them across Ledgers only shares their SHA.
 var (
-	openScript    = script(luaOpen)
-	grantScript   = script(luaGrant)
-	renewScript   = script(luaRenew)
-	releaseScript = script(luaRelease)
-	settleScript  = script(luaSettle)
-	adjustScript  = script(luaAdjust)
-	closeScript   = script(luaClose)
-	planScript    = redis.NewScript(luaPlan)
-	dayOpScript   = redis.NewScript(luaDayOp)
+	openScript     = script(luaOpen)
+	grantScript    = script(luaGrant)
+	renewScript    = script(luaRenew)
+	releaseScript  = script(luaRelease)
+	settleScript   = script(luaSettle)
+	adjustScript   = script(luaAdjust)
+	closeScript    = script(luaClose)
+	planScript     = redis.NewScript(luaPlan)
+	dayOpScript    = redis.NewScript(luaDayOp)
+	freezeScript   = script(luaFreeze)
+	reassertScript = script(luaReassert)
 )
 
 // Config tunes a Ledger. The zero value is usable.
@@ -127,11 +133,23 @@ type Shard struct {
 	// back, before anything is granted again. The shard's target budget is
 	// Budget - Owed.
 	Owed int64 `json:"owed"`
-	// Seq is the shard's write sequence: every write raises it. A reply with a
-	// lower Seq than one seen before means Redis lost acknowledged writes.
-	// Sums of shards (Add) leave it 0.
+	// Seq and Tip are the shard's history: every write raises Seq and moves
+	// Tip along a hash chain. Pass them back (GrantRequest.Known, ReleaseKnown)
+	// and the ledger tells whether it still has that history (Diverged).
+	// Sums of shards (Add) leave them 0.
 	Seq int64 `json:"seq"`
+	Tip int64 `json:"-"`
+	// Diverged: the history the caller passed is not the shard's: Redis lost
+	// writes it had acknowledged since the caller's last reply. Stop taking
+	// leases from the shard, Freeze it and Reassert the leases held.
+	Diverged bool `json:"-"`
 }
+
+// History is where a shard's history stood at a reply.
+type History struct{ Seq, Tip int64 }
+
+// History returns the shard's history as of the reply it came in.
+func (s Shard) History() History { return History{s.Seq, s.Tip} }
 
 // Remaining is what the shard can still grant today: locked plus available.
 func (s Shard) Remaining() int64 { return s.Locked + s.Available }
@@ -139,7 +157,7 @@ func (s Shard) Remaining() int64 { return s.Locked + s.Available }
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
 	return Shard{s.Budget + o.Budget, s.Locked + o.Locked, s.Available + o.Available,
-		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost, s.Owed + o.Owed, 0}
+		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost, s.Owed + o.Owed, 0, 0, false}
 }
 
 // Target is the budget the shard is to spend: Budget less what a cut still owes.
@@ -150,7 +168,7 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 }
 
 // run executes a script on one shard and decodes the common reply
-// {status, value, budget, locked, available, leased, spent, lost, owed, seq, extra...}.
+// {status, value, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, extra...}.
 //
 // Every ledger script is idempotent (by lease id, move id or op id), so run
 // retries one whose reply was lost to a network error with the same
@@ -162,14 +180,15 @@ func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...a
 	if err != nil {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w", k, err)
 	}
-	if len(res) < 10 {
+	if len(res) < 12 {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: short reply %v", k, res)
 	}
-	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7], Owed: res[8], Seq: res[9]}
+	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7],
+		Owed: res[8], Seq: res[9], Tip: res[10], Diverged: res[11] == 1}
 	if res[0] == -1 {
-		return res[0], res[1], sh, res[10:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
+		return res[0], res[1], sh, res[12:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
 	}
-	return res[0], res[1], sh, res[10:], nil
+	return res[0], res[1], sh, res[12:], nil
 }
 
 // scriptAttempts is how many times runScript sends an idempotent script whose
@@ -341,6 +360,10 @@ type GrantRequest struct {
 	Grace time.Duration
 	// DayStart is the start of the campaign-day (for key retention).
 	DayStart time.Time
+	// Known is the shard's history as of the caller's last reply from it
+	// (zero: none). If the shard no longer has it, nothing is granted and
+	// the error wraps ErrLedgerDiverged.
+	Known History
 }
 
 // Grant is a ledger call's outcome.
@@ -374,7 +397,8 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	}
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
-		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen)
+		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
+		r.Known.Seq, r.Known.Tip)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -383,6 +407,10 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: lease already closed", r.Shard, r.LeaseID)
 	case 3:
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrDayClosed)
+	case 4:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrShardFrozen)
+	case 5:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: history at seq %d: %w", r.Shard, r.LeaseID, r.Known.Seq, ErrLedgerDiverged)
 	}
 	return Grant{Granted: g, Shard: sh}, nil
 }
@@ -400,7 +428,8 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	}
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
-		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen)
+		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
+		r.Known.Seq, r.Known.Tip)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -408,8 +437,12 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	if len(extra) > 0 && extra[0] == 2 {
 		return out, fmt.Errorf("ledger %s: renew %s: lease already closed", r.Shard, r.LeaseID)
 	}
-	if len(extra) > 0 && extra[0] == 3 {
-		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, ErrDayClosed),
+	if len(extra) > 0 && extra[0] >= 3 {
+		refused := map[int64]error{3: ErrDayClosed, 4: ErrShardFrozen, 5: ErrLedgerDiverged}[extra[0]]
+		if refused == nil {
+			refused = fmt.Errorf("unexpected status %d", extra[0])
+		}
+		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, refused),
 			releaseStatusErr(r.Shard, oldLeaseID, oldStatus))
 	}
 	return out, releaseStatusErr(r.Shard, oldLeaseID, oldStatus)
@@ -431,10 +464,16 @@ func releaseStatusErr(k ShardKey, id string, status int64) error {
 // budget, the rest of the lease counts as spent. Idempotent by lease id: a retry
 // after a timeout credits nothing twice.
 func (l *Ledger) Release(ctx context.Context, k ShardKey, leaseID string, unused int64, now time.Time) (Shard, error) {
+	return l.ReleaseKnown(ctx, k, leaseID, unused, now, History{})
+}
+
+// ReleaseKnown is Release that also checks the shard still has the caller's
+// known history (the returned Shard's Diverged says).
+func (l *Ledger) ReleaseKnown(ctx context.Context, k ShardKey, leaseID string, unused int64, now time.Time, known History) (Shard, error) {
 	if unused < 0 {
 		return Shard{}, fmt.Errorf("ledger %s: release %s: unused %d is negative", k, leaseID, unused)
 	}
-	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen)
+	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip)
 	if err != nil {
 		return Shard{}, err
 	}
@@ -677,17 +716,17 @@ func (l *Ledger) ReadShard(ctx context.Context, k ShardKey) (Shard, error) {
 }
 
 // shardFields is the order parseShard expects HMGET's reply in.
-var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost", "owed", "seq"}
+var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost", "owed", "seq", "tip"}
 
 func parseShard(v []any) (Shard, error) {
 	if len(v) != len(shardFields) || v[0] == nil {
 		return Shard{}, ErrDayNotOpen
 	}
-	var f [8]int64
+	var f [9]int64
 	for i := range f {
 		s, ok := v[i].(string)
 		if !ok && i >= 6 {
-			continue // owed, seq: absent on shards opened before they existed
+			continue // owed, seq, tip: absent on shards opened before they existed
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -695,7 +734,7 @@ func parseShard(v []any) (Shard, error) {
 		}
 		f[i] = n
 	}
-	return Shard{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]}, nil
+	return Shard{Budget: f[0], Locked: f[1], Available: f[2], Leased: f[3], Spent: f[4], Lost: f[5], Owed: f[6], Seq: f[7], Tip: f[8]}, nil
 }
 
 // DayTotals sums a campaign-day's shards.
@@ -716,4 +755,40 @@ func (l *Ledger) DayTotals(ctx context.Context, campaign, day string) (Shard, er
 		total = total.Add(s)
 	}
 	return total, nil
+}
+
+// Freeze stops grants on a shard that lost acknowledged writes until until
+// (at least: a longer freeze stands), so that the fleet re-asserts the
+// leases it holds (Reassert) and every lease granted before the loss that
+// nobody re-asserts expires before its budget can be granted again. Pass
+// until = now + lease window + grace.
+func (l *Ledger) Freeze(ctx context.Context, k ShardKey, until, now time.Time, reason string) (Shard, error) {
+	_, _, sh, _, err := l.run(ctx, freezeScript, k, until.UnixMilli(), now.UnixMilli(), reason, l.cfg.AuditMaxLen)
+	return sh, err
+}
+
+// Reasserted is what Reassert found.
+type Reasserted int
+
+const (
+	// Rerecorded: the ledger had forgotten the lease and records it again.
+	Rerecorded Reasserted = iota
+	// StillKnown: the ledger knows the lease; nothing changed.
+	StillKnown
+	// AlreadyClosed: the lease was released or settled (as spent).
+	AlreadyClosed
+)
+
+// Reassert records again a lease the caller holds and the ledger may have
+// forgotten. Its amount comes out of what the shard can still grant; any
+// shortfall is owed (Shard.Owed), so the shard's target budget is unchanged.
+func (l *Ledger) Reassert(ctx context.Context, k ShardKey, lr LeaseRecord, now time.Time) (Reasserted, Shard, error) {
+	if lr.ID == "" || lr.Amount <= 0 || lr.Amount > MaxBudgetMicros {
+		return 0, Shard{}, fmt.Errorf("ledger %s: reassert %q of %d micros: malformed", k, lr.ID, lr.Amount)
+	}
+	status, _, sh, _, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen)
+	if err != nil {
+		return 0, Shard{}, err
+	}
+	return Reasserted(status), sh, nil
 }

@@ -8,7 +8,7 @@
 -- mode 'take': only what the shard holds is taken (closing a day for carry-over).
 -- KEYS: state leases exp done audit moves ops
 -- ARGV: op_id delta now_ms max_budget mode audit_maxlen
--- Reply: {status, applied_delta, budget, locked, available, leased, spent, lost, owed, seq, owed_delta};
+-- Reply: {status, applied_delta, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, owed_delta};
 -- status 0 applied now, 1 applied before (retry), -1 no such day.
 -- applied_delta is what moved the shard's budget now; owed_delta what it owes on top.
 local K = keys_of(KEYS)
@@ -20,7 +20,7 @@ local rec = redis.call('HGET', K.ops, op)
 if rec then
   local a, o = string.match(rec, '^(-?%d+)|(-?%d+)$')
   local r = shard_reply(1, tonumber(a), s)
-  r[11] = tonumber(o)
+  r[13] = tonumber(o)
   return r
 end
 local applied, owed = delta, 0
@@ -51,5 +51,5 @@ redis.call('HSET', K.ops, op, str(applied) .. '|' .. str(owed))
 inherit_ttl(K)
 audit(K.audit, maxlen, 'ev', 'adjust', 'op', op, 'amount', str(applied), 'owed', str(owed), 'ms', str(now))
 local r = shard_reply(0, applied, s)
-r[11] = owed
+r[13] = owed
 return r

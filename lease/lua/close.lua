@@ -4,7 +4,7 @@
 -- Idempotent.
 -- KEYS: state leases exp done audit moves ops
 -- ARGV: now_ms audit_maxlen
--- Reply: {status, 0, budget, locked, available, leased, spent, lost, owed, seq};
+-- Reply: {status, 0, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 closed now, 1 closed before, -1 no such day.
 local K = keys_of(KEYS)
 local now, maxlen = tonumber(ARGV[1]), ARGV[2]

@@ -1,10 +1,12 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen
--- Reply: {status, granted, budget, locked, available, leased, spent, lost, owed, seq};
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip]
+-- Reply: {status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 granted now, 1 already granted (retry), 2 lease already closed,
--- 3 the day is closed (no more grants), -1 no such day.
+-- 3 the day is closed (no more grants), 4 frozen after a loss of state
+-- (re-assert held leases; grants resume later), 5 the caller's known history
+-- is not the shard's (it lost writes: nothing granted), -1 no such day.
 local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -12,10 +14,13 @@ local c_now, c_cap, grace = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[
 local retain, maxlen = tonumber(ARGV[9]), ARGV[10]
 local s = load_shard(K.state)
 if not s then return no_day() end
+s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12]))
+if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis.call('HGET', K.leases, id)
 if cur then return shard_reply(1, (parse_lease(cur)), s) end
 if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
+if now < num(redis.call('HGET', K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
 release_by_curve(s, c_now, c_cap)

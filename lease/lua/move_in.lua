@@ -2,7 +2,7 @@
 -- the peer shard to this shard's locked budget. Idempotent by move id.
 -- KEYS: state leases exp done audit moves
 -- ARGV: move_id amount peer_shard now_ms audit_maxlen
--- Reply: {status, credited, budget, locked, available, leased, spent, lost, owed, seq};
+-- Reply: {status, credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 credited now, 1 already credited, -1 no such day.
 -- Not fenced: a move recorded as pending by a legitimate leader must be
 -- finishable by whoever comes next, and crediting it twice is impossible.

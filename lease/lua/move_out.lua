@@ -6,7 +6,7 @@
 -- move_in is idempotent by move id, so no micro is lost or doubled.
 -- KEYS: state leases exp done audit moves
 -- ARGV: move_id amount peer_shard fence now_ms audit_maxlen
--- Reply: {status, taken, budget, locked, available, leased, spent, lost, owed, seq};
+-- Reply: {status, taken, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off.
 local K = keys_of(KEYS)
 local id, amount, peer = ARGV[1], tonumber(ARGV[2]), ARGV[3]

@@ -48,7 +48,7 @@ end
 -- write sequence, raised by every write, so a daemon that sees it go down
 -- knows the ledger lost acknowledged writes. closed: the day is over; no
 -- more grants.
-local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed'}
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip'}
 
 local function load_shard(key)
   local v = redis.call('HMGET', key, unpack(FIELDS))
@@ -58,24 +58,47 @@ local function load_shard(key)
   return s
 end
 
--- store_shard writes the shard back and raises its write sequence: every
--- script stores at most once, so seq counts the writes Redis acknowledged.
+-- The shard's history: every write raises seq and moves tip along a hash
+-- chain (tip = H(previous tip, seq, the script's arguments), 32 bits), and
+-- the last HISTORY (seq, tip) pairs are kept. A daemon passes back the
+-- (seq, tip) of the last reply it had: if the shard has not seen that seq
+-- yet, or saw another tip at it, Redis lost writes it had acknowledged
+-- (a restart from an older AOF or snapshot, a failover to a lagging
+-- replica), even if enough writes landed since to pass the old seq again.
+local HISTORY = 64
+
+-- store_shard writes the shard back and takes one step of its history:
+-- every script stores at most once, so seq counts acknowledged writes.
 local function store_shard(key, s)
   s.seq = s.seq + 1
+  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|')), 1, 8), 16)
   redis.call('HSET', key, 'budget', str(s.budget),
     'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
     'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed),
-    'seq', str(s.seq))
+    'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip))
+end
+
+-- diverged reports whether a caller's last known (seq, tip) of this shard is
+-- not in the shard's history: the ledger lost writes since. A seq too old to
+-- be kept, or none (0), cannot be checked and passes.
+local function diverged(K, s, kseq, ktip)
+  if not kseq or kseq <= 0 then return false end
+  if kseq > s.seq then return true end
+  if s.seq - kseq >= HISTORY then return false end
+  local rec = redis.call('HGET', K.state, 'h' .. str(kseq % HISTORY))
+  return rec ~= str(kseq) .. ':' .. str(ktip)
 end
 
 -- Every money script replies {status, value, budget, locked, available,
--- leased, spent, lost, owed, seq, extra...}.
+-- leased, spent, lost, owed, seq, tip, diverged, extra...}.
 local function shard_reply(status, value, s)
-  return {status, value, s.budget, s.locked, s.available, s.leased, s.spent, s.lost, s.owed, s.seq}
+  local dv = 0
+  if s.diverged then dv = 1 end
+  return {status, value, s.budget, s.locked, s.available, s.leased, s.spent, s.lost, s.owed, s.seq, s.tip, dv}
 end
 
 local function no_day()
-  return {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+  return {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 
 -- pay_owed applies what is left of a budget cut from budget not handed out

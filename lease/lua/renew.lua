@@ -2,8 +2,8 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen
--- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, new_status};
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip]
+-- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, new_status};
 -- new_status as grant's status.
 local K = keys_of(KEYS)
 local old_id, unused, id, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -11,17 +11,22 @@ local want, expiry, now = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]
 local c_now, c_cap, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
 local s = load_shard(K.state)
-if not s then local r = no_day(); r[11] = -1; return r end
+if not s then local r = no_day(); r[13] = -1; return r end
+s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14]))
 local st = release_lease(K, s, old_id, unused, now, maxlen)
 if type(st) == 'table' then return st end
 local new_status, g = 0, 0
 local cur = redis.call('HGET', K.leases, id)
-if cur then
+if s.diverged then
+  new_status = 5
+elseif cur then
   new_status, g = 1, (parse_lease(cur))
 elseif redis.call('HEXISTS', K.done, id) == 1 then
   new_status = 2
 elseif s.closed == 1 then
   new_status = 3
+elseif now < num(redis.call('HGET', K.state, 'frozen_until')) then
+  new_status = 4
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
@@ -31,5 +36,5 @@ end
 store_shard(K.state, s)
 expire_all(K, retain)
 local reply = shard_reply(st, g, s)
-reply[11] = new_status
+reply[13] = new_status
 return reply

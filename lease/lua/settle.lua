@@ -5,20 +5,20 @@
 -- daemon or an operator) and is always accepted without raising the shard's fence.
 -- KEYS: state leases exp done audit
 -- ARGV: now_ms grace_ms fence limit audit_maxlen
--- Reply: {status, settled_amount, budget, locked, available, leased, spent, lost, owed, seq, settled_count};
+-- Reply: {status, settled_amount, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, settled_count};
 -- status 0 ok, -1 no such day, -3 fenced off.
 local K = keys_of(KEYS)
 local now, grace, fence, limit, maxlen = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local s = load_shard(K.state)
-if not s then local r = no_day(); r[11] = 0; return r end
+if not s then local r = no_day(); r[13] = 0; return r end
 if not check_fence(K, fence) then
   local r = shard_reply(-3, num(redis.call('HGET', K.state, 'fence')), s)
-  r[11] = 0
+  r[13] = 0
   return r
 end
 local n, total = settle_expired(K, s, now - grace, limit, now, maxlen, 'reconciler')
 store_shard(K.state, s)
 local r = shard_reply(0, total, s)
 inherit_ttl(K)
-r[11] = n
+r[13] = n
 return r
