@@ -61,13 +61,25 @@ func (d *dedup) do(now time.Time, id string, amount int64, decide func() transpo
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.rotate(now)
-	if a := d.lookup(now, id); a != nil {
-		if a.decision == transport.Allowed {
-			d.replayedAllows.Add(1) // answered "allowed" without a second charge
-		}
+	a := d.lookup(now, id)
+	switch {
+	case a == nil:
+	case a.decision != transport.Allowed:
+		return a.decision
+	case a.refunded == 0 && amount <= a.amount:
+		d.replayedAllows.Add(1) // a retry: answered "allowed" without a second charge
 		return a.decision
 	}
+	// New, or refunded (in part or whole), or asking for more than was
+	// charged: replaying ":1" would hand out money never charged, so decide
+	// (and charge) again.
 	dec := decide()
+	if a != nil {
+		if dec == transport.Allowed {
+			a.amount += amount
+		}
+		return dec
+	}
 	d.cur[id] = &auction{at: now, decision: dec, amount: amount}
 	return dec
 }

@@ -1,0 +1,103 @@
+package daemon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/transport"
+)
+
+// auctionFixture is a daemon with campaign "c" loaded and tokens in its
+// bucket, ten minutes into the day; the clock does not move unless the test
+// moves it, so the bucket's tokens change only by SPENDs and REFUNDs.
+func auctionFixture(t *testing.T, cfg daemon.Config) (*fixture, *daemon.Daemon) {
+	t.Helper()
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.clock.Set(midnight.Add(10 * time.Minute))
+	cfg.Holder, cfg.Clock = "h", f.clock
+	d, err := daemon.New(f.ledger, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	// A first SPEND loads the campaign and sizes its bucket for SPENDs of
+	// this size; ten seconds of drip fill it.
+	if _, err := d.Spend("c", 10_000, ""); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	return f, d
+}
+
+func tokens(t *testing.T, d *daemon.Daemon, id string) int64 {
+	t.Helper()
+	b, err := d.Balance(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Tokens
+}
+
+func mustSpend(t *testing.T, d *daemon.Daemon, amount int64, auction string, want transport.Decision) {
+	t.Helper()
+	dec, err := d.Spend("c", amount, auction)
+	if err != nil || dec != want {
+		t.Fatalf("SPEND c %d %s = %v, %v; want %v", amount, auction, dec, err, want)
+	}
+}
+
+// Issue 9, item 5: a refunded auction id must not replay a free ":1". A
+// plain retry is still answered from memory without a second charge.
+func TestSpendAfterRefundChargesAgain(t *testing.T) {
+	_, d := auctionFixture(t, daemon.Config{})
+	const amount = 5_000
+	t0 := tokens(t, d, "c")
+	if t0 < 6*amount {
+		t.Fatalf("bucket holds %d micros; the test needs %d", t0, 6*amount)
+	}
+
+	mustSpend(t, d, amount, "a1", transport.Allowed)
+	mustSpend(t, d, amount, "a1", transport.Allowed) // retry: replayed
+	if got := tokens(t, d, "c"); got != t0-amount {
+		t.Fatalf("after SPEND a1 twice (a retry): tokens %d, want %d (charged once)", got, t0-amount)
+	}
+	if err := d.Refund("c", amount, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, d, "c"); got != t0 {
+		t.Fatalf("after REFUND a1: tokens %d, want %d", got, t0)
+	}
+	mustSpend(t, d, amount, "a1", transport.Allowed)
+	if got := tokens(t, d, "c"); got != t0-amount {
+		t.Fatalf("SPEND a1 after REFUND a1: tokens %d, want %d: the :1 was not charged", got, t0-amount)
+	}
+	// The second charge is refundable too, and no more than it.
+	if err := d.Refund("c", amount, "a1"); err != nil {
+		t.Fatalf("refund of the second charge: %v", err)
+	}
+	if err := d.Refund("c", 1, "a1"); err == nil {
+		t.Fatal("refunded more than auction a1 was charged")
+	}
+
+	// A partial refund counts too; so does a retry asking for more.
+	mustSpend(t, d, amount, "a2", transport.Allowed)
+	if err := d.Refund("c", amount/2, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	before := tokens(t, d, "c")
+	mustSpend(t, d, amount, "a2", transport.Allowed)
+	if got := tokens(t, d, "c"); got != before-amount {
+		t.Fatalf("SPEND a2 after a partial REFUND: tokens %d, want %d", got, before-amount)
+	}
+	mustSpend(t, d, amount, "a3", transport.Allowed)
+	before = tokens(t, d, "c")
+	mustSpend(t, d, 2*amount, "a3", transport.Allowed)
+	if got := tokens(t, d, "c"); got != before-2*amount {
+		t.Fatalf("SPEND a3 for more than its first charge: tokens %d, want %d", got, before-2*amount)
+	}
+}
