@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,63 @@ func TestSpendAfterRefundChargesAgain(t *testing.T) {
 	mustSpend(t, d, 2*amount, "a3", transport.Allowed)
 	if got := tokens(t, d, "c"); got != before-2*amount {
 		t.Fatalf("SPEND a3 for more than its first charge: tokens %d, want %d", got, before-2*amount)
+	}
+}
+
+// Issue 9, item 3: an auction allowed at 23:59:52 and refunded at 00:00:02
+// belongs to the day that closed: the refund is refused with an error that
+// says so, and today's bucket is not credited.
+func TestRefundAcrossMidnightIsRefused(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.clock.Set(midnight.Add(24*time.Hour - 40*time.Second))
+	d := f.daemon(t, "h")
+	if _, err := d.Spend("c", 10_000, ""); err != nil {
+		t.Fatal(err)
+	}
+	for f.clock.Now().Before(midnight.Add(24*time.Hour - 8*time.Second)) { // 23:59:52
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	mustSpend(t, d, 1_000, "late", transport.Allowed)
+
+	// Past midnight: the loop rolls the day over and leases from the new one.
+	for f.clock.Now().Before(midnight.Add(24*time.Hour + 2*time.Second)) { // 00:00:02
+		f.clock.Add(500 * time.Millisecond)
+		d.Step(ctx)
+	}
+	const want = `auction "late" was allowed on 2026-11-21, a campaign-day that has closed; nothing credited`
+	refuse := func() {
+		t.Helper()
+		before := tokens(t, d, "c")
+		err := d.Refund("c", 1_000, "late")
+		if err == nil {
+			t.Fatalf("refund at %v of an auction allowed at 23:59:52 was credited to the new day", f.clock.Now())
+		}
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("refund error %q; want it to say %q", err, want)
+		}
+		if got := tokens(t, d, "c"); got != before {
+			t.Fatalf("today's tokens went from %d to %d on a refused refund", before, got)
+		}
+	}
+	refuse()
+
+	// Once today has spend of its own, "no more than this daemon allowed
+	// today" no longer stops the refund: the auction's day must.
+	for f.clock.Now().Before(midnight.Add(24*time.Hour + 10*time.Second)) {
+		f.clock.Add(500 * time.Millisecond)
+		d.Step(ctx)
+	}
+	mustSpend(t, d, 1_000, "early", transport.Allowed)
+	mustSpend(t, d, 1_000, "early2", transport.Allowed)
+	refuse()
+	// Today's own auctions are refunded as before.
+	before := tokens(t, d, "c")
+	if err := d.Refund("c", 1_000, "early"); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, d, "c"); got != before+1_000 {
+		t.Fatalf("refund of today's auction: tokens %d, want %d", got, before+1_000)
 	}
 }

@@ -184,14 +184,23 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 	if ds == nil {
 		return 0, fmt.Errorf("refund of %d micros for campaign %q: nothing was allowed today", amount, c.id)
 	}
+	// With an id, the refund belongs to the campaign-day its auction was
+	// allowed on: only that day's bucket may take it back. Checked first, so
+	// a refund across midnight gets the error that says why.
+	if auctionID != "" {
+		if err := c.dedup.check(now, auctionID, amount, ds.day.Start, c.settings.Load().loc); err != nil {
+			return 0, fmt.Errorf("refund for campaign %q: %w", c.id, err)
+		}
+	}
+	// Without one, it can only be trusted as far as what this daemon allowed
+	// on the day it is spending from: never more than that, so a refund
+	// crossing midnight can at worst return today's own spend.
 	st := ds.b.Stats(now)
 	if net := st.Spent - st.Refunded; amount > net {
 		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
 	}
 	if auctionID != "" {
-		if err := c.dedup.refund(now, auctionID, amount); err != nil {
-			return 0, fmt.Errorf("refund for campaign %q: %w", c.id, err)
-		}
+		c.dedup.refund(now, auctionID, amount)
 	}
 	return ds.b.Refund(now, amount), nil
 }

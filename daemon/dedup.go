@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/transport"
 )
 
@@ -86,16 +87,37 @@ func (d *dedup) do(now time.Time, id string, amount int64, decide func() transpo
 
 var errAuctionUnknown = errors.New("auction id not seen as allowed in the last 10 minutes")
 
-func (d *dedup) refund(now time.Time, id string, amount int64) error {
+// errDayClosed: a refund for an auction allowed on a campaign-day that has
+// closed. That day's spend is counted (its leases settled or settling); its
+// budget cannot come back, and crediting the refund to today would let today
+// spend more than its budget.
+var errDayClosed = errors.New("allowed on a campaign-day that has closed; nothing credited")
+
+// check reports why a refund of amount micros for auction id cannot be
+// taken back into the campaign-day starting at dayStart (in loc), or nil.
+func (d *dedup) check(now time.Time, id string, amount int64, dayStart time.Time, loc *time.Location) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.lookup(now, id)
 	if a == nil || a.decision != transport.Allowed {
 		return fmt.Errorf("auction %q: %w", id, errAuctionUnknown)
 	}
+	if a.at.Before(dayStart) {
+		return fmt.Errorf("auction %q was allowed on %s, a campaign-day that has closed; nothing credited: %w",
+			id, bucket.DayOf(a.at, loc).Key, errDayClosed)
+	}
 	if left := a.amount - a.refunded; amount > left {
 		return fmt.Errorf("auction %q: refund of %d micros exceeds the %d it spent (net of refunds)", id, amount, left)
 	}
-	a.refunded += amount
 	return nil
+}
+
+// refund records a refund that check accepted. The campaign's refundMu
+// serialises the two.
+func (d *dedup) refund(now time.Time, id string, amount int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a := d.lookup(now, id); a != nil {
+		a.refunded += amount
+	}
 }
