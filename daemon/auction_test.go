@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +160,112 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	}
 	if got := tokens(t, d, "c"); got != before+1_000 {
 		t.Fatalf("refund of today's auction: tokens %d, want %d", got, before+1_000)
+	}
+}
+
+// Issue 9, item 8: only allowed answers are remembered. A paced SPEND's
+// retry decides again, and is charged if allowed then.
+func TestPacedAuctionIsDecidedAgain(t *testing.T) {
+	f, d := auctionFixture(t, daemon.Config{})
+	big := tokens(t, d, "c") + 1
+	mustSpend(t, d, big, "p1", transport.Paced)
+	// Spend the bucket down to less than 5,000, so a SPEND of 5,000 is paced.
+	n, _ := spendUntilDenied(t, d, "c", 1_000)
+	if n == 0 {
+		t.Fatal("no tokens to spend")
+	}
+	mustSpend(t, d, 5_000, "p2", transport.Paced)
+	for tokens(t, d, "c") < 5_000 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	before := tokens(t, d, "c")
+	mustSpend(t, d, 5_000, "p2", transport.Allowed)
+	if got := tokens(t, d, "c"); got != before-5_000 {
+		t.Fatalf("retry of a paced SPEND, allowed now: tokens %d, want %d (charged)", got, before-5_000)
+	}
+}
+
+// gauge returns the value of an unlabelled gauge from d's collector.
+func gauge(t *testing.T, d *daemon.Daemon, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(d.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// Issue 9, item 8: past the memory bound the oldest ids are forgotten first;
+// the window actually kept is exported and quoted by the refund error.
+func TestAuctionMemoryForgetsOldestFirst(t *testing.T) {
+	f, d := auctionFixture(t, daemon.Config{DedupMemoryBytes: 16 << 10})
+	if w := gauge(t, d, "pacer_auction_ids_window_seconds"); w != 600 {
+		t.Fatalf("window kept %vs before any id was forgotten; want the configured 600s", w)
+	}
+	// 1,000 ids at one instant: 16 KiB keeps a few hundred.
+	const ids = 1_000
+	for i := range ids {
+		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), transport.Allowed)
+	}
+	if n := gauge(t, d, "pacer_auction_ids_remembered"); n >= ids || n < 100 {
+		t.Fatalf("%v ids remembered of %d within 16 KiB", n, ids)
+	}
+	if b := gauge(t, d, "pacer_auction_ids_memory_bytes"); b > 16<<10 {
+		t.Fatalf("auction ids hold %v bytes; bound 16 KiB", b)
+	}
+	before := tokens(t, d, "c")
+	for i := ids - 100; i < ids; i++ { // the newest are remembered: replayed
+		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), transport.Allowed)
+	}
+	if got := tokens(t, d, "c"); got != before {
+		t.Fatalf("retries of the newest ids were charged: tokens %d, want %d", got, before)
+	}
+	mustSpend(t, d, 1, "id-0", transport.Allowed) // the oldest is forgotten: charged again
+	if got := tokens(t, d, "c"); got != before-1 {
+		t.Fatalf("retry of the oldest (forgotten) id: tokens %d, want %d", got, before-1)
+	}
+
+	f.clock.Add(37 * time.Second)
+	if w := gauge(t, d, "pacer_auction_ids_window_seconds"); w != 37 {
+		t.Fatalf("window kept %vs; every id of the last 37s is remembered, no more", w)
+	}
+	err := d.Refund("c", 1, "id-1")
+	if err == nil || !strings.Contains(err.Error(), `auction "id-1" not seen as allowed in the last 37s`) {
+		t.Fatalf("refund of a forgotten id: %v", err)
+	}
+	if err := d.Refund("c", 1, "id-999"); err != nil {
+		t.Fatalf("refund of a remembered id: %v", err)
+	}
+}
+
+// Ids are remembered for DedupWindow at most: a retry after it is charged.
+func TestAuctionWindowExpires(t *testing.T) {
+	f, d := auctionFixture(t, daemon.Config{DedupWindow: time.Minute})
+	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	for range 61 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	before := tokens(t, d, "c")
+	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	if got := tokens(t, d, "c"); got != before-1_000 {
+		t.Fatalf("retry after the window: tokens %d, want %d (charged)", got, before-1_000)
+	}
+	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	if got := tokens(t, d, "c"); got != before-1_000 {
+		t.Fatalf("retry within the window: tokens %d, want %d (not charged)", got, before-1_000)
+	}
+	f.clock.Add(time.Minute)
+	if err := d.Refund("c", 1_000, "w1"); err == nil || !strings.Contains(err.Error(), "not seen as allowed in the last 1m0s") {
+		t.Fatalf("refund after the window: %v", err)
 	}
 }

@@ -40,8 +40,9 @@ type campaign struct {
 	maxAmount      atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
 	requestedBase  int64        // refill loop only: demand of the days already dropped
 
-	dedup    dedup
-	refundMu sync.Mutex
+	salt           auctionKey   // makes this campaign's auction ids its own in the daemon's memory
+	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge
+	refundMu       sync.Mutex
 
 	revoked      atomic.Bool // a revoke broadcast arrived: deny until the loop has re-read settings
 	forceRefresh atomic.Bool // re-read settings on the next tick
@@ -104,7 +105,7 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
 	cp.settings.Store(d.settingsOf(c))
 	cp.lastRefresh = d.cfg.Clock.Now()
-	cp.dedup.window = d.cfg.DedupWindow
+	cp.salt = newSalt()
 	return cp
 }
 
@@ -122,9 +123,10 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
 	}
 	if auctionID == "" {
-		return c.decide(now, amount)
+		dec, _ := c.decide(now, amount)
+		return dec
 	}
-	return c.dedup.do(now, auctionID, amount, func() transport.Decision { return c.decide(now, amount) })
+	return c.d.auctions.spend(c, now, amount, auctionID)
 }
 
 // countDenial counts a SPEND the bucket did not allow (allowed ones are
@@ -140,7 +142,7 @@ func (c *campaign) countDenial(dec transport.Decision) {
 
 // allows returns how many SPENDs the campaign allowed, over all its days.
 func (c *campaign) allows(now time.Time) int64 {
-	n := c.allowsBase.Load() + c.dedup.replayedAllows.Load()
+	n := c.allowsBase.Load() + c.replayedAllows.Load()
 	if ds := c.day.Load(); ds != nil {
 		n += ds.b.Stats(now).Allows
 	}
@@ -157,24 +159,26 @@ func (c *campaign) allows(now time.Time) int64 {
 	}
 }
 
-func (c *campaign) decide(now time.Time, amount int64) transport.Decision {
+// decide answers a SPEND from the bucket, and returns the campaign-day that
+// answered (nil if none).
+func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
 	if c.revoked.Load() || c.settings.Load().State == lease.StatePaused {
-		return transport.Exhausted
+		return transport.Exhausted, nil
 	}
 	ds := c.day.Load()
 	if ds == nil || now.Before(ds.day.Start) || !now.Before(ds.day.End) {
-		return transport.Paced // the refill loop opens the day on its next tick
+		return transport.Paced, nil // the refill loop opens the day on its next tick
 	}
 	if ds.refused.Load() {
-		return transport.Exhausted
+		return transport.Exhausted, ds
 	}
 	if ds.b.Spend(now, amount) {
-		return transport.Allowed
+		return transport.Allowed, ds
 	}
 	if ds.exhausted.Load() {
-		return transport.Exhausted
+		return transport.Exhausted, ds
 	}
-	return transport.Paced
+	return transport.Paced, ds
 }
 
 func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
@@ -184,23 +188,22 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 	if ds == nil {
 		return 0, fmt.Errorf("refund of %d micros for campaign %q: nothing was allowed today", amount, c.id)
 	}
+	st := ds.b.Stats(now)
+	net := st.Spent - st.Refunded
 	// With an id, the refund belongs to the campaign-day its auction was
 	// allowed on: only that day's bucket may take it back. Checked first, so
 	// a refund across midnight gets the error that says why.
 	if auctionID != "" {
-		if err := c.dedup.check(now, auctionID, amount, ds.day.Start, c.settings.Load().loc); err != nil {
+		if err := c.d.auctions.refund(c, now, auctionID, amount, ds, net); err != nil {
 			return 0, fmt.Errorf("refund for campaign %q: %w", c.id, err)
 		}
+		return ds.b.Refund(now, amount), nil
 	}
 	// Without one, it can only be trusted as far as what this daemon allowed
 	// on the day it is spending from: never more than that, so a refund
 	// crossing midnight can at worst return today's own spend.
-	st := ds.b.Stats(now)
-	if net := st.Spent - st.Refunded; amount > net {
+	if amount > net {
 		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
-	}
-	if auctionID != "" {
-		c.dedup.refund(now, auctionID, amount)
 	}
 	return ds.b.Refund(now, amount), nil
 }
