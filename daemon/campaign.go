@@ -583,13 +583,38 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	c.d.counters.leasesGranted.Add(1)
 	end := expiry.Add(-cfg.SkewBound)
-	dripFrom := now
+	dripFrom, dripEnd := now, end
 	if len(ds.leases) == 0 {
 		// A campaign with no lease dripping (first use, or after a gap) gets a
 		// burst window's worth at once, so its first SPENDs are not all paced.
 		dripFrom = now.Add(-cfg.BurstWindow)
 	}
-	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end}); err != nil {
+	// A lease dripping until its end is never all spendable: its last micros
+	// go back to the ledger, unused, to be leased again. That is only a
+	// delay while the shard has more, but it strands a lease no larger than
+	// a SPEND (no SPEND ever fits before the feed closes) and a shard's last
+	// lease (nothing comes after it). The first is credited at once: it is
+	// within the bucket's capacity (four of the largest SPENDs), so no burst
+	// beyond what capacity allows anyway; the second drips in full a quarter
+	// window before its end. Either way the tokens come from the lease and
+	// are spendable only until its end.
+	switch {
+	case g.Granted <= c.maxAmount.Load():
+		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+	case g.Shard.Remaining() == 0:
+		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
+			dripEnd = full
+		} else {
+			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+		}
+	}
+	// Size the bucket for the new drip before it starts: what arrives while
+	// the bucket is full is forgone, so a capacity still sized for the old
+	// drip (or the first lease's capacity of one) would forgo the burst.
+	st := ds.b.Stats(now)
+	rate := float64(g.Granted) / dripEnd.Sub(dripFrom).Seconds()
+	ds.b.SetCapacity(max(st.Capacity, c.capacity(st.DripPerSecond+int64(min(rate, math.MaxInt64/2)))))
+	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
 		c.releaseLease(ctx, now, release{key: key, id: id, unused: g.Granted, until: expiry.Add(cfg.Grace + time.Minute)})
