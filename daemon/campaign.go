@@ -38,6 +38,7 @@ type campaign struct {
 	paced          atomic.Int64
 	exhausted      atomic.Int64
 	maxAmount      atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
+	minAmount      atomic.Int64 // smallest SPEND seen (0: none yet)
 	requestedBase  int64        // refill loop only: demand of the days already dropped
 
 	salt           auctionKey   // makes this campaign's auction ids its own in the daemon's memory
@@ -71,8 +72,15 @@ type dayState struct {
 	b      *bucket.Bucket
 	shards int
 
-	exhausted atomic.Bool // the ledger has nothing left to grant today
-	refused   atomic.Bool // the ledger lost this day's state: never grant
+	// exhausted: the ledger said every shard is empty. A hint, not a verdict:
+	// SPEND answers -1 once the bucket is dry and the loop stops leasing, but
+	// asks the ledger again every CampaignRefresh, since budget released by
+	// other daemons or moved by a rebalance comes back to the shards.
+	exhausted atomic.Bool
+	// confirm: an exhausted broadcast arrived. It only makes the loop ask the
+	// ledger sooner; a broadcast never makes this daemon answer -1.
+	confirm atomic.Bool
+	refused atomic.Bool // the ledger lost this day's state: never grant
 
 	// Refill loop only.
 	leases      map[string]heldLease
@@ -82,6 +90,7 @@ type dayState struct {
 	shardEmpty  []bool
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
+	checkedAt   time.Time
 }
 
 type heldLease struct {
@@ -121,6 +130,9 @@ func (d *Daemon) settingsOf(c lease.Campaign) *settings {
 func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
+	}
+	if m := c.minAmount.Load(); amount < m || m == 0 {
+		c.minAmount.Store(amount) // likewise: a lost race delays the next look at the ledger
 	}
 	if auctionID == "" {
 		dec, _ := c.decide(now, amount)
@@ -287,6 +299,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		return
 	}
 
+	c.recheckExhaustion(ctx, now, ds)
 	closed := ds.b.Expire(now)
 	c.updateDemand(now, ds)
 	if now.Sub(c.lastFlush) >= demandFlush {
@@ -348,8 +361,10 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 		return true
 	}
 	c.settings.Store(c.d.settingsOf(fresh))
-	if ds := c.day.Load(); ds != nil && fresh.DailyMicros != old.DailyMicros {
-		ds.exhausted.Store(false) // a raise may have refilled the day: ask again
+	if ds := c.day.Load(); ds != nil && ds.exhausted.Swap(false) {
+		// A raise, a resume: whatever changed, lease again; the shards say
+		// again if they are empty.
+		c.log.Info("campaign settings changed; asking the ledger for budget again", zap.String("day", ds.day.Key))
 	}
 	c.log.Info("campaign settings changed", zap.Int64("version", fresh.Version), zap.String("state", fresh.State),
 		zap.Int64("daily_micros", fresh.DailyMicros), zap.String("curve", fresh.Curve))
@@ -420,6 +435,63 @@ func (ds *dayState) pickShard() (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// recheckExhaustion asks the ledger whether the campaign-day has budget left,
+// when this daemon believes it has none (every CampaignRefresh) or a
+// broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
+// costs a few reads, never a -1). Only the ledger's answer sets or clears
+// exhausted. It reads the shards (HMGET: no script, no audit entry) rather
+// than asking one shard for a grant: budget released by another daemon sits
+// on the shard its lease came from, which a grant on a random shard would
+// find one time in N.
+func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *dayState) {
+	cfg := &c.d.cfg
+	switch {
+	case ds.exhausted.Load():
+		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh {
+			return
+		}
+	case ds.confirm.Load():
+		if now.Sub(ds.checkedAt) < cfg.LeaseWindow/8 {
+			return
+		}
+	default:
+		return
+	}
+	ds.confirm.Store(false)
+	ds.checkedAt = now
+	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
+	defer cancel()
+	left := make([]int64, ds.shards)
+	for i := range left {
+		start := time.Now()
+		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
+		c.d.observeLedger("read", start, err)
+		if err != nil {
+			c.log.Warn("cannot read the campaign-day's shards; keeping what we believe", zap.Error(err))
+			return
+		}
+		left[i] = sh.Remaining()
+	}
+	// A shard's leftover smaller than any SPEND this daemon has seen cannot
+	// be spent from one lease: leasing it would only pass it from daemon to
+	// daemon, one lease window at a time. Such crumbs count as nothing (the
+	// reconciler's rebalance can gather them).
+	spendable := int64(0)
+	smallest := max(c.minAmount.Load(), 1)
+	for i, r := range left {
+		ds.shardLeft[i], ds.shardEmpty[i] = r, r == 0
+		if r >= smallest {
+			spendable += r
+		}
+	}
+	switch {
+	case spendable > 0 && ds.exhausted.Swap(false):
+		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key), zap.Int64("spendable_micros", spendable))
+	case spendable == 0 && !ds.exhausted.Swap(true):
+		c.log.Info("campaign-day exhausted (read from the ledger)", zap.String("day", ds.day.Key))
+	}
 }
 
 // updateDemand folds the SPEND demand since the last tick into the EWMA.
@@ -573,6 +645,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		if g.Shard.Remaining() == 0 {
 			ds.shardEmpty[shard] = true
 			if !slices.Contains(ds.shardEmpty, false) && !ds.exhausted.Swap(true) {
+				ds.checkedAt = now
 				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
 				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 			}

@@ -52,7 +52,9 @@ type Config struct {
 	TickInterval time.Duration
 	// CampaignRefresh is how often campaign settings are re-read from the
 	// ledger (default: LeaseWindow, so a daemon that missed a broadcast learns
-	// of a pause within a lease window).
+	// of a pause within a lease window), and how often a campaign-day this
+	// daemon found exhausted has its shards read again (budget released by
+	// other daemons comes back to them).
 	CampaignRefresh time.Duration
 	// LedgerTimeout bounds one ledger call (default 2s).
 	LedgerTimeout time.Duration

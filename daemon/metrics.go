@@ -46,7 +46,7 @@ type opCounts struct {
 	ok, failed [len(ledgerOps)]atomic.Int64
 }
 
-var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh"}
+var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read"}
 
 func (o *opCounts) add(op string, failed bool) {
 	i := slices.Index(ledgerOps[:], op)
