@@ -27,14 +27,23 @@ var (
 )
 
 // Grant is a lease's budget as the bucket sees it: Amount micros that drip
-// into the bucket evenly over [Start, End). End is the last instant the
-// lease may be spent from, which the daemon computes as the ledger's
-// expiry minus the clock-skew bound: spending stops before anyone else can
-// reuse the budget.
+// into the bucket evenly over [Start, DripEnd), spendable until End. End is
+// the last instant the lease may be spent from, which the daemon computes
+// as the ledger's expiry minus the clock-skew bound: spending stops before
+// anyone else can reuse the budget.
+//
+// DripEnd zero means End: the drip then reaches the full Amount only as the
+// feed closes, so its last micros are never spendable. That is fine for a
+// lease among others (they go back to the ledger, unused) but strands a
+// lease no larger than one SPEND, or the last one a campaign-day has: an
+// earlier DripEnd makes the whole Amount spendable during [DripEnd, End).
+// A DripEnd at or before the instant the grant is added credits it all at
+// once.
 type Grant struct {
 	ID         string
 	Amount     int64 // micros
 	Start, End time.Time
+	DripEnd    time.Time // zero: End; else Start < DripEnd <= End
 }
 
 // Closed is the outcome of a grant whose feed has closed. Unused micros
@@ -73,21 +82,23 @@ type feed struct {
 	id         string
 	amount     int64
 	start, end int64
+	dripEnd    int64 // the whole amount is entitled from here on; <= end
 	dripped    int64 // moved into tokens so far; never more than amount
 	due        int64 // entitlement accounted for: dripped or forgone at capacity
 
-	// amount = perNano*window + rem, and frac = floor(rem * 2^64 / window):
+	// amount = perNano*window + rem, and frac = floor(rem * 2^64 / window),
+	// where window = dripEnd - start:
 	// precomputed so that the hot path finds its entitlement with
 	// multiplications only. A 128-bit division costs more than the rest of
 	// Spend together on common server CPUs.
 	perNano, rem, frac uint64
 }
 
-func newFeed(id string, amount, start, end int64) feed {
-	window := uint64(end - start)
+func newFeed(id string, amount, start, dripEnd, end int64) feed {
+	window := uint64(dripEnd - start)
 	perNano, rem := uint64(amount)/window, uint64(amount)%window
 	frac, _ := bits.Div64(rem, 0, window) // rem < window: cannot panic
-	return feed{id: id, amount: amount, start: start, end: end, perNano: perNano, rem: rem, frac: frac}
+	return feed{id: id, amount: amount, start: start, end: end, dripEnd: dripEnd, perNano: perNano, rem: rem, frac: frac}
 }
 
 // entitled returns floor(amount * elapsed / window), exactly, for
@@ -101,7 +112,7 @@ func newFeed(id string, amount, start, end int64) feed {
 // exact.
 func (f *feed) entitled(elapsed uint64) int64 {
 	est, _ := bits.Mul64(elapsed, f.frac)
-	window := uint64(f.end - f.start)
+	window := uint64(f.dripEnd - f.start)
 	ph, pl := bits.Mul64(f.rem, elapsed)
 	qh, ql := bits.Mul64(est+1, window)
 	if qh < ph || (qh == ph && ql <= pl) {
@@ -115,8 +126,9 @@ func (f *feed) entitled(elapsed uint64) int64 {
 // Tokens come only from grants (leases). Each grant drips into the bucket
 // evenly over its window, so the host's spending follows the pace at which
 // the ledger hands out budget instead of bursting at each lease: by instant
-// t a feed is entitled to floor(Amount × (t−Start) / (End−Start)) micros,
-// computed exactly in 128 bits. Capacity bounds what one instant can
+// t a feed is entitled to floor(Amount × (t−Start) / (DripEnd−Start))
+// micros, computed exactly in 128 bits, and to all of Amount from DripEnd
+// (by default End) until it closes at End. Capacity bounds what one instant can
 // spend: entitlement that arrives while tokens are at capacity is forgone,
 // not banked, so a bucket idle for a while cannot release its feeds' past
 // entitlement in one burst; forgone micros stay in their feed and go back to
@@ -190,7 +202,8 @@ func (b *Bucket) SetCapacity(capacityMicros int64) {
 
 // AddGrant opens a feed that drips g.Amount micros over [g.Start, g.End).
 // It advances the bucket to now first. It fails with ErrInvalidGrant when
-// g.ID is empty, g.Amount <= 0 or g.End <= g.Start, ErrGrantExpired when
+// g.ID is empty, g.Amount <= 0, g.End <= g.Start or g.DripEnd is set and
+// not in (g.Start, g.End], ErrGrantExpired when
 // g.End <= now, ErrDuplicateGrant when a feed with g.ID is open or closed
 // but not yet handed out, and ErrTooManyFeeds when MaxFeeds feeds are open.
 // A rejected grant leaves the bucket as advancing to now would.
@@ -208,6 +221,13 @@ func (b *Bucket) AddGrant(now time.Time, g Grant) error {
 	}
 	if end <= start {
 		return fmt.Errorf("%w %q: end %v is not after start %v", ErrInvalidGrant, g.ID, g.End, g.Start)
+	}
+	dripEnd := end
+	if !g.DripEnd.IsZero() {
+		dripEnd = g.DripEnd.UnixNano()
+		if !g.DripEnd.After(g.Start) || g.DripEnd.After(g.End) {
+			return fmt.Errorf("%w %q: drip end %v is not in (%v, %v]", ErrInvalidGrant, g.ID, g.DripEnd, g.Start, g.End)
+		}
 	}
 
 	b.mu.Lock()
@@ -241,7 +261,7 @@ func (b *Bucket) AddGrant(now time.Time, g Grant) error {
 		b.feeds[i] = b.feeds[i-1]
 		i--
 	}
-	b.feeds[i] = newFeed(g.ID, g.Amount, start, end)
+	b.feeds[i] = newFeed(g.ID, g.Amount, start, dripEnd, end)
 	b.nfeeds++
 	b.granted += g.Amount
 	// The new feed may already be entitled to drip (Start in the past).
@@ -363,10 +383,10 @@ func (b *Bucket) Stats(now time.Time) Stats {
 	for i := range b.nfeeds {
 		f := &b.feeds[i]
 		s.Reserve += f.amount - f.dripped
-		if f.start <= t && t < f.end {
+		if f.start <= t && t < f.dripEnd {
 			// Saturate rather than wrap: a nanosecond-long grant has an
 			// absurd rate, not a negative one.
-			r := mulDivSat(uint64(f.amount), uint64(time.Second), uint64(f.end-f.start))
+			r := mulDivSat(uint64(f.amount), uint64(time.Second), uint64(f.dripEnd-f.start))
 			s.DripPerSecond = satAdd(s.DripPerSecond, r)
 		}
 	}
@@ -401,7 +421,10 @@ func (b *Bucket) drip(t int64) {
 			continue
 		}
 		// t < f.end here: advance closed the rest.
-		e := f.entitled(uint64(t - f.start))
+		e := f.amount
+		if t < f.dripEnd {
+			e = f.entitled(uint64(t - f.start))
+		}
 		owed := e - f.due
 		if owed <= 0 {
 			continue

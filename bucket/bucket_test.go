@@ -260,7 +260,7 @@ func TestFeedEntitled(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	check := func(amount, window, elapsed int64) {
 		t.Helper()
-		f := newFeed("f", amount, 1000, 1000+window)
+		f := newFeed("f", amount, 1000, 1000+window, 1000+window)
 		hi, lo := bits.Mul64(uint64(amount), uint64(elapsed))
 		want, _ := bits.Div64(hi, lo, uint64(window))
 		if got := f.entitled(uint64(elapsed)); got != int64(want) {
@@ -281,5 +281,60 @@ func TestFeedEntitled(t *testing.T) {
 		a := 1 + r.Int64N(1<<(1+r.IntN(62)))
 		w := 1 + r.Int64N(1<<(1+r.IntN(62)))
 		check(a, w, r.Int64N(w))
+	}
+}
+
+// Issue 9, item 9: a lease no larger than one SPEND, or a campaign-day's
+// last, must become spendable. With DripEnd at End (the default) the drip
+// reaches the full amount only as the feed closes, so a grant of 1,000 never
+// allows a SPEND of 1,000; with DripEnd earlier it does, and never past End.
+func TestDripEndMakesTheWholeGrantSpendable(t *testing.T) {
+	// The default: 1,000 over [0s, 30s) is never all there.
+	b := New(10_000)
+	if err := b.AddGrant(at(0), Grant{ID: "g", Amount: 1_000, Start: at(0), End: at(30)}); err != nil {
+		t.Fatal(err)
+	}
+	for s := 0.0; s < 30; s += 0.5 {
+		if b.Spend(at(s), 1_000) {
+			t.Fatalf("SPEND 1,000 allowed at %vs from a 1,000 grant dripping until its end", s)
+		}
+	}
+	// In full at once: DripEnd at the instant it is added.
+	b = New(10_000)
+	if err := b.AddGrant(at(1), Grant{ID: "g", Amount: 1_000, Start: at(0), End: at(30), DripEnd: at(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Spend(at(1), 1_000) {
+		t.Fatalf("SPEND 1,000 paced with the whole 1,000 grant credited: %+v", b.Stats(at(1)))
+	}
+	if b.Spend(at(1), 1) {
+		t.Fatal("spent more than the grant")
+	}
+	// Dripping until 20s of a lease spendable until 30s: 3,000 by 20s.
+	b = New(10_000)
+	if err := b.AddGrant(at(0), Grant{ID: "g", Amount: 3_000, Start: at(0), End: at(30), DripEnd: at(20)}); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(at(10)); st.Tokens != 1_500 || st.DripPerSecond != 150 {
+		t.Fatalf("at 10s: %+v; want 1,500 tokens dripping at 150/s", st)
+	}
+	if st := b.Stats(at(20)); st.Tokens != 3_000 || st.Reserve != 0 || st.DripPerSecond != 0 {
+		t.Fatalf("at 20s: %+v; want all 3,000 in tokens", st)
+	}
+	if !b.Spend(at(25), 2_000) {
+		t.Fatal("SPEND 2,000 paced at 25s with 3,000 dripped")
+	}
+	// Never past End: the rest goes back, unused.
+	if b.Spend(at(30), 1_000) {
+		t.Fatal("spent from a lease at its end")
+	}
+	if cl := b.Expire(at(30)); len(cl) != 1 || cl[0].Unused != 1_000 {
+		t.Fatalf("Expire = %+v; want the 1,000 not spent back", cl)
+	}
+	// A drip end outside (Start, End] is refused.
+	for _, de := range []time.Time{at(0), at(31)} {
+		if err := New(1).AddGrant(at(0), Grant{ID: "x", Amount: 1, Start: at(0), End: at(30), DripEnd: de}); !errors.Is(err, ErrInvalidGrant) {
+			t.Errorf("drip end %v: %v; want ErrInvalidGrant", de, err)
+		}
 	}
 }

@@ -70,13 +70,17 @@ func (m *model) handBack(t *testing.T, where string, cs []Closed) {
 func (m *model) entitledSum(t time.Time) int64 {
 	var sum int64
 	for _, g := range m.grants {
+		dripEnd := g.End
+		if !g.DripEnd.IsZero() {
+			dripEnd = g.DripEnd
+		}
 		switch {
 		case !t.After(g.Start):
-		case !t.Before(g.End):
+		case !t.Before(dripEnd):
 			sum += g.Amount
 		default:
 			hi, lo := bits.Mul64(uint64(g.Amount), uint64(t.Sub(g.Start)))
-			q, _ := bits.Div64(hi, lo, uint64(g.End.Sub(g.Start)))
+			q, _ := bits.Div64(hi, lo, uint64(dripEnd.Sub(g.Start)))
 			sum += int64(q)
 		}
 	}
@@ -115,6 +119,9 @@ func runProperty(t *testing.T, seed uint64, ops int) {
 			g.Amount = r.Int64N(1_000_000) - 10_000
 			g.Start = now.Add(dur(-2, 2))
 			g.End = g.Start.Add(dur(-1, 10))
+			if r.IntN(3) == 0 { // drips in full before its end; now and then not in (Start, End]
+				g.DripEnd = g.Start.Add(time.Duration(r.Float64() * 1.1 * float64(g.End.Sub(g.Start))))
+			}
 			err := b.AddGrant(now, g)
 			hw := m.see(now)
 			_, open := m.pending()
@@ -122,6 +129,8 @@ func runProperty(t *testing.T, seed uint64, ops int) {
 			var want error
 			switch {
 			case g.Amount <= 0 || !g.End.After(g.Start):
+				want = ErrInvalidGrant
+			case !g.DripEnd.IsZero() && (!g.DripEnd.After(g.Start) || g.DripEnd.After(g.End)):
 				want = ErrInvalidGrant
 			case !g.End.After(hw):
 				want = ErrGrantExpired

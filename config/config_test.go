@@ -41,6 +41,7 @@ holder: bidder-17
 curves_dir: /srv/curves
 state_dir: /srv/state
 max_amount_micros: 5_000_000
+dedup_memory_bytes: 268435456
 lease:
   window: 1m
   skew_bound: 2s
@@ -55,16 +56,17 @@ log:
   level: debug
 `
 	want := Daemon{
-		Socket:          "/tmp/p.sock",
-		SocketMode:      0o600,
-		Redis:           []string{"10.0.0.1:7000", "10.0.0.2:7000"},
-		Etcd:            []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
-		NATS:            "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
-		Admin:           "[::1]:9000",
-		Holder:          "bidder-17",
-		CurvesDir:       "/srv/curves",
-		StateDir:        "/srv/state",
-		MaxAmountMicros: 5_000_000,
+		Socket:           "/tmp/p.sock",
+		SocketMode:       0o600,
+		Redis:            []string{"10.0.0.1:7000", "10.0.0.2:7000"},
+		Etcd:             []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
+		NATS:             "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
+		Admin:            "[::1]:9000",
+		Holder:           "bidder-17",
+		CurvesDir:        "/srv/curves",
+		StateDir:         "/srv/state",
+		MaxAmountMicros:  5_000_000,
+		DedupMemoryBytes: 256 << 20,
 		Lease: Lease{Window: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
 			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond},
 		TickInterval:    50 * time.Millisecond,
@@ -98,7 +100,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -110,6 +112,8 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"tick_interval: 30s", `tick_interval: 30s must be shorter than lease.window 30s`},
 		{"max_amount_micros: 1.5", `line 1: max_amount_micros: "1.5" is not an integer`},
 		{"max_amount_micros: 0", `max_amount_micros: 0: want 1 to 1000000000000000`},
+		{"dedup_memory_bytes: 65536", `dedup_memory_bytes: 65536: want 1048576 (1 MiB) to 68719476736 (64 GiB)`},
+		{"dedup_memory_bytes: -1", `dedup_memory_bytes: -1: want 1048576 (1 MiB) to 68719476736 (64 GiB)`},
 		{"max_amount_micros: 99999999999999999999", `line 1: max_amount_micros: "99999999999999999999" is not an integer`},
 		{"socket_mode: 0999", `line 1: socket_mode: "0999" is not an octal mode such as "0660" (at most 0777)`},
 		{"socket_mode: \"0440\"", `socket_mode: 0440 must give the owner read and write (at least 0600) and stay within 0777`},
@@ -136,7 +140,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, lease, tick_interval, campaign_refresh, ledger_timeout, log)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

@@ -51,7 +51,10 @@ type Daemon struct {
 	StateDir string `yaml:"state_dir"`
 	// MaxAmountMicros caps one SPEND or REFUND.
 	MaxAmountMicros int64 `yaml:"max_amount_micros"`
-	Lease           Lease `yaml:"lease"`
+	// DedupMemoryBytes bounds the memory of the auction ids of allowed
+	// SPENDs, for the whole daemon (see daemon.Config.DedupMemoryBytes).
+	DedupMemoryBytes int64 `yaml:"dedup_memory_bytes"`
+	Lease            Lease `yaml:"lease"`
 	// TickInterval is how often the refill loop runs.
 	TickInterval time.Duration `yaml:"tick_interval"`
 	// CampaignRefresh is how often campaign settings are re-read.
@@ -124,6 +127,9 @@ func DefaultDaemon() Daemon {
 		CurvesDir:       "/etc/pacer/curves",
 		StateDir:        "/var/lib/pacer",
 		MaxAmountMicros: 100_000_000,
+		// About 1.4 million auction ids: 10 minutes of ids at 2,300 allowed
+		// SPENDs a second with ids, and about 8 s at 180,000.
+		DedupMemoryBytes: 64 << 20,
 		Lease: Lease{
 			Window:      30 * time.Second,
 			SkewBound:   time.Second,
@@ -141,6 +147,14 @@ func DefaultDaemon() Daemon {
 // maxSocketPath is the longest Unix socket path Linux accepts (sun_path is
 // 108 bytes including the terminating NUL).
 const maxSocketPath = 107
+
+// minDedupMemory and maxDedupMemory bound dedup_memory_bytes: below 1 MiB a
+// busy daemon would remember its auction ids for well under a second; above
+// 64 GiB it is surely a typo.
+const (
+	minDedupMemory = 1 << 20
+	maxDedupMemory = 64 << 30
+)
 
 // maxHolder matches the daemon's own limit on holder names.
 const maxHolder = 100
@@ -210,6 +224,9 @@ func (d Daemon) Validate() error {
 	}
 	if d.MaxAmountMicros <= 0 || d.MaxAmountMicros > lease.MaxBudgetMicros {
 		bad("max_amount_micros: %d: want 1 to %d", d.MaxAmountMicros, lease.MaxBudgetMicros)
+	}
+	if d.DedupMemoryBytes < minDedupMemory || d.DedupMemoryBytes > maxDedupMemory {
+		bad("dedup_memory_bytes: %d: want %d (1 MiB) to %d (64 GiB)", d.DedupMemoryBytes, int64(minDedupMemory), int64(maxDedupMemory))
 	}
 
 	positive := func(key string, v time.Duration) bool {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
@@ -151,4 +152,48 @@ func checkAllowed(b *testing.B, d *daemon.Daemon, before int64) {
 	if n := notAllowed(d) - before; n > int64(b.N)/1000 {
 		b.Fatalf("%d of %d SPENDs were not allowed: the benchmark measured the paced path", n, b.N)
 	}
+}
+
+// BenchmarkSpendAuctionID is SPEND with a new auction id every time, as
+// bidders send it: the id's 128-bit hash, its stripe of the daemon's auction
+// memory and a remembered record, on top of BenchmarkSpendFixedClock's path.
+// (The fixed clock keeps every id inside the window, so the memory bound is
+// what forgets the oldest.)
+func BenchmarkSpendAuctionID(b *testing.B) {
+	d := warmDaemon(b, fixedClock())
+	before := notAllowed(d)
+	buf := []byte("auction-00000000000000000000")
+	b.ReportAllocs()
+	b.ResetTimer()
+	var i uint64
+	for b.Loop() {
+		i++
+		n := len(strconv.AppendUint(buf[:8], i, 10))
+		// The daemon keeps only the id's hash, never the string: a string
+		// over the reused buffer is safe here and keeps the benchmark's own
+		// allocations out of the figure.
+		if _, err := d.Spend("demo", 1, unsafe.String(&buf[0], n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	checkAllowed(b, d, before)
+}
+
+// BenchmarkSpendAuctionIDRetry is a retried SPEND answered from memory.
+func BenchmarkSpendAuctionIDRetry(b *testing.B) {
+	d := warmDaemon(b, fixedClock())
+	before := notAllowed(d)
+	if dec, err := d.Spend("demo", 1, "auction-retried"); err != nil || dec != transport.Allowed {
+		b.Fatalf("first SPEND = %v, %v", dec, err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := d.Spend("demo", 1, "auction-retried"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	checkAllowed(b, d, before)
 }

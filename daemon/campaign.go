@@ -38,10 +38,12 @@ type campaign struct {
 	paced          atomic.Int64
 	exhausted      atomic.Int64
 	maxAmount      atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
+	minAmount      atomic.Int64 // smallest SPEND seen (0: none yet)
 	requestedBase  int64        // refill loop only: demand of the days already dropped
 
-	dedup    dedup
-	refundMu sync.Mutex
+	salt           auctionKey   // makes this campaign's auction ids its own in the daemon's memory
+	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge
+	refundMu       sync.Mutex
 
 	revoked      atomic.Bool // a revoke broadcast arrived: deny until the loop has re-read settings
 	forceRefresh atomic.Bool // re-read settings on the next tick
@@ -70,8 +72,15 @@ type dayState struct {
 	b      *bucket.Bucket
 	shards int
 
-	exhausted atomic.Bool // the ledger has nothing left to grant today
-	refused   atomic.Bool // the ledger lost this day's state: never grant
+	// exhausted: the ledger said every shard is empty. A hint, not a verdict:
+	// SPEND answers -1 once the bucket is dry and the loop stops leasing, but
+	// asks the ledger again every CampaignRefresh, since budget released by
+	// other daemons or moved by a rebalance comes back to the shards.
+	exhausted atomic.Bool
+	// confirm: an exhausted broadcast arrived. It only makes the loop ask the
+	// ledger sooner; a broadcast never makes this daemon answer -1.
+	confirm atomic.Bool
+	refused atomic.Bool // the ledger lost this day's state: never grant
 
 	// Refill loop only.
 	leases      map[string]heldLease
@@ -81,6 +90,7 @@ type dayState struct {
 	shardEmpty  []bool
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
+	checkedAt   time.Time
 }
 
 type heldLease struct {
@@ -104,7 +114,7 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
 	cp.settings.Store(d.settingsOf(c))
 	cp.lastRefresh = d.cfg.Clock.Now()
-	cp.dedup.window = d.cfg.DedupWindow
+	cp.salt = newSalt()
 	return cp
 }
 
@@ -121,10 +131,14 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
 	}
-	if auctionID == "" {
-		return c.decide(now, amount)
+	if m := c.minAmount.Load(); amount < m || m == 0 {
+		c.minAmount.Store(amount) // likewise: a lost race delays the next look at the ledger
 	}
-	return c.dedup.do(now, auctionID, amount, func() transport.Decision { return c.decide(now, amount) })
+	if auctionID == "" {
+		dec, _ := c.decide(now, amount)
+		return dec
+	}
+	return c.d.auctions.spend(c, now, amount, auctionID)
 }
 
 // countDenial counts a SPEND the bucket did not allow (allowed ones are
@@ -140,7 +154,7 @@ func (c *campaign) countDenial(dec transport.Decision) {
 
 // allows returns how many SPENDs the campaign allowed, over all its days.
 func (c *campaign) allows(now time.Time) int64 {
-	n := c.allowsBase.Load() + c.dedup.replayedAllows.Load()
+	n := c.allowsBase.Load() + c.replayedAllows.Load()
 	if ds := c.day.Load(); ds != nil {
 		n += ds.b.Stats(now).Allows
 	}
@@ -157,24 +171,26 @@ func (c *campaign) allows(now time.Time) int64 {
 	}
 }
 
-func (c *campaign) decide(now time.Time, amount int64) transport.Decision {
+// decide answers a SPEND from the bucket, and returns the campaign-day that
+// answered (nil if none).
+func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
 	if c.revoked.Load() || c.settings.Load().State == lease.StatePaused {
-		return transport.Exhausted
+		return transport.Exhausted, nil
 	}
 	ds := c.day.Load()
 	if ds == nil || now.Before(ds.day.Start) || !now.Before(ds.day.End) {
-		return transport.Paced // the refill loop opens the day on its next tick
+		return transport.Paced, nil // the refill loop opens the day on its next tick
 	}
 	if ds.refused.Load() {
-		return transport.Exhausted
+		return transport.Exhausted, ds
 	}
 	if ds.b.Spend(now, amount) {
-		return transport.Allowed
+		return transport.Allowed, ds
 	}
 	if ds.exhausted.Load() {
-		return transport.Exhausted
+		return transport.Exhausted, ds
 	}
-	return transport.Paced
+	return transport.Paced, ds
 }
 
 func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
@@ -185,13 +201,21 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 		return 0, fmt.Errorf("refund of %d micros for campaign %q: nothing was allowed today", amount, c.id)
 	}
 	st := ds.b.Stats(now)
-	if net := st.Spent - st.Refunded; amount > net {
-		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
-	}
+	net := st.Spent - st.Refunded
+	// With an id, the refund belongs to the campaign-day its auction was
+	// allowed on: only that day's bucket may take it back. Checked first, so
+	// a refund across midnight gets the error that says why.
 	if auctionID != "" {
-		if err := c.dedup.refund(now, auctionID, amount); err != nil {
+		if err := c.d.auctions.refund(c, now, auctionID, amount, ds, net); err != nil {
 			return 0, fmt.Errorf("refund for campaign %q: %w", c.id, err)
 		}
+		return ds.b.Refund(now, amount), nil
+	}
+	// Without one, it can only be trusted as far as what this daemon allowed
+	// on the day it is spending from: never more than that, so a refund
+	// crossing midnight can at worst return today's own spend.
+	if amount > net {
+		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
 	}
 	return ds.b.Refund(now, amount), nil
 }
@@ -275,6 +299,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		return
 	}
 
+	c.recheckExhaustion(ctx, now, ds)
 	closed := ds.b.Expire(now)
 	c.updateDemand(now, ds)
 	if now.Sub(c.lastFlush) >= demandFlush {
@@ -336,8 +361,10 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 		return true
 	}
 	c.settings.Store(c.d.settingsOf(fresh))
-	if ds := c.day.Load(); ds != nil && fresh.DailyMicros != old.DailyMicros {
-		ds.exhausted.Store(false) // a raise may have refilled the day: ask again
+	if ds := c.day.Load(); ds != nil && ds.exhausted.Swap(false) {
+		// A raise, a resume: whatever changed, lease again; the shards say
+		// again if they are empty.
+		c.log.Info("campaign settings changed; asking the ledger for budget again", zap.String("day", ds.day.Key))
 	}
 	c.log.Info("campaign settings changed", zap.Int64("version", fresh.Version), zap.String("state", fresh.State),
 		zap.Int64("daily_micros", fresh.DailyMicros), zap.String("curve", fresh.Curve))
@@ -408,6 +435,63 @@ func (ds *dayState) pickShard() (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// recheckExhaustion asks the ledger whether the campaign-day has budget left,
+// when this daemon believes it has none (every CampaignRefresh) or a
+// broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
+// costs a few reads, never a -1). Only the ledger's answer sets or clears
+// exhausted. It reads the shards (HMGET: no script, no audit entry) rather
+// than asking one shard for a grant: budget released by another daemon sits
+// on the shard its lease came from, which a grant on a random shard would
+// find one time in N.
+func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *dayState) {
+	cfg := &c.d.cfg
+	switch {
+	case ds.exhausted.Load():
+		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh {
+			return
+		}
+	case ds.confirm.Load():
+		if now.Sub(ds.checkedAt) < cfg.LeaseWindow/8 {
+			return
+		}
+	default:
+		return
+	}
+	ds.confirm.Store(false)
+	ds.checkedAt = now
+	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
+	defer cancel()
+	left := make([]int64, ds.shards)
+	for i := range left {
+		start := time.Now()
+		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
+		c.d.observeLedger("read", start, err)
+		if err != nil {
+			c.log.Warn("cannot read the campaign-day's shards; keeping what we believe", zap.Error(err))
+			return
+		}
+		left[i] = sh.Remaining()
+	}
+	// A shard's leftover smaller than any SPEND this daemon has seen cannot
+	// be spent from one lease: leasing it would only pass it from daemon to
+	// daemon, one lease window at a time. Such crumbs count as nothing (the
+	// reconciler's rebalance can gather them).
+	spendable := int64(0)
+	smallest := max(c.minAmount.Load(), 1)
+	for i, r := range left {
+		ds.shardLeft[i], ds.shardEmpty[i] = r, r == 0
+		if r >= smallest {
+			spendable += r
+		}
+	}
+	switch {
+	case spendable > 0 && ds.exhausted.Swap(false):
+		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key), zap.Int64("spendable_micros", spendable))
+	case spendable == 0 && !ds.exhausted.Swap(true):
+		c.log.Info("campaign-day exhausted (read from the ledger)", zap.String("day", ds.day.Key))
+	}
 }
 
 // updateDemand folds the SPEND demand since the last tick into the EWMA.
@@ -561,6 +645,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		if g.Shard.Remaining() == 0 {
 			ds.shardEmpty[shard] = true
 			if !slices.Contains(ds.shardEmpty, false) && !ds.exhausted.Swap(true) {
+				ds.checkedAt = now
 				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
 				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 			}
@@ -571,13 +656,38 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	c.d.counters.leasesGranted.Add(1)
 	end := expiry.Add(-cfg.SkewBound)
-	dripFrom := now
+	dripFrom, dripEnd := now, end
 	if len(ds.leases) == 0 {
 		// A campaign with no lease dripping (first use, or after a gap) gets a
 		// burst window's worth at once, so its first SPENDs are not all paced.
 		dripFrom = now.Add(-cfg.BurstWindow)
 	}
-	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end}); err != nil {
+	// A lease dripping until its end is never all spendable: its last micros
+	// go back to the ledger, unused, to be leased again. That is only a
+	// delay while the shard has more, but it strands a lease no larger than
+	// a SPEND (no SPEND ever fits before the feed closes) and a shard's last
+	// lease (nothing comes after it). The first is credited at once: it is
+	// within the bucket's capacity (four of the largest SPENDs), so no burst
+	// beyond what capacity allows anyway; the second drips in full a quarter
+	// window before its end. Either way the tokens come from the lease and
+	// are spendable only until its end.
+	switch {
+	case g.Granted <= c.maxAmount.Load():
+		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+	case g.Shard.Remaining() == 0:
+		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
+			dripEnd = full
+		} else {
+			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+		}
+	}
+	// Size the bucket for the new drip before it starts: what arrives while
+	// the bucket is full is forgone, so a capacity still sized for the old
+	// drip (or the first lease's capacity of one) would forgo the burst.
+	st := ds.b.Stats(now)
+	rate := float64(g.Granted) / dripEnd.Sub(dripFrom).Seconds()
+	ds.b.SetCapacity(max(st.Capacity, c.capacity(st.DripPerSecond+int64(min(rate, math.MaxInt64/2)))))
+	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
 		c.releaseLease(ctx, now, release{key: key, id: id, unused: g.Granted, until: expiry.Add(cfg.Grace + time.Minute)})

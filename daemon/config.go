@@ -52,12 +52,22 @@ type Config struct {
 	TickInterval time.Duration
 	// CampaignRefresh is how often campaign settings are re-read from the
 	// ledger (default: LeaseWindow, so a daemon that missed a broadcast learns
-	// of a pause within a lease window).
+	// of a pause within a lease window), and how often a campaign-day this
+	// daemon found exhausted has its shards read again (budget released by
+	// other daemons comes back to them).
 	CampaignRefresh time.Duration
 	// LedgerTimeout bounds one ledger call (default 2s).
 	LedgerTimeout time.Duration
-	// DedupWindow is how long a SPEND's auction id is remembered (default 10m).
+	// DedupWindow is how long the auction id of an allowed SPEND is
+	// remembered at most (default 10m), so that a retry is not charged twice
+	// and a refund with the id is bound to the auction's charge and day.
 	DedupWindow time.Duration
+	// DedupMemoryBytes bounds the memory of remembered auction ids, for the
+	// whole daemon (default 64 MiB: about 1.4 million ids, 40 bytes and an
+	// index slot each). When it is reached the oldest ids are forgotten
+	// first, before DedupWindow; the window actually kept is exported as the
+	// pacer_auction_ids_window_seconds gauge. At least MinDedupMemoryBytes.
+	DedupMemoryBytes int64
 	// Curves are the pacing curves by name; "flat" is built in.
 	Curves map[string]*bucket.Curve
 	// Publisher, if set, broadcasts what this daemon learns first (a
@@ -66,6 +76,9 @@ type Config struct {
 	Clock     Clock
 	Logger    *zap.Logger
 }
+
+// DefaultDedupMemoryBytes is Config.DedupMemoryBytes's default.
+const DefaultDedupMemoryBytes = 64 << 20
 
 // WithDefaults returns c with every zero field set to its default, or an
 // error if the settings contradict each other.
@@ -92,6 +105,9 @@ func (c *Config) setDefaults() error {
 	def(&c.CampaignRefresh, c.LeaseWindow)
 	def(&c.LedgerTimeout, 2*time.Second)
 	def(&c.DedupWindow, 10*time.Minute)
+	if c.DedupMemoryBytes == 0 {
+		c.DedupMemoryBytes = DefaultDedupMemoryBytes
+	}
 	if c.Clock == nil {
 		c.Clock = SystemClock
 	}
@@ -113,6 +129,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("lease window %v must exceed 4x the clock-skew bound %v", c.LeaseWindow, c.SkewBound)
 	case len(c.Holder) > 100:
 		return errors.New("holder name longer than 100 bytes")
+	case c.DedupMemoryBytes < MinDedupMemoryBytes:
+		return fmt.Errorf("dedup memory %d bytes is below the minimum of %d", c.DedupMemoryBytes, MinDedupMemoryBytes)
 	}
 	return nil
 }

@@ -32,6 +32,7 @@ type Daemon struct {
 	bootID string
 
 	campaigns campaignSet
+	auctions  *auctionMemory
 	loads     sync.Map // campaign id -> *load (first-use loads in flight)
 	unknown   sync.Map // campaign id -> time.Time until which it is known unknown
 
@@ -55,11 +56,12 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
 	return &Daemon{
-		cfg:     cfg,
-		metrics: newMetrics(),
-		ledger:  ledger,
-		log:     cfg.Logger.Named("daemon"),
-		bootID:  strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
+		cfg:      cfg,
+		auctions: newAuctionMemory(cfg.DedupWindow, cfg.DedupMemoryBytes),
+		metrics:  newMetrics(),
+		ledger:   ledger,
+		log:      cfg.Logger.Named("daemon"),
+		bootID:   strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
 	}, nil
 }
 

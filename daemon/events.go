@@ -34,8 +34,11 @@ func (d *Daemon) HandleEvent(e transport.Event) {
 	}
 	switch e.Kind {
 	case transport.EventExhausted:
+		// A hint, never a verdict: anyone on the bus can send it, and a stale
+		// one must not stop a campaign that has budget again. The loop reads
+		// the shards on its next tick; only their answer sets exhausted.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
-			ds.exhausted.Store(true)
+			ds.confirm.Store(true)
 		}
 	case transport.EventRevoked:
 		// Deny at once; the loop drops the tokens, releases the leases and

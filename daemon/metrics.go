@@ -46,7 +46,7 @@ type opCounts struct {
 	ok, failed [len(ledgerOps)]atomic.Int64
 }
 
-var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh"}
+var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read"}
 
 func (o *opCounts) add(op string, failed bool) {
 	i := slices.Index(ledgerOps[:], op)
@@ -84,6 +84,11 @@ var (
 	descErrors    = prometheus.NewDesc("pacer_ledger_errors_total", "Ledger calls that failed.", nil, nil)
 	descLeader    = prometheus.NewDesc("pacer_reconciler_leader", "1 while this daemon runs the fleet's reconciler.", nil, nil)
 	descUnbacked  = prometheus.NewDesc("pacer_refunds_unbacked_micros_total", "Refunded micros that could not go back into a bucket (their lease had closed).", nil, nil)
+
+	descAuctionWindow = prometheus.NewDesc("pacer_auction_ids_window_seconds",
+		"How far back every allowed auction id is remembered: the dedup window, or less once the memory bound made the oldest go. A retry or refund older than this may not be recognised.", nil, nil)
+	descAuctionIDs   = prometheus.NewDesc("pacer_auction_ids_remembered", "Auction ids of allowed SPENDs the daemon remembers.", nil, nil)
+	descAuctionBytes = prometheus.NewDesc("pacer_auction_ids_memory_bytes", "Memory held by remembered auction ids (bounded by dedup_memory_bytes).", nil, nil)
 )
 
 // Collector returns the daemon's Prometheus collector, for a registry of the
@@ -93,7 +98,8 @@ func (d *Daemon) Collector() prometheus.Collector { return (*collector)(d) }
 type collector Daemon
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked} {
+	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked,
+		descAuctionWindow, descAuctionIDs, descAuctionBytes} {
 		ch <- d
 	}
 	c.metrics.spendSeconds.Describe(ch)
@@ -124,6 +130,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	gauge(descLeader, leader)
+	as := d.auctions.stats(d.cfg.Clock.Now())
+	ch <- prometheus.MustNewConstMetric(descAuctionWindow, prometheus.GaugeValue, as.Window.Seconds())
+	gauge(descAuctionIDs, int64(as.Remembered))
+	gauge(descAuctionBytes, as.MemoryBytes)
 
 	type row struct {
 		id              string

@@ -1,0 +1,164 @@
+package daemon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ledgerReads is how many shard reads d made, from its metrics.
+func ledgerReads(t *testing.T, d *daemon.Daemon) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(d.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "pacer_lease_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "op" && l.GetValue() == "read" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// Issue 9, item 6: exhaustion is not sticky. Daemon a drains the day while b
+// holds a lease of 1,000 micros; b then gives it back. a, at "exhausted",
+// finds the 1,000 on its next look at the ledger (within CampaignRefresh), or
+// at once when the campaign is resumed, and spends them.
+func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		name := "periodic"
+		if resume {
+			name = "resume"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			cfg := morningCampaign(t, f, "c", 10_000, 1)
+			f.clock.Set(midnight.Add(13 * time.Hour))
+			cfg.Clock = f.clock
+			cfg.Holder = "b"
+			cfg.LeaseWindow = 5 * time.Minute // b holds its lease while a drains the rest
+			b, err := daemon.New(f.ledger, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close(ctx)
+			cfg.Holder, cfg.LeaseWindow = "a", 0
+			a, err := daemon.New(f.ledger, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close(ctx)
+
+			// b's first SPEND of 250 leases four of them: 1,000.
+			if _, err := b.Spend("c", 250, ""); err != nil {
+				t.Fatal(err)
+			}
+			if sh := f.check(t, "c"); sh.Leased != 1_000 {
+				t.Fatalf("b leased %d, want 1,000", sh.Leased)
+			}
+			var allowed int64
+			for i := 0; ; i++ {
+				if i > 180 {
+					t.Fatalf("a not exhausted after 180 s: allowed %d, ledger %+v", allowed, f.check(t, "c"))
+				}
+				allowed += spendAttempts(t, a, "c", 1_000, 50)
+				if dec, _ := a.Spend("c", 1_000, ""); dec == transport.Exhausted {
+					break
+				}
+				f.clock.Add(time.Second)
+				a.Step(ctx)
+			}
+			if allowed != 9_000 {
+				t.Fatalf("a allowed %d before exhaustion; 9,000 were not leased to b", allowed)
+			}
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if sh := f.check(t, "c"); sh.Remaining() != 1_000 {
+				t.Fatalf("after b released: %+v; want 1,000 remaining", sh)
+			}
+			if resume {
+				if _, err := f.ledger.SetState(ctx, "c", lease.StateActive); err != nil {
+					t.Fatal(err)
+				}
+				a.HandleEvent(transport.Event{Kind: transport.EventChanged, Campaign: "c"})
+			}
+			var after int64
+			for range 70 { // a looks again within CampaignRefresh; its lease then closes
+				f.clock.Add(time.Second)
+				a.Step(ctx)
+				after += spendAttempts(t, a, "c", 1_000, 50)
+				if resume && after == 0 {
+					t.Fatalf("a did not lease again right after the campaign was resumed")
+				}
+			}
+			if after != 1_000 {
+				t.Fatalf("a allowed %d of the 1,000 micros b released", after)
+			}
+			if dec, _ := a.Spend("c", 1_000, ""); dec != transport.Exhausted {
+				t.Fatalf("SPEND with the whole budget spent = %v, want exhausted", dec)
+			}
+			if sh := f.check(t, "c"); sh.Spent+sh.Leased < allowed+after {
+				t.Fatalf("allowed %d > ledger spent %d + leased %d", allowed+after, sh.Spent, sh.Leased)
+			}
+		})
+	}
+}
+
+// Issue 9, item 6: an exhausted broadcast is a hint. A forged one, with
+// today's date, makes the daemon read the shards at once, and it keeps
+// spending the budget they hold.
+func TestForgedExhaustedEventDoesNotStopSpending(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d := f.daemon(t, "h")
+	for range 5 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		spendAttempts(t, d, "c", 1_000, 20)
+	}
+	reads := ledgerReads(t, d)
+	d.HandleEvent(transport.Event{Kind: transport.EventExhausted, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
+	var late int64
+	for i := range 90 { // three lease windows: past every lease held at the broadcast
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		if i == 0 && ledgerReads(t, d) <= reads {
+			t.Fatal("the broadcast did not make the daemon ask the ledger")
+		}
+		for range 20 {
+			dec, err := d.Spend("c", 1_000, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dec == transport.Exhausted {
+				t.Fatalf("SPEND answered exhausted %d s after a forged broadcast; the ledger has budget", i+1)
+			}
+			if dec == transport.Allowed && i >= 60 {
+				late += 1_000
+			}
+		}
+	}
+	if late == 0 {
+		t.Fatal("nothing allowed in the last 30 s: the daemon stopped leasing after a forged broadcast")
+	}
+	if b, _ := d.Balance("c"); b.State != "active" {
+		t.Fatalf("state %q after a forged broadcast, want active", b.State)
+	}
+}
