@@ -81,6 +81,9 @@ type dayState struct {
 	// ledger sooner; a broadcast never makes this daemon answer -1.
 	confirm atomic.Bool
 	refused atomic.Bool // the ledger lost this day's state: never grant
+	// reassert: the ledger lost writes on a shard of this day (we found it,
+	// or a broadcast said so): re-assert every lease held, next tick.
+	reassert atomic.Bool
 
 	// Refill loop only.
 	leases      map[string]heldLease
@@ -91,6 +94,12 @@ type dayState struct {
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
 	checkedAt   time.Time
+	// known is each shard's history as of our last reply from it: the
+	// ledger checks it on every grant, renewal and release, and tells us
+	// if it lost writes we saw.
+	known []lease.History
+	// closed: the ledger closed the day (it is over there): no more grants.
+	closed bool
 }
 
 type heldLease struct {
@@ -104,10 +113,11 @@ type heldLease struct {
 // tick (releases are idempotent) until the ledger answers or the lease is
 // long past settlement.
 type release struct {
-	key    lease.ShardKey
-	id     string
-	unused int64
-	until  time.Time
+	key            lease.ShardKey
+	id             string
+	amount, unused int64
+	expiry         time.Time // the lease's, for re-asserting it
+	until          time.Time
 }
 
 func newCampaign(d *Daemon, c lease.Campaign) *campaign {
@@ -298,6 +308,9 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if ds.refused.Load() {
 		return
 	}
+	if ds.reassert.Swap(false) {
+		c.reassertAll(ctx, now, ds)
+	}
 
 	c.recheckExhaustion(ctx, now, ds)
 	closed := ds.b.Expire(now)
@@ -329,7 +342,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 			want = 0
 			continue
 		}
-		c.releaseLease(ctx, now, release{key: key, id: cl.ID, unused: cl.Unused, until: h.expiry.Add(cfg.Grace + time.Minute)})
+		c.releaseLease(ctx, now, release{key: key, id: cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(cfg.Grace + time.Minute)})
 	}
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
@@ -395,6 +408,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
 	ds.shardLeft = make([]int64, n)
+	ds.known = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
 	}
@@ -554,7 +568,7 @@ func (c *campaign) capacity(dripPerSecond int64) int64 {
 // campaign's pace over a window, so one host cannot hoard the day.
 func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) int64 {
 	cfg := &c.d.cfg
-	if ds.exhausted.Load() || now.Before(ds.nextGrantAt) {
+	if ds.exhausted.Load() || ds.closed || now.Before(ds.nextGrantAt) {
 		return 0
 	}
 	if c.lastDemandAt.IsZero() || now.Sub(c.lastDemandAt) > 2*cfg.LeaseWindow {
@@ -605,7 +619,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace:  lease.Pace{Now: s.curve.AtTime(now, ds.day), Cap: s.curve.AtTime(now.Add(cfg.CapWindow), ds.day)},
-		Grace: cfg.Grace, DayStart: ds.day.Start,
+		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
@@ -615,19 +629,40 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	if ending != nil {
 		g, err = c.d.ledger.Renew(cctx, ending.ID, ending.Unused, req)
 		c.d.observeLedger("renew", start, err)
-		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
+		if errors.Is(err, lease.ErrUnknownLease) || g.Shard.Diverged {
+			// The ending lease was ours and unsettled (it was in our bucket
+			// until now): the ledger forgot it, or our history.
+			c.lostWrites(ctx, now, ds, shard, fmt.Sprintf("renewal of %s: %v", ending.ID, err))
+		}
+		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) ||
+			errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged) {
+			// The release half happened (one script) whatever became of the grant.
 			c.d.counters.leasesReleased.Add(1)
-			if err != nil {
+			c.d.journalClosed(ending.ID)
+			if errors.Is(err, lease.ErrLeaseSettled) {
 				c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
 			}
-			err = nil
+			if errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
+				err = nil
+			}
 		} else {
 			// Neither half happened (one script); release on its own later.
-			c.pending = append(c.pending, release{key: key, id: ending.ID, unused: ending.Unused, until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
+			c.pending = append(c.pending, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: ds.leaseExpiry(ending.ID, now.Add(cfg.LeaseWindow)), until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
 		}
 	} else {
 		g, err = c.d.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
+	}
+	switch {
+	case errors.Is(err, lease.ErrLedgerDiverged):
+		c.lostWrites(ctx, now, ds, shard, err.Error())
+		return
+	case errors.Is(err, lease.ErrDayClosed):
+		c.log.Info("the ledger has closed this campaign-day; no more leases from it", zap.String("day", ds.day.Key))
+		ds.closed = true
+		return
+	case g.Shard.Seq > 0 && !g.Shard.Diverged:
+		ds.known[shard] = g.Shard.History()
 	}
 	if errors.Is(err, lease.ErrDayNotOpen) && c.seenDays[ds.day.Key] {
 		c.log.Error("ledger lost an open campaign-day; refusing to spend from it", zap.String("day", ds.day.Key))
@@ -687,10 +722,13 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	st := ds.b.Stats(now)
 	rate := float64(g.Granted) / dripEnd.Sub(dripFrom).Seconds()
 	ds.b.SetCapacity(max(st.Capacity, c.capacity(st.DripPerSecond+int64(min(rate, math.MaxInt64/2)))))
+	// Journal the lease before its tokens become spendable, so that a crash
+	// from here on gives back what was not dripped (Reclaim).
+	c.d.journalGranted(JournalLease{ID: id, Key: key, Amount: g.Granted, DripStart: dripFrom, DripEnd: dripEnd, Expiry: expiry})
 	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
-		c.releaseLease(ctx, now, release{key: key, id: id, unused: g.Granted, until: expiry.Add(cfg.Grace + time.Minute)})
+		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
 		return
 	}
 	ds.leases[id] = heldLease{shard: shard, amount: g.Granted, expiry: expiry, end: end}
@@ -714,9 +752,21 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	switch {
 	case err == nil:
 		c.d.counters.leasesReleased.Add(1)
+		c.d.journalClosed(r.id)
 		return true
-	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrDayNotOpen):
+	case errors.Is(err, lease.ErrUnknownLease):
+		// A lease we held and never released: the ledger forgot its grant.
+		// Re-assert it, then release it, so its spent part stays counted.
+		if ds := c.day.Load(); ds != nil && ds.day.Key == r.key.Day {
+			c.lostWrites(ctx, now, ds, r.key.Shard, fmt.Sprintf("release of %s: %v", r.id, err))
+		}
+		if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
+			return now.After(r.until)
+		}
+		return false // released on the next retry, now that the ledger has it again
+	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrDayNotOpen):
 		c.log.Warn("lease release refused by the ledger", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
+		c.d.journalClosed(r.id)
 		return true
 	case now.After(r.until):
 		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
@@ -748,7 +798,7 @@ func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
 		delete(ds.leases, cl.ID)
 		c.releaseLease(ctx, now, release{
 			key: lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard},
-			id:  cl.ID, unused: cl.Unused, until: h.expiry.Add(c.d.cfg.Grace + time.Minute),
+			id:  cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.d.cfg.Grace + time.Minute),
 		})
 	}
 }
@@ -773,4 +823,81 @@ func hash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// leaseExpiry returns a held lease's expiry, or def if it is not held.
+func (ds *dayState) leaseExpiry(id string, def time.Time) time.Time {
+	if h, ok := ds.leases[id]; ok {
+		return h.expiry
+	}
+	return def
+}
+
+// lostWrites handles a shard of the day that lost writes the ledger had
+// acknowledged (Redis restarted from an older AOF or snapshot, or failed
+// over to a lagging replica): our history is not the shard's, or it forgot
+// a lease we hold. We freeze the shard for a lease window plus grace, so
+// that nothing is granted from it while leases it forgot may still be
+// spent; re-assert every lease we hold, so their budget comes out of what
+// it can grant; take no new lease for the day meanwhile (we keep spending
+// what we hold); and tell the fleet, so every daemon re-asserts its own.
+func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, shard int, reason string) {
+	cfg := &c.d.cfg
+	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
+	c.d.counters.lostWrites.Add(1)
+	c.log.Error("the ledger lost acknowledged writes: freezing the shard and re-asserting the leases held",
+		zap.Stringer("shard", key), zap.String("detail", reason))
+	until := now.Add(cfg.LeaseWindow + cfg.Grace)
+	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
+	sh, err := c.d.ledger.Freeze(cctx, key, until, now, reason)
+	cancel()
+	if err != nil {
+		c.log.Warn("cannot freeze the shard; re-asserting anyway", zap.Stringer("shard", key), zap.Error(err))
+	} else {
+		ds.known[shard] = sh.History()
+	}
+	if ds.nextGrantAt.Before(until) {
+		ds.nextGrantAt = until
+	}
+	c.reassertAll(ctx, now, ds)
+	c.d.publish(transport.Event{Kind: transport.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
+}
+
+// reassertAll re-asserts every lease the day holds, and the releases not yet
+// acknowledged; a failure makes the next tick try again.
+func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState) {
+	for id, h := range ds.leases {
+		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
+		if !c.reassertOne(ctx, now, k, lease.LeaseRecord{ID: id, Amount: h.amount, Holder: c.d.cfg.Holder, Expiry: h.expiry}) {
+			ds.reassert.Store(true)
+		}
+	}
+	for _, r := range c.pending {
+		if r.key.Day == ds.day.Key && r.amount > 0 {
+			if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
+				ds.reassert.Store(true)
+			}
+		}
+	}
+}
+
+// reassertOne re-asserts one lease and reports whether the ledger answered.
+func (c *campaign) reassertOne(ctx context.Context, now time.Time, k lease.ShardKey, lr lease.LeaseRecord) bool {
+	if lr.Amount <= 0 {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	start := time.Now()
+	got, _, err := c.d.ledger.Reassert(cctx, k, lr, now)
+	c.d.observeLedger("reassert", start, err)
+	switch {
+	case err != nil:
+		c.log.Warn("cannot re-assert a lease; retrying", zap.Stringer("shard", k), zap.String("lease", lr.ID), zap.Error(err))
+		return false
+	case got == lease.Rerecorded:
+		c.d.counters.leasesReasserted.Add(1)
+		c.log.Warn("re-asserted a lease the ledger had forgotten", zap.Stringer("shard", k), zap.String("lease", lr.ID), zap.Int64("amount", lr.Amount))
+	}
+	return true
 }

@@ -73,8 +73,11 @@ type Config struct {
 	// Publisher, if set, broadcasts what this daemon learns first (a
 	// campaign-day exhausted) to the fleet.
 	Publisher Publisher
-	Clock     Clock
-	Logger    *zap.Logger
+	// Journal, if set, records the leases held, so that a restart after a
+	// crash gives back what was not spent (see Journal and Reclaim).
+	Journal *Journal
+	Clock   Clock
+	Logger  *zap.Logger
 }
 
 // DefaultDedupMemoryBytes is Config.DedupMemoryBytes's default.

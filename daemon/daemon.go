@@ -48,6 +48,7 @@ type counters struct {
 	refunds, refundsUnbacked      atomic.Int64
 	ledgerCalls, ledgerErrors     atomic.Int64
 	leasesGranted, leasesReleased atomic.Int64
+	lostWrites, leasesReasserted  atomic.Int64
 }
 
 // New returns a Daemon using ledger.
@@ -233,6 +234,8 @@ func (d *Daemon) Info() []transport.InfoField {
 		i("ledger_errors", d.counters.ledgerErrors.Load()),
 		i("leases_granted", d.counters.leasesGranted.Load()),
 		i("leases_released", d.counters.leasesReleased.Load()),
+		i("ledger_lost_writes", d.counters.lostWrites.Load()),
+		i("leases_reasserted", d.counters.leasesReasserted.Load()),
 	}
 }
 
@@ -308,4 +311,19 @@ func (d *Daemon) Warm(ids []string) {
 		wg.Go(func() { _, _ = d.campaignFor(id, 0) })
 	}
 	wg.Wait()
+}
+
+func (d *Daemon) journalGranted(jl JournalLease) {
+	if d.cfg.Journal == nil {
+		return
+	}
+	if err := d.cfg.Journal.Granted(jl); err != nil {
+		d.log.Warn("cannot journal a lease; a crash would cost all of it", zap.String("lease", jl.ID), zap.Error(err))
+	}
+}
+
+func (d *Daemon) journalClosed(id string) {
+	if d.cfg.Journal != nil {
+		d.cfg.Journal.Closed(id)
+	}
 }

@@ -47,5 +47,12 @@ func (d *Daemon) HandleEvent(e transport.Event) {
 		c.forceRefresh.Store(true)
 	case transport.EventChanged:
 		c.forceRefresh.Store(true)
+	case transport.EventLostWrites:
+		// Re-asserting is idempotent and costs one call per lease held, so
+		// a forged event costs little; a true one keeps the fleet's leases
+		// out of what the ledger can grant again.
+		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
+			ds.reassert.Store(true)
+		}
 	}
 }

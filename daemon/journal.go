@@ -217,6 +217,13 @@ func (j *Journal) Closed(id string) {
 	}
 }
 
+func (j *Journal) isOpen(id string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.open[id]
+	return ok
+}
+
 // Close closes the file.
 func (j *Journal) Close() error {
 	j.mu.Lock()
@@ -240,6 +247,9 @@ func (d *Daemon) Reclaim(ctx context.Context, j *Journal, left []JournalLease) (
 	var back int64
 	var errs []error
 	for _, jl := range left {
+		if !j.isOpen(jl.ID) {
+			continue // reclaimed already
+		}
 		unused := jl.Unspendable(now)
 		cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
 		_, err := d.ledger.Release(cctx, jl.Key, jl.ID, unused, now)

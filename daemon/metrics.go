@@ -46,7 +46,7 @@ type opCounts struct {
 	ok, failed [len(ledgerOps)]atomic.Int64
 }
 
-var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read"}
+var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read", "reassert"}
 
 func (o *opCounts) add(op string, failed bool) {
 	i := slices.Index(ledgerOps[:], op)
@@ -76,14 +76,17 @@ func (d *Daemon) LastStep() time.Time { return time.Unix(0, d.metrics.lastStep.L
 const TopCampaigns = 20
 
 var (
-	descDecisions = prometheus.NewDesc("pacer_spend_decisions_total", "SPEND answers by result.", []string{"result"}, nil)
-	descTokens    = prometheus.NewDesc("pacer_campaign_tokens_micros", "Spendable micros in the campaign's bucket.", []string{"campaign"}, nil)
-	descReserve   = prometheus.NewDesc("pacer_campaign_reserve_micros", "Leased micros not yet dripped into the bucket.", []string{"campaign"}, nil)
-	descLeases    = prometheus.NewDesc("pacer_leases_held", "Leases this daemon holds.", nil, nil)
-	descCalls     = prometheus.NewDesc("pacer_lease_calls_total", "Ledger calls by operation and result.", []string{"op", "result"}, nil)
-	descErrors    = prometheus.NewDesc("pacer_ledger_errors_total", "Ledger calls that failed.", nil, nil)
-	descLeader    = prometheus.NewDesc("pacer_reconciler_leader", "1 while this daemon runs the fleet's reconciler.", nil, nil)
-	descUnbacked  = prometheus.NewDesc("pacer_refunds_unbacked_micros_total", "Refunded micros that could not go back into a bucket (their lease had closed).", nil, nil)
+	descDecisions  = prometheus.NewDesc("pacer_spend_decisions_total", "SPEND answers by result.", []string{"result"}, nil)
+	descTokens     = prometheus.NewDesc("pacer_campaign_tokens_micros", "Spendable micros in the campaign's bucket.", []string{"campaign"}, nil)
+	descReserve    = prometheus.NewDesc("pacer_campaign_reserve_micros", "Leased micros not yet dripped into the bucket.", []string{"campaign"}, nil)
+	descLeases     = prometheus.NewDesc("pacer_leases_held", "Leases this daemon holds.", nil, nil)
+	descCalls      = prometheus.NewDesc("pacer_lease_calls_total", "Ledger calls by operation and result.", []string{"op", "result"}, nil)
+	descErrors     = prometheus.NewDesc("pacer_ledger_errors_total", "Ledger calls that failed.", nil, nil)
+	descLeader     = prometheus.NewDesc("pacer_reconciler_leader", "1 while this daemon runs the fleet's reconciler.", nil, nil)
+	descLostWrites = prometheus.NewDesc("pacer_ledger_lost_writes_total",
+		"Times this daemon found that the ledger lost writes it had acknowledged (a shard's history diverged or a held lease was forgotten); each froze the shard and re-asserted the leases held.", nil, nil)
+	descReasserted = prometheus.NewDesc("pacer_leases_reasserted_total", "Held leases the ledger had forgotten and this daemon recorded again.", nil, nil)
+	descUnbacked   = prometheus.NewDesc("pacer_refunds_unbacked_micros_total", "Refunded micros that could not go back into a bucket (their lease had closed).", nil, nil)
 
 	descAuctionWindow = prometheus.NewDesc("pacer_auction_ids_window_seconds",
 		"How far back every allowed auction id is remembered: the dedup window, or less once the memory bound made the oldest go. A retry or refund older than this may not be recognised.", nil, nil)
@@ -99,7 +102,7 @@ type collector Daemon
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked,
-		descAuctionWindow, descAuctionIDs, descAuctionBytes} {
+		descLostWrites, descReasserted, descAuctionWindow, descAuctionIDs, descAuctionBytes} {
 		ch <- d
 	}
 	c.metrics.spendSeconds.Describe(ch)
@@ -121,6 +124,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descDecisions, d.counters.spendErrors.Load(), "error")
 	counter(descErrors, d.counters.ledgerErrors.Load())
 	counter(descUnbacked, d.counters.refundsUnbacked.Load())
+	counter(descLostWrites, d.counters.lostWrites.Load())
+	counter(descReasserted, d.counters.leasesReasserted.Load())
 	for i, op := range ledgerOps {
 		counter(descCalls, d.opCounts.ok[i].Load(), op, "ok")
 		counter(descCalls, d.opCounts.failed[i].Load(), op, "error")

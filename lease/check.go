@@ -41,7 +41,7 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 	var problems []Problem
 	for i := range n {
 		k := ShardKey{campaign, day, i}
-		sh, leases, err := l.readShardAndLeases(ctx, k)
+		sh, leases, lost, err := l.readShardAndLeases(ctx, k)
 		if err != nil {
 			problems = append(problems, Problem{k, err.Error()})
 			continue
@@ -60,6 +60,13 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 		}
 		if sh.Lost > sh.Spent {
 			problems = append(problems, Problem{k, fmt.Sprintf("lost %d exceeds spent %d", sh.Lost, sh.Spent)})
+		}
+		if lost != "" {
+			at, why, _ := strings.Cut(lost, " ")
+			ms, _ := strconv.ParseInt(at, 10, 64)
+			problems = append(problems, Problem{k, fmt.Sprintf(
+				"the ledger lost acknowledged writes (found %s: %s); the shard was frozen and the leases held re-asserted: check Redis's durability (ledger.durability)",
+				time.UnixMilli(ms).UTC().Format(time.RFC3339), why)})
 		}
 		if leases != sh.Leased {
 			problems = append(problems, Problem{k, fmt.Sprintf(
@@ -131,28 +138,28 @@ func (l *Ledger) shardOpDelta(ctx context.Context, k ShardKey, opID string) (int
 	return applied - owed, nil
 }
 
-func (l *Ledger) readShardAndLeases(ctx context.Context, k ShardKey) (Shard, int64, error) {
+func (l *Ledger) readShardAndLeases(ctx context.Context, k ShardKey) (sh Shard, leased int64, lost string, err error) {
 	keys := k.keys()
 	pipe := l.rdb.TxPipeline()
 	st := pipe.HMGet(ctx, keys[0], shardFields...)
+	lw := pipe.HGet(ctx, keys[0], "lost_writes")
 	ls := pipe.HVals(ctx, keys[1])
-	if _, err := pipe.Exec(ctx); err != nil {
-		return Shard{}, 0, fmt.Errorf("read: %w", err)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Shard{}, 0, "", fmt.Errorf("read: %w", err)
 	}
-	sh, err := parseShard(st.Val())
-	if err != nil {
-		return Shard{}, 0, err
+	if sh, err = parseShard(st.Val()); err != nil {
+		return Shard{}, 0, "", err
 	}
-	var leased int64
+	lost = lw.Val()
 	for _, rec := range ls.Val() {
 		amount, _, ok := strings.Cut(rec, "|")
 		n, err := strconv.ParseInt(amount, 10, 64)
 		if !ok || err != nil {
-			return Shard{}, 0, fmt.Errorf("malformed lease record %q", rec)
+			return Shard{}, 0, "", fmt.Errorf("malformed lease record %q", rec)
 		}
 		leased += n
 	}
-	return sh, leased, nil
+	return sh, leased, lost, nil
 }
 
 // OpenDays lists the days of a campaign that have been opened, oldest first.

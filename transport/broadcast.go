@@ -22,6 +22,10 @@ const (
 	EventRevoked = "revoked"
 	// EventChanged: settings changed (curve, budget raise, resume): re-read.
 	EventChanged = "changed"
+	// EventLostWrites: a daemon found that the ledger lost acknowledged
+	// writes on a shard of the campaign-day (Day). Daemons re-assert the
+	// leases they hold on the day; the ledger ignores ones it knows.
+	EventLostWrites = "lost-writes"
 )
 
 // SubjectPrefix is the root of every pacer subject.
@@ -44,7 +48,7 @@ func (e Event) Subject() string { return SubjectPrefix + e.Kind + "." + e.Campai
 
 func (e Event) validate() error {
 	switch e.Kind {
-	case EventExhausted, EventRevoked, EventChanged:
+	case EventExhausted, EventRevoked, EventChanged, EventLostWrites:
 	default:
 		return fmt.Errorf("unknown event kind %q", e.Kind)
 	}

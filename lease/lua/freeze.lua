@@ -14,6 +14,9 @@ local s = load_shard(K.state)
 if not s then return no_day() end
 local cur = num(redis.call('HGET', K.state, 'frozen_until'))
 if cur >= untl then return shard_reply(1, cur, s) end
+-- Kept for the check (pacerctl check names the shard): when it was first
+-- found, and why.
+redis.call('HSETNX', K.state, 'lost_writes', str(now) .. ' ' .. reason)
 redis.call('HSET', K.state, 'frozen_until', str(untl))
 store_shard(K.state, s)
 audit(K.audit, maxlen, 'ev', 'freeze', 'until', str(untl), 'reason', reason, 'ms', str(now))
