@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -65,6 +66,11 @@ type Config struct {
 	Publisher Publisher
 	Clock     Clock
 	Logger    *zap.Logger
+
+	// LedgerGate, if set, is asked before every new lease (grant or renewal)
+	// and refuses it with an error while the ledger is not durable or this
+	// host's clock is off (see LedgerGate.Err). It must not block.
+	LedgerGate func(context.Context) error
 }
 
 // WithDefaults returns c with every zero field set to its default, or an

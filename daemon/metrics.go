@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,8 @@ type metrics struct {
 	ledgerSeconds *prometheus.HistogramVec
 	leader        atomic.Bool
 	lastStep      atomic.Int64 // unix nanos of the last completed refill round
+	clockOffset   atomic.Int64 // nanos this host's clock is ahead of Redis TIME (CheckClock)
+	clockMeasured atomic.Bool
 }
 
 func newMetrics() *metrics {
@@ -84,6 +87,8 @@ var (
 	descErrors    = prometheus.NewDesc("pacer_ledger_errors_total", "Ledger calls that failed.", nil, nil)
 	descLeader    = prometheus.NewDesc("pacer_reconciler_leader", "1 while this daemon runs the fleet's reconciler.", nil, nil)
 	descUnbacked  = prometheus.NewDesc("pacer_refunds_unbacked_micros_total", "Refunded micros that could not go back into a bucket (their lease had closed).", nil, nil)
+	descOffset    = prometheus.NewDesc("pacer_ledger_clock_offset_seconds", "This host's clock minus Redis TIME, as last measured (positive: ahead).", nil, nil)
+	descRefusing  = prometheus.NewDesc("pacer_ledger_refusing_leases", "1 while the daemon takes no new lease: the ledger does not meet its durability policy, or this host's clock is beyond the skew bound.", nil, nil)
 )
 
 // Collector returns the daemon's Prometheus collector, for a registry of the
@@ -93,7 +98,7 @@ func (d *Daemon) Collector() prometheus.Collector { return (*collector)(d) }
 type collector Daemon
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked} {
+	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked, descOffset, descRefusing} {
 		ch <- d
 	}
 	c.metrics.spendSeconds.Describe(ch)
@@ -124,6 +129,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	gauge(descLeader, leader)
+	if d.metrics.clockMeasured.Load() {
+		ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(d.metrics.clockOffset.Load()).Seconds())
+	}
+	var refusing int64
+	if d.ledgerRefusal(context.Background()) != nil {
+		refusing = 1
+	}
+	gauge(descRefusing, refusing)
 
 	type row struct {
 		id              string
