@@ -59,6 +59,7 @@ type Daemon struct {
 	// LedgerTimeout bounds one ledger call.
 	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
 	Log           Log           `yaml:"log"`
+	Ledger        Ledger        `yaml:"ledger"`
 }
 
 // Lease is the lease timing section of Daemon. The fencing rule that keeps a
@@ -135,6 +136,7 @@ func DefaultDaemon() Daemon {
 		CampaignRefresh: 30 * time.Second,
 		LedgerTimeout:   2 * time.Second,
 		Log:             Log{Format: "json", Level: "info"},
+		Ledger:          Ledger{Durability: "fsync", CheckInterval: 10 * time.Second},
 	}
 }
 
@@ -237,6 +239,8 @@ func (d Daemon) Validate() error {
 	if okTick && okWindow && d.TickInterval >= l.Window {
 		bad("tick_interval: %v must be shorter than lease.window %v", d.TickInterval, l.Window)
 	}
+
+	d.Ledger.validate(bad)
 
 	switch d.Log.Format {
 	case "json", "console":
