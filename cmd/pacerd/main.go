@@ -204,7 +204,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("redis: %w", err)
 	}
 	defer rdb.Close()
+	durability, assume, err := durabilityPolicy(cfg)
+	if err != nil {
+		return err
+	}
 	ledger := lease.New(rdb, lease.Config{}, log)
+	gate := newLedgerGate(cfg, rdb, durability, assume, log)
 	var bc *transport.Broadcaster
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
@@ -231,8 +236,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LedgerTimeout:   cfg.LedgerTimeout,
 		Curves:          curves,
 		Logger:          log,
+		LedgerGate:      gate.Err,
 	})
 	if err != nil {
+		return err
+	}
+	gate.Add("clock", d.CheckClock)
+	if err := firstLedgerCheck(ctx, gate, rdb, durability, assume, cfg.LedgerTimeout, log); err != nil {
 		return err
 	}
 	if bc != nil {
@@ -270,6 +280,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()
+	gateDone := make(chan error, 1)
+	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
 	if etcd != nil {
 		rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
@@ -314,6 +326,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopLoop()
 	<-loopDone
+	<-gateDone
 	if err := <-reconcilerDone; err != nil {
 		log.Warn("reconciler resign", zap.Error(err))
 	}
