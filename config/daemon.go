@@ -31,7 +31,8 @@ type Daemon struct {
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
 	// Redis lists the ledger's addresses: one host:port, one Unix socket
-	// path (starting with / or .), or several host:port Cluster seeds.
+	// path (starting with / or .), one sentinel://master-name@host:port,...
+	// address, or several host:port Cluster seeds.
 	Redis []string `yaml:"redis"`
 	// Etcd lists etcd endpoints for the reconciler election; empty means no
 	// election (this daemon never runs the reconciler).
@@ -262,11 +263,16 @@ func IsUnixPath(addr string) bool {
 }
 
 // CheckRedis reports what is wrong with a list of Redis addresses: it must
-// be one Unix socket path, or one or more distinct host:port addresses.
+// be one Unix socket path, one sentinel://master-name@host:port[,host:port]
+// address, or one or more distinct host:port addresses.
 // pacerd's config and pacerctl's --redis flag share this rule.
 func CheckRedis(addrs []string) error {
 	if len(addrs) == 0 {
 		return errors.New("at least one address is needed")
+	}
+	if len(addrs) == 1 && lease.IsSentinel(addrs[0]) {
+		_, err := lease.ParseSentinel(addrs[0])
+		return err
 	}
 	seen := make(map[string]bool, len(addrs))
 	for _, a := range addrs {

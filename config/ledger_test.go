@@ -47,3 +47,18 @@ func TestLedgerDurability(t *testing.T) {
 		}
 	}
 }
+
+func TestRedisSentinelAddress(t *testing.T) {
+	if err := CheckRedis([]string{"sentinel://ledger@10.0.0.1:26379,10.0.0.2:26379"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]string{
+		{"sentinel://10.0.0.1:26379"},
+		{"sentinel://ledger@10.0.0.1"},
+		{"sentinel://ledger@10.0.0.1:1", "10.0.0.2:1"},
+	} {
+		if err := CheckRedis(bad); err == nil {
+			t.Errorf("CheckRedis(%q) accepted", bad)
+		}
+	}
+}

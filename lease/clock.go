@@ -81,7 +81,7 @@ const clockSamples = 3
 func MeasureClockOffset(ctx context.Context, rdb redis.UniversalClient, now func() time.Time) (ClockOffset, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
-		return measure(ctx, rdb, addrOf(rdb), now)
+		return measure(ctx, rdb, addrOf(ctx, rdb), now)
 	}
 	var (
 		mu    sync.Mutex
@@ -103,9 +103,9 @@ func MeasureClockOffset(ctx context.Context, rdb redis.UniversalClient, now func
 	return worst, err
 }
 
-func addrOf(rdb redis.UniversalClient) string {
+func addrOf(ctx context.Context, rdb redis.UniversalClient) string {
 	if c, ok := rdb.(*redis.Client); ok {
-		return c.Options().Addr
+		return nodeAddr(ctx, c)
 	}
 	return fmt.Sprintf("%T", rdb)
 }

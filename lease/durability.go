@@ -181,7 +181,7 @@ func (d Durability) Run(ctx context.Context, rdb redis.UniversalClient, s *redis
 		return sc
 	}
 	if acked < int64(d.Replicas) {
-		sc.SetErr(&NotDurableError{Addr: node.Options().Addr, Acked: acked, Want: d.Replicas, Timeout: d.waitTimeout(), Reply: sc.Val()})
+		sc.SetErr(&NotDurableError{Addr: nodeAddr(ctx, node), Acked: acked, Want: d.Replicas, Timeout: d.waitTimeout(), Reply: sc.Val()})
 	}
 	return sc
 }
@@ -296,7 +296,7 @@ func refused(err error) bool {
 }
 
 func checkNode(ctx context.Context, c *redis.Client, want Durability, assume *Durability) (NodeDurability, error) {
-	n := NodeDurability{Addr: c.Options().Addr}
+	n := NodeDurability{Addr: nodeAddr(ctx, c)}
 	fail := func(problem, fix string) (NodeDurability, error) {
 		return n, &DurabilityError{Addr: n.Addr, Policy: want, Problem: problem, Fix: fix}
 	}
@@ -391,4 +391,24 @@ func info(ctx context.Context, c *redis.Client, section string) (map[string]stri
 		}
 	}
 	return m, nil
+}
+
+// nodeAddr names the server c talks to. A failover (Sentinel) client's
+// options say only "FailoverClient"; the server's side of the connection
+// (CLIENT INFO laddr) says which master Sentinel gave it.
+func nodeAddr(ctx context.Context, c *redis.Client) string {
+	addr := c.Options().Addr
+	if addr != "FailoverClient" {
+		return addr
+	}
+	s, err := c.Do(ctx, "client", "info").Text()
+	if err != nil {
+		return "the Sentinel master"
+	}
+	for _, f := range strings.Fields(s) {
+		if v, ok := strings.CutPrefix(f, "laddr="); ok {
+			return v + " (Sentinel master)"
+		}
+	}
+	return "the Sentinel master"
 }

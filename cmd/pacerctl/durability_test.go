@@ -62,3 +62,16 @@ func TestCheckDurability(t *testing.T) {
 		t.Errorf("check --durability-assume fsync on a Redis without CONFIG: %+v", r)
 	}
 }
+
+func TestCheckThroughSentinel(t *testing.T) {
+	master := redistest.StartWith(t, redisproc.Options{Persistent: true, TCP: true})
+	host, port, _ := strings.Cut(master.Addr, ":")
+	sentinel := redistest.StartWith(t, redisproc.Options{Sentinel: true, Conf: "sentinel monitor ledger " + host + " " + port + " 1\n"})
+	r := runArgs("--redis", "sentinel://ledger@"+sentinel.Addr, "check")
+	if r.code != 0 || r.stdout != "ok durability fsync: redis at "+master.Addr+" (Sentinel master) role=master appendonly=yes appendfsync=always replicas=0\nno open campaign-days to check\n" {
+		t.Errorf("check through Sentinel: %+v", r)
+	}
+	if r := runArgs("--redis", "sentinel://ledger", "check"); r.code != 2 || !strings.Contains(r.stderr, "--redis:") {
+		t.Errorf("bad sentinel address: %+v", r)
+	}
+}

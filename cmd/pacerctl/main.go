@@ -178,7 +178,8 @@ Usage: pacerctl [global flags] <command> [arguments]
 
 Global flags (before the command):
   --redis ADDR[,ADDR...]  the Redis ledger: host:port, a Unix socket path (starting with / or .),
-                          or several host:port Cluster seeds (default `+defaultRedis+`)
+                          sentinel://master-name@host:port[,host:port...], or several
+                          host:port Cluster seeds (default `+defaultRedis+`)
   --socket PATH           pacerd's socket, for spend/refund/balance (default `+defaultSocket+`)
   --curves DIR            pacing-curve directory (default `+defaultCurves+`; pass
                           --curves configs/curves to use a source checkout's examples)
@@ -364,6 +365,11 @@ func redisClient(addrs string) (redis.UniversalClient, error) {
 	}
 	if err := config.CheckRedis(list); err != nil {
 		return nil, usagef("--redis: %v", err)
+	}
+	if len(list) == 1 && lease.IsSentinel(list[0]) {
+		opt, _ := lease.ParseSentinel(list[0]) // checked by CheckRedis
+		opt.DialTimeout = 5 * time.Second
+		return redis.NewFailoverClient(opt), nil
 	}
 	if len(list) == 1 && config.IsUnixPath(list[0]) {
 		return redis.NewClient(&redis.Options{Network: "unix", Addr: list[0], DialTimeout: 5 * time.Second}), nil

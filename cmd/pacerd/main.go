@@ -60,7 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fl.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 	for _, f := range []struct{ name, usage string }{
 		{"socket", "Unix socket `path` for bidders (overrides socket:)"},
-		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, or Cluster seeds (overrides redis:)"},
+		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, sentinel://master@host:port,…, or Cluster seeds (overrides redis:)"},
 		{"etcd", "etcd `url[,url…]` for the reconciler election (overrides etcd:)"},
 		{"nats", "NATS `url` for broadcasts (overrides nats:)"},
 		{"admin", "admin listener `host:port` for metrics and health; empty disables (overrides admin:)"},

@@ -45,6 +45,10 @@ type Options struct {
 	// the other options, for directives the command line cannot carry
 	// (`rename-command CONFIG ""`).
 	Conf string
+	// Sentinel runs the server as a Redis Sentinel (`redis-server conf
+	// --sentinel`) on a loopback port (Server.Addr); Conf must hold its
+	// `sentinel monitor` lines (Sentinel rewrites that file as it learns).
+	Sentinel bool
 	// Extra options for redis-server ("--maxmemory", "1mb").
 	Extra []string
 }
@@ -104,7 +108,7 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		persist = []string{"--appendonly", "yes", "--appendfsync", fsync, "--save", ""}
 	}
 	port := "0"
-	if opt.TCP || opt.ReplicaOf != "" {
+	if opt.TCP || opt.ReplicaOf != "" || opt.Sentinel {
 		p, err := FreePort()
 		if err != nil {
 			s.Stop()
@@ -130,6 +134,13 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 			return nil, err
 		}
 		conf = []string{path}
+	}
+	if opt.Sentinel {
+		if opt.Conf == "" {
+			s.Stop()
+			return nil, errors.New("a Sentinel needs Options.Conf with its `sentinel monitor` lines")
+		}
+		conf = append(conf, "--sentinel")
 	}
 	s.args = append(append(append(conf,
 		"--port", port, "--unixsocket", s.Socket, "--unixsocketperm", "700", "--dir", s.dir,
