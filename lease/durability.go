@@ -138,6 +138,25 @@ func (e *NotDurableError) Error() string {
 // Unwrap lets errors.Is(err, ErrNotDurable) match.
 func (e *NotDurableError) Unwrap() error { return ErrNotDurable }
 
+// Int64s returns Reply as the integers the ledger's scripts reply with, or
+// nil if it is not such a list: Ledger.run decodes it like a reply that
+// was acknowledged, so that the grant's amount is known and can be released.
+func (e *NotDurableError) Int64s() []int64 {
+	list, ok := e.Reply.([]any)
+	if !ok {
+		return nil
+	}
+	out := make([]int64, len(list))
+	for i, v := range list {
+		n, ok := v.(int64)
+		if !ok {
+			return nil
+		}
+		out[i] = n
+	}
+	return out
+}
+
 // Run runs script s on the shard whose keys are given, as s.Run does, and
 // under replicas:N follows it with WAIT N on the same connection (WAIT counts
 // the acknowledgements of the connection's own last write, so it must not be

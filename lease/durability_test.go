@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -222,6 +223,11 @@ func TestDurabilityReplicasWait(t *testing.T) {
 	}
 	if nd.Acked != 0 || nd.Want != 1 || nd.Reply != int64(3) || !strings.Contains(err.Error(), "must not be spent") {
 		t.Fatalf("NotDurableError %+v: %v", nd, err)
+	}
+	list := redis.NewScript(`redis.call('INCR', KEYS[1]) return {0, 7, 1}`)
+	err = pol.Run(ctx, mc, list, []string{"k"}).Err()
+	if !errors.As(err, &nd) || fmt.Sprint(nd.Int64s()) != "[0 7 1]" {
+		t.Fatalf("a list reply not acknowledged: %v, Int64s %v", err, nd.Int64s())
 	}
 	if took := time.Since(start); took < pol.WaitTimeout {
 		t.Fatalf("WAIT gave up after %v, before its timeout %v", took, pol.WaitTimeout)
