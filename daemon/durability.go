@@ -18,9 +18,10 @@ import (
 // gate stops new money, not the bidders.
 //
 // A new gate is closed until its first Check passes, and a failed check of
-// any kind (Redis unreachable included) keeps it closed until one passes, so
-// a Redis that comes back from a restart is re-checked before anything is
-// granted from it; while closed, it re-checks every ClosedInterval.
+// any kind (Redis unreachable included) keeps it closed until one passes;
+// while closed, it re-checks every ClosedInterval. A Redis that restarts
+// between two checks is caught by Recheck, which pacerd calls on every new
+// connection.
 //
 // It is safe for concurrent use.
 type LedgerGate struct {
@@ -30,6 +31,7 @@ type LedgerGate struct {
 	checks  []gateCheck
 	state   atomic.Pointer[gateState]
 	changed chan struct{} // wakes Run when a Check of another caller opened or closed the gate
+	recheck chan struct{} // Recheck's requests for Run
 }
 
 // GateConfig tunes a LedgerGate. Zero fields take the defaults shown.
@@ -68,7 +70,7 @@ func NewLedgerGate(cfg GateConfig) *LedgerGate {
 		cfg.Logger = zap.NewNop()
 	}
 	cfg.Logger = cfg.Logger.Named("gate")
-	g := &LedgerGate{cfg: cfg, changed: make(chan struct{}, 1)}
+	g := &LedgerGate{cfg: cfg, changed: make(chan struct{}, 1), recheck: make(chan struct{}, 1)}
 	g.state.Store(&gateState{err: errGateUnchecked})
 	return g
 }
@@ -85,11 +87,28 @@ func (g *LedgerGate) Add(name string, check func(context.Context) error) {
 // grant path calls it (Config.LedgerGate).
 func (g *LedgerGate) Err(context.Context) error { return g.state.Load().err }
 
+// Recheck asks Run to check at once rather than at the next interval; it
+// never blocks. pacerd calls it whenever its Redis client dials a new
+// connection (lease.OnDial): a restarted or failed-over Redis is reached
+// only through new connections, so it is checked before it has served more
+// than the few calls in flight while the check runs.
+func (g *LedgerGate) Recheck() {
+	select {
+	case g.recheck <- struct{}{}:
+	default:
+	}
+}
+
 // Check runs every check now, opens or closes the gate by the result, and
 // returns it (the failures joined, each prefixed by its check's name).
 func (g *LedgerGate) Check(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// A recheck asked for before now is answered by this check.
+	select {
+	case <-g.recheck:
+	default:
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	var errs []error
@@ -118,8 +137,9 @@ func (g *LedgerGate) Check(ctx context.Context) error {
 	return err
 }
 
-// Run checks every Interval (ClosedInterval while closed) until ctx is
-// cancelled. It does not check at once: the caller has (before ready).
+// Run checks every Interval (ClosedInterval while closed), and at once when
+// Recheck asks, until ctx is cancelled. It does not check at once: the
+// caller has (before ready).
 func (g *LedgerGate) Run(ctx context.Context) error {
 	for {
 		wait := g.cfg.Interval
@@ -133,6 +153,9 @@ func (g *LedgerGate) Run(ctx context.Context) error {
 			return nil
 		case <-g.changed:
 			t.Stop() // the interval to wait changed
+		case <-g.recheck:
+			t.Stop()
+			_ = g.Check(ctx)
 		case <-t.C:
 			_ = g.Check(ctx)
 		}

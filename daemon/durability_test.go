@@ -133,3 +133,36 @@ func TestGateFollowsDurability(t *testing.T) {
 	}
 	waitFor(t, "the gate to open after the restart", func() bool { return gate.Err(ctx) == nil })
 }
+
+// A Redis that restarts between two checks, with a configuration that no
+// longer meets the policy, closes the gate as soon as a new connection
+// reaches it, not at the next periodic check.
+func TestGateRechecksOnNewConnection(t *testing.T) {
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true, AppendFsync: "everysec"})
+	rdb := srv.Client()
+	if err := rdb.ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+		t.Fatal(err)
+	}
+	gate := daemon.NewLedgerGate(daemon.GateConfig{Interval: time.Hour, ClosedInterval: time.Hour})
+	gate.Add("durability", func(ctx context.Context) error {
+		_, err := lease.CheckDurability(ctx, rdb, lease.Durability{}, nil)
+		return err
+	})
+	lease.OnDial(rdb, gate.Recheck)
+	if err := gate.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- gate.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	// Restarted from its command line: appendfsync everysec again. No check
+	// is due for an hour; the next call dials anew, and that rechecks.
+	srv.Restart()
+	_ = rdb.Ping(ctx).Err() // the pooled connection is dead; go-redis redials
+	waitFor(t, "the gate to close after the restart", func() bool {
+		err := gate.Err(ctx)
+		return err != nil && strings.Contains(err.Error(), "appendfsync everysec")
+	})
+}

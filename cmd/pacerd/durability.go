@@ -28,6 +28,7 @@ func durabilityPolicy(cfg config.Daemon) (want lease.Durability, assume *lease.D
 // the durability check in it (the caller adds the daemon's clock check).
 func newLedgerGate(cfg config.Daemon, rdb redis.UniversalClient, want lease.Durability, assume *lease.Durability, log *zap.Logger) *daemon.LedgerGate {
 	gate := daemon.NewLedgerGate(daemon.GateConfig{Interval: cfg.Ledger.CheckInterval, Timeout: cfg.LedgerTimeout, Logger: log})
+	lease.OnDial(rdb, gate.Recheck) // a restarted or failed-over Redis is re-checked at once
 	gate.Add("durability", func(ctx context.Context) error {
 		_, err := lease.CheckDurability(ctx, rdb, want, assume)
 		return err
