@@ -87,3 +87,14 @@ func TestManagedRedisNeedsDurabilityAssume(t *testing.T) {
 		t.Fatalf("with durability_assume: fsync: %v\n%s", err, log)
 	}
 }
+
+// Redis down at start is a degraded mode, not a configuration error: pacerd
+// serves (from no leases) and takes leases once a check passes.
+func TestStartsWithRedisDownAndGateClosed(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	log, err := runPacerd(t, srv, "")
+	if err != nil || !strings.Contains(log, "cannot check the ledger yet; taking no leases until it can be checked") {
+		t.Fatalf("pacerd with Redis down: %v\n%s", err, log)
+	}
+}
