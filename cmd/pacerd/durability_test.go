@@ -98,3 +98,26 @@ func TestStartsWithRedisDownAndGateClosed(t *testing.T) {
 		t.Fatalf("pacerd with Redis down: %v\n%s", err, log)
 	}
 }
+
+func TestReplicasPolicyNeedsTheReplicas(t *testing.T) {
+	master := redistest.StartWith(t, redisproc.Options{TCP: true, Extra: []string{"--repl-diskless-sync-delay", "0"}})
+	log, err := runPacerd(t, master, "ledger:\n  durability: replicas:1\n")
+	if err == nil || !strings.Contains(err.Error(), "has 0 online replica(s); ledger.durability=replicas:1 needs at least 1") {
+		t.Fatalf("replicas:1 without a replica: %v\n%s", err, log)
+	}
+	redistest.StartWith(t, redisproc.Options{ReplicaOf: master.Addr})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, _ := master.Client().Info(ctx, "replication").Result()
+		if strings.Contains(s, "state=online") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica never online:\n%s", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if log, err := runPacerd(t, master, "ledger:\n  durability: replicas:1\n"); err != nil || !strings.Contains(log, "replicas=1") {
+		t.Fatalf("replicas:1 with a replica: %v\n%s", err, log)
+	}
+}
