@@ -54,6 +54,10 @@ ledger_timeout: 750ms
 log:
   format: console
   level: debug
+ledger:
+  durability: replicas:1
+  durability_assume: replicas:2
+  check_interval: 3s
 `
 	want := Daemon{
 		Socket:           "/tmp/p.sock",
@@ -73,6 +77,7 @@ log:
 		CampaignRefresh: time.Minute,
 		LedgerTimeout:   750 * time.Millisecond,
 		Log:             Log{Format: "console", Level: "debug"},
+		Ledger:          Ledger{Durability: "replicas:1", DurabilityAssume: "replicas:2", CheckInterval: 3 * time.Second},
 	}
 	got, err := ParseDaemon([]byte(full))
 	if err != nil {
@@ -100,7 +105,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -140,7 +145,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

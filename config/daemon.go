@@ -31,7 +31,8 @@ type Daemon struct {
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
 	// Redis lists the ledger's addresses: one host:port, one Unix socket
-	// path (starting with / or .), or several host:port Cluster seeds.
+	// path (starting with / or .), one sentinel://master-name@host:port,...
+	// address, or several host:port Cluster seeds.
 	Redis []string `yaml:"redis"`
 	// Etcd lists etcd endpoints for the reconciler election; empty means no
 	// election (this daemon never runs the reconciler).
@@ -62,6 +63,7 @@ type Daemon struct {
 	// LedgerTimeout bounds one ledger call.
 	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
 	Log           Log           `yaml:"log"`
+	Ledger        Ledger        `yaml:"ledger"`
 }
 
 // Lease is the lease timing section of Daemon. The fencing rule that keeps a
@@ -141,6 +143,7 @@ func DefaultDaemon() Daemon {
 		CampaignRefresh: 30 * time.Second,
 		LedgerTimeout:   2 * time.Second,
 		Log:             Log{Format: "json", Level: "info"},
+		Ledger:          Ledger{Durability: "fsync", CheckInterval: 10 * time.Second},
 	}
 }
 
@@ -255,6 +258,8 @@ func (d Daemon) Validate() error {
 		bad("tick_interval: %v must be shorter than lease.window %v", d.TickInterval, l.Window)
 	}
 
+	d.Ledger.validate(bad)
+
 	switch d.Log.Format {
 	case "json", "console":
 	default:
@@ -275,11 +280,16 @@ func IsUnixPath(addr string) bool {
 }
 
 // CheckRedis reports what is wrong with a list of Redis addresses: it must
-// be one Unix socket path, or one or more distinct host:port addresses.
+// be one Unix socket path, one sentinel://master-name@host:port[,host:port]
+// address, or one or more distinct host:port addresses.
 // pacerd's config and pacerctl's --redis flag share this rule.
 func CheckRedis(addrs []string) error {
 	if len(addrs) == 0 {
 		return errors.New("at least one address is needed")
+	}
+	if len(addrs) == 1 && lease.IsSentinel(addrs[0]) {
+		_, err := lease.ParseSentinel(addrs[0])
+		return err
 	}
 	seen := make(map[string]bool, len(addrs))
 	for _, a := range addrs {

@@ -615,6 +615,14 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
 		expiry = lastSpend // spendable until midnight at the latest
 	}
+	if c.d.ledgerRefusal(ctx) != nil { // the gate logs why; retried next tick, from memory
+		if ending != nil { // the ending lease's unused micros still go back
+			h := ds.leases[ending.ID]
+			c.releaseLease(ctx, now, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: h.expiry,
+				until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
+		}
+		return
+	}
 	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
@@ -634,7 +642,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 			// until now): the ledger forgot it, or our history.
 			c.lostWrites(ctx, now, ds, shard, fmt.Sprintf("renewal of %s: %v", ending.ID, err))
 		}
-		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) ||
+		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) || errors.Is(err, lease.ErrNotDurable) ||
 			errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged) {
 			// The release half happened (one script) whatever became of the grant.
 			c.d.counters.leasesReleased.Add(1)
@@ -652,6 +660,10 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	} else {
 		g, err = c.d.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
+	}
+	if errors.Is(err, lease.ErrNotDurable) && g.Granted > 0 {
+		c.log.Warn("lease not acknowledged by the replicas; releasing it unspent", zap.String("lease", id), zap.Error(err))
+		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
 	}
 	switch {
 	case errors.Is(err, lease.ErrLedgerDiverged):

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -78,6 +79,11 @@ type Config struct {
 	Journal *Journal
 	Clock   Clock
 	Logger  *zap.Logger
+
+	// LedgerGate, if set, is asked before every new lease (grant or renewal)
+	// and refuses it with an error while the ledger is not durable or this
+	// host's clock is off (see LedgerGate.Err). It must not block.
+	LedgerGate func(context.Context) error
 }
 
 // DefaultDedupMemoryBytes is Config.DedupMemoryBytes's default.

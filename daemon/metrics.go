@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,8 @@ type metrics struct {
 	ledgerSeconds *prometheus.HistogramVec
 	leader        atomic.Bool
 	lastStep      atomic.Int64 // unix nanos of the last completed refill round
+	clockOffset   atomic.Int64 // nanos this host's clock is ahead of Redis TIME (CheckClock)
+	clockMeasured atomic.Bool
 }
 
 func newMetrics() *metrics {
@@ -87,6 +90,8 @@ var (
 		"Times this daemon found that the ledger lost writes it had acknowledged (a shard's history diverged or a held lease was forgotten); each froze the shard and re-asserted the leases held.", nil, nil)
 	descReasserted = prometheus.NewDesc("pacer_leases_reasserted_total", "Held leases the ledger had forgotten and this daemon recorded again.", nil, nil)
 	descUnbacked   = prometheus.NewDesc("pacer_refunds_unbacked_micros_total", "Refunded micros that could not go back into a bucket (their lease had closed).", nil, nil)
+	descOffset     = prometheus.NewDesc("pacer_ledger_clock_offset_seconds", "This host's clock minus Redis TIME, as last measured (positive: ahead).", nil, nil)
+	descRefusing   = prometheus.NewDesc("pacer_ledger_refusing_leases", "1 while the daemon takes no new lease: the ledger does not meet its durability policy, or this host's clock is beyond the skew bound.", nil, nil)
 
 	descAuctionWindow = prometheus.NewDesc("pacer_auction_ids_window_seconds",
 		"How far back every allowed auction id is remembered: the dedup window, or less once the memory bound made the oldest go. A retry or refund older than this may not be recognised.", nil, nil)
@@ -102,7 +107,7 @@ type collector Daemon
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDecisions, descTokens, descReserve, descLeases, descCalls, descErrors, descLeader, descUnbacked,
-		descLostWrites, descReasserted, descAuctionWindow, descAuctionIDs, descAuctionBytes} {
+		descLostWrites, descReasserted, descAuctionWindow, descAuctionIDs, descAuctionBytes, descOffset, descRefusing} {
 		ch <- d
 	}
 	c.metrics.spendSeconds.Describe(ch)
@@ -139,6 +144,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAuctionWindow, prometheus.GaugeValue, as.Window.Seconds())
 	gauge(descAuctionIDs, int64(as.Remembered))
 	gauge(descAuctionBytes, as.MemoryBytes)
+	if d.metrics.clockMeasured.Load() {
+		ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(d.metrics.clockOffset.Load()).Seconds())
+	}
+	var refusing int64
+	if d.ledgerRefusal(context.Background()) != nil {
+		refusing = 1
+	}
+	gauge(descRefusing, refusing)
 
 	type row struct {
 		id              string

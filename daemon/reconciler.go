@@ -27,8 +27,13 @@ type ReconcilerConfig struct {
 	// OnLeadership, if set, is told when this reconciler starts and stops
 	// leading (pacerd feeds its metrics gauge with it).
 	OnLeadership func(leading bool)
-	Clock        Clock
-	Logger       *zap.Logger
+	// Gate, if set, is asked before every pass: while it refuses (the
+	// ledger is not durable, or this host's clock is off Redis's by more
+	// than the skew bound, so it could settle live leases early) no pass
+	// runs.
+	Gate   func(context.Context) error
+	Clock  Clock
+	Logger *zap.Logger
 }
 
 // Reconciler is the fleet's housekeeper; one daemon runs it, elected. Every
@@ -108,12 +113,19 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
+		if r.cfg.Gate != nil {
+			if err := r.cfg.Gate(term); err != nil {
+				r.log.Warn("skipping a reconciler pass: the ledger gate is closed", zap.Error(err))
+				goto wait
+			}
+		}
 		if err := r.Pass(term, lead.Fence); errors.Is(err, lease.ErrFenced) {
 			r.log.Warn("fenced off by a newer leader; stepping down", zap.Error(err))
 			return
 		} else if err != nil && term.Err() == nil {
 			r.log.Warn("reconciler pass failed", zap.Error(err))
 		}
+	wait:
 		select {
 		case <-term.Done():
 			r.log.Info("reconciler leadership ended")

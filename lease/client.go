@@ -19,6 +19,8 @@ func NewClient(addrs []string) (redis.UniversalClient, error) {
 	switch {
 	case len(addrs) == 0:
 		return nil, errors.New("no Redis address given")
+	case len(addrs) == 1 && IsSentinel(addrs[0]):
+		return NewSentinelClient(addrs[0])
 	case len(addrs) == 1 && (strings.HasPrefix(addrs[0], "/") || strings.HasPrefix(addrs[0], ".")):
 		return redis.NewClient(&redis.Options{Network: "unix", Addr: addrs[0], ContextTimeoutEnabled: true, MaxRetries: -1}), nil
 	case len(addrs) == 1:

@@ -85,6 +85,8 @@ type Config struct {
 	AuditMaxLen int64
 	// SettleBatch caps how many expired leases one call settles (default 256).
 	SettleBatch int
+	// Durability is the policy every money-changing script runs under.
+	Durability Durability
 }
 
 // Ledger is the Redis ledger. It is safe for concurrent use; it holds no state
@@ -177,7 +179,10 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 // plain commands are not idempotent.
 func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
 	res, err := l.runScript(ctx, s, k.keys(), args...)
-	if err != nil {
+	var notDurable error
+	if errors.Is(err, ErrNotDurable) && res != nil {
+		notDurable = fmt.Errorf("ledger %s: %w", k, err)
+	} else if err != nil {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w", k, err)
 	}
 	if len(res) < 12 {
@@ -188,7 +193,7 @@ func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...a
 	if res[0] == -1 {
 		return res[0], res[1], sh, res[12:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
 	}
-	return res[0], res[1], sh, res[12:], nil
+	return res[0], res[1], sh, res[12:], notDurable
 }
 
 // scriptAttempts is how many times runScript sends an idempotent script whose
@@ -201,7 +206,15 @@ func (l *Ledger) runScript(ctx context.Context, s *redis.Script, keys []string, 
 	var err error
 	for attempt := 1; ; attempt++ {
 		var res []int64
-		res, err = s.Run(ctx, l.rdb, keys, args...).Int64Slice()
+		res, err = l.cfg.Durability.Run(ctx, l.rdb, s, keys, args...).Int64Slice()
+		// A write the replicas did not acknowledge is decoded as usual, so
+		// the caller knows what to release, and returned with the error.
+		// (Every script writes, even when it finds its work done, so the
+		// WAIT of a retry covers the first run's write too.)
+		var nd *NotDurableError
+		if errors.As(err, &nd) && nd.Int64s() != nil {
+			return nd.Int64s(), err
+		}
 		if err == nil || attempt == scriptAttempts || ctx.Err() != nil || !retriable(err) {
 			return res, err
 		}
@@ -399,6 +412,9 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip)
+	if errors.Is(err, ErrNotDurable) {
+		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
+	}
 	if err != nil {
 		return Grant{}, err
 	}
@@ -430,6 +446,9 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip)
+	if errors.Is(err, ErrNotDurable) {
+		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
+	}
 	if err != nil {
 		return Grant{}, err
 	}

@@ -31,6 +31,10 @@ func (a *app) check(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	durable, err := a.checkDurability(ctx)
+	if err != nil {
+		return err
+	}
 	var ids []string
 	if len(pos) == 1 {
 		id, err := campaignArg("check", pos)
@@ -90,6 +94,10 @@ func (a *app) check(ctx context.Context, args []string) error {
 	}
 	if problems > 0 {
 		fmt.Fprintf(a.stderr, "pacerctl: check: %d problem(s) in %d campaign-day(s) checked\n", problems, len(results))
+		return errReported
+	}
+	if !durable {
+		fmt.Fprintf(a.stderr, "pacerctl: check: Redis does not meet ledger.durability=%s\n", a.durability)
 		return errReported
 	}
 	if len(results) == 0 && !a.json {

@@ -78,6 +78,8 @@ type app struct {
 	natsURL    string // --nats: broadcast campaign changes; "" = the ledger only
 	etcdURLs   string // --etcd: for status's reconciler leader
 
+	durability, durabilityAssume string // --durability, --durability-assume: for check
+
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
 }
@@ -150,7 +152,9 @@ func commands() []command {
 				"curves directory of every host.",
 			run: (*app).curveFit},
 		{name: "check", args: "[<id>]",
-			help: "Verify that every open day of one campaign, or of all, balances:\n" +
+			help: "Verify that Redis meets the durability policy (--durability; as pacerd checks at start:\n" +
+				"CONFIG GET appendonly/appendfsync, INFO persistence/replication on every master), and that\n" +
+				"every open day of one campaign, or of all, balances:\n" +
 				"budget = locked + available + leased + spent. Exit status 1 if anything is off.",
 			run: (*app).check},
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
@@ -174,7 +178,8 @@ Usage: pacerctl [global flags] <command> [arguments]
 
 Global flags (before the command):
   --redis ADDR[,ADDR...]  the Redis ledger: host:port, a Unix socket path (starting with / or .),
-                          or several host:port Cluster seeds (default `+defaultRedis+`)
+                          sentinel://master-name@host:port[,host:port...], or several
+                          host:port Cluster seeds (default `+defaultRedis+`)
   --socket PATH           pacerd's socket, for spend/refund/balance (default `+defaultSocket+`)
   --curves DIR            pacing-curve directory (default `+defaultCurves+`; pass
                           --curves configs/curves to use a source checkout's examples)
@@ -183,6 +188,10 @@ Global flags (before the command):
                           budget cut), so daemons act within one NATS hop; without it they learn
                           of it from the ledger within a lease window
   --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379)
+  --durability POLICY     the ledger's durability policy, for check: fsync, replicas:N or none,
+                          as pacerd's ledger.durability (default fsync)
+  --durability-assume P   as pacerd's ledger.durability_assume: the policy a Redis that
+                          refuses CONFIG is known to meet (default: none, so it fails)
   --json                  machine-readable output (campaign set/list/pause/resume, report,
                           status, curve list/show, check, spend/refund/balance; campaign get
                           is always JSON)
@@ -235,6 +244,8 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.BoolVar(&a.json, "json", false, "")
 	fs.StringVar(&a.natsURL, "nats", "", "")
 	fs.StringVar(&a.etcdURLs, "etcd", "", "")
+	fs.StringVar(&a.durability, "durability", "fsync", "")
+	fs.StringVar(&a.durabilityAssume, "durability-assume", "", "")
 	timeout := fs.Duration("timeout", defaultTimeout, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -354,6 +365,11 @@ func redisClient(addrs string) (redis.UniversalClient, error) {
 	}
 	if err := config.CheckRedis(list); err != nil {
 		return nil, usagef("--redis: %v", err)
+	}
+	if len(list) == 1 && lease.IsSentinel(list[0]) {
+		opt, _ := lease.ParseSentinel(list[0]) // checked by CheckRedis
+		opt.DialTimeout = 5 * time.Second
+		return redis.NewFailoverClient(opt), nil
 	}
 	if len(list) == 1 && config.IsUnixPath(list[0]) {
 		return redis.NewClient(&redis.Options{Network: "unix", Addr: list[0], DialTimeout: 5 * time.Second}), nil

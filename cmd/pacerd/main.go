@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -60,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fl.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
 	for _, f := range []struct{ name, usage string }{
 		{"socket", "Unix socket `path` for bidders (overrides socket:)"},
-		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, or Cluster seeds (overrides redis:)"},
+		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, sentinel://master@host:port,…, or Cluster seeds (overrides redis:)"},
 		{"etcd", "etcd `url[,url…]` for the reconciler election (overrides etcd:)"},
 		{"nats", "NATS `url` for broadcasts (overrides nats:)"},
 		{"admin", "admin listener `host:port` for metrics and health; empty disables (overrides admin:)"},
@@ -204,7 +205,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("redis: %w", err)
 	}
 	defer rdb.Close()
-	ledger := lease.New(rdb, lease.Config{}, log)
+	durability, assume, err := durabilityPolicy(cfg)
+	if err != nil {
+		return err
+	}
+	ledger := lease.New(rdb, lease.Config{Durability: durability}, log)
+	gate := newLedgerGate(cfg, rdb, durability, assume, log)
 	var bc *transport.Broadcaster
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
@@ -218,22 +224,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if bc != nil {
 		publisher = bc
 	}
+	// The lease journal: what this run holds, so that the next run gives
+	// back what a crash left unspent.
+	journal, leftover, err := daemon.OpenJournal(filepath.Join(cfg.StateDir, "leases.journal"), log)
+	if err != nil {
+		return err
+	}
+	defer journal.Close()
 	d, err := daemon.New(ledger, daemon.Config{
-		Publisher:       publisher,
-		Holder:          cfg.Holder,
-		LeaseWindow:     cfg.Lease.Window,
-		SkewBound:       cfg.Lease.SkewBound,
-		Grace:           cfg.Lease.Grace,
-		CapWindow:       cfg.Lease.CapWindow,
-		BurstWindow:     cfg.Lease.BurstWindow,
-		TickInterval:    cfg.TickInterval,
-		CampaignRefresh: cfg.CampaignRefresh,
-		LedgerTimeout:   cfg.LedgerTimeout,
-		Curves:          curves,
-		Logger:          log,
+		Journal:          journal,
+		DedupMemoryBytes: cfg.DedupMemoryBytes,
+		Publisher:        publisher,
+		Holder:           cfg.Holder,
+		LeaseWindow:      cfg.Lease.Window,
+		SkewBound:        cfg.Lease.SkewBound,
+		Grace:            cfg.Lease.Grace,
+		CapWindow:        cfg.Lease.CapWindow,
+		BurstWindow:      cfg.Lease.BurstWindow,
+		TickInterval:     cfg.TickInterval,
+		CampaignRefresh:  cfg.CampaignRefresh,
+		LedgerTimeout:    cfg.LedgerTimeout,
+		Curves:           curves,
+		Logger:           log,
+		LedgerGate:       gate.Err,
 	})
 	if err != nil {
 		return err
+	}
+	gate.Add("clock", d.CheckClock)
+	if err := firstLedgerCheck(ctx, gate, rdb, durability, assume, cfg.LedgerTimeout, log); err != nil {
+		return err
+	}
+	if len(leftover) > 0 {
+		back, err := d.Reclaim(ctx, journal, leftover)
+		log.Info("gave back what the previous run's leases had not dripped", zap.Int("leases", len(leftover)),
+			zap.Int64("micros", back), zap.Error(err))
 	}
 	if bc != nil {
 		if err := bc.Subscribe(d.HandleEvent); err != nil {
@@ -270,10 +295,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()
+	gateDone := make(chan error, 1)
+	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
 	if etcd != nil {
 		rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
 			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
+			Gate: gate.Err,
 		})
 		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
 	} else {
@@ -314,6 +342,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	stopLoop()
 	<-loopDone
+	<-gateDone
 	if err := <-reconcilerDone; err != nil {
 		log.Warn("reconciler resign", zap.Error(err))
 	}

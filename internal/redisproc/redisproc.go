@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,24 @@ type Options struct {
 	// Persistent turns the AOF on with fsync on every write, as the ledger
 	// runs in production, so Kill and Restart lose no acknowledged write.
 	Persistent bool
+	// AppendFsync, with Persistent, replaces the fsync policy "always" with
+	// another ("everysec", "no"), to run a server that does not meet the
+	// ledger's durability policy.
+	AppendFsync string
+	// TCP makes the server listen on an ephemeral loopback port as well as
+	// its socket (Server.Addr): replication and Sentinel need TCP.
+	TCP bool
+	// ReplicaOf ("host:port") starts the server as a replica of that master;
+	// it implies TCP.
+	ReplicaOf string
+	// Conf is written to redis.conf in Dir and given to redis-server before
+	// the other options, for directives the command line cannot carry
+	// (`rename-command CONFIG ""`).
+	Conf string
+	// Sentinel runs the server as a Redis Sentinel (`redis-server conf
+	// --sentinel`) on a loopback port (Server.Addr); Conf must hold its
+	// `sentinel monitor` lines (Sentinel rewrites that file as it learns).
+	Sentinel bool
 	// Extra options for redis-server ("--maxmemory", "1mb").
 	Extra []string
 }
@@ -37,7 +56,9 @@ type Options struct {
 // Server is a running redis-server.
 type Server struct {
 	// Socket is the path of its Unix socket.
-	Socket  string
+	Socket string
+	// Addr is its loopback host:port with Options.TCP or ReplicaOf; else "".
+	Addr    string
 	dir     string
 	ownsDir bool
 	args    []string
@@ -80,12 +101,51 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 	s.Socket = filepath.Join(s.dir, "redis.sock")
 	persist := []string{"--appendonly", "no", "--save", ""}
 	if opt.Persistent {
-		persist = []string{"--appendonly", "yes", "--appendfsync", "always", "--save", ""}
+		fsync := opt.AppendFsync
+		if fsync == "" {
+			fsync = "always"
+		}
+		persist = []string{"--appendonly", "yes", "--appendfsync", fsync, "--save", ""}
 	}
-	s.args = append(append([]string{
-		"--port", "0", "--unixsocket", s.Socket, "--unixsocketperm", "700", "--dir", s.dir,
+	port := "0"
+	if opt.TCP || opt.ReplicaOf != "" || opt.Sentinel {
+		p, err := FreePort()
+		if err != nil {
+			s.Stop()
+			return nil, err
+		}
+		port = strconv.Itoa(p)
+		s.Addr = net.JoinHostPort("127.0.0.1", port)
+		persist = append(persist, "--bind", "127.0.0.1")
+	}
+	if opt.ReplicaOf != "" {
+		host, mport, err := net.SplitHostPort(opt.ReplicaOf)
+		if err != nil {
+			s.Stop()
+			return nil, fmt.Errorf("replica of %q: %w", opt.ReplicaOf, err)
+		}
+		persist = append(persist, "--replicaof", host, mport)
+	}
+	var conf []string
+	if opt.Conf != "" {
+		path := filepath.Join(s.dir, "redis.conf")
+		if err := os.WriteFile(path, []byte(opt.Conf), 0o600); err != nil {
+			s.Stop()
+			return nil, err
+		}
+		conf = []string{path}
+	}
+	if opt.Sentinel {
+		if opt.Conf == "" {
+			s.Stop()
+			return nil, errors.New("a Sentinel needs Options.Conf with its `sentinel monitor` lines")
+		}
+		conf = append(conf, "--sentinel")
+	}
+	s.args = append(append(append(conf,
+		"--port", port, "--unixsocket", s.Socket, "--unixsocketperm", "700", "--dir", s.dir,
 		"--daemonize", "no", "--loglevel", "warning", "--logfile", filepath.Join(s.dir, "redis.log"),
-	}, persist...), opt.Extra...)
+	), persist...), opt.Extra...)
 	if err := s.start(ctx); err != nil {
 		s.Stop()
 		return nil, err
@@ -130,6 +190,18 @@ func (s *Server) start(ctx context.Context) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago (the
+// kernel's choice of an ephemeral port; a race with another process taking it
+// is possible but rare, and shows as a start failure).
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Kill stops the server with SIGKILL, as a crash would; its data stays.

@@ -23,7 +23,14 @@ type Server struct {
 // missing redis-server fails the test with a message saying how to get it.
 func Start(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
-	s, err := redisproc.Start(context.Background(), redisproc.Options{Persistent: true, Extra: extra})
+	return StartWith(tb, redisproc.Options{Persistent: true, Extra: extra})
+}
+
+// StartWith starts a redis-server run as opt says (a replica, another fsync
+// policy, a config file) and stops it at cleanup.
+func StartWith(tb testing.TB, opt redisproc.Options) *Server {
+	tb.Helper()
+	s, err := redisproc.Start(context.Background(), opt)
 	if err != nil {
 		tb.Fatal(err)
 	}

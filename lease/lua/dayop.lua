@@ -10,6 +10,7 @@
 -- Reply: {delta, day_budget}
 local action, day, op, delta = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local field = day .. ':op:' .. op
+redis.call('HINCRBY', KEYS[1], ':touch', 1) -- a write for WAIT to cover (see load_shard)
 local rec = redis.call('HGET', KEYS[1], field)
 if action == 'begin' then
   if not rec then

@@ -8,6 +8,7 @@
 -- ARGV: day
 -- Reply: {budget, shards, curve} or an error if the campaign is unknown.
 local day = ARGV[1]
+redis.call('HINCRBY', KEYS[2], ':touch', 1) -- a write for WAIT to cover (see load_shard)
 local plan = redis.call('HGET', KEYS[2], day .. ':plan')
 if not plan then
   local c = redis.call('HMGET', KEYS[1], 'daily', 'shards', 'curve')

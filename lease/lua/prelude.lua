@@ -50,9 +50,15 @@ end
 -- more grants.
 local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip'}
 
+-- load_shard reads a shard and, if it exists, always writes (touch): a
+-- script retried after a lost reply, or repeated by id, may find nothing to
+-- change, yet under ledger.durability=replicas:N the WAIT that follows must
+-- cover the first run's write. Replication is in order, so a write of this
+-- run acknowledged by N replicas means every earlier one was.
 local function load_shard(key)
   local v = redis.call('HMGET', key, unpack(FIELDS))
   if not v[1] then return nil end
+  redis.call('HINCRBY', key, 'touch', 1)
   local s = {}
   for i, f in ipairs(FIELDS) do s[f] = num(v[i]) end
   return s

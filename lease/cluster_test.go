@@ -1,0 +1,103 @@
+package lease_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/redisproc"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+// startCluster starts a Redis Cluster of two masters (slots split in half),
+// each run as opts says, and returns them once the cluster is ok.
+func startCluster(t *testing.T, opts ...redisproc.Options) []*redistest.Server {
+	t.Helper()
+	var nodes []*redistest.Server
+	var buses []int
+	for _, o := range opts {
+		bus, err := redisproc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.TCP = true
+		o.Extra = append(o.Extra, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", strconv.Itoa(bus))
+		nodes = append(nodes, redistest.StartWith(t, o))
+		buses = append(buses, bus)
+	}
+	for i, n := range nodes {
+		c := n.Client()
+		lo, hi := i*16384/len(nodes), (i+1)*16384/len(nodes)-1
+		if err := c.Do(ctx, "cluster", "addslotsrange", lo, hi).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			host, port, _ := strings.Cut(nodes[0].Addr, ":")
+			// The bus port is not port+10000 (cluster-port): say it.
+			if err := c.Do(ctx, "cluster", "meet", host, port, buses[0]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range nodes {
+		for {
+			s, err := n.Client().ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(s, "cluster_state:ok") && strings.Contains(s, "cluster_known_nodes:"+strconv.Itoa(len(nodes))) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cluster not ok within 20s: %v\n%s", err, s)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+func TestClusterDurabilityEveryMaster(t *testing.T) {
+	nodes := startCluster(t, redisproc.Options{Persistent: true}, redisproc.Options{Persistent: true, AppendFsync: "everysec"})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
+	defer cc.Close()
+
+	// The second master runs everysec: refused, naming it.
+	rep, err := lease.CheckDurability(ctx, cc, lease.Durability{}, nil)
+	if !errors.Is(err, lease.ErrNotDurable) || !strings.Contains(err.Error(), "redis at "+nodes[1].Addr+" runs appendfsync everysec") ||
+		strings.Contains(err.Error(), nodes[0].Addr) || len(rep.Nodes) != 2 {
+		t.Fatalf("check: %+v, %v", rep, err)
+	}
+	if err := nodes[1].Client().ConfigSet(ctx, "appendfsync", "always").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.CheckDurability(ctx, cc, lease.Durability{}, nil); err != nil {
+		t.Fatalf("both masters always: %v", err)
+	}
+
+	// replicas:1 WAITs on the master of the script's key, which has none.
+	pol := lease.Durability{Policy: lease.PolicyReplicas, Replicas: 1, WaitTimeout: 50 * time.Millisecond}
+	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	for _, key := range []string{"{a}k", "{b}k", "{c}k", "{d}k"} {
+		master, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pol.Run(ctx, cc, incr, []string{key}).Err()
+		var nd *lease.NotDurableError
+		if !errors.As(err, &nd) || nd.Addr != master.Options().Addr || nd.Reply != int64(1) {
+			t.Fatalf("%s: %v, want NotDurable from %s", key, err, master.Options().Addr)
+		}
+		if v, err := cc.Get(ctx, key).Int64(); err != nil || v != 1 {
+			t.Fatalf("%s = %d, %v: the script did not run once on its master", key, v, err)
+		}
+	}
+
+	// The clock is measured on every master.
+	o, err := lease.MeasureClockOffset(ctx, cc, func() time.Time { return time.Now().Add(time.Minute) })
+	if err != nil || o.Offset < 59*time.Second || (o.Addr != nodes[0].Addr && o.Addr != nodes[1].Addr) {
+		t.Fatalf("cluster clock offset %+v, %v", o, err)
+	}
+}
