@@ -19,6 +19,9 @@ func TestLedgerReplicasGrantNotAcknowledged(t *testing.T) {
 	pol := lease.Durability{Policy: lease.PolicyReplicas, Replicas: 1, WaitTimeout: 200 * time.Millisecond}
 	l := lease.New(master.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, Durability: pol}, nil)
 	c := lease.Campaign{ID: "c", DailyMicros: 1_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: lease.StateActive}
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.OpenDay(ctx, c, "2026-11-21", t0, t0); err != nil {
 		t.Fatal(err)
 	}
