@@ -117,10 +117,59 @@ type DayPlan struct {
 	// after budget had been handed out cannot take that back: the test
 	// raises the limit to what was out at the cut).
 	Limit int64
-	// Exact: once nothing of the day is leased, the ledger's budget for the
-	// day (its shards plus moves in flight) must equal Limit. Tests set it
-	// for days without carry-over and without cuts below what was handed out.
+	// Budget is the day's budget as the operator last set it (0: Limit).
+	// Once nothing of the day is leased, the ledger's budget for the day
+	// (its shards plus moves in flight) must not exceed the larger of
+	// Budget and what the day spent: a cut below what was handed out is
+	// completed as leases come back.
+	Budget int64
+	// Exact: once nothing of the day is leased, the ledger's budget must
+	// equal Budget. Tests set it for days without carry-over and without
+	// cuts below what was handed out.
 	Exact bool
+	// CarryIn: the previous local date of the campaign may carry what it
+	// did not spend into this day. Limit and Budget grow by the previous
+	// day's limit minus what its clients netted (never less than 0): a
+	// bound computed from the clients' counts, not from the ledger's carry.
+	CarryIn bool
+}
+
+// effective applies carry-over to the plans, oldest day first.
+func effective(plans map[DayKey]DayPlan, days map[DayKey]*Tally) map[DayKey]DayPlan {
+	out := make(map[DayKey]DayPlan, len(plans))
+	keys := make([]DayKey, 0, len(plans))
+	for k, p := range plans {
+		if p.Budget == 0 {
+			p.Budget = p.Limit
+		}
+		out[k] = p
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b DayKey) int { return strings.Compare(a.Day, b.Day) })
+	for _, k := range keys {
+		p := out[k]
+		if !p.CarryIn {
+			continue
+		}
+		d, err := time.Parse("2006-01-02", k.Day)
+		if err != nil {
+			continue
+		}
+		prevKey := DayKey{k.Campaign, d.AddDate(0, 0, -1).Format("2006-01-02")}
+		prev, ok := out[prevKey]
+		if !ok {
+			continue
+		}
+		var net int64
+		if t := days[prevKey]; t != nil {
+			net = t.Net()
+		}
+		extra := max(0, prev.Limit-net)
+		p.Limit += extra
+		p.Budget += extra
+		out[k] = p
+	}
+	return out
 }
 
 // Options says what Check compares the history with.
@@ -247,7 +296,9 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 	r.mu.Lock()
 	events := slices.Clone(r.events)
 	r.mu.Unlock()
-	days, notes := tally(events, opt.Plans)
+	first, _ := tally(events, nil)
+	plans := effective(opt.Plans, first)
+	days, notes := tally(events, plans)
 	rep := Report{Label: opt.Label, Days: map[DayKey]Tally{}}
 	for _, e := range events {
 		if e.call != nil {
@@ -272,7 +323,7 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 	}
 	for _, k := range keys {
 		t, active := days[k]
-		p, planned := opt.Plans[k]
+		p, planned := plans[k]
 		if active && t.Allowed > 0 && !planned {
 			add("no-plan", k, -1, "clients were allowed %d micros on a day the test has no plan for", t.Allowed)
 		}
@@ -314,12 +365,12 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 				budget += m.Amount
 			}
 			switch {
-			case p.Exact && budget != p.Limit:
+			case p.Exact && budget != p.Budget:
 				add("plan", k, -1, "nothing leased, and the ledger's budget is %d (shards %d + moves in flight %d), not the %d planned (off by %+d)",
-					budget, total.Budget, budget-total.Budget, p.Limit, budget-p.Limit)
-			case budget > max(p.Limit, total.Spent):
-				add("plan", k, -1, "nothing leased, and the ledger's budget is %d: above both the limit %d and what was spent %d (over-funded by %d)",
-					budget, p.Limit, total.Spent, budget-max(p.Limit, total.Spent))
+					budget, total.Budget, budget-total.Budget, p.Budget, budget-p.Budget)
+			case budget > max(p.Budget, total.Spent):
+				add("plan", k, -1, "nothing leased, and the ledger's budget is %d: above both the planned %d and what was spent %d (over-funded by %d)",
+					budget, p.Budget, total.Spent, budget-max(p.Budget, total.Spent))
 			}
 		}
 	}

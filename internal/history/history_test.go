@@ -200,3 +200,22 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("plan checked while a lease is out: %v", err)
 	}
 }
+
+// Carry-over: the next day may spend what the previous day's clients did not,
+// and no more.
+func TestCarryIn(t *testing.T) {
+	var r history.Recorder
+	r.Record(history.Call{At: t0, Client: "h1", Campaign: "c", Day: "2026-11-21", Amount: 700, OK: true, Answer: ":1"})
+	r.Record(history.Call{At: t0, Client: "h1", Campaign: "c", Day: "2026-11-22", Amount: 1300, OK: true, Answer: ":1"})
+	plans := map[history.DayKey]history.DayPlan{
+		{Campaign: "c", Day: "2026-11-21"}: {Limit: 1000},
+		{Campaign: "c", Day: "2026-11-22"}: {Limit: 1000, CarryIn: true},
+	}
+	if err := check(t, &r, history.Options{Plans: plans}).Err(); err != nil {
+		t.Fatalf("1300 on a day of 1000 plus a carry of 300: %v", err)
+	}
+	r.Record(history.Call{At: t0, Client: "h1", Campaign: "c", Day: "2026-11-22", Amount: 1, OK: true, Answer: ":1"})
+	if k := check(t, &r, history.Options{Plans: plans}).Kinds(); len(k) != 1 || k[0] != "overspend" {
+		t.Fatalf("kinds %v, want [overspend]", k)
+	}
+}
