@@ -383,7 +383,7 @@ func excerpt(events []event, notes []string, k DayKey, at, n int) []string {
 	var idx []int
 	for i, e := range events {
 		switch {
-		case e.call != nil && e.call.Campaign == k.Campaign && (e.call.Day == k.Day || e.call.Auction != ""):
+		case e.call != nil && e.call.Campaign == k.Campaign && e.call.Day == k.Day:
 		case e.call == nil && (e.campaign == "" || e.campaign == k.Campaign):
 		default:
 			continue
