@@ -1,0 +1,798 @@
+package daemon_test
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/faultproxy"
+	"github.com/pacer/pacer/internal/history"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"github.com/redis/go-redis/v9"
+)
+
+// knownBugs turns off the step kinds that reach the bugs of issue 9 not fixed
+// yet, so that CI stays green while the fixes land. The checker is never
+// weakened: a kind listed here is simply not generated. Delete an entry once
+// its fix is in; PACER_MODEL_UNGATED=1 generates every kind regardless (and
+// triages the failing seeds: which kind each needs).
+var knownBugs = map[string]bool{
+	// Bug 1: a connection reset after adjust.lua (or the day-budget HINCRBY)
+	// ran makes go-redis run it again: raises and carry-overs applied twice.
+	// Resets on the operator's and the reconciler's connections.
+	"reset-adjust": true,
+	// Bug 2: a daemon opens a day from settings cached before a change the
+	// operator made in the last half minute before midnight.
+	"set-before-midnight": true,
+	// Bug 3: a refund of yesterday's auction is credited to today.
+	"refund-across-midnight": true,
+	// Bug 5: SPEND id -> REFUND id -> SPEND id replays a free :1.
+	"respend-after-refund": true,
+	// Bug 7: a cut below spent + leased is applied only in part; the
+	// revoked leases' unused micros can be granted again.
+	"cut-below-leased": true,
+}
+
+// regressionSeeds are histories that failed once; they always run, with the
+// kinds they need (a seed whose kinds are still in knownBugs is reported as
+// waiting, and runs as soon as its kinds are enabled).
+var regressionSeeds = []struct {
+	seed  uint64
+	needs []string // step kinds without which the seed passed
+	found string   // what it found
+}{}
+
+// modelKinds are the step kinds the generator draws from, with weights.
+var modelKinds = []struct {
+	kind   string
+	weight int
+}{
+	{"step", 30}, {"spend", 26}, {"refund", 8}, {"retry", 4}, {"respend-after-refund", 4},
+	{"refund-across-midnight", 5}, {"reconcile", 7}, {"failover", 2}, {"stale-leader", 1},
+	{"set", 4}, {"set-before-midnight", 6}, {"cut-below-leased", 3}, {"pause", 2}, {"carry", 2},
+	{"reset-daemon", 3}, {"reset-adjust", 3}, {"partition", 1}, {"concurrent", 4},
+}
+
+// modelEnv is what histories share: one redis-server (flushed between
+// histories), proxies in front of it for the daemons, the operator and the
+// reconciler, and the curves.
+type modelEnv struct {
+	srv     *redistest.Server
+	direct  *lease.Ledger
+	rdb     *redis.Client
+	proxies map[string]*faultproxy.Proxy
+	curves  map[string]*bucket.Curve
+}
+
+func newModelEnv(t *testing.T) *modelEnv {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	env := &modelEnv{srv: srv, rdb: rdb, proxies: map[string]*faultproxy.Proxy{},
+		direct: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
+	for _, role := range []string{"daemon", "operator", "reconciler"} {
+		p, err := faultproxy.Start(srv.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		env.proxies[role] = p
+	}
+	// "burst" releases a day's whole budget in its first minute, so that a
+	// history of a few simulated minutes around each midnight can drive
+	// campaigns to exhaustion, where overspend shows.
+	w := make([]float64, 1440)
+	w[0] = 1
+	burst, err := bucket.NewCurve("burst", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.curves = map[string]*bucket.Curve{"burst": burst}
+	return env
+}
+
+type modelNode struct {
+	name  string
+	d     *daemon.Daemon
+	clock offsetClock
+}
+
+type modelCampaign struct {
+	stored lease.Campaign // as the operator last wrote it
+	loc    *time.Location
+}
+
+type auctionRec struct {
+	node     int
+	campaign int
+	id       string
+	amount   int64
+	day      string
+	at       time.Time
+	refunded bool
+}
+
+type modelStats struct {
+	ops   int
+	calls int
+	kinds map[string]int
+}
+
+// modelRun is one history.
+type modelRun struct {
+	t       *testing.T
+	env     *modelEnv
+	seed    uint64
+	enabled func(string) bool
+	rng     *rand.Rand // picks the step kinds
+	opRng   *rand.Rand // the current step's own choices (seeded per step)
+	clock   *manualClock
+	ledgers []*lease.Ledger
+
+	nodes    []*modelNode
+	camps    []*modelCampaign
+	rc, old  *daemon.Reconciler
+	fence    int64
+	oldFence int64
+	rcLedger *lease.Ledger
+	opLedger *lease.Ledger
+
+	plans    map[history.DayKey]*history.DayPlan
+	floors   map[history.DayKey]int64
+	quiet    map[history.DayKey]bool // no more SPENDs: the day's leases come back unused
+	rec      history.Recorder
+	auctions []*auctionRec
+	byID     map[string]*auctionRec
+	nextID   int
+	healAt   int
+	stats    modelStats
+}
+
+var modelZones = []string{"UTC", "America/New_York", "Asia/Kolkata"}
+
+func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (history.Report, modelStats) {
+	t.Helper()
+	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range e.proxies {
+		p.Disarm()
+		p.Heal()
+		p.Cut()
+	}
+	m := &modelRun{t: t, env: e, seed: seed, enabled: enabled,
+		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		clock: &manualClock{}, plans: map[history.DayKey]*history.DayPlan{}, floors: map[history.DayKey]int64{},
+		quiet: map[history.DayKey]bool{},
+		byID:  map[string]*auctionRec{}, stats: modelStats{kinds: map[string]int{}}}
+	ledger := func(role string) *lease.Ledger {
+		rdb, err := lease.NewClient([]string{e.proxies[role].Socket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+		m.ledgers = append(m.ledgers, l)
+		return l
+	}
+	dLedger := ledger("daemon")
+	m.opLedger, m.rcLedger = ledger("operator"), ledger("reconciler")
+	defer func() {
+		for _, l := range m.ledgers {
+			l.Client().Close()
+		}
+	}()
+	r := m.rng
+	start := time.Date(2026, 11, 21, 17, 0, 0, 0, time.UTC).Add(time.Duration(r.IntN(3600)) * time.Second)
+	m.clock.Set(start)
+
+	for i, zone := range modelZones {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 200_000 + r.Int64N(1_800_000), TZ: zone,
+			Curve: "burst", Shards: 1 + r.IntN(4), State: lease.StateActive, CarryOver: r.IntN(4) == 0}
+		if _, err := e.direct.PutCampaign(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		m.camps = append(m.camps, &modelCampaign{stored: c, loc: loc})
+	}
+	for i := range 2 + r.IntN(2) {
+		off := time.Duration(r.IntN(901)-450) * time.Millisecond
+		n := &modelNode{name: "d" + strconv.Itoa(i), clock: offsetClock{m.clock, off}}
+		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.d = d
+		m.nodes = append(m.nodes, n)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			for _, n := range m.nodes {
+				n.d.Close(ctx)
+			}
+		}
+	}()
+	m.fence = 1
+	m.rc = m.reconciler()
+
+	// The midnights of the three zones after the start, in order; the
+	// history visits two or three consecutive ones.
+	var midnights []time.Time
+	for _, c := range m.camps {
+		for d := bucket.DayOf(start, c.loc); d.Start.Before(start.Add(72 * time.Hour)); d = bucket.DayOf(d.End, c.loc) {
+			if d.End.After(start) {
+				midnights = append(midnights, d.End)
+			}
+		}
+	}
+	slices.SortFunc(midnights, func(a, b time.Time) int { return a.Compare(b) })
+	first := r.IntN(3)
+	for _, mid := range midnights[first : first+2+r.IntN(2)] {
+		if at := mid.Add(-time.Duration(20+r.IntN(100)) * time.Second); at.After(m.clock.Now()) {
+			m.note("", "time jumps to %s (%s before a midnight)", at.UTC().Format(time.TimeOnly), mid.Sub(at))
+			m.clock.Set(at)
+			m.stepAll()
+		}
+		until := mid.Add(time.Duration(60+r.IntN(180)) * time.Second)
+		for m.clock.Now().Before(until) {
+			m.op()
+		}
+	}
+	m.quiesce()
+	closed = true
+	for _, p := range e.proxies {
+		p.Disarm()
+		p.Heal()
+	}
+	return m.check()
+}
+
+func (m *modelRun) reconciler() *daemon.Reconciler {
+	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
+	return daemon.NewReconciler(m.rcLedger, daemon.ReconcilerConfig{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
+}
+
+func (m *modelRun) note(campaign, format string, args ...any) {
+	m.rec.Notef(m.clock.Now(), campaign, format, args...)
+}
+
+// plan returns the plan of a campaign-day, creating it from the stored
+// settings: a day's plan is the campaign's budget at its midnight.
+func (m *modelRun) plan(c *modelCampaign, day string) *history.DayPlan {
+	k := history.DayKey{Campaign: c.stored.ID, Day: day}
+	p := m.plans[k]
+	if p == nil {
+		p = &history.DayPlan{Limit: c.stored.DailyMicros, Budget: c.stored.DailyMicros, Exact: true}
+		m.plans[k] = p
+	}
+	return p
+}
+
+// register fixes the plans of the days the clocks are in (the daemons' clocks
+// are within a second of the test's).
+func (m *modelRun) register() {
+	now := m.clock.Now()
+	for _, c := range m.camps {
+		for _, dt := range []time.Duration{-1500 * time.Millisecond, 0, 1500 * time.Millisecond} {
+			m.plan(c, bucket.DayOf(now.Add(dt), c.loc).Key)
+		}
+	}
+}
+
+func (m *modelRun) stepAll() {
+	m.register()
+	for _, i := range m.opRngOrDefault().Perm(len(m.nodes)) {
+		m.nodes[i].d.Step(ctx)
+	}
+}
+
+func (m *modelRun) opRngOrDefault() *rand.Rand {
+	if m.opRng != nil {
+		return m.opRng
+	}
+	return m.rng
+}
+
+func (m *modelRun) pass(rc *daemon.Reconciler, fence int64, who string) {
+	if err := rc.Pass(ctx, fence); err != nil {
+		m.note("", "%s pass (fence %d): %v", who, fence, err)
+	}
+}
+
+// op draws and runs one step of the history.
+func (m *modelRun) op() {
+	total := 0
+	for _, k := range modelKinds {
+		total += k.weight
+	}
+	x := m.rng.IntN(total)
+	kind := ""
+	for _, k := range modelKinds {
+		if x -= k.weight; x < 0 {
+			kind = k.kind
+			break
+		}
+	}
+	// Each step makes its choices from its own generator, so that turning a
+	// kind off leaves the rest of the history as it was.
+	m.stats.ops++
+	m.opRng = rand.New(rand.NewPCG(m.seed, uint64(m.stats.ops)))
+	defer func() { m.opRng = nil }()
+	if m.healAt > 0 && m.stats.ops >= m.healAt {
+		m.env.proxies["daemon"].Heal()
+		m.healAt = 0
+		m.note("", "partition between the daemons and Redis heals")
+	}
+	m.register()
+	if !m.enabled(kind) {
+		return
+	}
+	if m.do(kind) {
+		m.stats.kinds[kind]++
+	}
+}
+
+// do runs a step of the kind, and reports whether it could (a refund needs
+// an auction to refund, and so on).
+func (m *modelRun) do(kind string) bool {
+	r := m.opRng
+	node := r.IntN(len(m.nodes))
+	n := m.nodes[node]
+	ci := r.IntN(len(m.camps))
+	c := m.camps[ci]
+	switch kind {
+	case "step":
+		m.clock.Add(time.Duration(200+r.IntN(5800)) * time.Millisecond)
+		m.stepAll()
+	case "concurrent":
+		m.clock.Add(time.Duration(200+r.IntN(2800)) * time.Millisecond)
+		m.register()
+		var wg sync.WaitGroup
+		for _, n := range m.nodes {
+			wg.Go(func() { n.d.Step(ctx) })
+		}
+		wg.Go(func() { m.pass(m.rc, m.fence, "leader (concurrent)") })
+		wg.Wait()
+	case "spend":
+		amount := []int64{1_000, 4_000, 20_000, 60_000}[r.IntN(4)]
+		for range 1 + r.IntN(15) {
+			id := ""
+			if r.IntN(2) == 0 {
+				m.nextID++
+				id = "a" + strconv.Itoa(m.nextID)
+			}
+			m.spend(node, ci, amount, id)
+		}
+	case "retry", "respend-after-refund":
+		var cands []*auctionRec
+		for _, a := range m.auctions {
+			if a.id != "" && a.node == node && a.refunded == (kind == "respend-after-refund") &&
+				n.clock.Now().Sub(a.at) < 9*time.Minute {
+				cands = append(cands, a)
+			}
+		}
+		if len(cands) == 0 {
+			return false
+		}
+		a := cands[r.IntN(len(cands))]
+		m.spend(a.node, a.campaign, a.amount, a.id)
+	case "refund", "refund-across-midnight":
+		var cands []*auctionRec
+		for _, a := range m.auctions {
+			today := bucket.DayOf(n.clock.Now(), m.camps[a.campaign].loc).Key
+			if !a.refunded && a.node == node && (a.day == today) == (kind == "refund") &&
+				n.clock.Now().Sub(a.at) < 9*time.Minute {
+				cands = append(cands, a)
+			}
+		}
+		if len(cands) == 0 {
+			return false
+		}
+		a := cands[r.IntN(len(cands))]
+		amount := a.amount
+		if r.IntN(3) == 0 {
+			amount = a.amount / 2
+		}
+		m.refund(a, amount)
+	case "reconcile":
+		m.pass(m.rc, m.fence, "leader")
+	case "failover":
+		m.old, m.oldFence = m.rc, m.fence
+		m.fence++
+		m.rc = m.reconciler()
+		m.note("", "reconciler fails over: new leader, fence %d", m.fence)
+		m.pass(m.rc, m.fence, "new leader")
+	case "stale-leader":
+		if m.old == nil {
+			return false
+		}
+		m.pass(m.old, m.oldFence, "deposed leader")
+	case "set", "cut-below-leased":
+		return m.set(kind, c)
+	case "set-before-midnight":
+		// The campaign whose midnight comes next: the daemons step (and
+		// refresh its settings, last done at least 35 s before) 25 s before
+		// midnight, the operator changes it 5 s before, and the daemons step
+		// again just after midnight, their copy 27 s old.
+		now := m.clock.Now()
+		for _, cc := range m.camps {
+			if bucket.DayOf(now, cc.loc).End.Before(bucket.DayOf(now, c.loc).End) {
+				c = cc
+			}
+		}
+		mid := bucket.DayOf(now, c.loc).End
+		if mid.Sub(now) < 60*time.Second {
+			return false
+		}
+		m.clock.Set(mid.Add(-60 * time.Second))
+		m.stepAll()
+		m.clock.Set(mid.Add(-25 * time.Second))
+		m.stepAll()
+		m.clock.Set(mid.Add(-5 * time.Second))
+		if !m.set(kind, c) {
+			return false
+		}
+		m.clock.Set(mid.Add(1600 * time.Millisecond))
+		m.stepAll()
+	case "pause":
+		state := lease.StatePaused
+		if c.stored.State == lease.StatePaused {
+			state = lease.StateActive
+		}
+		c.stored.State = state
+		m.put(c)
+		m.note(c.stored.ID, "operator sets %s %s", c.stored.ID, state)
+	case "carry":
+		c.stored.CarryOver = !c.stored.CarryOver
+		m.put(c)
+		m.note(c.stored.ID, "operator sets %s carry_over=%v", c.stored.ID, c.stored.CarryOver)
+	case "reset-daemon":
+		m.env.proxies["daemon"].ResetAfter(faultproxy.Scripts)
+		m.note("", "armed: reset after the daemons' next script")
+	case "reset-adjust":
+		role := []string{"operator", "reconciler"}[r.IntN(2)]
+		match, what := faultproxy.Matcher(faultproxy.Scripts), "script"
+		if r.IntN(3) == 0 {
+			match, what = faultproxy.Commands("HINCRBY"), "HINCRBY"
+		}
+		m.env.proxies[role].ResetAfter(match)
+		m.note("", "armed: reset after the %s's next %s", role, what)
+	case "partition":
+		if m.healAt > 0 {
+			return false
+		}
+		m.env.proxies["daemon"].Partition()
+		m.healAt = m.stats.ops + 1 + r.IntN(4)
+		m.note("", "partition between the daemons and Redis")
+	default:
+		panic("unknown step kind " + kind)
+	}
+	return true
+}
+
+func (m *modelRun) spend(node, ci int, amount int64, id string) {
+	n, c := m.nodes[node], m.camps[ci]
+	now := n.clock.Now()
+	day := bucket.DayOf(now, c.loc).Key
+	if m.quiet[history.DayKey{Campaign: c.stored.ID, Day: day}] {
+		return
+	}
+	dec, err := n.d.Spend(c.stored.ID, amount, id)
+	ans := dec.String()
+	if err != nil {
+		ans = "error: " + err.Error()
+	}
+	ok := err == nil && dec == transport.Allowed
+	m.rec.Record(history.Call{At: now, Client: n.name, Campaign: c.stored.ID, Day: day, Auction: id, Amount: amount, OK: ok, Answer: ans})
+	m.stats.calls++
+	if !ok {
+		return
+	}
+	if a := m.byID[id]; id != "" && a != nil && !a.refunded {
+		return // a replay: the auction is already on record
+	}
+	a := &auctionRec{node: node, campaign: ci, id: id, amount: amount, day: day, at: now}
+	m.auctions = append(m.auctions, a)
+	if id != "" {
+		m.byID[id] = a
+	}
+}
+
+func (m *modelRun) refund(a *auctionRec, amount int64) {
+	n, c := m.nodes[a.node], m.camps[a.campaign]
+	err := n.d.Refund(c.stored.ID, amount, a.id)
+	ans := "+OK"
+	if err != nil {
+		ans = "error: " + err.Error()
+	}
+	// A refund belongs to its auction's day.
+	m.rec.Record(history.Call{At: n.clock.Now(), Client: n.name, Campaign: c.stored.ID, Day: a.day, Auction: a.id,
+		Amount: amount, Refund: true, OK: err == nil, Answer: ans})
+	m.stats.calls++
+	if err == nil {
+		a.refunded = true
+	}
+}
+
+func (m *modelRun) put(c *modelCampaign) {
+	var err error
+	for range 3 {
+		if _, err = m.opLedger.PutCampaign(ctx, c.stored); err == nil {
+			return
+		}
+	}
+	m.t.Fatalf("seed %d: operator cannot store %s: %v", m.seed, c.stored.ID, err)
+}
+
+// set is the operator changing a campaign's daily budget (and sometimes its
+// shard count) and applying it to today, as pacerctl campaign set does.
+func (m *modelRun) set(kind string, c *modelCampaign) bool {
+	r := m.opRng
+	now := m.clock.Now()
+	today := bucket.DayOf(now, c.loc)
+	nearMidnight := today.End.Sub(now) < 35*time.Second || now.Sub(today.Start) < 2*time.Second
+	if nearMidnight != (kind == "set-before-midnight") {
+		return false
+	}
+	// Within the skew bound of midnight nobody can say which day a change is
+	// for: the model leaves that instant alone.
+	if today.End.Sub(now) < 1500*time.Millisecond || now.Sub(today.Start) < 1500*time.Millisecond {
+		return false
+	}
+	k := history.DayKey{Campaign: c.stored.ID, Day: today.Key}
+	p := m.plan(c, today.Key)
+	open, err := m.env.direct.DayShards(ctx, k.Campaign, k.Day)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	var tot lease.Shard
+	minLeft := int64(-1)
+	for i := range open {
+		sh, err := m.env.direct.ReadShard(ctx, lease.ShardKey{Campaign: k.Campaign, Day: k.Day, Shard: i})
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		tot = tot.Add(sh)
+		if minLeft < 0 || sh.Remaining() < minLeft {
+			minLeft = sh.Remaining()
+		}
+	}
+	committed := tot.Spent + tot.Leased
+	factors := []float64{0.3, 0.6, 0.9, 1.2, 1.6, 2.5}
+	if kind == "set-before-midnight" {
+		factors = []float64{0.2, 0.4, 3} // a stale copy of a cut overspends
+	}
+	newBudget := int64(float64(p.Budget) * factors[r.IntN(len(factors))])
+	// AdjustDay spreads a cut evenly over the shards: it is a cut below what
+	// was handed out if any shard's part exceeds what that shard has left.
+	below := open > 0 && tot.Budget-newBudget > minLeft*int64(open)
+	if below != (kind == "cut-below-leased") {
+		if kind == "cut-below-leased" {
+			return false
+		}
+		newBudget = tot.Budget - r.Int64N(minLeft*int64(open)+1) // a cut every shard can take whole
+	}
+	c.stored.DailyMicros = newBudget
+	if r.IntN(4) == 0 {
+		c.stored.Shards = 1 + r.IntN(4)
+	}
+	m.put(c)
+	var applied int64
+	if open > 0 {
+		for range 3 {
+			if applied, err = m.opLedger.AdjustDay(ctx, k.Campaign, k.Day, newBudget, now); err == nil {
+				break
+			}
+		}
+	}
+	m.note(k.Campaign, "operator sets %s daily=%d shards=%d (today %s: plan %d -> %d, spent+leased %d, ledger budget after %d, err %v)",
+		k.Campaign, newBudget, c.stored.Shards, k.Day, p.Budget, newBudget, committed, applied, err)
+	p.Budget = newBudget
+	if below {
+		m.floors[k] = max(m.floors[k], committed)
+		p.Exact = false
+		// The day's clients stop, so that what the revoked leases did not
+		// use comes back, and the ledger must then complete the cut.
+		m.quiet[k] = true
+		m.note(k.Campaign, "clients stop spending on %s for the rest of its day", k)
+	}
+	p.Limit = max(p.Budget, m.floors[k])
+	return true
+}
+
+// quiesce stops the load, lets every lease end, closes the daemons (they
+// release what they hold) and lets the reconciler settle the rest.
+func (m *modelRun) quiesce() {
+	m.env.proxies["daemon"].Heal()
+	m.healAt = 0
+	m.note("", "load stops; quiescing")
+	for range 2 {
+		m.clock.Add(20 * time.Second)
+		m.stepAll()
+		m.pass(m.rc, m.fence, "leader")
+	}
+	for _, n := range m.nodes {
+		if err := n.d.Close(ctx); err != nil {
+			m.note("", "%s close: %v", n.name, err)
+		}
+	}
+	m.clock.Add(45 * time.Second)
+	m.pass(m.rc, m.fence, "leader")
+	m.pass(m.rc, m.fence, "leader")
+}
+
+func (m *modelRun) check() (history.Report, modelStats) {
+	// Whether a day carried over is read from the ledger; how much it may
+	// carry is bounded by the checker from the clients' counts.
+	plans := map[history.DayKey]history.DayPlan{}
+	for k, p := range m.plans {
+		plans[k] = *p
+	}
+	for k := range m.plans {
+		carried, err := m.env.direct.CarriedOver(ctx, k.Campaign, k.Day)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		if carried == 0 {
+			continue
+		}
+		d, _ := time.Parse(time.DateOnly, k.Day)
+		next := history.DayKey{Campaign: k.Campaign, Day: d.AddDate(0, 0, 1).Format(time.DateOnly)}
+		from := plans[k]
+		from.Exact = false
+		plans[k] = from
+		if to, ok := plans[next]; ok {
+			to.Exact, to.CarryIn = false, true
+			plans[next] = to
+		}
+	}
+	var extra []history.DayKey
+	for _, c := range m.camps {
+		days, err := m.env.direct.OpenDays(ctx, c.stored.ID)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		for _, d := range days {
+			extra = append(extra, history.DayKey{Campaign: c.stored.ID, Day: d})
+		}
+	}
+	rep, err := history.Check(ctx, &m.rec, history.Options{Label: fmt.Sprintf("seed %d", m.seed), Plans: plans, Ledger: m.env.direct, ExtraDays: extra, Excerpt: envInt(m.t, "PACER_MODEL_EXCERPT", 40)})
+	if err != nil {
+		m.t.Fatalf("seed %d: %v", m.seed, err)
+	}
+	return rep, m.stats
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want an integer", name, v)
+	}
+	return n
+}
+
+func gated(kind string) bool { return !knownBugs[kind] }
+func ungated(string) bool    { return true }
+
+// TestModel runs seeded random histories — several daemons with skewed
+// clocks, SPENDs and REFUNDs with and without auction ids, operator changes,
+// midnights in three time zones, connection resets after a script ran,
+// partitions, reconciler passes and failovers — each checked by
+// internal/history: no overspend, every :1 charged, conservation per shard
+// and per day, the plan's budget. PACER_MODEL_SEEDS sets how many (default
+// 25: about two minutes with -race on two cores); PACER_MODEL_SEED runs one; PACER_MODEL_UNGATED=1 turns knownBugs off
+// and triages the failing seeds. PACER_MODEL_FIRST_SEED moves the range;
+// PACER_MODEL_EXCERPT sets how many events a violation shows.
+func TestModel(t *testing.T) {
+	env := newModelEnv(t)
+	enabled, mode := gated, "gated by knownBugs"
+	if os.Getenv("PACER_MODEL_UNGATED") != "" {
+		enabled, mode = ungated, "ungated"
+	}
+	var seeds []uint64
+	for _, rs := range regressionSeeds {
+		if slices.ContainsFunc(rs.needs, func(k string) bool { return !enabled(k) }) {
+			t.Logf("regression seed %d waits for the fix of %v (%s)", rs.seed, rs.needs, rs.found)
+			continue
+		}
+		seeds = append(seeds, rs.seed)
+	}
+	first := uint64(envInt(t, "PACER_MODEL_FIRST_SEED", 1))
+	for i := range uint64(envInt(t, "PACER_MODEL_SEEDS", 25)) {
+		seeds = append(seeds, first+i)
+	}
+	if s := os.Getenv("PACER_MODEL_SEED"); s != "" {
+		seeds = []uint64{uint64(envInt(t, "PACER_MODEL_SEED", 0))}
+	}
+	start := time.Now()
+	var ops, calls int
+	kinds := map[string]int{}
+	var failed []string
+	for _, seed := range seeds {
+		rep, st := env.run(t, seed, enabled)
+		ops += st.ops
+		calls += st.calls
+		for k, n := range st.kinds {
+			kinds[k] += n
+		}
+		if err := rep.Err(); err != nil {
+			line := fmt.Sprintf("seed %d: %v", seed, rep.Kinds())
+			if os.Getenv("PACER_MODEL_UNGATED") != "" {
+				line += "; alone, these kinds fail it: " + fmt.Sprint(env.triage(t, seed))
+			}
+			failed = append(failed, line)
+			t.Errorf("%v", err)
+		}
+	}
+	var ks []string
+	for k, n := range kinds {
+		ks = append(ks, fmt.Sprintf("%s=%d", k, n))
+	}
+	slices.Sort(ks)
+	t.Logf("model (%s): %d histories, %d operations, %d SPEND/REFUND calls in %v; steps: %s",
+		mode, len(seeds), ops, calls, time.Since(start).Round(time.Millisecond), strings.Join(ks, " "))
+	for _, f := range failed {
+		t.Logf("failing %s", f)
+	}
+	fmt.Printf("model summary: histories=%d operations=%d calls=%d failing=%d (%s)\n", len(seeds), ops, calls, len(failed), mode)
+}
+
+// triage finds which known bugs a failing seed reaches: it reruns the seed
+// with one known-bug kind at a time turned on (the others off), and reports
+// each kind whose history then fails, with the violations it shows.
+func (e *modelEnv) triage(t *testing.T, seed uint64) []string {
+	var hits []string
+	kinds := slices.Sorted(maps.Keys(knownBugs))
+	for _, kind := range kinds {
+		rep, _ := e.run(t, seed, func(k string) bool { return k == kind || gated(k) })
+		if rep.Err() != nil {
+			hits = append(hits, fmt.Sprintf("%s%v", kind, rep.Kinds()))
+		}
+	}
+	return hits
+}
+
+// The model catches money made out of thin air: a history in which the test
+// itself mints budget on a shard behind the ledger's back fails the check.
+// (A model test that cannot fail would prove nothing.)
+func TestModelCatchesMintedBudget(t *testing.T) {
+	env := newModelEnv(t)
+	rep, _ := env.run(t, 1, func(kind string) bool {
+		if kind == "reconcile" {
+			// Mint: every shard of every open day gets a million micros
+			// more, budget and locked alike, so each shard balances on its
+			// own while the day does not.
+			keys, err := env.rdb.Keys(ctx, "pacer:{*}:state").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				env.rdb.HIncrBy(ctx, k, "budget", 1_000_000)
+				env.rdb.HIncrBy(ctx, k, "locked", 1_000_000)
+			}
+		}
+		return gated(kind)
+	})
+	if !slices.Contains(rep.Kinds(), "conservation") {
+		t.Fatalf("minted budget went unnoticed: kinds %v", rep.Kinds())
+	}
+	t.Logf("caught: %v", rep.Kinds())
+}

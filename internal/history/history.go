@@ -1,0 +1,429 @@
+// Package history is a model-based checker for money, in the spirit of
+// Jepsen's and porcupine's history checkers, simplified to what a budget needs.
+// Load generators record every SPEND and REFUND answer they get (Recorder);
+// Check then verifies, per campaign-day, what the clients were told against
+// the budget the test planned and against the ledger:
+//
+//   - overspend: the clients' net allowed (allowed − refunded) is at most the
+//     day's limit, counted by the clients, never by the ledger;
+//   - uncharged: every :1 was charged: the clients' net allowed is at most what
+//     the ledger counts as spent or leased for the day;
+//   - conservation: every shard balances and the shards add up to the day's
+//     budget record (lease.Ledger.CheckDay);
+//   - plan: once nothing is leased, the day's budget in the ledger is the one
+//     the test planned.
+//
+// Counting rule for auction ids: a SPEND answered :1 with an auction id counts
+// once per id until a REFUND of that id is accepted; the next :1 for that id
+// counts again (it must be a new charge). A repeated :1 without a refund in
+// between is the daemon replaying its first answer and is not counted.
+package history
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+)
+
+// Call is one SPEND or REFUND and the answer the client got.
+type Call struct {
+	At     time.Time
+	Client string // which daemon (or generator) answered
+	// Campaign and Day are the campaign-day the client attributes the call
+	// to: for a SPEND, the campaign's local date at the call; for a REFUND,
+	// the date of the auction it refunds.
+	Campaign string
+	Day      string
+	Auction  string // "" for a call without an auction id
+	Amount   int64
+	Refund   bool
+	// OK: the SPEND was answered :1 (allowed), or the REFUND was accepted.
+	OK     bool
+	Answer string // the answer as the client saw it, for the report
+}
+
+// DayKey names a campaign-day.
+type DayKey struct{ Campaign, Day string }
+
+func (k DayKey) String() string { return k.Campaign + "/" + k.Day }
+
+type event struct {
+	seq      int
+	call     *Call
+	note     string
+	campaign string // of a note; "" concerns every campaign
+	at       time.Time
+}
+
+// Recorder collects a history. The zero value is ready; it is safe for
+// concurrent use, and the order of Record calls is the history's order.
+type Recorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+// Record appends a call and its answer.
+func (r *Recorder) Record(c Call) {
+	r.mu.Lock()
+	r.events = append(r.events, event{seq: len(r.events) + 1, call: &c, at: c.At})
+	r.mu.Unlock()
+}
+
+// Notef appends a note (an operator action, a fault, a failover) that the
+// report shows among the calls of campaign ("" for every campaign).
+func (r *Recorder) Notef(at time.Time, campaign, format string, args ...any) {
+	r.mu.Lock()
+	r.events = append(r.events, event{seq: len(r.events) + 1, note: fmt.Sprintf(format, args...), campaign: campaign, at: at})
+	r.mu.Unlock()
+}
+
+// Calls returns how many calls were recorded.
+func (r *Recorder) Calls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.call != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Tally is what the clients were told over one campaign-day.
+type Tally struct {
+	Allowed    int64 // counted :1 micros (replays excluded)
+	Replayed   int64 // :1 micros for an auction id already counted and not refunded
+	Refunded   int64 // accepted refunds
+	Spends     int   // SPEND calls
+	Refunds    int   // REFUND calls
+	MaxNet     int64 // the highest net the day reached during the history
+	firstOver  int   // index of the event where net first exceeded the limit
+	overAmount int64
+}
+
+// Net is what the clients spent over the day: allowed − refunded.
+func (t Tally) Net() int64 { return t.Allowed - t.Refunded }
+
+// DayPlan is what a test planned for one campaign-day.
+type DayPlan struct {
+	// Limit is the most the clients may net over the day: the budget, with
+	// the raises, cuts and carry-over the test performed (a cut that came
+	// after budget had been handed out cannot take that back: the test
+	// raises the limit to what was out at the cut).
+	Limit int64
+	// Budget is the day's budget as the operator last set it (0: Limit).
+	// Once nothing of the day is leased, the ledger's budget for the day
+	// (its shards plus moves in flight) must not exceed the larger of
+	// Budget and what the day spent: a cut below what was handed out is
+	// completed as leases come back.
+	Budget int64
+	// Exact: once nothing of the day is leased, the ledger's budget must
+	// equal Budget. Tests set it for days without carry-over and without
+	// cuts below what was handed out.
+	Exact bool
+	// CarryIn: the previous local date of the campaign may carry what it
+	// did not spend into this day. Limit and Budget grow by the previous
+	// day's limit minus what its clients netted (never less than 0): a
+	// bound computed from the clients' counts, not from the ledger's carry.
+	CarryIn bool
+}
+
+// effective applies carry-over to the plans, oldest day first.
+func effective(plans map[DayKey]DayPlan, days map[DayKey]*Tally) map[DayKey]DayPlan {
+	out := make(map[DayKey]DayPlan, len(plans))
+	keys := make([]DayKey, 0, len(plans))
+	for k, p := range plans {
+		if p.Budget == 0 {
+			p.Budget = p.Limit
+		}
+		out[k] = p
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b DayKey) int { return strings.Compare(a.Day, b.Day) })
+	for _, k := range keys {
+		p := out[k]
+		if !p.CarryIn {
+			continue
+		}
+		d, err := time.Parse("2006-01-02", k.Day)
+		if err != nil {
+			continue
+		}
+		prevKey := DayKey{k.Campaign, d.AddDate(0, 0, -1).Format("2006-01-02")}
+		prev, ok := out[prevKey]
+		if !ok {
+			continue
+		}
+		var net int64
+		if t := days[prevKey]; t != nil {
+			net = t.Net()
+		}
+		extra := max(0, prev.Limit-net)
+		p.Limit += extra
+		p.Budget += extra
+		out[k] = p
+	}
+	return out
+}
+
+// Options says what Check compares the history with.
+type Options struct {
+	// Label names the history in the report ("seed 42").
+	Label string
+	// Plans holds every campaign-day the history touches. A day the clients
+	// spent on without a plan is a violation: the test must say.
+	Plans map[DayKey]DayPlan
+	// Ledger, if set, is read for the uncharged, conservation and plan
+	// checks.
+	Ledger *lease.Ledger
+	// ExtraDays are checked for conservation besides those in the history.
+	ExtraDays []DayKey
+	// Excerpt is how many events a violation's excerpt shows (default 40).
+	Excerpt int
+}
+
+// Violation is one broken rule.
+type Violation struct {
+	Kind    string // overspend, uncharged, conservation, plan, no-plan
+	Day     DayKey
+	Detail  string
+	Excerpt []string
+}
+
+// Report is Check's result.
+type Report struct {
+	Label      string
+	Calls      int
+	Days       map[DayKey]Tally
+	Violations []Violation
+}
+
+// Kinds returns the kinds of the violations found, sorted, without repeats.
+func (r Report) Kinds() []string {
+	var k []string
+	for _, v := range r.Violations {
+		k = append(k, v.Kind)
+	}
+	slices.Sort(k)
+	return slices.Compact(k)
+}
+
+// Err returns nil for a clean history, else every violation with its excerpt.
+func (r Report) Err() error {
+	if len(r.Violations) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d violation(s) in a history of %d calls", r.Label, len(r.Violations), r.Calls)
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "\n[%s] %s: %s", v.Kind, v.Day, v.Detail)
+		if len(v.Excerpt) > 0 {
+			b.WriteString("\n  history:")
+			for _, l := range v.Excerpt {
+				b.WriteString("\n    " + l)
+			}
+		}
+	}
+	return fmt.Errorf("%s", b.String())
+}
+
+// tally counts the history by the package's rules and annotates each call.
+func tally(events []event, plans map[DayKey]DayPlan) (map[DayKey]*Tally, []string) {
+	days := map[DayKey]*Tally{}
+	notes := make([]string, len(events))
+	type idKey struct{ campaign, auction string }
+	charged := map[idKey]bool{}
+	for i, e := range events {
+		c := e.call
+		if c == nil {
+			continue
+		}
+		k := DayKey{c.Campaign, c.Day}
+		t := days[k]
+		if t == nil {
+			t = &Tally{firstOver: -1}
+			days[k] = t
+		}
+		id := idKey{c.Campaign, c.Auction}
+		switch {
+		case !c.Refund:
+			t.Spends++
+			if !c.OK {
+				break
+			}
+			if c.Auction != "" && charged[id] {
+				t.Replayed += c.Amount
+				notes[i] = "replay, not counted"
+				break
+			}
+			t.Allowed += c.Amount
+			if c.Auction != "" {
+				charged[id] = true
+			}
+			notes[i] = "counted"
+		default:
+			t.Refunds++
+			if !c.OK {
+				break
+			}
+			t.Refunded += c.Amount
+			if c.Auction != "" {
+				charged[id] = false
+			}
+			notes[i] = "refund counted"
+		}
+		net := t.Net()
+		t.MaxNet = max(t.MaxNet, net)
+		if p, ok := plans[k]; ok && net > p.Limit && t.firstOver < 0 {
+			t.firstOver, t.overAmount = i, net
+		}
+	}
+	return days, notes
+}
+
+// Check checks the recorded history. An error is a failure to read the
+// ledger, not a violation.
+func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
+	if opt.Excerpt <= 0 {
+		opt.Excerpt = 40
+	}
+	r.mu.Lock()
+	events := slices.Clone(r.events)
+	r.mu.Unlock()
+	first, _ := tally(events, nil)
+	plans := effective(opt.Plans, first)
+	days, notes := tally(events, plans)
+	rep := Report{Label: opt.Label, Days: map[DayKey]Tally{}}
+	for _, e := range events {
+		if e.call != nil {
+			rep.Calls++
+		}
+	}
+	keys := make([]DayKey, 0, len(days))
+	for k, t := range days {
+		rep.Days[k] = *t
+		keys = append(keys, k)
+	}
+	for _, k := range opt.ExtraDays {
+		if _, ok := days[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b DayKey) int { return strings.Compare(a.String(), b.String()) })
+
+	add := func(kind string, k DayKey, at int, detail string, args ...any) {
+		rep.Violations = append(rep.Violations, Violation{Kind: kind, Day: k,
+			Detail: fmt.Sprintf(detail, args...), Excerpt: excerpt(events, notes, k, at, opt.Excerpt)})
+	}
+	for _, k := range keys {
+		t, active := days[k]
+		p, planned := plans[k]
+		if active && t.Allowed > 0 && !planned {
+			add("no-plan", k, -1, "clients were allowed %d micros on a day the test has no plan for", t.Allowed)
+		}
+		if active && planned && t.firstOver >= 0 {
+			add("overspend", k, t.firstOver, "clients netted %d micros (allowed %d, refunded %d, replays not counted %d) over a limit of %d: overspend %d (first over at event #%d with %d)",
+				t.Net(), t.Allowed, t.Refunded, t.Replayed, p.Limit, t.MaxNet-p.Limit, events[t.firstOver].seq, t.overAmount)
+		}
+		if opt.Ledger == nil {
+			continue
+		}
+		total, problems, err := opt.Ledger.CheckDay(ctx, k.Campaign, k.Day)
+		if err != nil {
+			return rep, fmt.Errorf("history: check %s: %w", k, err)
+		}
+		n, err := opt.Ledger.DayShards(ctx, k.Campaign, k.Day)
+		if err != nil {
+			return rep, fmt.Errorf("history: check %s: %w", k, err)
+		}
+		for _, pr := range problems {
+			add("conservation", k, -1, "%s", pr)
+		}
+		if n == 0 {
+			if active && t.Allowed > 0 {
+				add("uncharged", k, -1, "clients were allowed %d micros on a day the ledger never opened", t.Allowed)
+			}
+			continue
+		}
+		if active && t.Net() > total.Spent+total.Leased {
+			add("uncharged", k, -1, "clients netted %d micros but the ledger counts %d spent + %d leased = %d: %d micros answered :1 without a charge",
+				t.Net(), total.Spent, total.Leased, total.Spent+total.Leased, t.Net()-total.Spent-total.Leased)
+		}
+		if planned && total.Leased == 0 {
+			pending, err := opt.Ledger.PendingMoves(ctx, k.Campaign, k.Day, n)
+			if err != nil {
+				return rep, fmt.Errorf("history: check %s: %w", k, err)
+			}
+			budget := total.Budget
+			for _, m := range pending {
+				budget += m.Amount
+			}
+			switch {
+			case p.Exact && budget != p.Budget:
+				add("plan", k, -1, "nothing leased, and the ledger's budget is %d (shards %d + moves in flight %d), not the %d planned (off by %+d)",
+					budget, total.Budget, budget-total.Budget, p.Budget, budget-p.Budget)
+			case budget > max(p.Budget, total.Spent):
+				add("plan", k, -1, "nothing leased, and the ledger's budget is %d: above both the planned %d and what was spent %d (over-funded by %d)",
+					budget, p.Budget, total.Spent, budget-max(p.Budget, total.Spent))
+			}
+		}
+	}
+	return rep, nil
+}
+
+// excerpt renders the events of campaign-day k (and the notes of its
+// campaign) around event at (the end of the history if at < 0).
+func excerpt(events []event, notes []string, k DayKey, at, n int) []string {
+	var idx []int
+	for i, e := range events {
+		switch {
+		case e.call != nil && e.call.Campaign == k.Campaign && e.call.Day == k.Day:
+		case e.call == nil && (e.campaign == "" || e.campaign == k.Campaign):
+		default:
+			continue
+		}
+		idx = append(idx, i)
+	}
+	end := len(idx)
+	if at >= 0 {
+		end, _ = slices.BinarySearch(idx, at)
+		end = min(end+5, len(idx))
+	}
+	start := max(0, end-n)
+	out := make([]string, 0, end-start+1)
+	if start > 0 {
+		out = append(out, fmt.Sprintf("... %d earlier events", start))
+	}
+	for _, i := range idx[start:end] {
+		e := events[i]
+		mark := " "
+		if i == at {
+			mark = ">"
+		}
+		ts := e.at.UTC().Format("01-02 15:04:05.000")
+		if e.call == nil {
+			out = append(out, fmt.Sprintf("%s#%-5d %s  -- %s", mark, e.seq, ts, e.note))
+			continue
+		}
+		c := e.call
+		verb, id := "SPEND ", ""
+		if c.Refund {
+			verb = "REFUND"
+		}
+		if c.Auction != "" {
+			id = " id=" + c.Auction
+		}
+		line := fmt.Sprintf("%s#%-5d %s  %-8s %s %s day=%s%s %d -> %s", mark, e.seq, ts, c.Client, verb, c.Campaign, c.Day, id, c.Amount, c.Answer)
+		if notes[i] != "" {
+			line += " (" + notes[i] + ")"
+		}
+		out = append(out, line)
+	}
+	return out
+}
