@@ -153,6 +153,11 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	mustSpend(t, d, 1_000, "early", transport.Allowed)
 	mustSpend(t, d, 1_000, "early2", transport.Allowed)
 	refuse()
+	// Without an id, a refund is credited against the current campaign-day
+	// only, never beyond what this daemon allowed on it (2,000).
+	if err := d.Refund("c", 2_001, ""); err == nil {
+		t.Fatal("an id-less refund above what today allowed was accepted")
+	}
 	// Today's own auctions are refunded as before.
 	before := tokens(t, d, "c")
 	if err := d.Refund("c", 1_000, "early"); err != nil {

@@ -63,7 +63,7 @@ type Config struct {
 	// and a refund with the id is bound to the auction's charge and day.
 	DedupWindow time.Duration
 	// DedupMemoryBytes bounds the memory of remembered auction ids, for the
-	// whole daemon (default 64 MiB: about 1.4 million ids, 40 bytes and an
+	// whole daemon (default 64 MiB: about 1.25 million ids, 40 bytes and an
 	// index slot each). When it is reached the oldest ids are forgotten
 	// first, before DedupWindow; the window actually kept is exported as the
 	// pacer_auction_ids_window_seconds gauge. At least MinDedupMemoryBytes.
