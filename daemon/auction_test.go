@@ -274,3 +274,15 @@ func TestAuctionWindowExpires(t *testing.T) {
 		t.Fatalf("refund after the window: %v", err)
 	}
 }
+
+func TestDedupMemoryBounds(t *testing.T) {
+	for _, n := range []int64{-1, 100, daemon.MinDedupMemoryBytes - 1, daemon.MaxDedupMemoryBytes + 1} {
+		if _, err := (daemon.Config{DedupMemoryBytes: n}).WithDefaults(); err == nil {
+			t.Errorf("DedupMemoryBytes %d accepted", n)
+		}
+	}
+	c, err := daemon.Config{}.WithDefaults()
+	if err != nil || c.DedupMemoryBytes != daemon.DefaultDedupMemoryBytes {
+		t.Fatalf("default DedupMemoryBytes = %d, %v; want %d", c.DedupMemoryBytes, err, daemon.DefaultDedupMemoryBytes)
+	}
+}

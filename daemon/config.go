@@ -66,7 +66,8 @@ type Config struct {
 	// whole daemon (default 64 MiB: about 1.25 million ids, 40 bytes and an
 	// index slot each). When it is reached the oldest ids are forgotten
 	// first, before DedupWindow; the window actually kept is exported as the
-	// pacer_auction_ids_window_seconds gauge. At least MinDedupMemoryBytes.
+	// pacer_auction_ids_window_seconds gauge. MinDedupMemoryBytes to
+	// MaxDedupMemoryBytes.
 	DedupMemoryBytes int64
 	// Curves are the pacing curves by name; "flat" is built in.
 	Curves map[string]*bucket.Curve
@@ -129,8 +130,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("lease window %v must exceed 4x the clock-skew bound %v", c.LeaseWindow, c.SkewBound)
 	case len(c.Holder) > 100:
 		return errors.New("holder name longer than 100 bytes")
-	case c.DedupMemoryBytes < MinDedupMemoryBytes:
-		return fmt.Errorf("dedup memory %d bytes is below the minimum of %d", c.DedupMemoryBytes, MinDedupMemoryBytes)
+	case c.DedupMemoryBytes < MinDedupMemoryBytes || c.DedupMemoryBytes > MaxDedupMemoryBytes:
+		return fmt.Errorf("dedup memory %d bytes: want %d to %d", c.DedupMemoryBytes, MinDedupMemoryBytes, int64(MaxDedupMemoryBytes))
 	}
 	return nil
 }

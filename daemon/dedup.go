@@ -29,8 +29,8 @@ import (
 // them), split into stripes by hash so that SPENDs of different campaigns
 // rarely share a lock. Each ring forgets its oldest record first: records
 // older than the window, and, when the bound is reached, the oldest ones
-// even if younger. The window actually kept is what WindowKept reports (and
-// pacer_auction_ids_window_seconds exports); errors quote it.
+// even if younger. The window actually kept is AuctionStats.Window (the
+// pacer_auction_ids_window_seconds gauge); refund errors quote it.
 //
 // Why 128 bits: a collision would answer a new auction with another one's
 // ":1", for free. With a 64-bit hash and 1.25M ids remembered, a new id
@@ -65,8 +65,9 @@ const (
 	// stripes (down to one), so that each stripe keeps a useful window.
 	stripeBytes = 1 << 20
 	maxStripes  = 64
-	// MinDedupMemoryBytes is the smallest bound Config accepts.
+	// MinDedupMemoryBytes and MaxDedupMemoryBytes bound what Config accepts.
 	MinDedupMemoryBytes = 4 << 10
+	MaxDedupMemoryBytes = 1 << 40
 )
 
 // auctionStripe is one ring of records and its hash index. The ring holds
@@ -108,8 +109,8 @@ func newAuctionMemory(window time.Duration, memoryBytes int64) *auctionMemory {
 	for int64(idx*2)*(indexBytes+recordBytes/2) <= per {
 		idx *= 2
 	}
-	// (Home bits are 32 in an index slot: per is at most 1 GiB, so idx is
-	// far below 2^32.)
+	// Index slots hold 32 bits of position and of home: at 1 TiB, the most
+	// Config accepts, per stripe is 16 GiB, idx 2^29 and positions below it.
 	maxRecords := int(min((per-int64(idx)*indexBytes)/recordBytes, int64(idx*3/4)))
 	for i := range m.stripes {
 		m.stripes[i].maxRecords = max(maxRecords, 1)
