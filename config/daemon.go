@@ -129,8 +129,8 @@ func DefaultDaemon() Daemon {
 		CurvesDir:       "/etc/pacer/curves",
 		StateDir:        "/var/lib/pacer",
 		MaxAmountMicros: 100_000_000,
-		// About 1.4 million auction ids: 10 minutes of ids at 2,300 allowed
-		// SPENDs a second with ids, and about 8 s at 180,000.
+		// About 1.25 million auction ids: 10 minutes of ids at 2,000 allowed
+		// SPENDs a second with ids, and about 7 s at 180,000.
 		DedupMemoryBytes: 64 << 20,
 		Lease: Lease{
 			Window:      30 * time.Second,

@@ -153,6 +153,11 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	mustSpend(t, d, 1_000, "early", transport.Allowed)
 	mustSpend(t, d, 1_000, "early2", transport.Allowed)
 	refuse()
+	// Without an id, a refund is credited against the current campaign-day
+	// only, never beyond what this daemon allowed on it (2,000).
+	if err := d.Refund("c", 2_001, ""); err == nil {
+		t.Fatal("an id-less refund above what today allowed was accepted")
+	}
 	// Today's own auctions are refunded as before.
 	before := tokens(t, d, "c")
 	if err := d.Refund("c", 1_000, "early"); err != nil {
@@ -267,5 +272,17 @@ func TestAuctionWindowExpires(t *testing.T) {
 	f.clock.Add(time.Minute)
 	if err := d.Refund("c", 1_000, "w1"); err == nil || !strings.Contains(err.Error(), "not seen as allowed in the last 1m0s") {
 		t.Fatalf("refund after the window: %v", err)
+	}
+}
+
+func TestDedupMemoryBounds(t *testing.T) {
+	for _, n := range []int64{-1, 100, daemon.MinDedupMemoryBytes - 1, daemon.MaxDedupMemoryBytes + 1} {
+		if _, err := (daemon.Config{DedupMemoryBytes: n}).WithDefaults(); err == nil {
+			t.Errorf("DedupMemoryBytes %d accepted", n)
+		}
+	}
+	c, err := daemon.Config{}.WithDefaults()
+	if err != nil || c.DedupMemoryBytes != daemon.DefaultDedupMemoryBytes {
+		t.Fatalf("default DedupMemoryBytes = %d, %v; want %d", c.DedupMemoryBytes, err, daemon.DefaultDedupMemoryBytes)
 	}
 }

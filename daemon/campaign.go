@@ -452,8 +452,9 @@ func (ds *dayState) pickShard() (int, bool) {
 }
 
 // recheckExhaustion asks the ledger whether the campaign-day has budget left,
-// when this daemon believes it has none (every CampaignRefresh) or a
-// broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
+// when this daemon believes it has none (every CampaignRefresh, while bids
+// for the campaign keep coming: a bidder that stops on -1 stops the reads
+// too) or a broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
 // costs a few reads, never a -1). Only the ledger's answer sets or clears
 // exhausted. It reads the shards (HMGET: no script, no audit entry) rather
 // than asking one shard for a grant: budget released by another daemon sits
@@ -463,7 +464,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	cfg := &c.d.cfg
 	switch {
 	case ds.exhausted.Load():
-		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh {
+		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh || !c.lastDemandAt.After(ds.checkedAt) {
 			return
 		}
 	case ds.confirm.Load():

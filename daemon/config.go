@@ -64,10 +64,11 @@ type Config struct {
 	// and a refund with the id is bound to the auction's charge and day.
 	DedupWindow time.Duration
 	// DedupMemoryBytes bounds the memory of remembered auction ids, for the
-	// whole daemon (default 64 MiB: about 1.4 million ids, 40 bytes and an
+	// whole daemon (default 64 MiB: about 1.25 million ids, 40 bytes and an
 	// index slot each). When it is reached the oldest ids are forgotten
 	// first, before DedupWindow; the window actually kept is exported as the
-	// pacer_auction_ids_window_seconds gauge. At least MinDedupMemoryBytes.
+	// pacer_auction_ids_window_seconds gauge. MinDedupMemoryBytes to
+	// MaxDedupMemoryBytes.
 	DedupMemoryBytes int64
 	// Curves are the pacing curves by name; "flat" is built in.
 	Curves map[string]*bucket.Curve
@@ -138,8 +139,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("lease window %v must exceed 4x the clock-skew bound %v", c.LeaseWindow, c.SkewBound)
 	case len(c.Holder) > 100:
 		return errors.New("holder name longer than 100 bytes")
-	case c.DedupMemoryBytes < MinDedupMemoryBytes:
-		return fmt.Errorf("dedup memory %d bytes is below the minimum of %d", c.DedupMemoryBytes, MinDedupMemoryBytes)
+	case c.DedupMemoryBytes < MinDedupMemoryBytes || c.DedupMemoryBytes > MaxDedupMemoryBytes:
+		return fmt.Errorf("dedup memory %d bytes: want %d to %d", c.DedupMemoryBytes, MinDedupMemoryBytes, int64(MaxDedupMemoryBytes))
 	}
 	return nil
 }

@@ -29,14 +29,14 @@ import (
 // them), split into stripes by hash so that SPENDs of different campaigns
 // rarely share a lock. Each ring forgets its oldest record first: records
 // older than the window, and, when the bound is reached, the oldest ones
-// even if younger. The window actually kept is what WindowKept reports (and
-// pacer_auction_ids_window_seconds exports); errors quote it.
+// even if younger. The window actually kept is AuctionStats.Window (the
+// pacer_auction_ids_window_seconds gauge); refund errors quote it.
 //
 // Why 128 bits: a collision would answer a new auction with another one's
-// ":1", for free. With a 64-bit hash and 1.5M ids remembered, a new id
-// collides with probability 1.5e6/2^64 ≈ 8e-14; at 180k SPENDs a second that
-// is about one free ":1" per daemon every 2 years, per daemon of the fleet.
-// With 128 bits it is 4e-33 per SPEND: never. The hash is seeded per process
+// ":1", for free. With a 64-bit hash and 1.25M ids remembered, a new id
+// collides with probability 1.25e6/2^64 ≈ 7e-14; at 180k SPENDs a second
+// that is about one free ":1" every 2.5 years, per daemon of the fleet. With
+// 128 bits it is 4e-33 per SPEND: never. The hash is seeded per process
 // (hash/maphash), so ids cannot be crafted to collide.
 type auctionMemory struct {
 	window     int64 // nanoseconds
@@ -60,24 +60,28 @@ type auctionRecord struct {
 
 const (
 	recordBytes = 40 // unsafe.Sizeof(auctionRecord{})
-	indexBytes  = 4  // one uint32 slot of the index
+	indexBytes  = 8  // one slot of the index
 	// stripeBytes is the memory one stripe aims at; smaller bounds get fewer
 	// stripes (down to one), so that each stripe keeps a useful window.
 	stripeBytes = 1 << 20
 	maxStripes  = 64
-	// MinDedupMemoryBytes is the smallest bound Config accepts.
+	// MinDedupMemoryBytes and MaxDedupMemoryBytes bound what Config accepts.
 	MinDedupMemoryBytes = 4 << 10
+	MaxDedupMemoryBytes = 1 << 40
 )
 
 // auctionStripe is one ring of records and its hash index. The ring holds
 // n records from head, oldest first; index is an open-addressing table with
-// linear probing whose slots hold a ring position + 1 (0: empty), at most
-// 3/4 full.
+// linear probing, at most 3/4 full, whose slots hold a ring position + 1 in
+// their low 32 bits (0: empty) and the key's home bits in their high 32: a
+// probe compares keys in the ring only when those match, and deletion finds
+// each entry's home without touching the ring (a cache miss each, at a
+// million records).
 type auctionStripe struct {
 	mu         sync.Mutex
 	ring       []auctionRecord
 	head, n    int
-	index      []uint32
+	index      []uint64
 	maxRecords int
 	maxIndex   int
 	// forgotAt is the at of the newest record dropped for room, not age:
@@ -105,6 +109,8 @@ func newAuctionMemory(window time.Duration, memoryBytes int64) *auctionMemory {
 	for int64(idx*2)*(indexBytes+recordBytes/2) <= per {
 		idx *= 2
 	}
+	// Index slots hold 32 bits of position and of home: at 1 TiB, the most
+	// Config accepts, per stripe is 16 GiB, idx 2^29 and positions below it.
 	maxRecords := int(min((per-int64(idx)*indexBytes)/recordBytes, int64(idx*3/4)))
 	for i := range m.stripes {
 		m.stripes[i].maxRecords = max(maxRecords, 1)
@@ -236,7 +242,11 @@ func (s *auctionStripe) kept(t, window int64) time.Duration {
 	return time.Duration(min(max(t-s.forgotAt, 0), window))
 }
 
-func (s *auctionStripe) home(k auctionKey) int { return int(k.lo>>1) & (len(s.index) - 1) }
+// tag is the part of a key's hash kept in its index slot: the bits its home
+// slot is taken from.
+func tag(k auctionKey) uint32 { return uint32(k.lo >> 1) }
+
+func (s *auctionStripe) home(tag uint32) int { return int(tag) & (len(s.index) - 1) }
 
 // find returns the ring position of k's record.
 func (s *auctionStripe) find(k auctionKey) (int, bool) {
@@ -244,13 +254,16 @@ func (s *auctionStripe) find(k auctionKey) (int, bool) {
 		return 0, false
 	}
 	mask := len(s.index) - 1
-	for i := s.home(k); ; i = (i + 1) & mask {
-		v := s.index[i]
-		if v == 0 {
+	t := tag(k)
+	for i := s.home(t); ; i = (i + 1) & mask {
+		e := s.index[i]
+		if e == 0 {
 			return 0, false
 		}
-		if s.ring[v-1].key == k {
-			return int(v - 1), true
+		if uint32(e>>32) == t {
+			if pos := int(uint32(e)) - 1; s.ring[pos].key == k {
+				return pos, true
+			}
 		}
 	}
 }
@@ -299,23 +312,24 @@ func (s *auctionStripe) drop(pos int) {
 
 func (s *auctionStripe) indexAdd(pos int) {
 	mask := len(s.index) - 1
-	i := s.home(s.ring[pos].key)
+	t := tag(s.ring[pos].key)
+	i := s.home(t)
 	for s.index[i] != 0 {
 		i = (i + 1) & mask
 	}
-	s.index[i] = uint32(pos + 1)
+	s.index[i] = uint64(t)<<32 | uint64(pos+1)
 }
 
 // indexRemove deletes pos's slot by backward shift: the records after it in
 // its probe run move up, so that lookups need no tombstones.
 func (s *auctionStripe) indexRemove(pos int) {
 	mask := len(s.index) - 1
-	i := s.home(s.ring[pos].key)
-	for s.index[i] != uint32(pos+1) {
+	i := s.home(tag(s.ring[pos].key))
+	for uint32(s.index[i]) != uint32(pos+1) {
 		i = (i + 1) & mask
 	}
 	for j := (i + 1) & mask; s.index[j] != 0; j = (j + 1) & mask {
-		h := s.home(s.ring[s.index[j]-1].key)
+		h := s.home(uint32(s.index[j] >> 32))
 		// Move j's entry into the hole at i if its home is not in (i, j].
 		if (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
 			s.index[i] = s.index[j]
@@ -338,7 +352,7 @@ func (s *auctionStripe) grow() {
 	for idx < 2*size && idx < s.maxIndex {
 		idx *= 2
 	}
-	s.index = make([]uint32, idx)
+	s.index = make([]uint64, idx)
 	for i := range s.n {
 		if s.ring[i].key.lo != 0 {
 			s.indexAdd(i)

@@ -86,6 +86,19 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 			if allowed != 9_000 {
 				t.Fatalf("a allowed %d before exhaustion; 9,000 were not leased to b", allowed)
 			}
+			if !resume {
+				// No bids, no reads: a bidder that stops on -1 stops the
+				// daemon's looks at the ledger too (one may be due from the
+				// bids just made).
+				reads := ledgerReads(t, a)
+				for range 90 {
+					f.clock.Add(time.Second)
+					a.Step(ctx)
+				}
+				if n := ledgerReads(t, a) - reads; n > 1 {
+					t.Fatalf("%v shard reads in 90 s without a bid", n)
+				}
+			}
 			if err := b.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
