@@ -29,6 +29,12 @@ run: deps build ## Bring up a local stack (redis-server, pacerd, a demo campaign
 test: deps ## Run every test with -race (starts its own redis-server on temp sockets).
 	$(GO) test -race -count=1 -timeout 30m ./...
 
+.PHONY: soak
+soak: deps ## Long model-based and fault runs (SEEDS=2000 by default; about an hour on 2 cores).
+	@mkdir -p .run; PACER_MODEL_SEEDS=$${SEEDS:-2000} PACER_MODEL_FIRST_SEED=$${FIRST_SEED:-1000} \
+		$(GO) test -race -count=1 -timeout 6h -run 'TestModel|Fault' -v ./daemon/ > .run/soak.log 2>&1; \
+		rc=$$?; grep -E '^(---|ok|FAIL|PASS)|histories|seed' .run/soak.log | tail -40; echo "full log: .run/soak.log"; exit $$rc
+
 .PHONY: lint
 lint: ## gofmt, go vet, and staticcheck where it installs.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
