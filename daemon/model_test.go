@@ -758,12 +758,21 @@ func ungated(string) bool    { return true }
 // midnights in three time zones, connection resets after a script ran,
 // partitions, reconciler passes and failovers — each checked by
 // internal/history: no overspend, every :1 charged, conservation per shard
-// and per day, the plan's budget. PACER_MODEL_SEEDS sets how many (default
-// 30: about a minute and a half with -race on two cores); PACER_MODEL_SEED runs one; PACER_MODEL_UNGATED=1 turns knownBugs off
-// and triages the failing seeds. PACER_MODEL_FIRST_SEED moves the range;
-// PACER_MODEL_EXCERPT sets how many events a violation shows;
-// PACER_MODEL_ENABLE=kind,kind turns those known-bug kinds on (to reproduce
-// a regression seed: PACER_MODEL_ENABLE=respend-after-refund PACER_MODEL_SEED=2).
+// and per day, the plan's budget; and a liveness probe of exhaustion.
+//
+// A seed fixes the history's schedule (steps, times, amounts, faults), not
+// the interleaving of the goroutines inside a step, so a seed reproduces its
+// failure almost always rather than always.
+//
+// Environment:
+//
+//	PACER_MODEL_SEEDS=n       how many seeds (default 30: about 100 s with -race on two cores)
+//	PACER_MODEL_FIRST_SEED=n  the first of them (default 1)
+//	PACER_MODEL_SEED=n        run this seed only
+//	PACER_MODEL_ENABLE=k,k    turn these knownBugs kinds on (reproduce a regression seed:
+//	                          PACER_MODEL_ENABLE=respend-after-refund PACER_MODEL_SEED=2)
+//	PACER_MODEL_UNGATED=1     turn every knownBugs kind on, and triage the failing seeds
+//	PACER_MODEL_EXCERPT=n     events shown per violation (default 40)
 func TestModel(t *testing.T) {
 	env := newModelEnv(t)
 	enabled, mode := gated, "gated by knownBugs"
