@@ -378,12 +378,14 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 }
 
 // excerpt renders the events of campaign-day k (and the notes of its
-// campaign) around event at (the end of the history if at < 0).
+// campaign) around event at. Without an event to point at (a violation found
+// in the ledger), it shows the end of the history, leaving out denied SPENDs
+// and refused REFUNDs, which change no money.
 func excerpt(events []event, notes []string, k DayKey, at, n int) []string {
 	var idx []int
 	for i, e := range events {
 		switch {
-		case e.call != nil && e.call.Campaign == k.Campaign && e.call.Day == k.Day:
+		case e.call != nil && e.call.Campaign == k.Campaign && e.call.Day == k.Day && (at >= 0 || e.call.OK):
 		case e.call == nil && (e.campaign == "" || e.campaign == k.Campaign):
 		default:
 			continue
