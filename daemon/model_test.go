@@ -735,6 +735,19 @@ func (m *modelRun) check() (history.Report, modelStats) {
 		m.t.Fatalf("seed %d: %v", m.seed, err)
 	}
 	rep.Violations = append(rep.Violations, m.stuck...)
+	if os.Getenv("PACER_MODEL_AUDIT") != "" { // a violating day's audit streams, for triage
+		rdb := m.env.direct.Client()
+		for _, v := range rep.Violations {
+			keys, _ := rdb.Keys(ctx, "pacer:{"+v.Day.Campaign+"/"+v.Day.Day+"*:audit").Result()
+			slices.Sort(keys)
+			for _, k := range keys {
+				xs, _ := rdb.XRange(ctx, k, "-", "+").Result()
+				for _, x := range xs {
+					m.t.Logf("AUDIT seed %d %s %v", m.seed, k, x.Values)
+				}
+			}
+		}
+	}
 	return rep, m.stats
 }
 

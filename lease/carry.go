@@ -50,18 +50,20 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 		}
 	}
 	var amount int64
+	taken := make([]int64, n)
 	for i := range n {
 		a, err := l.Adjust(ctx, ShardKey{campaign, day, i}, carryOutOp, -MaxBudgetMicros, AdjustTake, now)
 		if err != nil {
 			return 0, err
 		}
 		amount -= a.Applied
+		taken[i] = a.Applied
 	}
 	dk := daysKey(campaign)
 	if err := l.rdb.HSetNX(ctx, dk, day+":carry", amount).Err(); err != nil {
 		return 0, fmt.Errorf("ledger %s/%s: carry over: %w", campaign, day, err)
 	}
-	if _, _, err := l.dayOp(ctx, "begin", campaign, day, carryOutOp, -amount); err != nil {
+	if _, _, err := l.beginDayOp(ctx, campaign, day, carryOutOp, -amount, taken); err != nil {
 		return 0, err
 	}
 	if _, _, err := l.dayOp(ctx, "done", campaign, day, carryOutOp, -amount); err != nil {
@@ -78,11 +80,17 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 		return 0, fmt.Errorf("ledger %s/%s: carry over: next day %s is not open yet: %w", campaign, day, next, ErrCarryNotReady)
 	}
 	op := carryInOp + day
-	delta, _, err := l.dayOp(ctx, "begin", campaign, next, op, amount)
+	nextShards := make([]Shard, nn)
+	for i := range nn {
+		if nextShards[i], err = l.ReadShard(ctx, ShardKey{campaign, next, i}); err != nil {
+			return 0, err
+		}
+	}
+	delta, parts, err := l.beginDayOp(ctx, campaign, next, op, amount, SplitChange(amount, nextShards))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := l.applyDayOp(ctx, campaign, next, op, nn, delta, AdjustOwe, now); err != nil {
+	if _, err := l.applyDayOp(ctx, campaign, next, op, delta, parts, AdjustOwe, now); err != nil {
 		return 0, fmt.Errorf("carry over %d micros from %s: %w", amount, day, err)
 	}
 	l.log.Info("carried over a closed day's remaining budget", zap.String("campaign", campaign),

@@ -18,6 +18,10 @@ func (l *Ledger) MoveOutForTest(ctx context.Context, campaign, day string, from,
 // BeginDayOpForTest begins a day op without applying it, as a caller that
 // crashed right after would leave it.
 func (l *Ledger) BeginDayOpForTest(ctx context.Context, campaign, day, opID string, delta int64) error {
-	_, _, err := l.dayOp(ctx, "begin", campaign, day, opID, delta)
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil {
+		return err
+	}
+	_, _, err = l.beginDayOp(ctx, campaign, day, opID, delta, Split(delta, n))
 	return err
 }

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -602,25 +603,119 @@ func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, ne
 	if err != nil {
 		return 0, err
 	}
-	delta, _, err := l.dayOp(ctx, "begin", campaign, day, opID, newBudget-cur)
+	shards := make([]Shard, n)
+	for i := range n {
+		if shards[i], err = l.ReadShard(ctx, ShardKey{campaign, day, i}); err != nil {
+			return 0, err
+		}
+	}
+	delta := newBudget - cur
+	delta, parts, err := l.beginDayOp(ctx, campaign, day, opID, delta, SplitChange(delta, shards))
 	if err != nil {
 		return 0, err
 	}
-	return l.applyDayOp(ctx, campaign, day, opID, n, delta, AdjustOwe, now)
+	return l.applyDayOp(ctx, campaign, day, opID, delta, parts, AdjustOwe, now)
 }
 
-// applyDayOp spreads a begun day op's delta over the day's n shards, exactly
-// once per shard, and marks the op done.
-func (l *Ledger) applyDayOp(ctx context.Context, campaign, day, opID string, n int, delta int64, mode string, now time.Time) (int64, error) {
-	sign, abs := int64(1), delta
-	if delta < 0 {
-		sign, abs = -1, -delta
+// SplitChange divides a change of a day's budget over its shards. A cut is
+// taken where budget is left to grant (in proportion to it), so that what
+// the day can still grant goes down by the whole cut wherever it sits; only
+// a cut deeper than all of that is owed, by the shards holding leases (in
+// proportion to what they hold), to be taken back as those leases return.
+// A raise first cancels what shards owe, then is spread evenly. The parts
+// sum exactly to delta.
+func SplitChange(delta int64, shards []Shard) []int64 {
+	n := len(shards)
+	parts := make([]int64, n)
+	if n == 0 || delta == 0 {
+		return parts
 	}
-	for i, part := range Split(abs, n) {
+	if delta > 0 {
+		left := delta
+		for i, s := range shards {
+			c := min(left, s.Owed)
+			parts[i] += c
+			left -= c
+		}
+		for i, p := range Split(left, n) {
+			parts[i] += p
+		}
+		return parts
+	}
+	cut := -delta
+	rem := make([]int64, n)
+	for i, s := range shards {
+		rem[i] = max(s.Locked+s.Available, 0)
+	}
+	taken := spreadBy(min(cut, sum(rem)), rem)
+	for i := range parts {
+		parts[i] = -taken[i]
+	}
+	if excess := cut - sum(taken); excess > 0 {
+		leased := make([]int64, n)
+		for i, s := range shards {
+			leased[i] = max(s.Leased, 0)
+		}
+		owed := Split(excess, n) // nothing leased: a cut below what was spent, owed for ever
+		if sum(leased) > 0 {
+			owed = spreadBy(excess, leased)
+		}
+		for i := range parts {
+			parts[i] -= owed[i]
+		}
+	}
+	return parts
+}
+
+// spreadBy divides total (at most sum(weights), or any total when the
+// weights are not all 0) in proportion to weights, each part at most its
+// weight where total allows: floor shares, then the rest a micro at a time.
+func spreadBy(total int64, weights []int64) []int64 {
+	out := make([]int64, len(weights))
+	w := sum(weights)
+	if total <= 0 || w <= 0 {
+		return out
+	}
+	var given int64
+	for i, x := range weights {
+		hi, lo := bits.Mul64(uint64(total), uint64(x))
+		q, _ := bits.Div64(hi, lo, uint64(w)) // total*x/w <= total: no overflow
+		out[i] = int64(q)
+		given += out[i]
+	}
+	for left := total - given; left > 0; {
+		moved := false
+		for i := range out {
+			if left > 0 && (out[i] < weights[i] || total > w) {
+				out[i]++
+				left--
+				moved = true
+			}
+		}
+		if !moved {
+			out[0] += left
+			break
+		}
+	}
+	return out
+}
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// applyDayOp applies a begun day op's parts to the day's shards, exactly
+// once per shard, and marks the op done.
+func (l *Ledger) applyDayOp(ctx context.Context, campaign, day, opID string, delta int64, parts []int64, mode string, now time.Time) (int64, error) {
+	for i, part := range parts {
 		if part == 0 {
 			continue
 		}
-		if _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, opID, sign*part, mode, now); err != nil {
+		if _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, opID, part, mode, now); err != nil {
 			return 0, err
 		}
 	}
@@ -628,14 +723,30 @@ func (l *Ledger) applyDayOp(ctx context.Context, campaign, day, opID string, n i
 	return budget, err
 }
 
-// dayOp runs the dayop script: "begin" decides the op's delta once and returns
-// it; "done" adds it to the day's budget once and returns the budget.
+// beginDayOp decides a day op's delta and split once and returns them.
+func (l *Ledger) beginDayOp(ctx context.Context, campaign, day, opID string, delta int64, parts []int64) (int64, []int64, error) {
+	enc := make([]string, len(parts))
+	for i, p := range parts {
+		enc[i] = strconv.FormatInt(p, 10)
+	}
+	res, err := l.runScript(ctx, dayOpScript, []string{daysKey(campaign), dayOpsKey(campaign)}, "begin", day, opID, delta, strings.Join(enc, ","))
+	if err != nil {
+		return 0, nil, fmt.Errorf("ledger %s/%s: day op %s begin: %w", campaign, day, opID, err)
+	}
+	if len(res) < 2 {
+		return 0, nil, fmt.Errorf("ledger %s/%s: day op %s: malformed reply %v", campaign, day, opID, res)
+	}
+	return res[0], res[2:], nil
+}
+
+// dayOp runs the dayop script's "done": it adds the op's delta to the day's
+// budget once and returns the budget.
 func (l *Ledger) dayOp(ctx context.Context, action, campaign, day, opID string, delta int64) (decided, budget int64, err error) {
-	res, err := l.runScript(ctx, dayOpScript, []string{daysKey(campaign), dayOpsKey(campaign)}, action, day, opID, delta)
+	res, err := l.runScript(ctx, dayOpScript, []string{daysKey(campaign), dayOpsKey(campaign)}, action, day, opID, delta, "")
 	if err != nil {
 		return 0, 0, fmt.Errorf("ledger %s/%s: day op %s %s: %w", campaign, day, opID, action, err)
 	}
-	if len(res) != 2 {
+	if len(res) < 2 {
 		return 0, 0, fmt.Errorf("ledger %s/%s: day op %s: malformed reply %v", campaign, day, opID, res)
 	}
 	return res[0], res[1], nil
@@ -646,6 +757,7 @@ type PendingDayOp struct {
 	Day   string
 	ID    string
 	Delta int64
+	Parts []int64 // per shard
 }
 
 // PendingDayOps lists a campaign's unfinished budget changes.
@@ -657,11 +769,23 @@ func (l *Ledger) PendingDayOps(ctx context.Context, campaign string) ([]PendingD
 	out := make([]PendingDayOp, 0, len(m))
 	for f, v := range m {
 		day, id, ok := strings.Cut(f, "|")
-		d, err := strconv.ParseInt(v, 10, 64)
-		if !ok || err != nil {
+		ds, ps, ok2 := strings.Cut(v, "|")
+		d, err := strconv.ParseInt(ds, 10, 64)
+		if !ok || !ok2 || err != nil {
 			return nil, fmt.Errorf("ledger %s: malformed pending day op %q=%q", campaign, f, v)
 		}
-		out = append(out, PendingDayOp{Day: day, ID: id, Delta: d})
+		op := PendingDayOp{Day: day, ID: id, Delta: d}
+		for _, p := range strings.Split(ps, ",") {
+			if p == "" {
+				continue
+			}
+			n, err := strconv.ParseInt(p, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("ledger %s: malformed pending day op %q=%q", campaign, f, v)
+			}
+			op.Parts = append(op.Parts, n)
+		}
+		out = append(out, op)
 	}
 	slices.SortFunc(out, func(a, b PendingDayOp) int { return strings.Compare(a.Day+a.ID, b.Day+b.ID) })
 	return out, nil
@@ -675,18 +799,11 @@ func (l *Ledger) FinishDayOps(ctx context.Context, campaign string, now time.Tim
 		return 0, err
 	}
 	for _, op := range ops {
-		n, err := l.DayShards(ctx, campaign, op.Day)
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 {
-			return 0, fmt.Errorf("ledger %s/%s: pending day op %s on a day not open", campaign, op.Day, op.ID)
-		}
 		mode := AdjustOwe
 		if strings.HasPrefix(op.ID, carryOutOp) {
 			mode = AdjustTake
 		}
-		if _, err := l.applyDayOp(ctx, campaign, op.Day, op.ID, n, op.Delta, mode, now); err != nil {
+		if _, err := l.applyDayOp(ctx, campaign, op.Day, op.ID, op.Delta, op.Parts, mode, now); err != nil {
 			return 0, err
 		}
 	}

@@ -353,7 +353,7 @@ func TestAdjustDay(t *testing.T) {
 		t.Fatalf("raise = %d, %v", got, err)
 	}
 	tot = mustBalance(t, l, "c", day)
-	if tot.Owed != 2_000_000-625_000 || tot.Remaining() != 2_500_000-625_000 {
+	if tot.Owed != 0 || tot.Remaining() != 500_000 || tot.Target() != 2_500_000 {
 		t.Fatalf("after the raise: %+v", tot)
 	}
 }

@@ -186,3 +186,65 @@ func TestCarryOverRacingALateGrant(t *testing.T) {
 		t.Fatalf("two days of 1,000,000 fund %d", closed.Budget+nextDay.Budget)
 	}
 }
+
+// A cut lands where budget is left to grant: with one shard nearly empty and
+// another full, the day cannot grant more than the new budget, and only a
+// cut deeper than what is left is owed, by the shards holding leases.
+func TestCutLandsWhereBudgetIsLeft(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 2_000_000, 2), day)
+	end := t0.Add(24*time.Hour - time.Minute)
+	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	if g, err := l.Grant(ctx, grantReq("L", k0, 900_000, end, ppb)); err != nil || g.Granted != 900_000 {
+		t.Fatalf("grant = %+v, %v", g, err)
+	}
+	// Shard 0 has 100,000 left, shard 1 has 1,000,000: cut the day by 1,000,000.
+	if got, err := l.AdjustDay(ctx, "c", day, 1_000_000, end); err != nil || got != 1_000_000 {
+		t.Fatalf("cut = %d, %v", got, err)
+	}
+	tot := mustBalance(t, l, "c", day)
+	if tot.Owed != 0 || tot.Remaining() != 100_000 || tot.Target() != 1_000_000 {
+		t.Fatalf("after the cut: %+v; want nothing owed and 100,000 left to grant", tot)
+	}
+	// Cut to 500,000, below the 900,000 leased: what is left goes, the rest is
+	// owed by the shard holding the lease, and paid as it comes back.
+	if got, err := l.AdjustDay(ctx, "c", day, 500_000, end); err != nil || got != 500_000 {
+		t.Fatalf("cut = %d, %v", got, err)
+	}
+	tot = mustBalance(t, l, "c", day)
+	if tot.Remaining() != 0 || tot.Owed != 400_000 {
+		t.Fatalf("after the deep cut: %+v; want nothing to grant and 400,000 owed", tot)
+	}
+	if _, err := l.Release(ctx, k0, "L", 700_000, end); err != nil {
+		t.Fatal(err)
+	}
+	tot = mustBalance(t, l, "c", day)
+	if tot.Owed != 0 || tot.Spent != 200_000 || tot.Remaining() != 300_000 || tot.Target() != 500_000 {
+		t.Fatalf("after the lease came back: %+v", tot)
+	}
+}
+
+func TestSplitChangeSumsExactly(t *testing.T) {
+	shards := []lease.Shard{
+		{Locked: 7, Available: 3, Leased: 5, Owed: 4},
+		{Locked: 0, Available: 0, Leased: 9},
+		{Locked: 1_000_000_000_000_000, Available: 0},
+	}
+	for _, delta := range []int64{0, 1, -1, 13, -13, 999, -999, -1_000_000_000_000_010, -1_000_000_000_000_030} {
+		parts := lease.SplitChange(delta, shards)
+		var sum int64
+		for _, p := range parts {
+			sum += p
+		}
+		if sum != delta {
+			t.Errorf("SplitChange(%d) = %v sums to %d", delta, parts, sum)
+		}
+	}
+	if p := lease.SplitChange(-10, shards); p[1] != 0 {
+		t.Errorf("a cut took %d from a shard with nothing left: %v", -p[1], p)
+	}
+	if p := lease.SplitChange(6, shards); p[0] < 4 {
+		t.Errorf("a raise did not cancel the shard's debt first: %v", p)
+	}
+}

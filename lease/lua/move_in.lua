@@ -14,6 +14,7 @@ if not s then return no_day() end
 if redis.call('HEXISTS', K.moves, id) == 1 then return shard_reply(1, 0, s) end
 s.locked = s.locked + amount
 s.budget = s.budget + amount
+pay_owed(s) -- budget moved here pays what a cut left owing first
 store_shard(K.state, s)
 redis.call('HSET', K.moves, id, 'in|' .. str(amount) .. '|' .. peer)
 inherit_ttl(K)
