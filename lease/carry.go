@@ -49,6 +49,17 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 			return 0, fmt.Errorf("ledger %s/%s: carry over: %d micros still leased: %w", campaign, day, sh.Leased, ErrCarryNotReady)
 		}
 	}
+	// A budget change begun on the day must land before the carry takes
+	// what is left (the reconciler finishes it on its pass).
+	ops, err := l.PendingDayOps(ctx, campaign)
+	if err != nil {
+		return 0, err
+	}
+	for _, op := range ops {
+		if op.Day == day && op.ID != carryOutOp {
+			return 0, fmt.Errorf("ledger %s/%s: carry over: budget change %s unfinished: %w", campaign, day, op.ID, ErrCarryNotReady)
+		}
+	}
 	var amount int64
 	taken := make([]int64, n)
 	for i := range n {

@@ -146,6 +146,8 @@ type Shard struct {
 	// writes it had acknowledged since the caller's last reply. Stop taking
 	// leases from the shard, Freeze it and Reassert the leases held.
 	Diverged bool `json:"-"`
+	// Closed: the day is over on this shard (ReadShard only).
+	Closed bool `json:"closed,omitempty"`
 }
 
 // History is where a shard's history stood at a reply.
@@ -160,7 +162,7 @@ func (s Shard) Remaining() int64 { return s.Locked + s.Available }
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
 	return Shard{s.Budget + o.Budget, s.Locked + o.Locked, s.Available + o.Available,
-		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost, s.Owed + o.Owed, 0, 0, false}
+		s.Leased + o.Leased, s.Spent + o.Spent, s.Lost + o.Lost, s.Owed + o.Owed, 0, 0, false, s.Closed || o.Closed}
 }
 
 // Target is the budget the shard is to spend: Budget less what a cut still owes.
@@ -608,6 +610,11 @@ func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, ne
 		if shards[i], err = l.ReadShard(ctx, ShardKey{campaign, day, i}); err != nil {
 			return 0, err
 		}
+		if shards[i].Closed {
+			// Its remaining budget is carried over or reported: the day's
+			// budget is final.
+			return 0, fmt.Errorf("ledger %s/%s: adjust: %w", campaign, day, ErrDayClosed)
+		}
 	}
 	delta := newBudget - cur
 	delta, parts, err := l.beginDayOp(ctx, campaign, day, opID, delta, SplitChange(delta, shards))
@@ -852,17 +859,17 @@ func (l *Ledger) ReadShard(ctx context.Context, k ShardKey) (Shard, error) {
 }
 
 // shardFields is the order parseShard expects HMGET's reply in.
-var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost", "owed", "seq", "tip"}
+var shardFields = []string{"budget", "locked", "available", "leased", "spent", "lost", "owed", "seq", "tip", "closed"}
 
 func parseShard(v []any) (Shard, error) {
 	if len(v) != len(shardFields) || v[0] == nil {
 		return Shard{}, ErrDayNotOpen
 	}
-	var f [9]int64
+	var f [10]int64
 	for i := range f {
 		s, ok := v[i].(string)
 		if !ok && i >= 6 {
-			continue // owed, seq, tip: absent on shards opened before they existed
+			continue // owed, seq, tip, closed: absent until set
 		}
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -870,7 +877,7 @@ func parseShard(v []any) (Shard, error) {
 		}
 		f[i] = n
 	}
-	return Shard{Budget: f[0], Locked: f[1], Available: f[2], Leased: f[3], Spent: f[4], Lost: f[5], Owed: f[6], Seq: f[7], Tip: f[8]}, nil
+	return Shard{Budget: f[0], Locked: f[1], Available: f[2], Leased: f[3], Spent: f[4], Lost: f[5], Owed: f[6], Seq: f[7], Tip: f[8], Closed: f[9] == 1}, nil
 }
 
 // DayTotals sums a campaign-day's shards.

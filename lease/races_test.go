@@ -248,3 +248,36 @@ func TestSplitChangeSumsExactly(t *testing.T) {
 		t.Errorf("a raise did not cancel the shard's debt first: %v", p)
 	}
 }
+
+// A cut begun on a day before it closes lands before its carry-over takes
+// what is left; once closed, the day's budget is final.
+func TestCarryOverWaitsForABegunCut(t *testing.T) {
+	l, _ := newLedger(t)
+	const day, next = "2026-11-21", "2026-11-22"
+	c := campaign("c", 1_000_000, 2)
+	c.CarryOver = true
+	mustOpen(t, l, c, day)
+	if _, err := l.OpenDay(ctx, c, next, t0.Add(24*time.Hour), t0.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	end := t0.Add(24 * time.Hour)
+	if err := l.BeginDayOpForTest(ctx, "c", day, "cut", -400_000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CarryOver(ctx, "c", day, next, end); !errors.Is(err, lease.ErrCarryNotReady) {
+		t.Fatalf("carry with a cut begun: %v; want ErrCarryNotReady", err)
+	}
+	if _, err := l.FinishDayOps(ctx, "c", end); err != nil {
+		t.Fatal(err)
+	}
+	carried, err := l.CarryOver(ctx, "c", day, next, end)
+	if err != nil || carried != 600_000 {
+		t.Fatalf("carry = %d, %v; want the 600,000 left after the cut", carried, err)
+	}
+	if tot := mustBalance(t, l, "c", next); tot.Budget != 1_600_000 {
+		t.Fatalf("next day %+v", tot)
+	}
+	if _, err := l.AdjustDay(ctx, "c", day, 0, end); !errors.Is(err, lease.ErrDayClosed) {
+		t.Fatalf("adjusting a closed day: %v; want ErrDayClosed", err)
+	}
+}
