@@ -20,6 +20,8 @@ import (
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 )
 
 // knownBugs turns off the step kinds that reach the bugs of issue 9 not fixed
@@ -28,22 +30,13 @@ import (
 // its fix is in; PACER_MODEL_UNGATED=1 generates every kind regardless (and
 // triages the failing seeds: which kind each needs).
 var knownBugs = map[string]bool{
-	// Bug 1: a connection reset after adjust.lua (or the day-budget HINCRBY)
-	// ran makes go-redis run it again: raises and carry-overs applied twice.
-	// Resets on the operator's and the reconciler's connections.
-	"reset-adjust": true,
-	// Bug 2: a daemon opens a day from settings cached before a change the
-	// operator made in the last half minute before midnight.
-	"set-before-midnight": true,
-	// Bug 3: a refund of yesterday's auction is credited to today.
-	"refund-across-midnight": true,
-	// Bug 5: SPEND id -> REFUND id -> SPEND id replays a free :1.
-	"respend-after-refund": true,
-	// Bug 7: a cut below spent + leased is applied only in part; the
-	// revoked leases' unused micros can be granted again.
-	"cut-below-leased": true,
-	// Bug 6: a daemon that saw the day exhausted never asks again, though
-	// other daemons released budget since (a liveness check, not money).
+	// Bugs 1, 2, 3, 5 and 7 of issue 9 are fixed (op ids, the day's plan,
+	// refunds bound to their bucket, no replay after a refund, owed cuts):
+	// their kinds run. Left: a liveness check, not money. A daemon can
+	// answer exhausted for over a minute while budget it does not hold sits
+	// leased to others or locked behind the curve (seed 219 with
+	// PACER_MODEL_UNGATED=1); the probe cannot yet tell those apart from a
+	// daemon that never asks again.
 	"exhaustion-probe": true,
 }
 
@@ -228,7 +221,7 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	for i := range 2 + r.IntN(2) {
 		off := time.Duration(r.IntN(901)-450) * time.Millisecond
 		n := &modelNode{name: "d" + strconv.Itoa(i), clock: offsetClock{m.clock, off}}
-		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond})
+		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond, Logger: dbgLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -532,6 +525,10 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 		m.stepAll()
 		m.nextID++
 		before := m.stats.calls
+		if os.Getenv("PACER_MODEL_LOG") != "" {
+			b, _ := n.d.Balance(id)
+			m.t.Logf("PROBE %s %v %+v", n.name, n.clock.Now().Format("15:04:05.000"), b)
+		}
 		m.spend(slices.Index(m.nodes, n), slices.Index(m.camps, c), 1000, "p"+strconv.Itoa(m.nextID))
 		if before < m.stats.calls && len(m.auctions) > 0 && m.auctions[len(m.auctions)-1].id == "p"+strconv.Itoa(m.nextID) {
 			return true // allowed again
@@ -738,7 +735,7 @@ func (m *modelRun) check() (history.Report, modelStats) {
 	if os.Getenv("PACER_MODEL_AUDIT") != "" { // a violating day's audit streams, for triage
 		rdb := m.env.direct.Client()
 		for _, v := range rep.Violations {
-			keys, _ := rdb.Keys(ctx, "pacer:{"+v.Day.Campaign+"/"+v.Day.Day+"*:audit").Result()
+			keys, _ := rdb.Keys(ctx, "pacer:{"+v.Day.Campaign+"/*:audit").Result()
 			slices.Sort(keys)
 			for _, k := range keys {
 				xs, _ := rdb.XRange(ctx, k, "-", "+").Result()
@@ -786,6 +783,8 @@ func ungated(string) bool    { return true }
 //	                          PACER_MODEL_ENABLE=respend-after-refund PACER_MODEL_SEED=2)
 //	PACER_MODEL_UNGATED=1     turn every knownBugs kind on, and triage the failing seeds
 //	PACER_MODEL_EXCERPT=n     events shown per violation (default 40)
+//	PACER_MODEL_AUDIT=1       print a violating day's ledger audit streams
+//	PACER_MODEL_LOG=1         the daemons' logs, and the exhaustion probe's balances
 func TestModel(t *testing.T) {
 	env := newModelEnv(t)
 	enabled, mode := gated, "gated by knownBugs"
@@ -885,4 +884,11 @@ func TestModelCatchesMintedBudget(t *testing.T) {
 		t.Fatalf("minted budget went unnoticed: kinds %v", rep.Kinds())
 	}
 	t.Logf("caught: %v", rep.Kinds())
+}
+
+func dbgLogger(t *testing.T) *zap.Logger {
+	if os.Getenv("PACER_MODEL_LOG") == "" {
+		return nil
+	}
+	return zaptest.NewLogger(t)
 }

@@ -157,7 +157,10 @@ type History struct{ Seq, Tip int64 }
 func (s Shard) History() History { return History{s.Seq, s.Tip} }
 
 // Remaining is what the shard can still grant today: locked plus available.
-func (s Shard) Remaining() int64 { return s.Locked + s.Available }
+//
+// Budget a cut still owes is taken from it before anything is granted, so it
+// does not count.
+func (s Shard) Remaining() int64 { return max(s.Locked+s.Available-s.Owed, 0) }
 
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
@@ -599,6 +602,12 @@ func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, ne
 	}
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil || n == 0 {
+		return 0, err
+	}
+	// A change begun and not finished (its caller died, or lost a reply and
+	// is now retrying under a new id) lands first: the delta below must be
+	// from the day's budget with it, or a retried command would apply twice.
+	if _, err := l.FinishDayOps(ctx, campaign, now); err != nil {
 		return 0, err
 	}
 	cur, err := l.DayBudget(ctx, campaign, day)

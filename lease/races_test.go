@@ -281,3 +281,20 @@ func TestCarryOverWaitsForABegunCut(t *testing.T) {
 		t.Fatalf("adjusting a closed day: %v; want ErrDayClosed", err)
 	}
 }
+
+// An operator's command that failed half-way and is run again (under a new
+// op id, as pacerctl does) moves the day to the budget asked for, once.
+func TestRetriedCommandAfterAHalfDoneChange(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 1_000_000, 4), day)
+	if err := l.BeginDayOpForTest(ctx, "c", day, "first-try", 2_000_000); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.AdjustDayOp(ctx, "c", day, "second-try", 3_000_000, t0); err != nil || got != 3_000_000 {
+		t.Fatalf("retried command = %d, %v", got, err)
+	}
+	if tot := mustBalance(t, l, "c", day); tot.Budget != 3_000_000 {
+		t.Fatalf("after the retried command: %+v; want 3,000,000", tot)
+	}
+}

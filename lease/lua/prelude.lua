@@ -156,6 +156,12 @@ local function release_by_curve(s, c_now, c_cap)
       s.locked = s.locked + (s.available - cap)
       s.available = cap
     end
+  elseif s.locked > 0 then
+    -- The curve is done for the day (a morning-only curve, or the day's
+    -- end): budget locked since (a raise, a carry-over, a rebalancing move)
+    -- has no curve left to wait for.
+    s.available = s.available + s.locked
+    s.locked = 0
   end
 end
 
