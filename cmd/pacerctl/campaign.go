@@ -71,6 +71,9 @@ type todayChange struct {
 	// CutPending: what the day still owes of cuts, taken from leases as they
 	// come back.
 	CutPending int64 `json:"cut_pending,omitempty"`
+	// CarriedIn: what yesterday carried over; today's budget is the daily
+	// budget plus this.
+	CarriedIn int64 `json:"carried_in,omitempty"`
 }
 
 func (a *app) campaignSet(ctx context.Context, args []string) error {
@@ -203,6 +206,9 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 			fmt.Fprintf(a.stdout, "today %s is open: its budget is already %d micros\n", t.Day, t.BudgetAfter)
 		case t.BudgetAfter == t.Requested:
 			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d)\n", t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore)
+			if t.CarriedIn > 0 {
+				fmt.Fprintf(a.stdout, "(the daily budget plus the %d micros yesterday carried over)\n", t.CarriedIn)
+			}
 			if t.CutPending > 0 {
 				fmt.Fprintf(a.stdout, "%d micros of the cut were already leased: they are taken back as those leases return (cut_pending in campaign get)\n", t.CutPending)
 			}
@@ -237,6 +243,15 @@ func (a *app) adjustToday(ctx context.Context, l *lease.Ledger, id string, t *to
 	before, err := l.DayBudget(ctx, id, t.Day)
 	if err != nil {
 		return err
+	}
+	// What yesterday carried over stays on top of the new daily budget.
+	if d, err := time.Parse("2006-01-02", t.Day); err == nil {
+		carried, err := l.CarriedOver(ctx, id, d.AddDate(0, 0, -1).Format("2006-01-02"))
+		if err != nil {
+			return err
+		}
+		t.CarriedIn = carried
+		t.Requested += carried
 	}
 	t.BudgetBefore, t.BudgetAfter = before, before
 	if before != t.Requested {
