@@ -166,6 +166,37 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	if got := tokens(t, d, "c"); got != before+1_000 {
 		t.Fatalf("refund of today's auction: tokens %d, want %d", got, before+1_000)
 	}
+	// An id-less refund this early in the day may be for yesterday's "late":
+	// it is accepted and credited to no bucket (the ledger counted it spent
+	// yesterday); later in the day, id-less refunds are credited again.
+	before = tokens(t, d, "c")
+	if err := d.Refund("c", 1_000, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, d, "c"); got != before {
+		t.Fatalf("an id-less refund 10 s into the day was credited to it: tokens %d -> %d", before, got)
+	}
+	for f.clock.Now().Before(midnight.Add(24*time.Hour + 11*time.Minute)) {
+		f.clock.Add(5 * time.Second)
+		d.Step(ctx)
+	}
+	for i := 0; ; i++ { // demand again, after ten idle minutes: a lease comes
+		if dec, err := d.Spend("c", 1_000, ""); err != nil || dec == transport.Allowed {
+			break
+		}
+		if i == 30 {
+			t.Fatal("no SPEND allowed eleven minutes into the day")
+		}
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	before = tokens(t, d, "c")
+	if err := d.Refund("c", 1_000, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(t, d, "c"); got != before+1_000 {
+		t.Fatalf("an id-less refund 11 minutes into the day: tokens %d, want %d", got, before+1_000)
+	}
 }
 
 // Issue 9, item 8: only allowed answers are remembered. A paced SPEND's

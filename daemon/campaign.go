@@ -222,10 +222,16 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 		return ds.b.Refund(now, amount), nil
 	}
 	// Without one, it can only be trusted as far as what this daemon allowed
-	// on the day it is spending from: never more than that, so a refund
-	// crossing midnight can at worst return today's own spend.
+	// on the day it is spending from: never more than that.
 	if amount > net {
 		return 0, fmt.Errorf("refund of %d micros exceeds the %d micros this daemon allowed for campaign %q today (net of refunds)", amount, net, c.id)
+	}
+	// Early in a day, an id-less refund may be for an auction of the day
+	// before (refunds follow their auction by up to the dedup window):
+	// crediting it to today would let today spend yesterday's money again.
+	// It is accepted, and credited to no bucket (counted as unbacked).
+	if now.Sub(ds.day.Start) < c.d.cfg.DedupWindow {
+		return 0, nil
 	}
 	return ds.b.Refund(now, amount), nil
 }
