@@ -54,6 +54,13 @@ var regressionSeeds = []struct {
 	{3, []string{"set-before-midnight"}, "bug 2: plan: a day opened from a cached copy holding the budget from before the operator's cut"},
 	{6, []string{"cut-below-leased"}, "bug 7: plan: a cut below what was handed out left the day over-funded once the leases came back"},
 	{2, []string{"exhaustion-probe"}, "bug 6: liveness: a daemon stuck at exhausted while the ledger holds budget"},
+	// Found once the kinds above ran against the fixes:
+	{1, nil, "plan: an operator's command retried under a new op id after a lost reply raised the day twice"},
+	{173, nil, "plan: a carry-over took what a begun cut was taking out of the closed day"},
+	{231, nil, "uncharged: an id-less refund of yesterday's auction, minutes after midnight, credited to today"},
+	{241, nil, "plan: a cut split evenly owed on one shard while another could still grant it"},
+	{296, nil, "uncharged: an id-less refund across midnight (as 231)"},
+	{219, []string{"exhaustion-probe"}, "liveness: a daemon answers exhausted for over a minute while the day has budget again"},
 }
 
 // modelKinds are the step kinds the generator draws from, with weights.
