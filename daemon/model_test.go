@@ -31,12 +31,13 @@ import (
 // triages the failing seeds: which kind each needs).
 var knownBugs = map[string]bool{
 	// Bugs 1, 2, 3, 5 and 7 of issue 9 are fixed (op ids, the day's plan,
-	// refunds bound to their bucket, no replay after a refund, owed cuts):
-	// their kinds run. Left: a liveness check, not money. A daemon can
-	// answer exhausted for over a minute while budget it does not hold sits
-	// leased to others or locked behind the curve (seed 219 with
-	// PACER_MODEL_UNGATED=1); the probe cannot yet tell those apart from a
-	// daemon that never asks again.
+	// refunds bound to their day, no replay after a refund, owed cuts) and
+	// their kinds run. Bug 6's probe (a liveness check, not money) passes
+	// 500+ seeds but fails seed 219: there the daemon's reads of the shards
+	// fail (connection reset by peer, on every attempt) through two refresh
+	// periods while the ledger holds budget. Whether that is the proxy's
+	// fault state or the daemon's client is not yet known; until it is, the
+	// probe stays off in CI (PACER_MODEL_ENABLE=exhaustion-probe runs it).
 	"exhaustion-probe": true,
 }
 
@@ -60,7 +61,7 @@ var regressionSeeds = []struct {
 	{231, nil, "uncharged: an id-less refund of yesterday's auction, minutes after midnight, credited to today"},
 	{241, nil, "plan: a cut split evenly owed on one shard while another could still grant it"},
 	{296, nil, "uncharged: an id-less refund across midnight (as 231)"},
-	{219, []string{"exhaustion-probe"}, "liveness: a daemon answers exhausted for over a minute while the day has budget again"},
+	{219, []string{"exhaustion-probe"}, "liveness: the daemon's shard reads fail through two refresh periods while the ledger holds budget"},
 }
 
 // modelKinds are the step kinds the generator draws from, with weights.
@@ -504,7 +505,8 @@ func (m *modelRun) do(kind string) bool {
 }
 
 // probeExhaustion: a daemon that answers exhausted while the ledger holds
-// budget for the day must find it again within two refresh periods.
+// budget for the day must find it again once that budget has stayed in the
+// ledger for two refresh periods.
 func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 	id := c.stored.ID
 	now := m.clock.Now()
@@ -526,8 +528,13 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 	if left() < 10_000 {
 		return false
 	}
-	m.note(id, "%s says %s/%s is exhausted while the ledger holds %d: it must find that budget within a minute", n.name, id, day.Key, left())
-	for range 12 {
+	m.note(id, "%s says %s/%s is exhausted while the ledger holds %d: once the ledger holds budget for a minute without a break, it must find it", n.name, id, day.Key, left())
+	// The daemon reads the shards every CampaignRefresh (30 s here) while
+	// bids come, so budget that stays in the ledger for two of those must be
+	// found; budget that other daemons lease again within seconds (they have
+	// demand too) may legitimately never be seen by this one.
+	var heldFor time.Duration
+	for range 24 {
 		m.clock.Add(5 * time.Second)
 		m.stepAll()
 		m.nextID++
@@ -540,10 +547,13 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 		if before < m.stats.calls && len(m.auctions) > 0 && m.auctions[len(m.auctions)-1].id == "p"+strconv.Itoa(m.nextID) {
 			return true // allowed again
 		}
-	}
-	if l := left(); l >= 10_000 {
-		m.stuck = append(m.stuck, history.Violation{Kind: "liveness", Day: history.DayKey{Campaign: id, Day: day.Key},
-			Detail: fmt.Sprintf("%s still answers exhausted a minute later while the ledger holds %d micros for the day", n.name, l)})
+		if l := left(); l < 10_000 {
+			heldFor = 0
+		} else if heldFor += 5 * time.Second; heldFor > 65*time.Second {
+			m.stuck = append(m.stuck, history.Violation{Kind: "liveness", Day: history.DayKey{Campaign: id, Day: day.Key},
+				Detail: fmt.Sprintf("%s still answers exhausted while the ledger has held %d micros for the day for over a minute", n.name, l)})
+			return true
+		}
 	}
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/pacer/pacer/internal/redisretry"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,8 +15,18 @@ import (
 // Redis is cut; without that, go-redis would wait out its own read timeout and
 // retries. go-redis's own retries are off: a plain command whose reply was
 // lost must not run twice; the ledger retries its scripts itself, which are
-// idempotent by lease, move or op id.
+// idempotent by lease, move or op id, and the client retries only commands
+// that are safe to send twice (redisretry.Reads).
 func NewClient(addrs []string) (redis.UniversalClient, error) {
+	rdb, err := newClient(addrs)
+	if err != nil {
+		return nil, err
+	}
+	rdb.AddHook(redisretry.Reads{})
+	return rdb, nil
+}
+
+func newClient(addrs []string) (redis.UniversalClient, error) {
 	switch {
 	case len(addrs) == 0:
 		return nil, errors.New("no Redis address given")

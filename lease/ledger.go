@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer/pacer/internal/redisretry"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -230,16 +231,7 @@ func (l *Ledger) runScript(ctx context.Context, s *redis.Script, keys []string, 
 
 // retriable reports whether err may have lost a script's reply (the script
 // may or may not have run), as opposed to an answer from Redis.
-func retriable(err error) bool {
-	if errors.Is(err, redis.Nil) {
-		return false
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return false // Redis answered (an error reply): the script ran or was refused
-	}
-	return true
-}
+func retriable(err error) bool { return redisretry.Retriable(err) }
 
 // DayShards returns how many shards the campaign-day was opened with, or 0 if
 // the day has not been (completely) opened.

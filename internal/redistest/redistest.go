@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pacer/pacer/internal/redisproc"
+	"github.com/pacer/pacer/internal/redisretry"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,6 +44,7 @@ func StartWith(tb testing.TB, opt redisproc.Options) *Server {
 // it does not retry (the ledger retries its idempotent scripts itself).
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Network: "unix", Addr: s.Socket, ContextTimeoutEnabled: true, MaxRetries: -1})
+	c.AddHook(redisretry.Reads{})
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }
