@@ -6,6 +6,7 @@ package redisretry
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -85,12 +86,23 @@ func (Reads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPi
 	}
 }
 
-// Retriable reports whether err may have lost a command's reply (the command
-// may or may not have run), as opposed to an answer from Redis.
+// Retriable reports whether err came from a connection that broke under the
+// command (its reply lost, or a pooled connection found dead), so that
+// sending it again on another connection may succeed. An answer from Redis
+// (an error reply, redis.Nil) is not; nor is a failure to connect at all:
+// the next attempt would fail the same way, and each failed dial counts
+// towards go-redis's pool backing off its dials for a second.
 func Retriable(err error) bool {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return false
 	}
 	var rerr redis.Error
-	return !errors.As(err, &rerr) // an error reply: Redis ran or refused it
+	if errors.As(err, &rerr) {
+		return false // an error reply: Redis ran or refused it
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	return true
 }

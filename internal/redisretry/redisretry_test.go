@@ -25,6 +25,7 @@ func lossy(n int, calls *int) redis.ProcessHook {
 
 func TestReadsRetriesOnlyWhatIsSafeTwice(t *testing.T) {
 	ctx := context.Background()
+	calls := 0
 	for _, tc := range []struct {
 		cmd       redis.Cmder
 		fails     int
@@ -38,14 +39,23 @@ func TestReadsRetriesOnlyWhatIsSafeTwice(t *testing.T) {
 		{redis.NewCmd(ctx, "evalsha", "sha", 0), 1, 1, true},       // the ledger retries scripts by id
 		{redis.NewStringCmd(ctx, "get", "k"), readAttempts + 5, readAttempts, true},
 	} {
-		calls := 0
+		calls = 0
 		err := Reads{}.ProcessHook(lossy(tc.fails, &calls))(ctx, tc.cmd)
 		if calls != tc.wantCalls || (err != nil) != tc.wantErr {
 			t.Errorf("%v: %d calls, err %v; want %d calls, error %v", tc.cmd.Args(), calls, err, tc.wantCalls, tc.wantErr)
 		}
 	}
+	// Nor is a failure to connect: the next dial would fail the same way.
+	calls = 0
+	_ = Reads{}.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
+		calls++
+		return &net.OpError{Op: "dial", Net: "unix", Err: errors.New("connect: connection refused")}
+	})(ctx, redis.NewStringCmd(ctx, "get", "k"))
+	if calls != 1 {
+		t.Errorf("a refused dial retried: %d calls", calls)
+	}
 	// An answer from Redis (an error reply) is not retried.
-	calls := 0
+	calls = 0
 	_ = Reads{}.ProcessHook(func(ctx context.Context, cmd redis.Cmder) error {
 		calls++
 		return redis.Nil
