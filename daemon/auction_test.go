@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
 	"strconv"
 	"strings"
 	"testing"
@@ -225,19 +224,11 @@ func TestPacedAuctionIsDecidedAgain(t *testing.T) {
 // gauge returns the value of an unlabelled gauge from d's collector.
 func gauge(t *testing.T, d *daemon.Daemon, name string) float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := exportedGauge(t, d, name)
+	if !ok {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }
 
 // Issue 9, item 8: past the memory bound the oldest ids are forgotten first;

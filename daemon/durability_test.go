@@ -13,19 +13,14 @@ import (
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // exportedGauge returns the value of an unlabelled gauge the daemon exports, and
 // whether it is exported.
 func exportedGauge(t *testing.T, d *daemon.Daemon, name string) (float64, bool) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
+	for _, mf := range gather(t, d) {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
 			return mf.GetMetric()[0].GetGauge().GetValue(), true
 		}
@@ -165,4 +160,16 @@ func TestGateRechecksOnNewConnection(t *testing.T) {
 		err := gate.Err(ctx)
 		return err != nil && strings.Contains(err.Error(), "appendfsync everysec")
 	})
+}
+
+// gather returns the metrics d exports, through a registry of the test's own.
+func gather(t *testing.T, d *daemon.Daemon) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(d.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
 }

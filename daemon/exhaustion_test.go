@@ -7,20 +7,13 @@ import (
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ledgerReads is how many shard reads d made, from its metrics.
 func ledgerReads(t *testing.T, d *daemon.Daemon) float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n float64
-	for _, mf := range mfs {
+	for _, mf := range gather(t, d) {
 		if mf.GetName() != "pacer_lease_calls_total" {
 			continue
 		}

@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"errors"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -10,46 +9,7 @@ import (
 
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
 )
-
-// shardSnapshot DUMPs a shard's keys (as the key layout in lease/keys.go
-// names them); restoreShard puts them back, as a Redis restarted from an
-// older AOF or a lagging replica would.
-func shardSnapshot(t *testing.T, rdb *redis.Client, k lease.ShardKey) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, key := range shardRedisKeys(k) {
-		v, err := rdb.Dump(ctx, key).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[key] = v
-	}
-	return out
-}
-
-func restoreShard(t *testing.T, rdb *redis.Client, k lease.ShardKey, snap map[string]string) {
-	t.Helper()
-	for _, key := range shardRedisKeys(k) {
-		if err := rdb.Del(ctx, key).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := snap[key]; ok {
-			if err := rdb.RestoreReplace(ctx, key, 0, v).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
-func shardRedisKeys(k lease.ShardKey) []string {
-	tag := "pacer:{" + k.Campaign + "/" + k.Day + "/" + strconv.Itoa(k.Shard) + "}:"
-	return []string{tag + "state", tag + "leases", tag + "exp", tag + "done", tag + "audit", tag + "moves", tag + "ops"}
-}
 
 func info(d *daemon.Daemon, key string) int64 {
 	for _, f := range d.Info() {
@@ -82,11 +42,10 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 		}
 	}
 	run(10)
-	rdb := f.redis.Client()
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	snap := shardSnapshot(t, rdb, k)
+	snap := f.redis.Snapshot(k.RedisKeys()...)
 	run(20) // leases granted, renewed and released: then forgotten
-	restoreShard(t, rdb, k, snap)
+	f.redis.Restore(snap, k.RedisKeys()...)
 	run(120)
 
 	if info(a, "ledger_lost_writes")+info(b, "ledger_lost_writes") == 0 {

@@ -53,6 +53,10 @@ func (k ShardKey) keys() []string {
 	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit", t + "moves", t + "ops"}
 }
 
+// RedisKeys returns the shard's Redis keys (for tools and tests that copy or
+// inspect a shard as a whole).
+func (k ShardKey) RedisKeys() []string { return k.keys() }
+
 // AuditKey is the shard's audit stream.
 func (k ShardKey) AuditKey() string { return k.tag() + "audit" }
 

@@ -2,53 +2,13 @@ package lease_test
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
 )
-
-// shardKeys are the Redis keys of one shard, as the key layout documents.
-func shardKeys(k lease.ShardKey) []string {
-	tag := "pacer:{" + k.Campaign + "/" + k.Day + "/" + strconv.Itoa(k.Shard) + "}:"
-	return []string{tag + "state", tag + "leases", tag + "exp", tag + "done", tag + "audit", tag + "moves", tag + "ops"}
-}
-
-// snapshot DUMPs a shard's keys; restore puts them back, as Redis restarted
-// from an older AOF or a lagging replica would.
-func snapshot(t *testing.T, rdb *redis.Client, k lease.ShardKey) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	for _, key := range shardKeys(k) {
-		v, err := rdb.Dump(ctx, key).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[key] = v
-	}
-	return out
-}
-
-func restore(t *testing.T, rdb *redis.Client, k lease.ShardKey, snap map[string]string) {
-	t.Helper()
-	for _, key := range shardKeys(k) {
-		if err := rdb.Del(ctx, key).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if v, ok := snap[key]; ok {
-			if err := rdb.RestoreReplace(ctx, key, 0, v).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
 
 // A shard rolled back to an older copy while daemons hold leases: every
 // daemon that saw the lost writes learns it from its next reply, even after
@@ -74,7 +34,7 @@ func TestRollbackIsDetectedAndLeasesReasserted(t *testing.T) {
 	if err != nil || g1.Granted != 300_000 {
 		t.Fatalf("A-1 = %+v, %v", g1, err)
 	}
-	snap := snapshot(t, rdb, k)
+	snap := srv.Snapshot(k.RedisKeys()...)
 	g2, err := grant("A-2", 300_000, g1.Shard.History())
 	if err != nil || g2.Granted != 300_000 {
 		t.Fatalf("A-2 = %+v, %v", g2, err)
@@ -83,7 +43,7 @@ func TestRollbackIsDetectedAndLeasesReasserted(t *testing.T) {
 	if err != nil || g3.Granted != 200_000 {
 		t.Fatalf("B-1 = %+v, %v", g3, err)
 	}
-	restore(t, rdb, k, snap) // A-2 and B-1 are forgotten
+	srv.Restore(snap, k.RedisKeys()...) // A-2 and B-1 are forgotten
 
 	// A daemon that never saw the lost writes cannot tell: the lost state
 	// lets it lease the same budget again. This is the bound of a rollback.

@@ -5,6 +5,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/pacer/pacer/internal/redisproc"
@@ -54,5 +55,41 @@ func (s *Server) Restart() {
 	s.tb.Helper()
 	if err := s.Server.Restart(context.Background()); err != nil {
 		s.tb.Fatal(err)
+	}
+}
+
+// Snapshot DUMPs keys (those that exist), so that Restore can put them back as
+// they were: a Redis restarted from an older AOF or snapshot, or a lagging
+// replica promoted, in one shard's keys.
+func (s *Server) Snapshot(keys ...string) map[string]string {
+	s.tb.Helper()
+	c := s.Client()
+	out := map[string]string{}
+	for _, k := range keys {
+		v, err := c.Dump(context.Background(), k).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			s.tb.Fatal(err)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Restore puts keys back as Snapshot saw them; keys absent then are deleted.
+func (s *Server) Restore(snap map[string]string, keys ...string) {
+	s.tb.Helper()
+	c := s.Client()
+	for _, k := range keys {
+		if err := c.Del(context.Background(), k).Err(); err != nil {
+			s.tb.Fatal(err)
+		}
+		if v, ok := snap[k]; ok {
+			if err := c.RestoreReplace(context.Background(), k, 0, v).Err(); err != nil {
+				s.tb.Fatal(err)
+			}
+		}
 	}
 }
