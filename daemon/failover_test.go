@@ -22,7 +22,7 @@ import (
 // were released unspent), so the promoted ledger knows all of it: the
 // clients were never allowed more than it accounts for, nor the budget.
 func TestReplicaPromotedUnderReplicasPolicy(t *testing.T) {
-	policy := lease.Durability{Policy: lease.PolicyReplicas, Replicas: 1, WaitTimeout: 100 * time.Millisecond}
+	policy := lease.Durability{Policy: lease.PolicyReplicas, Replicas: 1, WaitTimeout: 500 * time.Millisecond}
 	if lost := replicaFailover(t, policy); lost > 0 {
 		t.Fatalf("the promoted ledger lost %d micros of grants the clients spent", lost)
 	}
