@@ -37,9 +37,13 @@ type campaign struct {
 	allowsReported atomic.Int64 // what metrics last reported: counters never go back
 	paced          atomic.Int64
 	exhausted      atomic.Int64
-	maxAmount      atomic.Int64 // largest SPEND seen: the bucket must hold at least a few
-	minAmount      atomic.Int64 // smallest SPEND seen (0: none yet)
-	requestedBase  int64        // refill loop only: demand of the days already dropped
+	maxAmount      atomic.Int64 // largest SPEND in the current window: the bucket must hold at least a few
+	// The largest SPEND of the window before (refill loop only): one huge
+	// SPEND sizes leases and the bucket for two windows, then is forgotten.
+	prevMaxAmount int64
+	maxSince      time.Time
+	minAmount     atomic.Int64 // smallest SPEND seen (0: none yet)
+	requestedBase int64        // refill loop only: demand of the days already dropped
 
 	salt           auctionKey   // makes this campaign's auction ids its own in the daemon's memory
 	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge
@@ -320,6 +324,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 
 	c.recheckExhaustion(ctx, now, ds)
 	closed := ds.b.Expire(now)
+	c.rotateLargestSpend(now)
 	c.updateDemand(now, ds)
 	if now.Sub(c.lastFlush) >= demandFlush {
 		c.flushDemand(ctx, now, ds)
@@ -515,6 +520,24 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	}
 }
 
+// largestSpendWindow is how long the largest SPEND seen keeps sizing the
+// campaign's leases and bucket (between one and two windows).
+const largestSpendWindow = 5 * time.Minute
+
+// largestSpend is the largest SPEND of this window and the one before.
+func (c *campaign) largestSpend() int64 { return max(c.maxAmount.Load(), c.prevMaxAmount) }
+
+// rotateLargestSpend starts a new window for the largest SPEND (refill loop).
+func (c *campaign) rotateLargestSpend(now time.Time) {
+	if c.maxSince.IsZero() {
+		c.maxSince = now
+	}
+	if now.Sub(c.maxSince) >= largestSpendWindow {
+		c.prevMaxAmount = c.maxAmount.Swap(0)
+		c.maxSince = now
+	}
+}
+
 // updateDemand folds the SPEND demand since the last tick into the EWMA.
 func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 	req := c.requestedBase + ds.b.Stats(now).Requested
@@ -566,7 +589,7 @@ const demandTau = 10 * time.Second
 
 func (c *campaign) capacity(dripPerSecond int64) int64 {
 	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
-	return max(int64(burst), 4*c.maxAmount.Load(), 1)
+	return max(int64(burst), 4*c.largestSpend(), 1)
 }
 
 // want sizes the next lease, or returns 0 when no lease is needed now. Leases
@@ -607,7 +630,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// (so a campaign whose demand is still unknown gets going), but never
 	// the catch-up's sliver: an idle campaign behind its curve must not
 	// hoard what other hosts could spend.
-	floor := max(4*c.maxAmount.Load(), pace/16)
+	floor := max(4*c.largestSpend(), pace/16)
 	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
 	w = min(max(w, floor), max(maxWant, floor))
 	return max(w, 1)
@@ -726,7 +749,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	// window before its end. Either way the tokens come from the lease and
 	// are spendable only until its end.
 	switch {
-	case g.Granted <= c.maxAmount.Load():
+	case g.Granted <= c.largestSpend():
 		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
 	case g.Shard.Remaining() == 0:
 		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
