@@ -214,7 +214,10 @@ func TestIdleConnectionsCapped(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	waitFor(t, func() bool { st := ts.Stats(); return st.ConnectionsOpen == maxClients && st.Rejected == uint64(total-maxClients) })
+	waitFor(t, func() bool {
+		st := ts.Stats()
+		return st.ConnectionsOpen == maxClients && st.Rejected == uint64(total-maxClients)
+	})
 	used, usedRSS := heapAndStacks()-base, rssBytes(t)-baseRSS
 	perConn := used / uint64(maxClients)
 	t.Logf("%d idle connections served, %d refused: Go heap+stacks +%d MB (%d B each, both ends), RSS +%d MB",
