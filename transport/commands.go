@@ -328,5 +328,7 @@ func (s *Server) info() string {
 	writeUint("total_commands_processed", st.Commands)
 	writeUint("total_error_replies", st.ErrorReplies)
 	writeUint("total_protocol_errors", st.ProtocolErrors)
+	writeUint("rejected_connections", st.Rejected)
+	writeUint("timedout_connections", st.TimedOut)
 	return b.String()
 }

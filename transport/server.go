@@ -436,7 +436,8 @@ func (s *Server) handle(c *serverConn) {
 	var protoErr *ProtocolError
 	timedOut := false
 	defer func() {
-		c.nc.Close()
+		// Free the slot before the client can see the close, so that
+		// it may reconnect at once under max clients.
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.doneCommands += c.commands.Load()
@@ -448,6 +449,7 @@ func (s *Server) handle(c *serverConn) {
 			s.timedOut++
 		}
 		s.mu.Unlock()
+		c.nc.Close()
 	}()
 
 	rd := newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))

@@ -321,7 +321,8 @@ func TestInfo(t *testing.T) {
 	// INFO counts itself, as in Redis.
 	want := "# pacer\r\ncampaigns:3\r\nleases_held:2\r\n\r\n# transport\r\n" +
 		"connected_clients:1\r\ntotal_connections_received:1\r\n" +
-		"total_commands_processed:2\r\ntotal_error_replies:0\r\ntotal_protocol_errors:0\r\n"
+		"total_commands_processed:2\r\ntotal_error_replies:0\r\ntotal_protocol_errors:0\r\n" +
+		"rejected_connections:0\r\ntimedout_connections:0\r\n"
 	if body != want {
 		t.Errorf("INFO body\n got %q\nwant %q", body, want)
 	}
