@@ -192,6 +192,9 @@ func TestIdleConnectionsCapped(t *testing.T) {
 		t.Logf("fd limit %d: with both ends in this process, %d connections instead of %d", limit, avail, total)
 		total = avail
 	}
+	if total < 500 {
+		t.Fatalf("fd limit %d: too low to test the connection cap (raise the hard limit: ulimit -Hn)", limit)
+	}
 	maxClients := total * 9 / 10
 	ts := startServer(t, newFakeSpender(), ServerConfig{MaxClients: maxClients})
 	base, baseRSS := heapAndStacks(), rssBytes(t)

@@ -287,6 +287,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Curves:           curves,
 		Logger:           log,
 		LedgerGate:       gate.Err,
+
+		// Against floods of unknown campaign ids.
+		UnknownCampaignTTL: cfg.UnknownCampaignTTL,
+		MaxCampaignLoads:   cfg.MaxCampaignLoads,
 	})
 	if err != nil {
 		return err
