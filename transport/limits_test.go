@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -181,41 +182,110 @@ func rssBytes(t testing.TB) uint64 {
 	return pages * uint64(os.Getpagesize())
 }
 
-// TestIdleConnectionsCapped opens more idle connections than MaxClients:
-// those past the cap are refused with an error, the others cost a bounded
-// amount of memory, and all of it is given back when they close.
+// TestMain lets the test binary act as the dialer of
+// TestIdleConnectionsCapped: the clients' ends of the connections live in a
+// child process, so that this one has its whole fd limit for the server's.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("PACER_TEST_DIALER"); path != "" {
+		os.Exit(dialer(path))
+	}
+	os.Exit(m.Run())
+}
+
+// dialer opens PACER_TEST_CONNS connections to path and says "dialed"; on
+// "check" from stdin it checks that the connections past PACER_TEST_CAP were
+// refused and that a sample of the others is served, and says "ok" or why
+// not; it exits, closing them all, when stdin closes.
+func dialer(path string) int {
+	n, _ := strconv.Atoi(os.Getenv("PACER_TEST_CONNS"))
+	maxClients, _ := strconv.Atoi(os.Getenv("PACER_TEST_CAP"))
+	conns := make([]net.Conn, 0, n)
+	for retries := 0; len(conns) < n; {
+		c, err := net.Dial("unix", path)
+		if errors.Is(err, syscall.EAGAIN) && retries < 10_000 {
+			// The listen backlog is full: the server is accepting.
+			retries++
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil {
+			fmt.Printf("dial %d: %v\n", len(conns), err)
+			return 1
+		}
+		conns = append(conns, c)
+	}
+	fmt.Println("dialed")
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != "check" {
+		return 1
+	}
+	result := "ok"
+	for i, c := range conns[maxClients:] {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(c)
+		if string(got) != "-ERR max clients reached\r\n" || (err != nil && !errors.Is(err, syscall.ECONNRESET)) {
+			result = fmt.Sprintf("connection %d past the cap: %q, %v", i, got, err)
+			break
+		}
+	}
+	for i := 0; i < maxClients && result == "ok"; i += max(1, maxClients/50) {
+		rc := &rawConn{Conn: conns[i], rd: bufio.NewReader(conns[i])}
+		conns[i].SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(rc, "PING\r\n")
+		if got, err := rc.reply(); got != "+PONG\r\n" {
+			result = fmt.Sprintf("connection %d: PING = %q, %v", i, got, err)
+		}
+	}
+	fmt.Println(result)
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// TestIdleConnectionsCapped opens 20,000 idle connections (fewer if the fd
+// limit is lower) from a child process against a cap of 1,000 fewer: those
+// past the cap are refused with an error, the others cost a bounded amount
+// of memory, and it is given back when they close.
 func TestIdleConnectionsCapped(t *testing.T) {
-	limit := raiseFileLimit(t)
+	limit := raiseFileLimit(t) // the child inherits it
 	total := 20_000
-	// Both ends live in this process: two fds per connection, plus spare.
-	if avail := (int(limit) - 256) / 2; avail < total {
-		t.Logf("fd limit %d: with both ends in this process, %d connections instead of %d", limit, avail, total)
+	if avail := int(limit) - 64; avail < total {
+		t.Logf("fd limit %d: %d connections instead of %d", limit, avail, total)
 		total = avail
 	}
-	if total < 500 {
+	if total < 2000 {
 		t.Fatalf("fd limit %d: too low to test the connection cap (raise the hard limit: ulimit -Hn)", limit)
 	}
-	maxClients := total * 9 / 10
+	maxClients := total - 1000
 	ts := startServer(t, newFakeSpender(), ServerConfig{MaxClients: maxClients})
 	base, baseRSS := heapAndStacks(), rssBytes(t)
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	baseLive := ms0.HeapAlloc + ms0.StackInuse
 
-	conns := make([]net.Conn, 0, total)
-	closeAll := func() {
-		for _, c := range conns {
-			c.Close()
-		}
-		conns = nil
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer closeAll()
-	for range total {
-		c, err := net.Dial("unix", ts.path)
-		if err != nil {
-			t.Fatalf("dial %d: %v", len(conns), err)
-		}
-		conns = append(conns, c)
+	child := exec.Command(exe)
+	child.Env = append(os.Environ(), "PACER_TEST_DIALER="+ts.path,
+		"PACER_TEST_CONNS="+strconv.Itoa(total), "PACER_TEST_CAP="+strconv.Itoa(maxClients))
+	child.Stderr = os.Stderr
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	defer stdin.Close()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "dialed" {
+		t.Fatalf("dialer: %q", out.Text())
 	}
 	waitFor(t, func() bool {
 		st := ts.Stats()
@@ -223,34 +293,24 @@ func TestIdleConnectionsCapped(t *testing.T) {
 	})
 	used, usedRSS := heapAndStacks()-base, rssBytes(t)-baseRSS
 	perConn := used / uint64(maxClients)
-	t.Logf("%d idle connections served, %d refused: Go heap+stacks +%d MB (%d B each, both ends), RSS +%d MB",
-		maxClients, total-maxClients, used>>20, perConn, usedRSS>>20)
-	// A server goroutine (8 KB stack at most while idle), its 4 KB read
-	// buffer and connection state, plus the client's net.Conn.
-	const bound = 16 << 10
+	t.Logf("%d idle connections served, %d refused: Go heap+stacks +%d MB (%d B each), RSS +%d MB (%d B each)",
+		maxClients, total-maxClients, used>>20, perConn, usedRSS>>20, usedRSS/uint64(maxClients))
+	// A goroutine (its stack), a 4 KB read buffer and the connection's
+	// state: about 9 KB.
+	const bound = 12 << 10
 	if perConn > bound {
 		t.Errorf("%d B per idle connection, want at most %d", perConn, bound)
 	}
 
-	// Connections past the cap were told why, then closed.
-	for i, c := range conns[maxClients:] {
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		got, err := io.ReadAll(c)
-		if string(got) != "-ERR max clients reached\r\n" || (err != nil && !errors.Is(err, syscall.ECONNRESET)) {
-			t.Fatalf("connection %d past the cap: %q, %v", i, got, err)
-		}
+	io.WriteString(stdin, "check\n")
+	if !out.Scan() || out.Text() != "ok" {
+		t.Fatalf("dialer: %s", out.Text())
 	}
-	// The accepted ones are served.
-	for i := 0; i < maxClients; i += maxClients / 20 {
-		rc := &rawConn{Conn: conns[i], rd: bufio.NewReader(conns[i])}
-		conns[i].SetDeadline(time.Now().Add(10 * time.Second))
-		if got := rc.do(t, "PING\r\n"); got != "+PONG\r\n" {
-			t.Fatalf("connection %d: PING = %q", i, got)
-		}
-	}
-
 	// Closing them frees their goroutines and memory, and makes room.
-	closeAll()
+	stdin.Close()
+	if err := child.Wait(); err != nil {
+		t.Fatalf("dialer: %v", err)
+	}
 	waitFor(t, func() bool { return ts.Stats().ConnectionsOpen == 0 })
 	debug.FreeOSMemory()
 	// Live bytes, not spans in use: a span keeps one survivor's page. A
