@@ -192,6 +192,7 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 	if cfg.MaxInlineBytes <= 0 {
 		cfg.MaxInlineBytes = DefaultMaxInlineBytes
 	}
+	cfg.MaxInlineBytes = min(cfg.MaxInlineBytes, cfg.MaxRequestBytes)
 	if cfg.MaxClients == 0 {
 		cfg.MaxClients = DefaultMaxClients
 	}
