@@ -87,6 +87,12 @@ type load struct {
 // with a retry error, without a ledger read. Ids the ledger does not know
 // are answered from d.unknown (see unknownCampaigns).
 func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
+	return d.campaignForWaiting(id, firstAmount, false)
+}
+
+// campaignForWaiting is campaignFor; with waitSlot, a load waits for a free
+// slot instead of being refused (Warm loads many campaigns at once).
+func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool) (*campaign, error) {
 	if c, ok := d.campaigns.get(id); ok {
 		return c, nil
 	}
@@ -110,13 +116,18 @@ func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
 	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
 		l = other.(*load)
 	} else {
-		select {
-		case d.loadSlots <- struct{}{}:
+		if waitSlot {
+			d.loadSlots <- struct{}{} // loads end within their ledger timeouts
 			go d.load(id, l, firstAmount)
-		default:
-			d.loads.Delete(id)
-			l.err = fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots))
-			close(l.done)
+		} else {
+			select {
+			case d.loadSlots <- struct{}{}:
+				go d.load(id, l, firstAmount)
+			default:
+				d.loads.Delete(id)
+				l.err = fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots))
+				close(l.done)
+			}
 		}
 	}
 	select {
@@ -321,7 +332,7 @@ func (d *Daemon) Campaigns() []string {
 func (d *Daemon) Warm(ids []string) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
-		wg.Go(func() { _, _ = d.campaignFor(id, 0) })
+		wg.Go(func() { _, _ = d.campaignForWaiting(id, 0, true) })
 	}
 	wg.Wait()
 }

@@ -249,3 +249,25 @@ func BenchmarkUnknownCampaignFlood(b *testing.B) {
 	b.ReportMetric(float64(worst), "redis-calls/flood")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rounds*n), "ns/unknown-id")
 }
+
+// Warm, at start, loads more campaigns than MaxCampaignLoads: its loads wait
+// for a slot rather than being refused.
+func TestWarmWaitsForLoadSlots(t *testing.T) {
+	f := newFixture(t)
+	f.clock.Set(midnight.Add(time.Hour))
+	var ids []string
+	for i := range 20 {
+		id := "warm-" + strconv.Itoa(i)
+		f.campaign(t, id, 8_640_000_000, 1)
+		ids = append(ids, id)
+	}
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, MaxCampaignLoads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	d.Warm(ids)
+	if got := len(d.Campaigns()); got != len(ids) {
+		t.Fatalf("%d campaigns loaded by Warm, want %d", got, len(ids))
+	}
+}
