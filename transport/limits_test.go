@@ -630,3 +630,30 @@ func attacker(path string) {
 	close(stop)
 	wg.Wait()
 }
+
+// Connections that each sent one large request, then went idle, hold no
+// more memory than those that never did: the read buffer and the reply
+// buffer a large request grew are given back.
+func TestBuffersShrinkAfterLargeRequests(t *testing.T) {
+	const n = 300
+	ts := startServer(t, newFakeSpender(), ServerConfig{})
+	base := heapAndStacks()
+	msg := strings.Repeat("m", DefaultMaxRequestBytes-100)
+	want := "$" + strconv.Itoa(len(msg)) + "\r\n" + msg + "\r\n"
+	for range n {
+		c := dialRaw(t, ts.path)
+		if got := c.do(t, resp("PING", msg)); got != want {
+			t.Fatalf("large PING echoed wrongly (%d bytes)", len(got))
+		}
+		if got := c.do(t, "PING\r\n"); got != "+PONG\r\n" {
+			t.Fatalf("PING = %q", got)
+		}
+	}
+	perConn := (heapAndStacks() - base) / n
+	t.Logf("%d idle connections after a %d KB request each: %d B each (client ends included)", n, len(msg)>>10, perConn)
+	// Without shrinking each would keep a 64 KB read buffer and a 64 KB
+	// reply buffer.
+	if perConn > 24<<10 {
+		t.Errorf("%d B per idle connection after a large request, want at most 24 KB", perConn)
+	}
+}
