@@ -54,8 +54,8 @@ type unknownEntry struct {
 // the set of campaign ids instead of one id at a time.
 const snapshotAfter = 16
 
-// defaultUnknownEntries bounds the negative cache: about 10 MB with ids of
-// the longest allowed length (map entry, ring slot and the id itself).
+// defaultUnknownEntries bounds the negative cache: 11.5 MB measured with
+// 64-byte ids, about 15 MB with the longest allowed (128 bytes).
 const defaultUnknownEntries = 50_000
 
 func newUnknownCampaigns(ttl time.Duration, maxEntries int) *unknownCampaigns {
