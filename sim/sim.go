@@ -281,6 +281,11 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			Curve: spec.Curve, Shards: spec.Shards, State: lease.StateActive}); err != nil {
 			return err
 		}
+		// As an operator would (pacerctl campaign set --bid): the typical
+		// largest bid, so a budget of few bids gets few shards on its first day.
+		if err := r.obsLedger.SetBid(ctx, spec.ID, r.bid.typicalMax()); err != nil {
+			return err
+		}
 	}
 	r.stopAt = r.end.Add(2 * time.Minute)
 	if r.enabled[sLua] {
