@@ -241,6 +241,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Grace:            cfg.Lease.Grace,
 		CapWindow:        cfg.Lease.CapWindow,
 		BurstWindow:      cfg.Lease.BurstWindow,
+		CatchUp:          cfg.Lease.CatchUp,
+		StandingWindow:   cfg.Lease.StandingWindow,
+		StandingIdle:     standingIdle(cfg.Lease.StandingIdle),
 		TickInterval:     cfg.TickInterval,
 		CampaignRefresh:  cfg.CampaignRefresh,
 		LedgerTimeout:    cfg.LedgerTimeout,
@@ -357,4 +360,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
+}
+
+// standingIdle maps the config's 0 (no standing leases) onto the daemon's
+// negative "never"; the daemon reads 0 as "the default".
+func standingIdle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
