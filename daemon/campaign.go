@@ -47,8 +47,12 @@ type campaign struct {
 	// without SPENDs, and sizes its standing lease and the ledger's one-bid
 	// advance. Several windows, because one SPEND is a poor guess of the
 	// next: a standing lease of one bid too small denies it.
-	unitHistory   [unitWindows]int64
-	unitNext      int
+	unitHistory [unitWindows]int64
+	unitNext    int
+	// The fleet's bid size for the campaign, as the ledger had it when this
+	// host last opened one of its days (refill loop only): a host's first
+	// SPENDs of a sparse campaign are too few to size a bid from.
+	fleetUnit     int64
 	minAmount     atomic.Int64 // smallest SPEND seen (0: none yet)
 	requestedBase int64        // refill loop only: demand of the days already dropped
 
@@ -106,7 +110,11 @@ type dayState struct {
 	shardEmpty  []bool
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
-	checkedAt   time.Time
+	// shardUnspent is shardLeft plus what is leased out (to any host) and
+	// may come back: a day whose shards are all empty is exhausted only
+	// when this is zero too; until then, its bids are paced.
+	shardUnspent []int64
+	checkedAt    time.Time
 	// known is each shard's history as of our last reply from it: the
 	// ledger checks it on every grant, renewal and release, and tells us
 	// if it lost writes we saw.
@@ -424,16 +432,48 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 		return nil
 	}
 	c.seenDays[day.Key] = true
+	if bid, err := c.d.ledger.Bid(ctx, c.id); err == nil {
+		c.fleetUnit = bid
+	} else {
+		c.log.Debug("cannot read the campaign's bid size; using what this host saw", zap.Error(err))
+	}
 	ds.shards = n
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
 	ds.shardLeft = make([]int64, n)
+	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
+		ds.shardUnspent[i] = part
 	}
 	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
 	return ds
+}
+
+// heldElsewhere estimates how much of leasedOut (the day's leased budget, as
+// the shards last said) other hosts hold, for a sparse campaign: standing
+// bids that may come back unused. Such a day whose shards are empty is
+// exhausted for this host only when less than one of its SPENDs is held
+// elsewhere; until then its bids are paced. A busy campaign's day is
+// exhausted when its shards are (0): what other hosts hold at its end is
+// theirs to spend, and passing crumbs around would only cost ledger calls.
+func (c *campaign) heldElsewhere(now time.Time, ds *dayState, leasedOut int64) int64 {
+	if !c.sparse() {
+		return 0
+	}
+	st := ds.b.Stats(now)
+	return max(leasedOut-st.Tokens-st.Reserve, 0)
+}
+
+// unspent estimates the campaign-day's budget not yet spent, leased out or
+// not.
+func (ds *dayState) unspent() int64 {
+	var sum int64
+	for _, r := range ds.shardUnspent {
+		sum += r
+	}
+	return sum
 }
 
 // remaining estimates the campaign-day's budget not yet leased or spent.
@@ -499,6 +539,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
 	left := make([]int64, ds.shards)
+	unspent := int64(0)
 	for i := range left {
 		start := time.Now()
 		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
@@ -508,6 +549,8 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			return
 		}
 		left[i] = sh.Remaining()
+		ds.shardUnspent[i] = sh.Unspent()
+		unspent += sh.Unspent() - sh.Remaining()
 	}
 	// A shard's leftover smaller than any SPEND this daemon has seen cannot
 	// be spent from one lease: leasing it would only pass it from daemon to
@@ -521,10 +564,15 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			spendable += r
 		}
 	}
+	// Budget leased out may come back unused (a sparse campaign's standing
+	// bids, the last leases of a day): until it is spent, bids are paced,
+	// not told the day is over.
+	elsewhere := c.heldElsewhere(now, ds, unspent)
 	switch {
-	case spendable > 0 && ds.exhausted.Swap(false):
-		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key), zap.Int64("spendable_micros", spendable))
-	case spendable == 0 && !ds.exhausted.Swap(true):
+	case (spendable > 0 || elsewhere >= smallest) && ds.exhausted.Swap(false):
+		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key),
+			zap.Int64("spendable_micros", spendable), zap.Int64("leased_elsewhere_micros", elsewhere))
+	case spendable == 0 && elsewhere < smallest && !ds.exhausted.Swap(true):
 		c.log.Info("campaign-day exhausted (read from the ledger)", zap.String("day", ds.day.Key))
 	}
 }
@@ -554,10 +602,14 @@ func (c *campaign) rotateLargestSpend(now time.Time) {
 // unitWindows is how many windows with SPENDs the bid size is taken over.
 const unitWindows = 8
 
-// unit is the campaign's bid size as this host knows it (refill loop): the
+// seenUnit is the campaign's bid size as this host saw it (refill loop): the
 // largest SPEND of this window and of the last unitWindows that had any; 0
 // before any.
-func (c *campaign) unit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
+func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
+
+// unit is the bid size that sizes standing leases and the ledger's one-bid
+// advance: what this host saw, or the fleet's if larger.
+func (c *campaign) unit() int64 { return max(c.seenUnit(), c.fleetUnit) }
 
 // updateDemand folds the SPEND demand since the last tick into the EWMAs.
 func (c *campaign) updateDemand(now time.Time, ds *dayState) {
@@ -600,7 +652,7 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		Allowed:     st.Allows - c.flushed.Allows,
 		Denied:      st.Denials - c.flushed.Denials,
 		MicrosAsked: st.Requested - c.flushed.Requested,
-		BidMicros:   c.unit(),
+		BidMicros:   c.seenUnit(),
 	}
 	d.Requests = d.Allowed + d.Denied
 	if d.Requests <= 0 {
@@ -777,10 +829,15 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	ds.shardFilled[shard] = g.Granted == want
 	ds.shardLeft[shard] = g.Shard.Remaining()
+	ds.shardUnspent[shard] = g.Shard.Unspent()
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
 			ds.shardEmpty[shard] = true
-			if !slices.Contains(ds.shardEmpty, false) && !ds.exhausted.Swap(true) {
+			// Every shard empty: the day is exhausted once nothing is leased
+			// out either (what is may come back unused); until then the
+			// next settings refresh has the shards looked at again.
+			if !slices.Contains(ds.shardEmpty, false) && c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) < max(c.minAmount.Load(), 1) &&
+				!ds.exhausted.Swap(true) {
 				ds.checkedAt = now
 				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
 				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -66,4 +67,16 @@ func (l *Ledger) SetBid(ctx context.Context, campaign string, micros int64) erro
 		return fmt.Errorf("ledger %s: bid: %w", campaign, err)
 	}
 	return nil
+}
+
+// Bid returns campaign's last recorded bid size (see SetBid), or 0 if none.
+func (l *Ledger) Bid(ctx context.Context, campaign string) (int64, error) {
+	v, err := l.rdb.HGet(ctx, daysKey(campaign), bidField).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("ledger %s: bid: %w", campaign, err)
+	}
+	return min(max(v, 0), MaxBudgetMicros), nil
 }

@@ -163,6 +163,10 @@ func (s Shard) History() History { return History{s.Seq, s.Tip} }
 // does not count.
 func (s Shard) Remaining() int64 { return max(s.Locked+s.Available-s.Owed, 0) }
 
+// Unspent is the shard's budget not yet spent: Remaining, plus what is leased
+// out and may come back unused when the leases end.
+func (s Shard) Unspent() int64 { return max(s.Locked+s.Available+s.Leased-s.Owed, 0) }
+
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
 	return Shard{s.Budget + o.Budget, s.Locked + o.Locked, s.Available + o.Available,

@@ -84,6 +84,7 @@ type campaignRT struct {
 	budget   int64 // pacer's and no pacing's budget
 	blBudget int64 // the Redis-backed baselines' budget (budget / thin)
 	inBL     bool  // runs the Redis-backed baselines
+	maxBid   int64 // the bids' typical largest (95th percentile)
 
 	npRemaining atomic.Int64 // no pacing: the fleet's shared counter
 
@@ -283,7 +284,8 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		}
 		// As an operator would (pacerctl campaign set --bid): the typical
 		// largest bid, so a budget of few bids gets few shards on its first day.
-		if err := r.obsLedger.SetBid(ctx, spec.ID, r.bid.typicalMax()); err != nil {
+		c.maxBid = r.bid.typicalMax()
+		if err := r.obsLedger.SetBid(ctx, spec.ID, c.maxBid); err != nil {
 			return err
 		}
 	}
