@@ -42,9 +42,10 @@ lint: ## gofmt, go vet, and staticcheck where it installs.
 	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
 
 .PHONY: tidy
-tidy: ## go mod tidy, and fail if it changed anything.
+tidy: ## go mod tidy (here and in examples/goclient), and fail if it changed anything.
 	$(GO) mod tidy
-	git diff --exit-code go.mod go.sum
+	cd examples/goclient && GOWORK=off $(GO) mod tidy
+	git diff --exit-code go.mod go.sum examples/goclient/go.mod examples/goclient/go.sum
 
 .PHONY: bench
 bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simulated day (docs/img/).
