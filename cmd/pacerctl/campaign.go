@@ -128,6 +128,11 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		if !daily.set {
 			return usagef("campaign set: campaign %q is new: --daily is required", id)
 		}
+		// A new campaign that can never spend is a typo. An existing
+		// one may be cut to 0 (today's unspent budget taken back).
+		if daily.micros == 0 {
+			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5u)", id)
+		}
 		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
 	}
 	if daily.set {
