@@ -284,7 +284,8 @@ func (a *app) checkCurveName(name string) error {
 	}
 	curves, unreadable, err := a.loadCurves()
 	if unreadable != nil {
-		a.warnf("cannot check that curve %q exists: %v", name, unreadable)
+		a.warnf("cannot check that curve %q exists: %v\n  pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout). "+
+			"Daemons without curve %q pace the campaign flat and say so in their log only.", name, unreadable, name)
 		return nil
 	}
 	if err != nil {

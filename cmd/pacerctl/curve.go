@@ -29,7 +29,7 @@ func (a *app) loadCurves() (curves map[string]*bucket.Curve, unreadable, err err
 func (a *app) curvesOrFlat() (map[string]*bucket.Curve, error) {
 	curves, unreadable, err := a.loadCurves()
 	if unreadable != nil {
-		a.warnf("cannot read the curves directory (%v); showing only the built-in %s", unreadable, config.FlatCurve)
+		a.warnf("cannot read the curves directory (%v); showing only the built-in %s.\n  Pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout)", unreadable, config.FlatCurve)
 		return map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}, nil
 	}
 	return curves, err

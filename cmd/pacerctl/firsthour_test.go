@@ -95,3 +95,11 @@ func TestDailyZeroAndReportHint(t *testing.T) {
 		t.Errorf("report --day today: %+v", r)
 	}
 }
+
+func TestMissingCurvesSaysWhatToPass(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	r := runArgs("--curves", missing, "curve", "list")
+	if r.code != 0 || !strings.Contains(r.stderr, "Pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout)") {
+		t.Errorf("curve list without a curves directory: %+v", r)
+	}
+}

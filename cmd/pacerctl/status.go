@@ -99,7 +99,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 	curves, unreadable, err := a.loadCurves()
 	switch {
 	case unreadable != nil:
-		a.warnf("cannot read the curves directory (%v): targets only for campaigns on %s", unreadable, config.FlatCurve)
+		a.warnf("cannot read the curves directory (%v): targets only for campaigns on %s.\n  Pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout)", unreadable, config.FlatCurve)
 		curves = map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}
 	case err != nil:
 		return err
