@@ -101,6 +101,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *hosts < 1 || *hosts > 9 {
 		return errors.New("--hosts: 1 to 9")
 	}
+	if *adminPort < 1 || *adminPort+*hosts-1 > 65535 {
+		return fmt.Errorf("--admin-port %d: want a port from 1 to %d (pacerd i listens on it + i - 1)", *adminPort, 65536-*hosts)
+	}
+	for _, p := range []int{*etcdPort, *etcdPeerPort, *natsPort} {
+		if p < 0 || p > 65535 {
+			return fmt.Errorf("port %d: want 0 (any free port) to 65535", p)
+		}
+	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
 		return err

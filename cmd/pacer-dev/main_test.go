@@ -22,6 +22,12 @@ func TestHelpExitsZero(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "run `pacer-dev --help` for the flags") {
 		t.Errorf("--nosuch: %v", err)
 	}
+	dir := t.TempDir()
+	for _, args := range [][]string{{"--admin-port", "0"}, {"--admin-port", "65535", "--hosts", "2"}, {"--nats-port", "70000"}} {
+		if err := run(context.Background(), append([]string{"--dir", dir}, args...), &out, &errOut); err == nil || !strings.Contains(err.Error(), "want") {
+			t.Errorf("%q: %v", args, err)
+		}
+	}
 }
 
 // TestSecondFleetRefused: the lock is what keeps a second `make run` from
