@@ -49,3 +49,13 @@ func TestConsoleLogsPlainWhenNotATerminal(t *testing.T) {
 		t.Errorf("console log to a buffer = %q, want INFO without ANSI escapes", buf.String())
 	}
 }
+
+func TestMissingSocketDirSaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--socket", dir + "/nonexistent/pacer.sock", "--redis", "127.0.0.1:1",
+		"--admin", "", "--state-dir", dir, "--holder", "t"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "pass --socket PATH") || !strings.Contains(err.Error(), "`make run`") {
+		t.Errorf("missing socket directory: %v", err)
+	}
+}
