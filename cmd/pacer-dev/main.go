@@ -251,7 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
     bin/pacerctl campaign resume demo
     bin/pacerctl check
 
-  See pacing over a whole simulated day (about 20 s; redis-server of its own):
+  See pacing over a whole simulated day (10 to 20 s; redis-server of its own):
     bin/pacersim configs/scenarios/smoke.yaml --out %[7]s/sim && echo "plot: %[7]s/sim/sim-cumulative.png"
 
   Ctrl-C stops the fleet (leases go back to the ledger).
