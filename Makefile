@@ -24,7 +24,8 @@ build: ## Build pacerd, pacerctl, pacersim and pacer-dev into bin/ (lists packag
 	@$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 .PHONY: run
-run: deps build ## Bring up a local fleet in .run/ (RUN_ARGS='--hosts 2 --nats-port 24222' to change it).
+run: build ## Bring up a local fleet in .run/ (RUN_ARGS='--hosts 2 --nats-port 24222' to change it).
+	@scripts/deps.sh run
 	@scripts/run-dev.sh $(RUN_ARGS)
 
 .PHONY: test

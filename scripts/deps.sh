@@ -5,17 +5,22 @@
 #     /usr/bin/python3, and Node with ioredis and node-redis pinned in
 #     compat/node/package-lock.json, installed in compat/node/node_modules.
 # Idempotent: a second run installs nothing. Otherwise it says what to run.
+# `scripts/deps.sh run` installs only what `make run` needs (redis).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+only_run=false
+[ "${1:-}" = run ] && only_run=true
 
 pkgs=()
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
-if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; then
-  pkgs+=(python3 python3-redis)
+if ! $only_run; then
+  if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; then
+    pkgs+=(python3 python3-redis)
+  fi
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
-command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
@@ -36,6 +41,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   # Debian starts a system redis on :6379; pacer's tests and dev stack use
   # their own servers on Unix sockets and do not need it.
 fi
+
+$only_run && exit 0
 
 # Node clients, exactly as package-lock.json pins them. npm ci wipes and
 # reinstalls, so run it only when the lock file changed since the last run.
