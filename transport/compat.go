@@ -10,7 +10,8 @@ import (
 // on connect (HELLO, CLIENT SETNAME/SETINFO, SELECT), when probing the
 // server (COMMAND, COMMAND DOCS) and in pipelines (MULTI/EXEC) — so that a
 // stock client works against pacerd with its default options. None of them
-// touches the budget: SPEND, REFUND and BALANCE stay the only ways in.
+// touches the budget itself: EXEC only runs queued SPEND, REFUND and BALANCE
+// as if they had been sent one by one.
 
 // helloVersion is what HELLO reports as "version": the Redis release whose
 // protocol pacerd speaks. Some clients enable features by comparing it
@@ -19,10 +20,13 @@ const helloVersion = "7.0.0"
 
 // Bounds of one MULTI: queued commands are copied (the read buffer is
 // reused by the next batch), so a client that opens a MULTI and never
-// EXECs must not be able to grow the daemon's memory.
+// EXECs must not be able to grow the daemon's memory. MaxQueuedBytes counts
+// each argument's bytes plus queuedArgOverhead, so many empty arguments
+// cost what they take.
 const (
 	MaxQueuedCommands = 10_000
 	MaxQueuedBytes    = 1 << 20
+	queuedArgOverhead = 24 // a slice header
 )
 
 // connIDs numbers connections for CLIENT ID and HELLO, as Redis does; ids
@@ -159,11 +163,12 @@ func (d *dispatcher) queue(w replyWriter, args [][]byte) {
 		fail(arityError(c.name))
 		return
 	}
-	size := 0
+	size, cost := 0, queuedArgOverhead
 	for _, a := range args {
 		size += len(a)
+		cost += len(a) + queuedArgOverhead
 	}
-	if len(tx.cmds) >= MaxQueuedCommands || tx.bytes+size > MaxQueuedBytes {
+	if len(tx.cmds) >= MaxQueuedCommands || tx.bytes+cost > MaxQueuedBytes {
 		fail("transaction too large: at most " + strconv.Itoa(MaxQueuedCommands) +
 			" commands and " + strconv.Itoa(MaxQueuedBytes) + " bytes per MULTI; DISCARD it and send smaller ones")
 		return
@@ -176,7 +181,7 @@ func (d *dispatcher) queue(w replyWriter, args [][]byte) {
 		cmd[i] = buf[len(buf)-len(a):]
 	}
 	tx.cmds = append(tx.cmds, cmd)
-	tx.bytes += size
+	tx.bytes += cost
 	w.WriteString("QUEUED")
 }
 

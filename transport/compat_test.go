@@ -313,7 +313,31 @@ func TestMultiBounded(t *testing.T) {
 		}
 		n++
 	}
-	if want := MaxQueuedBytes / (len(big) + 4); n != want {
+	if want := MaxQueuedBytes / (len(big) + 4 + 3*queuedArgOverhead); n != want {
 		t.Errorf("queued %d 60 kB commands, want %d", n, want)
+	}
+}
+
+// TestMultiCountsArgumentOverhead: a MULTI of commands with many empty
+// arguments is bounded by the memory they take, not just their bytes.
+func TestMultiCountsArgumentOverhead(t *testing.T) {
+	ts := startServer(t, newFakeSpender(), ServerConfig{})
+	c := dialRaw(t, ts.path)
+	c.do3(t, resp("MULTI"))
+	args := append([]string{"INFO"}, make([]string, DefaultMaxArgs-1)...)
+	req := resp(args...)
+	n := 0
+	for {
+		r := c.do3(t, req)
+		if r != "+QUEUED\r\n" {
+			if !strings.HasPrefix(r, "-ERR transaction too large") {
+				t.Fatalf("INFO %d: %q", n, r)
+			}
+			break
+		}
+		n++
+	}
+	if want := MaxQueuedBytes / (len("INFO") + DefaultMaxArgs*queuedArgOverhead + queuedArgOverhead); n != want {
+		t.Errorf("queued %d INFOs of %d empty arguments, want %d", n, DefaultMaxArgs-1, want)
 	}
 }
