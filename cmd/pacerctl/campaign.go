@@ -133,6 +133,11 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		if !daily.set {
 			return usagef("campaign set: campaign %q is new: --daily is required", id)
 		}
+		// A new campaign that can never spend is a typo. An existing
+		// one may be cut to 0 (today's unspent budget taken back).
+		if daily.micros == 0 {
+			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5u)", id)
+		}
 		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
 	}
 	if daily.set {
@@ -289,7 +294,8 @@ func (a *app) checkCurveName(name string) error {
 	}
 	curves, unreadable, err := a.loadCurves()
 	if unreadable != nil {
-		a.warnf("cannot check that curve %q exists: %v", name, unreadable)
+		a.warnf("cannot check that curve %q exists: %v\n  pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout). "+
+			"Daemons without curve %q pace the campaign flat and say so in their log only.", name, unreadable, name)
 		return nil
 	}
 	if err != nil {
