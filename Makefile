@@ -11,23 +11,26 @@ DESTDIR   ?=
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@if [ -t 1 ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
+	awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-12s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install what the tests and the dev stack need (redis-server) if missing.
+deps: ## Install what the tests and the dev stack need (redis-server, the compat suite's clients) if missing.
 	@scripts/deps.sh
 
 .PHONY: build
-build: ## Build pacerd and pacerctl into bin/.
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+build: ## Build pacerd, pacerctl, pacersim and pacer-dev into bin/ (lists packages as they compile).
+	@echo "go build ./cmd/... -> $(BIN)/ (a first build compiles etcd and NATS: a minute or two)"
+	@$(GO) build -v -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
 
 .PHONY: run
-run: deps build ## Bring up a local stack (redis-server, pacerd, a demo campaign) in .run/.
-	@scripts/run-dev.sh
+run: build ## Bring up a local fleet in .run/ (RUN_ARGS='--hosts 2 --nats-port 24222' to change it).
+	@scripts/deps.sh run
+	@scripts/run-dev.sh $(RUN_ARGS)
 
 .PHONY: test
-test: deps ## Run every test with -race (starts its own redis-server on temp sockets).
-	$(GO) test -race -count=1 -timeout 30m ./...
+test: deps ## Run every test with -race, a line per package as it finishes (PKGS=./transport/ for some).
+	$(GO) run ./internal/tools/testsum -race -count=1 -timeout 30m $(or $(PKGS),./...)
 
 .PHONY: soak
 soak: deps ## Long model-based and fault runs (SEEDS=2000 by default; about an hour on 2 cores).
@@ -42,9 +45,10 @@ lint: ## gofmt, go vet, and staticcheck where it installs.
 	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; else echo "staticcheck not installed; skipped"; fi
 
 .PHONY: tidy
-tidy: ## go mod tidy, and fail if it changed anything.
+tidy: ## go mod tidy (here and in examples/goclient), and fail if it changed anything.
 	$(GO) mod tidy
-	git diff --exit-code go.mod go.sum
+	cd examples/goclient && GOWORK=off $(GO) mod tidy
+	git diff --exit-code go.mod go.sum examples/goclient/go.mod examples/goclient/go.sum
 
 .PHONY: bench
 bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simulated day (docs/img/).

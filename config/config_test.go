@@ -58,6 +58,9 @@ lease:
   grace: 5s
   cap_window: 10m
   burst_window: 500ms
+  max_catch_up: 2
+  standing_window: 2m
+  standing_idle: 0s
 tick_interval: 50ms
 campaign_refresh: 1m
 ledger_timeout: 750ms
@@ -92,7 +95,8 @@ ledger:
 		MaxAmountMicros:    5_000_000,
 		DedupMemoryBytes:   256 << 20,
 		Lease: Lease{Window: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
-			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond},
+			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond,
+			CatchUp: 2, StandingWindow: 2 * time.Minute},
 		TickInterval:    50 * time.Millisecond,
 		CampaignRefresh: time.Minute,
 		LedgerTimeout:   750 * time.Millisecond,
@@ -126,7 +130,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		yaml, want string
 	}{
 		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
-		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window)`},
+		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
 		{"lease:\n  window: 30x", `line 2: lease.window: "30x" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -135,6 +139,10 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"lease:\n  grace: 1s", `lease.grace: 1s must exceed lease.skew_bound 1s, or the reconciler could settle a lease its holder may still spend`},
 		{"lease:\n  window: 4s", `lease.window: 4s must exceed 4 x lease.skew_bound (4s), or little of each lease is spendable`},
 		{"tick_interval: 30s", `tick_interval: 30s must be shorter than lease.window 30s`},
+		{"lease:\n  max_catch_up: 0", `lease.max_catch_up: 0: want 1 to 8 (a multiple of the curve's pace; 1 spreads a deficit over the rest of the day)`},
+		{"lease:\n  max_catch_up: 9", `lease.max_catch_up: 9: want 1 to 8 (a multiple of the curve's pace; 1 spreads a deficit over the rest of the day)`},
+		{"lease:\n  standing_window: 10s", `lease.standing_window: 10s must be at least lease.window 30s`},
+		{"lease:\n  standing_idle: -1s", `lease.standing_idle: -1s: must be 0 (no standing leases) or positive`},
 		{"max_amount_micros: 1.5", `line 1: max_amount_micros: "1.5" is not an integer`},
 		{"max_amount_micros: 0", `max_amount_micros: 0: want 1 to 1000000000000000`},
 		{"dedup_memory_bytes: 65536", `dedup_memory_bytes: 65536: want 1048576 (1 MiB) to 68719476736 (64 GiB)`},

@@ -101,6 +101,14 @@ type Lease struct {
 	Grace       time.Duration `yaml:"grace"`
 	CapWindow   time.Duration `yaml:"cap_window"`
 	BurstWindow time.Duration `yaml:"burst_window"`
+	// CatchUp is the fastest a campaign behind its curve recovers, as a
+	// multiple of the curve's pace (1 to 8).
+	CatchUp int64 `yaml:"max_catch_up"`
+	// StandingWindow is how long a sparse campaign's standing one-bid lease
+	// lasts; StandingIdle how long after its last SPEND a host keeps one
+	// (0s: never).
+	StandingWindow time.Duration `yaml:"standing_window"`
+	StandingIdle   time.Duration `yaml:"standing_idle"`
 }
 
 // Log is the logging section of Daemon.
@@ -158,11 +166,14 @@ func DefaultDaemon() Daemon {
 		// SPENDs a second with ids, and about 7 s at 180,000.
 		DedupMemoryBytes: 64 << 20,
 		Lease: Lease{
-			Window:      30 * time.Second,
-			SkewBound:   time.Second,
-			Grace:       4 * time.Second,
-			CapWindow:   5 * time.Minute,
-			BurstWindow: 2 * time.Second,
+			Window:         30 * time.Second,
+			SkewBound:      time.Second,
+			Grace:          4 * time.Second,
+			CapWindow:      5 * time.Minute,
+			BurstWindow:    2 * time.Second,
+			CatchUp:        3,
+			StandingWindow: 5 * time.Minute,
+			StandingIdle:   6 * time.Hour,
 		},
 		TickInterval:    100 * time.Millisecond,
 		CampaignRefresh: 30 * time.Second,
@@ -334,6 +345,15 @@ func (d Daemon) Validate() error {
 	okGrace := positive("lease.grace", l.Grace)
 	positive("lease.cap_window", l.CapWindow)
 	positive("lease.burst_window", l.BurstWindow)
+	if l.CatchUp < 1 || l.CatchUp > lease.MaxCatchUp {
+		bad("lease.max_catch_up: %d: want 1 to %d (a multiple of the curve's pace; 1 spreads a deficit over the rest of the day)", l.CatchUp, lease.MaxCatchUp)
+	}
+	if okWindow && l.StandingWindow < l.Window {
+		bad("lease.standing_window: %v must be at least lease.window %v", l.StandingWindow, l.Window)
+	}
+	if l.StandingIdle < 0 {
+		bad("lease.standing_idle: %v: must be 0 (no standing leases) or positive", l.StandingIdle)
+	}
 	okTick := positive("tick_interval", d.TickInterval)
 	positive("campaign_refresh", d.CampaignRefresh)
 	positive("ledger_timeout", d.LedgerTimeout)

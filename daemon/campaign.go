@@ -42,6 +42,17 @@ type campaign struct {
 	// SPEND sizes leases and the bucket for two windows, then is forgotten.
 	prevMaxAmount int64
 	maxSince      time.Time
+	// The largest SPEND of each of the last few windows that had any
+	// (refill loop only): a sparse campaign's bid size outlives the windows
+	// without SPENDs, and sizes its standing lease and the ledger's one-bid
+	// advance. Several windows, because one SPEND is a poor guess of the
+	// next: a standing lease of one bid too small denies it.
+	unitHistory [unitWindows]int64
+	unitNext    int
+	// The fleet's bid size for the campaign, as the ledger had it when this
+	// host last opened one of its days (refill loop only): a host's first
+	// SPENDs of a sparse campaign are too few to size a bid from.
+	fleetUnit     int64
 	minAmount     atomic.Int64 // smallest SPEND seen (0: none yet)
 	requestedBase int64        // refill loop only: demand of the days already dropped
 
@@ -57,7 +68,9 @@ type campaign struct {
 	lastTick      time.Time
 	lastRequested int64
 	lastDemandAt  time.Time
-	rate          float64      // EWMA of demand, micros per second
+	rate          float64 // EWMA of demand, micros per second
+	callRate      float64 // EWMA of SPENDs per second
+	lastCalls     int64
 	flushed       bucket.Stats // demand counts at the last flush to the ledger
 	lastFlush     time.Time
 	pending       []release
@@ -97,7 +110,11 @@ type dayState struct {
 	shardEmpty  []bool
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
-	checkedAt   time.Time
+	// shardUnspent is shardLeft plus what is leased out (to any host) and
+	// may come back: a day whose shards are all empty is exhausted only
+	// when this is zero too; until then, its bids are paced.
+	shardUnspent []int64
+	checkedAt    time.Time
 	// known is each shard's history as of our last reply from it: the
 	// ledger checks it on every grant, renewal and release, and tells us
 	// if it lost writes we saw.
@@ -340,7 +357,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if len(closed) > 0 {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
-	want := c.want(now, s, ds, due)
+	want, standing := c.want(now, s, ds, due)
 	for _, cl := range closed {
 		h := ds.leases[cl.ID]
 		delete(ds.leases, cl.ID)
@@ -349,7 +366,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		// that could not is running dry, and the next lease should come from
 		// another one, or budget would strand on shards nobody visits.
 		if want > 0 && ds.shardFilled[h.shard] {
-			c.grant(ctx, now, s, ds, h.shard, want, &cl)
+			c.grant(ctx, now, s, ds, h.shard, want, standing, &cl)
 			want = 0
 			continue
 		}
@@ -357,7 +374,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
-			c.grant(ctx, now, s, ds, shard, want, nil)
+			c.grant(ctx, now, s, ds, shard, want, standing, nil)
 		}
 	}
 }
@@ -415,16 +432,48 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 		return nil
 	}
 	c.seenDays[day.Key] = true
+	if bid, err := c.d.ledger.Bid(ctx, c.id); err == nil {
+		c.fleetUnit = bid
+	} else {
+		c.log.Debug("cannot read the campaign's bid size; using what this host saw", zap.Error(err))
+	}
 	ds.shards = n
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
 	ds.shardLeft = make([]int64, n)
+	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
+		ds.shardUnspent[i] = part
 	}
 	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
 	return ds
+}
+
+// heldElsewhere estimates how much of leasedOut (the day's leased budget, as
+// the shards last said) other hosts hold, for a sparse campaign: standing
+// bids that may come back unused. Such a day whose shards are empty is
+// exhausted for this host only when less than one of its SPENDs is held
+// elsewhere; until then its bids are paced. A busy campaign's day is
+// exhausted when its shards are (0): what other hosts hold at its end is
+// theirs to spend, and passing crumbs around would only cost ledger calls.
+func (c *campaign) heldElsewhere(now time.Time, ds *dayState, leasedOut int64) int64 {
+	if !c.sparse() {
+		return 0
+	}
+	st := ds.b.Stats(now)
+	return max(leasedOut-st.Tokens-st.Reserve, 0)
+}
+
+// unspent estimates the campaign-day's budget not yet spent, leased out or
+// not.
+func (ds *dayState) unspent() int64 {
+	var sum int64
+	for _, r := range ds.shardUnspent {
+		sum += r
+	}
+	return sum
 }
 
 // remaining estimates the campaign-day's budget not yet leased or spent.
@@ -490,6 +539,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
 	left := make([]int64, ds.shards)
+	unspent := int64(0)
 	for i := range left {
 		start := time.Now()
 		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
@@ -499,6 +549,8 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			return
 		}
 		left[i] = sh.Remaining()
+		ds.shardUnspent[i] = sh.Unspent()
+		unspent += sh.Unspent() - sh.Remaining()
 	}
 	// A shard's leftover smaller than any SPEND this daemon has seen cannot
 	// be spent from one lease: leasing it would only pass it from daemon to
@@ -512,10 +564,15 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			spendable += r
 		}
 	}
+	// Budget leased out may come back unused (a sparse campaign's standing
+	// bids, the last leases of a day): until it is spent, bids are paced,
+	// not told the day is over.
+	elsewhere := c.heldElsewhere(now, ds, unspent)
 	switch {
-	case spendable > 0 && ds.exhausted.Swap(false):
-		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key), zap.Int64("spendable_micros", spendable))
-	case spendable == 0 && !ds.exhausted.Swap(true):
+	case (spendable > 0 || elsewhere >= smallest) && ds.exhausted.Swap(false):
+		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key),
+			zap.Int64("spendable_micros", spendable), zap.Int64("leased_elsewhere_micros", elsewhere))
+	case spendable == 0 && elsewhere < smallest && !ds.exhausted.Swap(true):
 		c.log.Info("campaign-day exhausted (read from the ledger)", zap.String("day", ds.day.Key))
 	}
 }
@@ -534,24 +591,51 @@ func (c *campaign) rotateLargestSpend(now time.Time) {
 	}
 	if now.Sub(c.maxSince) >= largestSpendWindow {
 		c.prevMaxAmount = c.maxAmount.Swap(0)
+		if c.prevMaxAmount > 0 {
+			c.unitHistory[c.unitNext] = c.prevMaxAmount
+			c.unitNext = (c.unitNext + 1) % unitWindows
+		}
 		c.maxSince = now
 	}
 }
 
-// updateDemand folds the SPEND demand since the last tick into the EWMA.
+// unitWindows is how many windows with SPENDs the bid size is taken over.
+const unitWindows = 8
+
+// seenUnit is the campaign's bid size as this host saw it (refill loop): the
+// largest SPEND of this window and of the last unitWindows that had any; 0
+// before any.
+func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
+
+// unit is the bid size that sizes standing leases and the ledger's one-bid
+// advance: what this host saw, or the fleet's if larger.
+func (c *campaign) unit() int64 { return max(c.seenUnit(), c.fleetUnit) }
+
+// updateDemand folds the SPEND demand since the last tick into the EWMAs.
 func (c *campaign) updateDemand(now time.Time, ds *dayState) {
-	req := c.requestedBase + ds.b.Stats(now).Requested
+	st := ds.b.Stats(now)
+	req := c.requestedBase + st.Requested
+	calls := st.Allows + st.Denials
+	if calls < c.lastCalls {
+		c.lastCalls = 0 // a new day's bucket counts from zero
+	}
 	if req != c.lastRequested {
 		c.lastDemandAt = now
 	}
 	if !c.lastTick.IsZero() {
 		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
-			inst := float64(req-c.lastRequested) / dt
 			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
-			c.rate += alpha * (inst - c.rate)
+			c.rate += alpha * (float64(req-c.lastRequested)/dt - c.rate)
+			c.callRate += alpha * (float64(calls-c.lastCalls)/dt - c.callRate)
 		}
 	}
-	c.lastTick, c.lastRequested = now, req
+	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
+}
+
+// sparse reports whether the campaign's SPENDs on this host are too few to
+// keep leases dripping: fewer than two per half lease window (refill loop).
+func (c *campaign) sparse() bool {
+	return c.callRate*c.d.cfg.LeaseWindow.Seconds()/2 < 2
 }
 
 // demandFlush is how often a campaign's observed demand goes to the ledger
@@ -568,6 +652,7 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		Allowed:     st.Allows - c.flushed.Allows,
 		Denied:      st.Denials - c.flushed.Denials,
 		MicrosAsked: st.Requested - c.flushed.Requested,
+		BidMicros:   c.seenUnit(),
 	}
 	d.Requests = d.Allowed + d.Denied
 	if d.Requests <= 0 {
@@ -589,42 +674,64 @@ const demandTau = 10 * time.Second
 
 func (c *campaign) capacity(dripPerSecond int64) int64 {
 	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
-	return max(int64(burst), 4*c.largestSpend(), 1)
+	// Room for a few of the largest recent SPENDs, and for two bids of a
+	// sparse campaign (its standing lease and a bid more), whose largest
+	// recent SPEND may be long forgotten.
+	return max(int64(burst), 4*c.largestSpend(), 2*c.unit(), 1)
 }
 
 // want sizes the next lease, or returns 0 when no lease is needed now. Leases
 // last LeaseWindow and a new one starts every half window, so two drip at a
 // time: a lease of demand x window/2 matches demand. It is capped at the whole
-// campaign's pace over a window, so one host cannot hoard the day.
-func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) int64 {
+// campaign's pace over a window (or its catch-up pace), so one host cannot
+// hoard the day.
+//
+// A campaign too sparse on this host for that (fewer than two SPENDs per
+// half window) is given a standing lease instead: one bid, held for a
+// StandingWindow and renewed, for as long as StandingIdle after its last
+// SPEND here, so its next SPEND finds a bid in the bucket rather than an
+// empty one (standing is then true).
+func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) (int64, bool) {
 	cfg := &c.d.cfg
 	if ds.exhausted.Load() || ds.closed || now.Before(ds.nextGrantAt) {
-		return 0
+		return 0, false
+	}
+	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
+		return 0, false // too close to midnight for a lease worth having
+	}
+	unit := c.unit()
+	if unit > 0 && cfg.StandingIdle > 0 && !c.lastDemandAt.IsZero() && now.Sub(c.lastDemandAt) < cfg.StandingIdle &&
+		c.sparse() {
+		st := ds.b.Stats(now)
+		if held := st.Tokens + st.Reserve; held < unit {
+			return unit - held, true
+		}
+		return 0, false
 	}
 	if c.lastDemandAt.IsZero() || now.Sub(c.lastDemandAt) > 2*cfg.LeaseWindow {
 		if len(ds.leases) > 0 || !c.lastDemandAt.IsZero() {
-			return 0 // idle: let held leases run out, keep no budget from busier hosts
+			return 0, false // idle: let held leases run out, keep no budget from busier hosts
 		}
 	}
 	if len(ds.leases) > 0 && now.Before(due) {
-		return 0
-	}
-	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
-		return 0 // too close to midnight for a lease worth having
+		return 0, false
 	}
 	// The most one lease may take: a window of the campaign's pace along the
-	// curve, or of the catch-up pace (what is left, spread over what is left
-	// of the curve) when the campaign is behind. Two leases drip at once, so
-	// one host with unbounded demand can drip up to twice that pace: enough
-	// to catch up, while the ledger's cap window bounds what the fleet can
-	// take at once. Past the curve's end, all that is left.
+	// curve, or of the catch-up pace when the campaign is behind: what is left
+	// beyond the curve's plan, recovered at up to CatchUp x the pace (and at
+	// least what is left spread over what is left of the curve). Two leases
+	// drip at once, so one host with unbounded demand can drip up to twice
+	// that: enough to catch up, while the ledger's shards bound what the fleet
+	// can take. Past the curve's end, all that is left.
 	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
 	remaining := ds.remaining()
 	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
 	maxWant := remaining
 	if cNow < bucket.PPB {
-		catchUp := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
-		maxWant = max(pace, catchUp)
+		proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
+		behind := remaining - int64(float64(s.DailyMicros)*float64(bucket.PPB-cNow)/float64(bucket.PPB))
+		catchUp := min(pace+max(behind, 0), cfg.CatchUp*pace)
+		maxWant = max(pace, proRata, catchUp)
 	}
 	// At least a few of the largest SPENDs, and a sliver of the curve's pace
 	// (so a campaign whose demand is still unknown gets going), but never
@@ -633,15 +740,18 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	floor := max(4*c.largestSpend(), pace/16)
 	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
 	w = min(max(w, floor), max(maxWant, floor))
-	return max(w, 1)
+	return max(w, 1), false
 }
 
 // grant asks the ledger for a new lease on shard; with ending set, it renews:
 // the ending lease is released in the same call.
-func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, ending *bucket.Closed) {
+func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, standing bool, ending *bucket.Closed) {
 	cfg := &c.d.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	expiry := now.Add(cfg.LeaseWindow)
+	if standing {
+		expiry = now.Add(cfg.StandingWindow)
+	}
 	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
 		expiry = lastSpend // spendable until midnight at the latest
 	}
@@ -656,7 +766,8 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
-		Pace:  lease.Pace{Now: s.curve.AtTime(now, ds.day), Cap: s.curve.AtTime(now.Add(cfg.CapWindow), ds.day)},
+		Pace: lease.Pace{Now: s.curve.AtTime(now, ds.day), Cap: s.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
+			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUp: cfg.CatchUp},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
@@ -718,14 +829,23 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	ds.shardFilled[shard] = g.Granted == want
 	ds.shardLeft[shard] = g.Shard.Remaining()
+	ds.shardUnspent[shard] = g.Shard.Unspent()
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
 			ds.shardEmpty[shard] = true
-			if !slices.Contains(ds.shardEmpty, false) && !ds.exhausted.Swap(true) {
+			// Every shard empty: the day is exhausted once nothing is leased
+			// out either (what is may come back unused); until then the
+			// next settings refresh has the shards looked at again.
+			if !slices.Contains(ds.shardEmpty, false) && c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) < max(c.minAmount.Load(), 1) &&
+				!ds.exhausted.Swap(true) {
 				ds.checkedAt = now
 				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
 				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 			}
+		} else if standing {
+			// Paced, and sparse: the fleet holds what the curve allows. Ask
+			// again a lease window later, not every few seconds all day.
+			ds.nextGrantAt = now.Add(cfg.LeaseWindow)
 		} else {
 			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // paced: nothing available on this shard yet
 		}
@@ -749,7 +869,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	// window before its end. Either way the tokens come from the lease and
 	// are spendable only until its end.
 	switch {
-	case g.Granted <= c.largestSpend():
+	case g.Granted <= c.unit():
 		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
 	case g.Shard.Remaining() == 0:
 		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
@@ -775,6 +895,11 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	ds.leases[id] = heldLease{shard: shard, amount: g.Granted, expiry: expiry, end: end}
 	ds.lastGrantAt = now
+	if standing && g.Granted < want {
+		// Part of a bid: the rest is not there yet. Ask again half a window
+		// later, not every tick.
+		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 2)
+	}
 }
 
 func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {

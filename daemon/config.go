@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/lease"
 	"go.uber.org/zap"
 )
 
@@ -45,6 +46,19 @@ type Config struct {
 	// CapWindow bounds each shard's available budget to what the curve
 	// releases over this window (default 5m): catch-up without a burst.
 	CapWindow time.Duration
+	// CatchUp is how fast a campaign behind its curve may recover, as a
+	// multiple of the curve's pace (default 3, at most lease.MaxCatchUp; 1
+	// spreads a deficit pro rata over the rest of the day). The ledger's
+	// shards enforce it for the fleet; each daemon sizes its leases to it.
+	CatchUp int64
+	// StandingWindow is how long a standing lease lasts (default 5m): a
+	// campaign too sparse on this host to keep leases dripping holds one bid's
+	// worth, renewed each window, so that its next SPEND finds it. A crash
+	// costs at most that bid.
+	StandingWindow time.Duration
+	// StandingIdle is how long after its last SPEND on this host a sparse
+	// campaign keeps a standing lease (default 6h; negative: never hold one).
+	StandingIdle time.Duration
 	// BurstWindow sizes the bucket: its capacity is this many seconds of the
 	// current drip rate, and never less than the largest recent SPEND
 	// (default 2s).
@@ -118,6 +132,13 @@ func (c *Config) setDefaults() error {
 	def(&c.Grace, 2*c.SkewBound+2*time.Second)
 	def(&c.CapWindow, 5*time.Minute)
 	def(&c.BurstWindow, 2*time.Second)
+	def(&c.StandingWindow, 5*time.Minute)
+	if c.StandingIdle == 0 {
+		c.StandingIdle = 6 * time.Hour
+	}
+	if c.CatchUp == 0 {
+		c.CatchUp = 3
+	}
 	def(&c.TickInterval, 100*time.Millisecond)
 	def(&c.CampaignRefresh, c.LeaseWindow)
 	def(&c.LedgerTimeout, 2*time.Second)
@@ -148,6 +169,10 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("grace %v must exceed the clock-skew bound %v", c.Grace, c.SkewBound)
 	case c.LeaseWindow <= 4*c.SkewBound:
 		return fmt.Errorf("lease window %v must exceed 4x the clock-skew bound %v", c.LeaseWindow, c.SkewBound)
+	case c.CatchUp < 1 || c.CatchUp > lease.MaxCatchUp:
+		return fmt.Errorf("catch-up %d: want 1 to %d (a multiple of the curve's pace)", c.CatchUp, lease.MaxCatchUp)
+	case c.StandingWindow < c.LeaseWindow:
+		return fmt.Errorf("standing lease window %v must be at least the lease window %v", c.StandingWindow, c.LeaseWindow)
 	case len(c.Holder) > 100:
 		return errors.New("holder name longer than 100 bytes")
 	case c.DedupMemoryBytes < MinDedupMemoryBytes || c.DedupMemoryBytes > MaxDedupMemoryBytes:

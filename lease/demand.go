@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -24,6 +25,10 @@ type Demand struct {
 	Slot                int
 	Requests, Allowed   int64
 	Denied, MicrosAsked int64
+	// BidMicros, if positive, is the campaign's bid size as the daemon sees
+	// it (its largest recent SPEND). The latest one sizes the shard count of
+	// the campaign's next days (see DayPlan).
+	BidMicros int64
 }
 
 // AddDemand adds a daemon's counts to the campaign-day's demand hash in one
@@ -37,6 +42,9 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 			p.HIncrBy(ctx, key, "ok:"+s, d.Allowed)
 			p.HIncrBy(ctx, key, "no:"+s, d.Denied)
 			p.HIncrBy(ctx, key, "reqm:"+s, d.MicrosAsked)
+			if d.BidMicros > 0 {
+				p.HSet(ctx, daysKey(campaign), bidField, min(d.BidMicros, MaxBudgetMicros))
+			}
 		}
 		p.PExpireAt(ctx, key, dayStart.Add(48*time.Hour+l.cfg.Retention))
 		return nil
@@ -45,4 +53,30 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 		return fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
 	return nil
+}
+
+// SetBid records campaign's bid size (micros per SPEND, such as the bidder's
+// usual maximum bid) for sizing the shard count of the days it opens next
+// (see BidsPerShard). Daemons keep it current from the SPENDs they see; an
+// operator sets it for a new campaign, whose first day no daemon has seen.
+func (l *Ledger) SetBid(ctx context.Context, campaign string, micros int64) error {
+	if micros <= 0 || micros > MaxBudgetMicros {
+		return fmt.Errorf("ledger %s: bid %d micros out of range 1..%d", campaign, micros, int64(MaxBudgetMicros))
+	}
+	if err := l.rdb.HSet(ctx, daysKey(campaign), bidField, micros).Err(); err != nil {
+		return fmt.Errorf("ledger %s: bid: %w", campaign, err)
+	}
+	return nil
+}
+
+// Bid returns campaign's last recorded bid size (see SetBid), or 0 if none.
+func (l *Ledger) Bid(ctx context.Context, campaign string) (int64, error) {
+	v, err := l.rdb.HGet(ctx, daysKey(campaign), bidField).Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("ledger %s: bid: %w", campaign, err)
+	}
+	return min(max(v, 0), MaxBudgetMicros), nil
 }

@@ -163,6 +163,10 @@ func (s Shard) History() History { return History{s.Seq, s.Tip} }
 // does not count.
 func (s Shard) Remaining() int64 { return max(s.Locked+s.Available-s.Owed, 0) }
 
+// Unspent is the shard's budget not yet spent: Remaining, plus what is leased
+// out and may come back unused when the leases end.
+func (s Shard) Unspent() int64 { return max(s.Locked+s.Available+s.Leased-s.Owed, 0) }
+
 // Add returns the field-wise sum of s and o.
 func (s Shard) Add(o Shard) Shard {
 	return Shard{s.Budget + o.Budget, s.Locked + o.Locked, s.Available + o.Available,
@@ -258,11 +262,25 @@ type Plan struct {
 	Curve  string
 }
 
+// BidsPerShard sizes a small campaign-day's shard count: a day gets at most
+// one shard per BidsPerShard bids of budget (and at least one, and at most
+// the campaign's Shards), once daemons have reported its bid size. Each shard
+// may run one bid ahead of the curve and strands up to a bid at the day's end,
+// so a budget of a few hundred bids split eight ways would be front-loaded by
+// eight bids and split into slices too small to pace; a hot campaign keeps its
+// shards.
+const BidsPerShard = 50
+
+// bidField is the campaign's last reported bid size, in its days hash.
+const bidField = ":bid"
+
 // DayPlan decides campaign's plan for day (if no opener has yet) from the
 // campaign as the store holds it now, and returns it. The plan never changes
-// afterwards: later budget changes go through AdjustDay.
+// afterwards: later budget changes go through AdjustDay. The plan's shard
+// count is the campaign's Shards, or fewer for a budget of few bids (see
+// BidsPerShard).
 func (l *Ledger) DayPlan(ctx context.Context, campaign, day string) (Plan, error) {
-	v, err := planScript.Run(ctx, l.rdb, []string{campaignKey(campaign), daysKey(campaign)}, day).Slice()
+	v, err := planScript.Run(ctx, l.rdb, []string{campaignKey(campaign), daysKey(campaign)}, day, BidsPerShard).Slice()
 	if err != nil {
 		if strings.Contains(err.Error(), "unknown campaign") {
 			return Plan{}, &UnknownCampaignError{ID: campaign}
@@ -353,9 +371,23 @@ func Split(total int64, n int) []int64 {
 // cumulative share of the local day at the call (Now) and at the end of the cap
 // window (Cap), both in parts per billion. Available budget on a shard is capped
 // at what the curve releases between Now and Cap.
+//
+// CatchUp and Unit are how the shard treats a campaign off its plan (the
+// shard's budget along the curve). A shard behind its plan releases up to
+// CatchUp times the curve's pace until it is back on it (0 or 1: the deficit
+// is spread pro rata over the rest of the day). Unit, a bid's size in micros,
+// lets the shard make one bid available while what it released stays within
+// one Unit of its plan, so a campaign whose cap window is worth less than one
+// bid still spends (0: no such advance).
 type Pace struct {
 	Now, Cap int64
+	Unit     int64
+	CatchUp  int64
 }
+
+// MaxCatchUp is the largest Pace.CatchUp: the catch-up arithmetic stays exact
+// below 2^53 for budgets up to MaxBudgetMicros.
+const MaxCatchUp = 8
 
 // GrantRequest asks for a new lease on one shard.
 type GrantRequest struct {
@@ -395,6 +427,10 @@ func (r GrantRequest) validate() error {
 		return errors.New("lease expiry must be after now")
 	case r.Grace <= 0:
 		return errors.New("grace must be positive")
+	case r.Pace.Unit < 0 || r.Pace.Unit > MaxBudgetMicros:
+		return fmt.Errorf("pace unit %d micros out of range", r.Pace.Unit)
+	case r.Pace.CatchUp < 0 || r.Pace.CatchUp > MaxCatchUp:
+		return fmt.Errorf("catch-up %d out of range 0..%d", r.Pace.CatchUp, MaxCatchUp)
 	}
 	return nil
 }
@@ -409,7 +445,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUp)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -443,7 +479,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUp)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

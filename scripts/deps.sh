@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
-# Installs redis-server (tests and `make run` start their own) from Debian's
-# packages when it is missing and we can; otherwise says how.
+# Installs what the tests and `make run` need, when it is missing and we can:
+#   - redis-server and redis-cli (tests and `make run` start their own servers),
+#   - the compatibility suite's clients (compat/): Debian's python3-redis for
+#     /usr/bin/python3, and Node with ioredis and node-redis pinned in
+#     compat/node/package-lock.json, installed in compat/node/node_modules.
+# Idempotent: a second run installs nothing. Otherwise it says what to run.
+# `scripts/deps.sh run` installs only what `make run` needs (redis).
 set -euo pipefail
-if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
-  exit 0
+root=$(cd "$(dirname "$0")/.." && pwd)
+only_run=false
+[ "${1:-}" = run ] && only_run=true
+
+pkgs=()
+command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
+if ! $only_run; then
+  if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; then
+    pkgs+=(python3 python3-redis)
+  fi
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
-pkgs="redis-server redis-tools"
-if [ "$(id -u)" = 0 ]; then
-  sudo=""
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  sudo="sudo"
-else
-  echo "redis-server is missing. Install it with: sudo apt-get install $pkgs" >&2
-  exit 1
+
+if [ ${#pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    sudo=""
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo="sudo"
+  else
+    echo "missing: ${pkgs[*]}. Install them with: sudo apt-get install ${pkgs[*]} (then run scripts/deps.sh again)" >&2
+    exit 1
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "missing: ${pkgs[*]}, and this is not a Debian-like system: install redis-server (>= 6), redis-cli, python3 with redis-py, and Node >= 18 with npm by hand." >&2
+    exit 1
+  fi
+  echo "installing ${pkgs[*]} from Debian's packages..." >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  # Debian starts a system redis on :6379; pacer's tests and dev stack use
+  # their own servers on Unix sockets and do not need it.
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "redis-server is missing and this is not a Debian-like system: install redis-server (>= 6) by hand." >&2
-  exit 1
+
+$only_run && exit 0
+
+# Node clients, exactly as package-lock.json pins them. npm ci wipes and
+# reinstalls, so run it only when the lock file changed since the last run.
+node_dir="$root/compat/node"
+stamp="$node_dir/node_modules/.package-lock.json"
+if [ ! -f "$stamp" ] || [ "$node_dir/package-lock.json" -nt "$stamp" ]; then
+  echo "installing the Node clients of the compatibility suite (npm ci in compat/node)..." >&2
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-echo "installing $pkgs from Debian's packages..." >&2
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $pkgs >/dev/null
-# Debian starts a system redis on :6379; pacer's tests and dev stack use
-# their own servers on Unix sockets and do not need it.

@@ -76,13 +76,14 @@ func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
 			s.LatencyP50, s.LatencyP99, s.LatencyP999)
 	}
 	b.WriteString("\nPer campaign, pacer (tracking error and overspend as shares of the daily budget):\n\n")
-	b.WriteString("| campaign | curve | tz | traffic | SPENDs/s | demand | overspend | utilisation | tracking max / RMS | smoothness | last hour | cmds/1,000 | leased at midnight | lost (settled) |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| campaign | curve | tz | traffic | SPENDs/s | demand | overspend | utilisation | tracking max / RMS | smoothness | last hour (x curve) | max hour x curve (less a bid) | host share gap | cmds/1,000 | cmds/hour | leased at midnight | lost (settled) |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range res.Campaigns {
 		q := c.Results[StrategyPacer]
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.2fx | %d | %s | %s / %s | %.3f | %s | %.3f | %s | %s |\n",
-			c.ID, c.Curve, c.TZ, c.Traffic, c.Rate, c.Demand, q.OverspendMicros, pct(q.Utilisation),
-			pct(q.TrackingMax), pct(q.TrackingRMS), q.Smoothness, pct(q.LastHourShare), q.CmdsPer1000,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2fx | %d | %s | %s / %s | %.3f | %s (%.2fx) | %.2fx (%.2fx) | %.1f pts | %.3f | %.0f | %s | %s |\n",
+			c.ID, c.Curve, c.TZ, c.Traffic, rate(c.Rate), c.Demand, q.OverspendMicros, pct(q.Utilisation),
+			pct(q.TrackingMax), pct(q.TrackingRMS), q.Smoothness, pct(q.LastHourShare), q.LastHourRatio,
+			q.MaxHourRatio, q.MaxHourRatioBid, q.HostShareMaxDev, q.CmdsPer1000, q.CmdsPerHour,
 			pct(float64(c.Ledger.LeasedAtDayEnd)/float64(q.BudgetMicros)), pct(float64(c.Ledger.Lost)/float64(q.BudgetMicros)))
 	}
 	if len(res.Strategies) > 1 {
@@ -160,4 +161,12 @@ func (res *Results) WriteFiles(dir, imgPrefix string) error {
 		return err
 	}
 	return res.WritePlots(dir)
+}
+
+// rate prints SPENDs per second, with SPENDs per day for sparse campaigns.
+func rate(perSecond float64) string {
+	if perSecond >= 1 {
+		return fmt.Sprintf("%.0f", perSecond)
+	}
+	return fmt.Sprintf("%.0f/day", perSecond*86400)
 }

@@ -84,6 +84,20 @@ type Quality struct {
 	// SpentByHour is the share of the budget spent in each hour of the
 	// local day (for the under-delivery-versus-burst question).
 	LastHourShare float64 `json:"last_hour_share"`
+	// LastHourRatio is LastHourShare over the curve's share of the last
+	// hour: above 1, the day ends in a burst.
+	LastHourRatio float64 `json:"last_hour_ratio"`
+	// MaxHourRatio is the largest ratio, over the hours of the local day
+	// with a plan, of the share spent in the hour to the curve's share of
+	// it; MaxHourRatioBid the same after taking one largest bid off each
+	// hour (a budget of 20 bids cannot put less than one bid in an hour).
+	MaxHourRatio    float64 `json:"max_hour_ratio"`
+	MaxHourRatioBid float64 `json:"max_hour_ratio_less_a_bid"`
+	// CmdsPerHour is Redis commands per hour of the campaign's day.
+	CmdsPerHour float64 `json:"redis_cmds_per_hour"`
+	// HostShareMaxDev is the largest gap, in points, between a host's share
+	// of the spend and its share of the demand (pacer only).
+	HostShareMaxDev float64 `json:"host_share_max_dev_points"`
 }
 
 // CampaignResult is one campaign's figures, per strategy, and its ledger.
@@ -230,6 +244,12 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 			if spends > 0 {
 				q.CmdsPer1000 = 1000 * float64(q.RedisCommands) / float64(spends)
 			}
+			if h := c.day.End.Sub(c.day.Start).Hours(); h > 0 {
+				q.CmdsPerHour = float64(q.RedisCommands) / h
+			}
+			if si == sPacer {
+				q.HostShareMaxDev = r.hostShareDev(c)
+			}
 			cr.Results[name] = q
 		}
 		// Ledger at the end: conservation and where the money is.
@@ -330,8 +350,70 @@ func quality(c *campaignRT, si int, budget, allowed int64) *Quality {
 	q.Smoothness = Smoothness(SlotDeltas(edges), planned)
 	if n := len(c.samples); n > 60 && budget > 0 {
 		q.LastHourShare = float64(c.samples[n-1].cum[si]-c.samples[n-61].cum[si]) / float64(budget)
+		if last := 1 - float64(c.curve.AtTime(c.day.End.Add(-time.Hour), c.day))/float64(bucket.PPB); last > 0 {
+			q.LastHourRatio = q.LastHourShare / last
+		}
 	}
+	q.MaxHourRatio, q.MaxHourRatioBid = hourRatios(c, si, budget, c.maxBid)
 	return q
+}
+
+// hourRatios returns the largest ratio of an hour's share of the spend to the
+// curve's share of that hour, over the local day's hours with a plan, plain
+// and with one bid of bid micros taken off each hour's spend.
+func hourRatios(c *campaignRT, si int, budget, bid int64) (plain, lessABid float64) {
+	if budget <= 0 || len(c.samples) == 0 {
+		return 0, 0
+	}
+	cumAt := func(t time.Time) int64 { // cumulative spend at the last sample not after t
+		v := int64(0)
+		for _, s := range c.samples {
+			if s.t.After(t) {
+				break
+			}
+			v = s.cum[si]
+		}
+		return v
+	}
+	for h := c.day.Start; h.Before(c.day.End); h = h.Add(time.Hour) {
+		end := h.Add(time.Hour)
+		if end.After(c.day.End) {
+			end = c.day.End
+		}
+		planShare := float64(c.curve.AtTime(end, c.day)-c.curve.AtTime(h, c.day)) / float64(bucket.PPB)
+		if planShare <= 0 {
+			continue
+		}
+		spent := cumAt(end) - cumAt(h)
+		plain = max(plain, float64(spent)/float64(budget)/planShare)
+		lessABid = max(lessABid, float64(max(spent-bid, 0))/float64(budget)/planShare)
+	}
+	return plain, lessABid
+}
+
+// hostShareDev is the largest gap, in points, between a host's share of the
+// campaign's pacer spend and its share of the demand (its weight among live
+// hosts at the end).
+func (r *runner) hostShareDev(c *campaignRT) float64 {
+	if len(c.samples) == 0 {
+		return 0
+	}
+	last := c.samples[len(c.samples)-1]
+	var total int64
+	var weights float64
+	for hi, h := range r.hosts {
+		total += last.hosts[hi]
+		weights += h.weight
+	}
+	if total <= 0 || weights <= 0 {
+		return 0
+	}
+	dev := 0.0
+	for hi, h := range r.hosts {
+		d := 100 * (float64(last.hosts[hi])/float64(total) - h.weight/weights)
+		dev = max(dev, d, -d)
+	}
+	return dev
 }
 
 // shares returns, per minute sample, the cumulative spend and the curve's

@@ -84,6 +84,7 @@ type campaignRT struct {
 	budget   int64 // pacer's and no pacing's budget
 	blBudget int64 // the Redis-backed baselines' budget (budget / thin)
 	inBL     bool  // runs the Redis-backed baselines
+	maxBid   int64 // the bids' typical largest (95th percentile)
 
 	npRemaining atomic.Int64 // no pacing: the fleet's shared counter
 
@@ -279,6 +280,12 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		}
 		if _, err := r.obsLedger.PutCampaign(ctx, lease.Campaign{ID: spec.ID, DailyMicros: c.budget, TZ: spec.TZ,
 			Curve: spec.Curve, Shards: spec.Shards, State: lease.StateActive}); err != nil {
+			return err
+		}
+		// As an operator would (pacerctl campaign set --bid): the typical
+		// largest bid, so a budget of few bids gets few shards on its first day.
+		c.maxBid = r.bid.typicalMax()
+		if err := r.obsLedger.SetBid(ctx, spec.ID, c.maxBid); err != nil {
 			return err
 		}
 	}

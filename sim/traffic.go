@@ -76,3 +76,12 @@ func (b bidder) draw(r *rand.Rand) int64 {
 	}
 	return b.lo + r.Int64N(b.span)
 }
+
+// typicalMax is the bid distribution's 95th percentile: what an operator
+// would give as the campaign's typical largest bid.
+func (b bidder) typicalMax() int64 {
+	if b.table != nil {
+		return b.table[len(b.table)*95/100]
+	}
+	return b.lo + b.span*95/100
+}

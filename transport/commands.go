@@ -22,6 +22,8 @@ type replyWriter interface {
 	WriteBulk([]byte)
 	WriteBulkString(string)
 	WriteArray(int)
+	WriteNull()
+	WriteRaw([]byte)
 }
 
 var _ replyWriter = (*redcon.Writer)(nil)
@@ -40,6 +42,8 @@ type dispatcher struct {
 	// spends counts this connection's SPENDs, to time one in SpendSample
 	// without any state shared between connections.
 	spends uint64
+	// st is the connection's protocol, name and open MULTI (compat.go).
+	st connState
 }
 
 // SpendSample: one SPEND in this many, per connection, is timed for
@@ -66,9 +70,13 @@ func (d *dispatcher) intern(id []byte) string {
 // serve answers one command and reports whether the client asked to quit.
 func (d *dispatcher) serve(w replyWriter, args [][]byte) (quit bool) {
 	d.c.commands.Add(1)
+	if d.st.tx != nil && !txControl(args[0]) {
+		d.queue(w, args)
+		return false
+	}
 	if msg := d.run(w, args, &quit); msg != "" {
 		d.c.errors.Add(1)
-		w.WriteError("ERR " + msg)
+		w.WriteError(errorLine(msg))
 	}
 	return quit
 }
@@ -116,7 +124,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if err != nil {
 			return err.Error()
 		}
-		w.WriteArray(8)
+		d.writeMap(w, 4)
 		w.WriteBulkString("tokens")
 		w.WriteInt64(b.Tokens)
 		w.WriteBulkString("reserve")
@@ -136,43 +144,12 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		}
 	case is(name, "info"):
 		// Sections asked for (INFO server, ...) are ignored: the reply is
-		// small enough to send whole.
+		// small enough to send whole. It stays a string under RESP3 too
+		// (Redis sends a verbatim string): every client's info() helper
+		// parses text.
 		w.WriteBulkString(d.s.info())
-	case is(name, "quit"):
-		w.WriteString("OK")
-		*quit = true
-	case is(name, "command"):
-		// redis-cli asks for command docs at connect; an empty list makes
-		// it fall back to plain input.
-		w.WriteArray(0)
-	case is(name, "client"):
-		// Client libraries announce their name and version at connect.
-		if len(args) >= 2 && (is(args[1], "setname") || is(args[1], "setinfo")) {
-			w.WriteString("OK")
-		} else {
-			w.WriteArray(0)
-		}
-	case is(name, "config"):
-		if len(args) != 3 || !is(args[1], "get") {
-			return "unsupported CONFIG subcommand"
-		}
-		// redis-benchmark reads "save" and "appendonly" at start and
-		// warns unless it gets a pair. pacerd persists nothing locally
-		// (the ledger is in Redis), which is what these values say.
-		switch {
-		case is(args[2], "save"):
-			w.WriteArray(2)
-			w.WriteBulkString("save")
-			w.WriteBulkString("")
-		case is(args[2], "appendonly"):
-			w.WriteArray(2)
-			w.WriteBulkString("appendonly")
-			w.WriteBulkString("no")
-		default:
-			w.WriteArray(0)
-		}
 	default:
-		return "unknown command '" + printable(name) + "'"
+		return d.compat(w, args, quit)
 	}
 	return ""
 }

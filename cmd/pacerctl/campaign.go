@@ -84,7 +84,9 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 	curve := flags.String("curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
 	shards := flags.Int("shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
 	carry := flags.Bool("carry-over", false, "carry a closed day's unspent budget over to the next day (new campaigns: false)")
-	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over]")
+	var bid moneyFlag
+	flags.Var(&bid, "bid", "typical largest bid, MONEY: a budget of few bids gets fewer shards from the next day opened (daemons keep it current)")
+	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over] [--bid MONEY]")
 	if err != nil {
 		return err
 	}
@@ -103,6 +105,9 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		if _, err := time.LoadLocation(*tz); err != nil || *tz == "" || *tz == "Local" {
 			return usagef("campaign set: unknown time zone %q: want an IANA zone such as Europe/Paris or UTC", *tz)
 		}
+	}
+	if bid.set && (bid.micros <= 0 || bid.micros > lease.MaxBudgetMicros) {
+		return usagef("campaign set: --bid %s: want 1 to %d micros", formatUnits(bid.micros), lease.MaxBudgetMicros)
 	}
 	if given["shards"] && (*shards < 1 || *shards > lease.MaxShards) {
 		return usagef("campaign set: --shards %d: want 1 to %d", *shards, lease.MaxShards)
@@ -128,6 +133,11 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		if !daily.set {
 			return usagef("campaign set: campaign %q is new: --daily is required", id)
 		}
+		// A new campaign that can never spend is a typo. An existing
+		// one may be cut to 0 (today's unspent budget taken back).
+		if daily.micros == 0 {
+			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5u)", id)
+		}
 		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
 	}
 	if daily.set {
@@ -152,6 +162,11 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		}
 	}
 	res := setResult{Campaign: stored, Created: created}
+	if bid.set {
+		if err := l.SetBid(ctx, id, bid.micros); err != nil {
+			return err
+		}
+	}
 
 	// Today's open day, if any, was opened under the time zone in force
 	// before this change.
@@ -279,7 +294,8 @@ func (a *app) checkCurveName(name string) error {
 	}
 	curves, unreadable, err := a.loadCurves()
 	if unreadable != nil {
-		a.warnf("cannot check that curve %q exists: %v", name, unreadable)
+		a.warnf("cannot check that curve %q exists: %v\n  pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout). "+
+			"Daemons without curve %q pace the campaign flat and say so in their log only.", name, unreadable, name)
 		return nil
 	}
 	if err != nil {

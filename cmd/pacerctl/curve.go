@@ -29,7 +29,7 @@ func (a *app) loadCurves() (curves map[string]*bucket.Curve, unreadable, err err
 func (a *app) curvesOrFlat() (map[string]*bucket.Curve, error) {
 	curves, unreadable, err := a.loadCurves()
 	if unreadable != nil {
-		a.warnf("cannot read the curves directory (%v); showing only the built-in %s", unreadable, config.FlatCurve)
+		a.warnf("cannot read the curves directory (%v); showing only the built-in %s.\n  Pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout)", unreadable, config.FlatCurve)
 		return map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}, nil
 	}
 	return curves, err
@@ -99,7 +99,7 @@ func (a *app) curveList(ctx context.Context, args []string) error {
 	tw := a.table()
 	fmt.Fprintln(tw, "NAME\tSLOTS\tPEAK SLOT\tPEAK SHARE")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%d (%s-%s)\t%s\n", s.Name, s.Slots, s.PeakSlot, s.PeakStart, s.PeakEnd, percent(s.PeakSharePPB))
+		fmt.Fprintf(tw, "%s\t%d\t%d (%s-%s)\t%s\n", s.Name, s.Slots, s.PeakSlot, s.PeakStart, s.PeakEnd, percentNearest(s.PeakSharePPB))
 	}
 	return tw.Flush()
 }
@@ -109,6 +109,12 @@ func (a *app) curveList(ctx context.Context, args []string) error {
 func percent(ppb int64) string {
 	bp := ppb / 100_000 // hundredths of a percent
 	return fmt.Sprintf("%d.%02d%%", bp/100, bp%100)
+}
+
+// percentNearest formats a PPB share as a percentage rounded to the nearest
+// hundredth: a curve's 1/24 reads 4.17%, not 4.16%.
+func percentNearest(ppb int64) string {
+	return percent(ppb + 50_000)
 }
 
 // sparkLevels draw a share relative to the largest; a zero share is drawn as
@@ -201,13 +207,13 @@ func (a *app) curveShow(ctx context.Context, args []string) error {
 	s := summarize(c)
 	spark := sparkline(shares(c))
 	fmt.Fprintf(a.stdout, "curve %s: %d slots, peak slot %d (%s-%s) with %s of the day\n\n",
-		c.Name(), c.Slots(), s.PeakSlot, s.PeakStart, s.PeakEnd, percent(s.PeakSharePPB))
+		c.Name(), c.Slots(), s.PeakSlot, s.PeakStart, s.PeakEnd, percentNearest(s.PeakSharePPB))
 	fmt.Fprintf(a.stdout, "  %s\n  %s\n\n", spark, hourAxis(len([]rune(spark))))
 	fmt.Fprintln(a.stdout, "  by     cumulative  in these 3h")
 	var prev int64
 	for h := 3; h <= 24; h += 3 {
 		cum := c.At(time.Duration(h)*time.Hour, 24*time.Hour)
-		fmt.Fprintf(a.stdout, "  %02d:00  %10s  %11s\n", h, percent(cum), percent(cum-prev))
+		fmt.Fprintf(a.stdout, "  %02d:00  %10s  %11s\n", h, percentNearest(cum), percentNearest(cum-prev))
 		prev = cum
 	}
 	fmt.Fprintln(a.stdout, "\n  (on a 23- or 25-hour DST day the slots stretch with the day)")

@@ -407,8 +407,13 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 			return err
 		}
 		if len(obs.Days) == 0 {
-			return fmt.Errorf("no demand recorded for campaign %s in the last %d complete days (%s, in %s): do its daemons flush demand?",
-				id, *days, demandKey(id, "<day>"), c.TZ)
+			span := "in the last complete day"
+			if *days > 1 {
+				span = fmt.Sprintf("in the last %d complete days", *days)
+			}
+			return fmt.Errorf("no demand recorded for campaign %s %s (%s, days in %s): a curve is fitted from whole local days before today, "+
+				"so a campaign started today has none yet; come back tomorrow, or fit from a file with --from-csv",
+				id, span, demandKey(id, "<day>"), c.TZ)
 		}
 		if obs.Requests == 0 {
 			return fmt.Errorf("campaign %s had no SPEND requests on %s", id, strings.Join(obs.Days, ", "))

@@ -301,7 +301,8 @@ func TestCurveFitFromRedis(t *testing.T) {
 		t.Errorf("--days 2: %+v", r)
 	}
 	if r := h.run("curve", "fit", "c2"); r.code != 1 ||
-		!strings.Contains(r.stderr, "no demand recorded for campaign c2 in the last 7 complete days (pacer:demand:c2:<day>, in UTC)") {
+		!strings.Contains(r.stderr, "no demand recorded for campaign c2 in the last 7 complete days (pacer:demand:c2:<day>, days in UTC): "+
+			"a curve is fitted from whole local days before today, so a campaign started today has none yet") {
 		t.Errorf("no demand: %+v", r)
 	}
 	rdb.HSet(ctx, demandKey("c2", "2099-03-07"), "req:96", 1)

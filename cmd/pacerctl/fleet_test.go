@@ -323,6 +323,7 @@ func TestStatus(t *testing.T) {
 			"c1        2099-03-08  active     10u        0u     5u         0.00%   97.91%   -97.91 pts\n" +
 			"c2        2099-03-09  paused     -          -      -          -       0.73%    day not open\n" +
 			"c3        2099-03-08  exhausted  0.000001u  0u     0.000001u  0.00%   97.91%   -97.91 pts\n",
+		"\nSPENT counts what daemons have reported: spend from a lease shows as the lease renews or\n",
 	} {
 		if !strings.Contains(out, line) {
 			t.Errorf("status:\n%s\nwant it to contain %q", out, line)

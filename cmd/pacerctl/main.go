@@ -23,9 +23,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// version is set at build time (make build: -X main.version=...).
+var version = "dev"
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, now: time.Now}, os.Args[1:])
+	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, now: time.Now, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -35,6 +38,19 @@ func main() {
 type env struct {
 	stdout, stderr io.Writer
 	now            func() time.Time
+	// getenv reads the PACER_* defaults of the global flags (nil: none).
+	getenv func(string) string
+}
+
+// envDefaults: the environment variables that give global flags their
+// defaults, so that `. .run/env` (written by make run) points every
+// pacerctl at the dev fleet. A flag given on the command line wins.
+var envDefaults = []struct{ flag, env string }{
+	{"redis", "PACER_REDIS"},
+	{"socket", "PACER_SOCKET"},
+	{"curves", "PACER_CURVES"},
+	{"nats", "PACER_NATS"},
+	{"etcd", "PACER_ETCD"},
 }
 
 // Exit statuses.
@@ -168,6 +184,8 @@ func commands() []command {
 			run:  (*app).balance},
 		{name: "help", args: "",
 			help: "Print this help."},
+		{name: "version", args: "",
+			help: "Print pacerctl's version."},
 	}
 }
 
@@ -196,6 +214,11 @@ Global flags (before the command):
                           status, curve list/show, check, spend/refund/balance; campaign get
                           is always JSON)
   --timeout DURATION      give up after this long (default `+defaultTimeout.String()+`)
+  --version               print pacerctl's version (also: pacerctl version)
+
+PACER_REDIS, PACER_SOCKET, PACER_CURVES, PACER_NATS and PACER_ETCD, when set, are the
+defaults of --redis, --socket, --curves, --nats and --etcd: after `+"`make run`"+`, run
+`+"`. .run/env`"+` and every pacerctl command talks to the dev fleet.
 
 Commands:
 `)
@@ -247,6 +270,16 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.durability, "durability", "fsync", "")
 	fs.StringVar(&a.durabilityAssume, "durability-assume", "", "")
 	timeout := fs.Duration("timeout", defaultTimeout, "")
+	showVersion := fs.Bool("version", false, "")
+	if a.getenv != nil {
+		for _, d := range envDefaults {
+			if v := a.getenv(d.env); v != "" {
+				if err := fs.Set(d.flag, v); err != nil {
+					return usagef("%s=%q: %v", d.env, v, err)
+				}
+			}
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(a.stdout)
@@ -258,8 +291,14 @@ func (a *app) main(ctx context.Context, args []string) error {
 		return usagef("--timeout %v: must be positive", *timeout)
 	}
 	rest := fs.Args()
+	if *showVersion || (len(rest) > 0 && rest[0] == "version") {
+		fmt.Fprintln(a.stdout, "pacerctl", version)
+		return nil
+	}
 	if len(rest) == 0 {
-		usage(a.stderr)
+		fmt.Fprint(a.stderr, "Usage: pacerctl [global flags] <command> [arguments]\n"+
+			"Commands: campaign set|get|list|pause|resume, report, status, curve list|show|fit, check,\n"+
+			"          spend, refund, balance, help, version\n")
 		return usagef("no command given")
 	}
 	if rest[0] == "help" {
@@ -277,9 +316,25 @@ func (a *app) main(ctx context.Context, args []string) error {
 		if errors.As(err, &ue) || errors.Is(err, errHelp) || errors.Is(err, errReported) {
 			return err
 		}
-		return fmt.Errorf("%s: %w", cmd.name, err)
+		return fmt.Errorf("%s: %w%s", cmd.name, err, a.nextStep(cmd.name, err))
 	}
 	return nil
+}
+
+// nextStep turns "connection refused" and "no such file" into what to run:
+// the usual cause is a flag left at its production default while the
+// fleet is the dev one (or not started).
+func (a *app) nextStep(cmd string, err error) string {
+	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
+		return ""
+	}
+	switch cmd {
+	case "spend", "refund", "balance":
+		return fmt.Sprintf("\n  no pacerd answers on --socket %s. Is it running? For the dev fleet: `make run`, then "+
+			"`. .run/env` (sets PACER_SOCKET) or pass --socket .run/pacer-1.sock", a.socket)
+	}
+	return fmt.Sprintf("\n  no Redis ledger answers on --redis %s. Is it running? For the dev fleet: `make run`, then "+
+		"`. .run/env` (sets PACER_REDIS) or pass --redis .run/redis.sock", a.redisAddrs)
 }
 
 // findCommand matches the one- or two-word command at the start of args.

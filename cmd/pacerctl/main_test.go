@@ -342,10 +342,10 @@ func TestCurveCommands(t *testing.T) {
 	curves := []string{"--curves", "../../configs/curves"}
 	r := runArgs(append(curves, "curve", "list")...)
 	want := "NAME           SLOTS  PEAK SLOT         PEAK SHARE\n" +
-		"daytime        24     9 (09:00-10:00)   7.51%\n" +
+		"daytime        24     9 (09:00-10:00)   7.52%\n" +
 		"evening-peak   24     20 (20:00-21:00)  11.76%\n" +
-		"flat           24     0 (00:00-01:00)   4.16%\n" +
-		"overnight-low  24     8 (08:00-09:00)   5.40%\n"
+		"flat           24     0 (00:00-01:00)   4.17%\n" + // 1/24, rounded to the nearest
+		"overnight-low  24     8 (08:00-09:00)   5.41%\n"
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("curve list: %+v\nwant:\n%s", r, want)
 	}
@@ -359,6 +359,10 @@ func TestCurveCommands(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, s) {
 			t.Errorf("curve show: %+v\nwant it to contain %q", r, s)
 		}
+	}
+	r = runArgs(append(curves, "curve", "show", "flat")...)
+	if strings.Count(r.stdout, "%       12.50%\n") != 8 {
+		t.Errorf("curve show flat: each 3 hours should read 12.50%%:\n%s", r.stdout)
 	}
 	var detail curveDetail
 	r = runArgs(append(curves, "--json", "curve", "show", "flat")...)

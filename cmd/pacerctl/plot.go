@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/config"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -87,9 +88,14 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 		return nil, err
 	}
 	flat.Color, flat.Dashes = grey, []vg.Length{vg.Points(4), vg.Points(3)}
-	top.Add(l, flat)
+	// Drawing flat against itself would say "flat" twice in the legend.
+	isFlat := c.Name() == config.FlatCurve
+	top.Add(l)
 	top.Legend.Add(c.Name(), l)
-	top.Legend.Add("flat", flat)
+	if !isFlat {
+		top.Add(flat)
+		top.Legend.Add("flat", flat)
+	}
 	top.Legend.Top = true
 
 	bottom := plot.New()
@@ -110,9 +116,12 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 		return nil, err
 	}
 	diag.Color, diag.Dashes = grey, []vg.Length{vg.Points(4), vg.Points(3)}
-	bottom.Add(cl, diag)
+	bottom.Add(cl)
 	bottom.Legend.Add(c.Name(), cl)
-	bottom.Legend.Add("flat", diag)
+	if !isFlat {
+		bottom.Add(diag)
+		bottom.Legend.Add("flat", diag)
+	}
 	bottom.Legend.Top, bottom.Legend.Left = true, true
 
 	px := func(p int) vg.Length { return vg.Length(p) * vg.Inch / pngDPI }

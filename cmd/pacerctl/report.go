@@ -59,7 +59,12 @@ func (a *app) report(ctx context.Context, args []string) error {
 	} else {
 		if v.Report, err = l.BuildReport(ctx, id, day); err != nil {
 			if errors.Is(err, lease.ErrDayNotOpen) {
-				return fmt.Errorf("campaign %s has no day %s in the ledger: it was never opened, or is older than the ledger keeps", id, day)
+				hint := ""
+				if *dayFlag == "" {
+					today := bucket.DayOf(a.now(), c.Location()).Key
+					hint = fmt.Sprintf(" (--day defaults to yesterday; for today's provisional account run `pacerctl report %s --day %s`)", id, today)
+				}
+				return fmt.Errorf("campaign %s has no day %s in the ledger: it was never opened, or is older than the ledger keeps%s", id, day, hint)
 			}
 			return err
 		}

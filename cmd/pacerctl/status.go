@@ -99,7 +99,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 	curves, unreadable, err := a.loadCurves()
 	switch {
 	case unreadable != nil:
-		a.warnf("cannot read the curves directory (%v): targets only for campaigns on %s", unreadable, config.FlatCurve)
+		a.warnf("cannot read the curves directory (%v): targets only for campaigns on %s.\n  Pass --curves DIR (or set PACER_CURVES; configs/curves in a source checkout)", unreadable, config.FlatCurve)
 		curves = map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}
 	case err != nil:
 		return err
@@ -315,5 +315,18 @@ func (a *app) printStatus(v statusView) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Day, c.State,
 			formatUnits(c.Budget), formatUnits(c.Spent), formatUnits(c.Leased), percent(c.SpentPPB), target, pace)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A fresh fleet shows SPENT 0 and a large negative PACE: say why,
+	// once, rather than let it read as a fault.
+	for _, c := range v.Campaigns {
+		if c.DayOpen && c.Spent == 0 && c.Leased > 0 {
+			fmt.Fprint(a.stdout, "\nSPENT counts what daemons have reported: spend from a lease shows as the lease renews or\n"+
+				"returns. TARGET% is the curve's share of the local day so far, from midnight, so a\n"+
+				"campaign created today starts behind it.\n")
+			break
+		}
+	}
+	return nil
 }

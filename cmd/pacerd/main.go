@@ -73,7 +73,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		fl.Func(f.name, f.usage, func(v string) error { o.overrides[f.name] = v; return nil })
 	}
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			// Asked for: the flag package printed the usage; not an error.
+			return o, err
+		}
 		return o, errUsage
+	}
+	if fl.NArg() == 1 && fl.Arg(0) == "version" {
+		o.version = true
+		return o, nil
 	}
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "pacerd: unexpected argument %q\n", fl.Arg(0))
@@ -180,7 +188,12 @@ func newLogger(cfg config.Log, stderr io.Writer) (*zap.Logger, error) {
 	var encoder zapcore.Encoder
 	switch cfg.Format {
 	case "console":
-		enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		// Colours only on a terminal: log files and pipes get plain
+		// text that grep and less read as is.
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		if isTerminal(stderr) {
+			enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
 		encoder = zapcore.NewConsoleEncoder(enc)
 	case "json", "":
 		encoder = zapcore.NewJSONEncoder(enc)
@@ -193,6 +206,17 @@ func newLogger(cfg config.Log, stderr io.Writer) (*zap.Logger, error) {
 	core := zapcore.NewSamplerWithOptions(zapcore.NewCore(encoder, zapcore.AddSync(stderr), level),
 		time.Second, 5, 100)
 	return zap.New(core), nil
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// ANSI colours are wanted.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // loadCurves reads the curves directory; a missing directory leaves only the
@@ -209,8 +233,11 @@ func loadCurves(dir string, log *zap.Logger) (map[string]*bucket.Curve, error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		if errors.Is(err, errUsage) {
-			return errors.New("bad command line (see pacerd -h)")
+			return errors.New("bad command line (run `pacerd --help` for the flags)")
 		}
 		return err
 	}
@@ -281,6 +308,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Grace:            cfg.Lease.Grace,
 		CapWindow:        cfg.Lease.CapWindow,
 		BurstWindow:      cfg.Lease.BurstWindow,
+		CatchUp:          cfg.Lease.CatchUp,
+		StandingWindow:   cfg.Lease.StandingWindow,
+		StandingIdle:     standingIdle(cfg.Lease.StandingIdle),
 		TickInterval:     cfg.TickInterval,
 		CampaignRefresh:  cfg.CampaignRefresh,
 		LedgerTimeout:    cfg.LedgerTimeout,
@@ -402,4 +432,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
+}
+
+// standingIdle maps the config's 0 (no standing leases) onto the daemon's
+// negative "never"; the daemon reads 0 as "the default".
+func standingIdle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

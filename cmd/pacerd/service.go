@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -42,7 +43,12 @@ func listen(path string, mode os.FileMode, log *zap.Logger) (net.Listener, error
 	if len(lns) > 0 {
 		return nil, errors.New("systemd passed sockets, but none is a Unix stream socket")
 	}
-	return transport.ListenUnix(path, mode)
+	ln, err := transport.ListenUnix(path, mode)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The usual first run: /run/pacer comes from systemd-tmpfiles.
+		return nil, fmt.Errorf("%w (create the directory, pass --socket PATH, install with `make install` and run it as the systemd service, or try the dev fleet: `make run`)", err)
+	}
+	return ln, err
 }
 
 // notify sends a state to systemd; outside systemd it does nothing.

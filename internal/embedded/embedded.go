@@ -31,6 +31,14 @@ func StartEtcd(dir string) (*Etcd, error) {
 	return e, e.Start()
 }
 
+// StartEtcdOn is StartEtcd on fixed loopback ports (0: one the kernel
+// picks), for the dev stack, whose printed commands should not change from
+// one run to the next.
+func StartEtcdOn(dir string, clientPort, peerPort int) (*Etcd, error) {
+	e := &Etcd{dir: dir, Endpoint: fmt.Sprintf("http://127.0.0.1:%d", clientPort), peer: fmt.Sprintf("http://127.0.0.1:%d", peerPort)}
+	return e, e.Start()
+}
+
 // Start (re)starts etcd on the same data and, after the first start, the
 // same URLs, so clients reconnect after an outage.
 func (e *Etcd) Start() error {
@@ -86,6 +94,19 @@ type NATS struct {
 // StartNATS starts a NATS server on a free loopback port.
 func StartNATS() (*NATS, error) {
 	n := &NATS{port: -1}
+	if err := n.Start(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// StartNATSOn starts a NATS server on a fixed loopback port (0: one the
+// kernel picks).
+func StartNATSOn(port int) (*NATS, error) {
+	if port == 0 {
+		port = -1 // nats-server's "any port"; its 0 means 4222
+	}
+	n := &NATS{port: port}
 	if err := n.Start(); err != nil {
 		return nil, err
 	}

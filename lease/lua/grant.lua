@@ -1,7 +1,7 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up]]
 -- Reply: {status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 granted now, 1 already granted (retry), 2 lease already closed,
 -- 3 the day is closed (no more grants), 4 frozen after a loss of state
@@ -23,7 +23,7 @@ if s.closed == 1 then return shard_reply(3, 0, s) end
 if now < num(redis.call('HGET', K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
-release_by_curve(s, c_now, c_cap)
+release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]))
 local g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
 store_shard(K.state, s)
 expire_all(K, retain)

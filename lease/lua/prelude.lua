@@ -131,10 +131,26 @@ end
 -- release_by_curve moves budget from locked to available as the pacing curve
 -- advances from the shard's last release point cppb to c_now (both in PPB of the
 -- local day), then caps available at what the curve releases over the next cap
--- window (c_now..c_cap) and puts the excess back into locked, where the same rule
--- spreads it over the rest of the day: catch-up without a burst. Exact: every micro
+-- window (c_now..c_cap) and puts the excess back into locked. Exact: every micro
 -- moved out of one field lands in the other.
-local function release_by_curve(s, c_now, c_cap)
+--
+-- The plan is the shard's budget (net of what a cut still owes) along the
+-- curve: plan x C is due by C. Three rules on top of the pro-rata release:
+--   catch-up: a shard behind its plan (more locked than the plan still keeps
+--     locked) releases at up to k x the plan's pace until it is back on the
+--     plan, not pro rata to the end of the day. k = 1 is the pro-rata rule
+--     alone.
+--   the cap allows the same: while behind, available may hold up to k x what
+--     the plan releases over the cap window (never more than the plan's window
+--     plus what is behind).
+--   unit: available may hold one unit (the caller's bid size) as long as what
+--     the shard has spent or holds available stays within one unit of the plan:
+--     a campaign whose cap window is worth less than one bid still gets its
+--     bids, on time, a bid per host that holds one ahead of its curve at most.
+local function release_by_curve(s, c_now, c_cap, unit, k)
+  unit = unit or 0
+  k = k or 1
+  if k < 1 then k = 1 end
   if c_now > PPB then c_now = PPB end
   if c_cap > PPB then c_cap = PPB end
   if c_cap < c_now then c_cap = c_now end
@@ -144,24 +160,55 @@ local function release_by_curve(s, c_now, c_cap)
     c_cap = math.min(PPB, s.cppb + (c_cap - c_now))
     c_now = s.cppb
   end
+  local c0, moved = s.cppb, 0
   if c_now > s.cppb then
-    local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
+    moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
     s.locked = s.locked - moved
     s.available = s.available + moved
     s.cppb = c_now
   end
-  if s.cppb < PPB then
-    local cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
-    if s.available > cap then
-      s.locked = s.locked + (s.available - cap)
-      s.available = cap
+  if s.cppb >= PPB then
+    if s.locked > 0 then
+      -- The curve is done for the day (a morning-only curve, or the day's
+      -- end): budget locked since (a raise, a carry-over, a rebalancing move)
+      -- has no curve left to wait for.
+      s.available = s.available + s.locked
+      s.locked = 0
     end
-  elseif s.locked > 0 then
-    -- The curve is done for the day (a morning-only curve, or the day's
-    -- end): budget locked since (a raise, a carry-over, a rebalancing move)
-    -- has no curve left to wait for.
-    s.available = s.available + s.locked
-    s.locked = 0
+    return
+  end
+  local plan = s.budget - s.owed
+  if plan < 0 then plan = 0 end
+  local plan_locked = plan - muldiv(plan, s.cppb, PPB) -- what the plan keeps locked from here
+  if k > 1 and s.locked > plan_locked then
+    -- Released over this call: at most k x the plan's pace (or the pro-rata
+    -- share, if that is more), and never past the plan.
+    local extra = math.min(s.locked - plan_locked, k * muldiv(plan, s.cppb - c0, PPB) - moved)
+    if extra > 0 then
+      s.locked = s.locked - extra
+      s.available = s.available + extra
+    end
+  end
+  local cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
+  local behind = s.locked + s.available - plan_locked
+  if k > 1 and behind > 0 then
+    local window = muldiv(plan, c_cap - s.cppb, PPB)
+    cap = math.max(cap, math.min(window + behind, k * window))
+  end
+  if s.available > cap then
+    s.locked = s.locked + (s.available - cap)
+    s.available = cap
+  end
+  if unit > 0 and s.available < unit then
+    -- After: spent + available <= plan x C + unit. Leased budget is not
+    -- counted: a sparse campaign's hosts each hold a bid, unspent until a
+    -- SPEND comes to that host, so the fleet runs at most a bid per host (and
+    -- the leases in flight) ahead of its curve.
+    local x = math.min(unit - s.available, s.locked, (plan - plan_locked) + unit - s.available - s.spent)
+    if x > 0 then
+      s.locked = s.locked - x
+      s.available = s.available + x
+    end
   end
 end
 

@@ -2,7 +2,7 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up]]
 -- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, new_status};
 -- new_status as grant's status.
 local K = keys_of(KEYS)
@@ -30,7 +30,7 @@ elseif now < num(redis.call('HGET', K.state, 'frozen_until')) then
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
-  release_by_curve(s, c_now, c_cap)
+  release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]))
   g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
 end
 store_shard(K.state, s)

@@ -1,0 +1,128 @@
+package lease_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+)
+
+// A shard behind its plan catches up at up to CatchUp x the curve's pace, not
+// pro rata over the rest of the day, and follows the curve again once it is
+// back on plan. Flat day, 24,000,000 micros: the plan's pace is 1,000,000 an
+// hour; nothing is spent until noon, then every hour a grant takes all it can.
+func TestCatchUpRecoversAtKTimesPace(t *testing.T) {
+	const day = "2026-11-21"
+	hour := func(h int) (time.Time, int64) { return t0.Add(time.Duration(h) * time.Hour), int64(h) * ppb / 24 }
+	run := func(t *testing.T, k int64) []int64 {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+		key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+		var got []int64
+		for h := 12; h < 24; h++ {
+			now, c := hour(h)
+			r := grantReq(fmt.Sprintf("L%d", h), key, lease.MaxBudgetMicros, now, c)
+			r.Pace.CatchUp = k
+			g, err := l.Grant(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Spend it all at once: the next hour starts with nothing leased.
+			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, g.Granted)
+		}
+		mustBalance(t, l, "c", day)
+		return got
+	}
+	// k = 3. Noon: 12,000,000 are due; the cap window (3 h) allows 3x its plan,
+	// 9,000,000. The 3,000,000 still behind come back at 3x the pace (the
+	// hour's 1,000,000 and 2,000,000 of the deficit), so the shard is on plan
+	// by 14:00 and follows the pace from there.
+	want := []int64{9_000_000, 3_000_000, 2_000_000, 1_000_000, 1_000_000, 1_000_000,
+		1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000}
+	if got := run(t, 3); !near(got, want, 5) {
+		t.Errorf("k=3: hourly grants %v, want %v (±5 micros of rounding)", got, want)
+	}
+	// k = 1 is the pro-rata rule: the deficit is spread over the whole
+	// afternoon (6,000,000 at noon, then 18,000,000 over 12 hours).
+	want1 := []int64{6_000_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000,
+		1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000}
+	if got := run(t, 1); !near(got, want1, 5) {
+		t.Errorf("k=1: hourly grants %v, want %v (±5 micros of rounding)", got, want1)
+	}
+}
+
+// near reports whether got and want have the same length and differ by at
+// most tol everywhere (hour boundaries in parts per billion round down).
+func near(got, want []int64, tol int64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if d := got[i] - want[i]; d > tol || d < -tol {
+			return false
+		}
+	}
+	return true
+}
+
+// A budget whose cap window is worth less than one bid still gets its bids:
+// with a unit, a shard makes one bid available while what it has spent or
+// holds available stays within one unit of its plan, and never more.
+func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
+	const day = "2026-11-21"
+	const bid = 2_000
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("s", 100*bid, 1), day) // 100 bids a day: one every 14.4 min
+	key := lease.ShardKey{Campaign: "s", Day: day, Shard: 0}
+	capWindow := int64(ppb * 300 / 86400)
+	seq := 0
+	grant := func(at time.Duration, unit int64) int64 {
+		t.Helper()
+		seq++
+		now := t0.Add(at)
+		c := int64(at/time.Millisecond) * ppb / 86_400_000
+		r := grantReq(fmt.Sprintf("g%d", seq), key, bid, now, c)
+		r.Pace = lease.Pace{Now: c, Cap: c + capWindow, Unit: unit, CatchUp: 3}
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Granted > 0 {
+			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil { // spent
+				t.Fatal(err)
+			}
+		}
+		return g.Granted
+	}
+	// Without a unit, one minute in: a sliver of a bid.
+	if g := grant(time.Minute, 0); g >= bid {
+		t.Fatalf("no unit: granted %d, want less than a bid", g)
+	}
+	// With one: a bid (less the sliver already spent, which counts against
+	// the one bid ahead), once; the next has to wait for the curve.
+	if g := grant(2*time.Minute, bid); g < bid/2 {
+		t.Fatalf("unit at 2 min: granted %d, want most of a bid", g)
+	}
+	if tot := mustBalance(t, l, "s", day); tot.Spent > 100*bid*2/1440+bid {
+		t.Fatalf("at 2 min spent %d: more than one bid over the plan", tot.Spent)
+	}
+	if g := grant(3*time.Minute, bid); g >= bid/2 {
+		t.Fatalf("a second bid at 3 min: granted %d, want only the curve's minute (one bid ahead at most)", g)
+	}
+	// Every 14.4 minutes the curve is worth another bid.
+	for i := 1; i <= 5; i++ {
+		at := time.Duration(i)*864*time.Second + 3*time.Minute
+		if g := grant(at, bid); g == 0 {
+			t.Fatalf("bid %d at %v: nothing granted", i+1, at)
+		}
+		tot := mustBalance(t, l, "s", day)
+		plan := 100 * bid * int64(at) / int64(24*time.Hour)
+		if tot.Spent > plan+bid {
+			t.Fatalf("at %v spent %d, more than one bid over the plan's %d", at, tot.Spent, plan)
+		}
+	}
+}
