@@ -242,3 +242,12 @@ func TestSocketLimitsFromConfig(t *testing.T) {
 		t.Fatal("no room after the stalled connection was dropped")
 	}
 }
+
+func TestFileLimitProblem(t *testing.T) {
+	if msg := fileLimitProblem(10_000, 65_536); msg != "" {
+		t.Errorf("the unit's defaults: %q", msg)
+	}
+	if msg := fileLimitProblem(10_000, 10_100); !strings.Contains(msg, "LimitNOFILE") {
+		t.Errorf("max_clients near the limit: %q", msg)
+	}
+}

@@ -146,6 +146,21 @@ func loadConfig(o options) (config.Daemon, error) {
 	return cfg, nil
 }
 
+// fdReserve is the file descriptors pacerd needs besides bidder connections:
+// Redis, etcd and NATS connections, the admin listener's, the journal.
+const fdReserve = 256
+
+// fileLimitProblem says what is wrong when max_clients bidder connections
+// could exhaust the file limit (Go raises the soft limit to the hard one at
+// start): past it, new bidders would hang in the listen backlog instead of
+// getting "-ERR max clients reached", and Redis could not be redialled.
+func fileLimitProblem(maxClients int, nofile uint64) string {
+	if uint64(maxClients)+fdReserve <= nofile {
+		return ""
+	}
+	return fmt.Sprintf("max_clients is too close to the file limit (LimitNOFILE=): keep it %d below, or raise the limit", fdReserve)
+}
+
 // serverConfig maps the config file's bidder-socket settings onto the
 // transport's, where zero means a default and "never" is negative.
 func serverConfig(cfg config.Daemon, d *daemon.Daemon, log *zap.Logger) transport.ServerConfig {
@@ -365,6 +380,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer adm.Close()
+	}
+	var nofile syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil {
+		if msg := fileLimitProblem(cfg.MaxClients, nofile.Cur); msg != "" {
+			log.Warn(msg, zap.Int("max_clients", cfg.MaxClients), zap.Uint64("nofile", nofile.Cur))
+		}
 	}
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
 	loopCtx, stopLoop := context.WithCancel(context.Background())
