@@ -1,0 +1,73 @@
+package transport
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// fuzzMaxRequest is above the reader's initial buffer, so growth is fuzzed.
+const fuzzMaxRequest = readBufSize + 1000
+
+// readAll parses src read n bytes at a time, returning the commands (each
+// joined with '|') up to the first error.
+func readAll(src []byte, n int) (cmds []string, err error, maxBuf int) {
+	rd := newRequestReader(8, fuzzMaxRequest, 64)
+	r := &chunkReader{b: src, n: n}
+	for {
+		args, err := rd.next()
+		maxBuf = max(maxBuf, cap(rd.buf))
+		if err != nil {
+			return cmds, err, maxBuf
+		}
+		if args == nil {
+			if err := rd.fill(r); err != nil {
+				if errors.Is(err, io.EOF) {
+					return cmds, nil, maxBuf
+				}
+				return cmds, err, maxBuf
+			}
+			continue
+		}
+		var b strings.Builder
+		for _, a := range args {
+			b.Write(a)
+			b.WriteByte('|')
+		}
+		cmds = append(cmds, b.String())
+	}
+}
+
+// FuzzRequestReader: whatever the bytes, the reader never panics, never
+// buffers more than one request of the limit, refuses more arguments than
+// the cap, and parses the same commands and error however the bytes are
+// split across reads.
+func FuzzRequestReader(f *testing.F) {
+	for _, s := range []string{
+		resp("SPEND", "demo", "5"), "PING\r\n", "PING \"a b\" 'c'\r\n\r\n", "*1\r\n$4\r\nPI",
+		"*9\r\n", "*2\r\n$4\r\nPING\r\n$300\r\n", resp("PING", strings.Repeat("y", readBufSize+500)), strings.Repeat(" ", 100), "\"\r\n", "*1\r\n$-1\r\n",
+		resp("PING", strings.Repeat("x", 200)) + "INFO\n",
+	} {
+		f.Add([]byte(s), uint8(1))
+		f.Add([]byte(s), uint8(7))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		whole, wholeErr, _ := readAll(data, 1<<20)
+		split, splitErr, maxBuf := readAll(data, int(chunk)+1)
+		if maxBuf > fuzzMaxRequest+1 {
+			t.Fatalf("buffer grew to %d bytes for requests of at most %d", maxBuf, fuzzMaxRequest)
+		}
+		if strings.Join(whole, "\n") != strings.Join(split, "\n") || (wholeErr == nil) != (splitErr == nil) {
+			t.Fatalf("whole: %q %v\nsplit by %d: %q %v", whole, wholeErr, int(chunk)+1, split, splitErr)
+		}
+		if wholeErr != nil && splitErr.Error() != wholeErr.Error() {
+			t.Fatalf("errors differ: %v / %v", wholeErr, splitErr)
+		}
+		for _, c := range whole {
+			if n := strings.Count(c, "|"); n > 8 || n == 0 {
+				t.Fatalf("command with %d arguments: %q", n, c)
+			}
+		}
+	})
+}
