@@ -50,13 +50,16 @@ type requestReader struct {
 	maxArgs    int
 	maxRequest int
 	maxInline  int
+	// bufSize is the buffer of an idle connection: readBufSize, smaller in
+	// tests that exercise growth and compaction.
+	bufSize int
 }
 
 // readBufSize is an idle connection's buffer: a few dozen pipelined SPENDs.
 const readBufSize = 4 << 10
 
 func newRequestReader(maxArgs, maxRequest, maxInline int) *requestReader {
-	return &requestReader{maxArgs: maxArgs, maxRequest: maxRequest, maxInline: maxInline}
+	return &requestReader{maxArgs: maxArgs, maxRequest: maxRequest, maxInline: maxInline, bufSize: readBufSize}
 }
 
 // buffered reports whether part of a request has been read.
@@ -71,9 +74,9 @@ func (rd *requestReader) fill(src io.Reader) error {
 	switch {
 	case rd.r == rd.w:
 		rd.r, rd.w, rd.noLF = 0, 0, 0
-		if cap(rd.buf) != readBufSize {
+		if cap(rd.buf) != rd.bufSize {
 			// Nothing pending: give back a buffer a big request grew.
-			rd.buf = make([]byte, readBufSize)
+			rd.buf = make([]byte, rd.bufSize)
 		}
 	case rd.w == len(rd.buf) && rd.r > 0:
 		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
