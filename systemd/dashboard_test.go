@@ -26,6 +26,10 @@ var pacerdMetrics = map[string]string{
 	"pacer_broadcasts_sent_total":         "counter",
 	"pacer_broadcasts_received_total":     "counter",
 	"pacer_refunds_unbacked_micros_total": "counter",
+	// The bidder socket (issue 11).
+	"pacer_socket_connections":                "gauge",
+	"pacer_socket_connections_accepted_total": "counter",
+	"pacer_socket_connections_dropped_total":  "counter",
 }
 
 var metricName = regexp.MustCompile(`\bpacer_[a-zA-Z0-9_]+`)

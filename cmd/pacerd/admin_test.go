@@ -193,7 +193,8 @@ func TestServerConfigMapping(t *testing.T) {
 func TestSocketLimitsFromConfig(t *testing.T) {
 	s := newStack(t)
 	s.extraConfig = "max_clients: 2\nclient_read_timeout: 300ms\n"
-	p := s.startWith("h1", nil, nil)
+	adminSock := filepath.Join(s.dir, "admin.sock")
+	p := s.startWith("h1", []string{"--admin", "unix:" + adminSock}, nil)
 	ping := func(c net.Conn, rd *bufio.Reader) string {
 		io.WriteString(c, "PING\r\n")
 		line, _ := rd.ReadString('\n')
@@ -240,6 +241,19 @@ func TestSocketLimitsFromConfig(t *testing.T) {
 	_ = c3
 	if c4, r4 := open(); ping(c4, r4) != "+PONG\r\n" {
 		t.Fatal("no room after the stalled connection was dropped")
+	}
+	// The admin listener's metrics show it.
+	waitForSocket(t, p, adminSock)
+	_, body := get(t, unixHTTP(adminSock), "http://pacerd/metrics")
+	for _, want := range []string{
+		`pacer_socket_connections_dropped_total{reason="refused"} 1`,
+		`pacer_socket_connections_dropped_total{reason="timeout"} 1`,
+		`pacer_socket_connections_dropped_total{reason="protocol"} 0`,
+		"pacer_socket_connections 2",
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 

@@ -371,16 +371,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var ready atomic.Bool
-	if cfg.Admin != "" {
-		adm, err := admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: o.pprof},
-			d, &ready, bc, log)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		defer adm.Close()
-	}
 	var nofile syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err == nil {
 		if msg := fileLimitProblem(cfg.MaxClients, nofile.Cur); msg != "" {
@@ -388,6 +378,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
+	var ready atomic.Bool
+	if cfg.Admin != "" {
+		adm, err := admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: o.pprof},
+			d, srv, &ready, bc, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer adm.Close()
+	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()

@@ -165,9 +165,9 @@ func listenAdmin(o adminOptions) (net.Listener, error) {
 
 // admin serves /metrics, /healthz, /readyz and, with --pprof, /debug/pprof/
 // on the admin listener.
-func admin(o adminOptions, d *daemon.Daemon, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
+func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(d.Collector(), socketCollector{srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bc != nil {
 		reg.MustRegister(broadcastCollector{bc})
 	}
@@ -196,7 +196,7 @@ func admin(o adminOptions, d *daemon.Daemon, ready *atomic.Bool, bc *transport.B
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{
+	hs := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -205,15 +205,43 @@ func admin(o adminOptions, d *daemon.Daemon, ready *atomic.Bool, bc *transport.B
 		IdleTimeout: o.idleTimeout,
 	}
 	if o.idleTimeout == 0 {
-		srv.IdleTimeout = 24 * time.Hour
+		hs.IdleTimeout = 24 * time.Hour
 	}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener stopped", zap.Error(err))
 		}
 	}()
 	log.Info("admin listening", zap.String("addr", ln.Addr().String()), zap.Int("max_conns", o.maxConns), zap.Bool("pprof", o.pprof))
-	return srv, nil
+	return hs, nil
+}
+
+// socketCollector exports the bidder socket's counters, so that an attack
+// on it (connections refused, dropped by a deadline, malformed input) shows
+// on the dashboards, not only in INFO.
+type socketCollector struct{ srv *transport.Server }
+
+var (
+	descSocketOpen     = prometheus.NewDesc("pacer_socket_connections", "Bidder connections open.", nil, nil)
+	descSocketAccepted = prometheus.NewDesc("pacer_socket_connections_accepted_total", "Bidder connections accepted.", nil, nil)
+	descSocketDropped  = prometheus.NewDesc("pacer_socket_connections_dropped_total",
+		"Bidder connections refused or closed by the server, by reason: refused (max clients or peer not allowed, at connect), timeout (idle, read or write deadline), protocol (malformed or oversized request).",
+		[]string{"reason"}, nil)
+)
+
+func (s socketCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSocketOpen
+	ch <- descSocketAccepted
+	ch <- descSocketDropped
+}
+
+func (s socketCollector) Collect(ch chan<- prometheus.Metric) {
+	st := s.srv.Stats()
+	ch <- prometheus.MustNewConstMetric(descSocketOpen, prometheus.GaugeValue, float64(st.ConnectionsOpen))
+	ch <- prometheus.MustNewConstMetric(descSocketAccepted, prometheus.CounterValue, float64(st.ConnectionsAccepted))
+	ch <- prometheus.MustNewConstMetric(descSocketDropped, prometheus.CounterValue, float64(st.Rejected), "refused")
+	ch <- prometheus.MustNewConstMetric(descSocketDropped, prometheus.CounterValue, float64(st.TimedOut), "timeout")
+	ch <- prometheus.MustNewConstMetric(descSocketDropped, prometheus.CounterValue, float64(st.ProtocolErrors), "protocol")
 }
 
 // limitListener serves at most n connections at once: Accept waits for one
