@@ -33,6 +33,16 @@ func TestParseDaemon(t *testing.T) {
 	full := `
 socket: /tmp/p.sock
 socket_mode: 0600
+max_clients: 500
+client_idle_timeout: 0s
+client_read_timeout: 2s
+client_write_timeout: 3s
+allowed_uids: [1000, 0]
+allowed_gids: [998]
+admin_max_conns: 8
+admin_idle_timeout: 20s
+unknown_campaign_ttl: 1m
+max_campaign_loads: 16
 redis: [10.0.0.1:7000, 10.0.0.2:7000]
 etcd: [http://10.0.0.5:2379, 10.0.0.6:2379]
 nats: nats://10.0.0.7:4222, tls://10.0.0.8:4222
@@ -63,17 +73,27 @@ ledger:
   check_interval: 3s
 `
 	want := Daemon{
-		Socket:           "/tmp/p.sock",
-		SocketMode:       0o600,
-		Redis:            []string{"10.0.0.1:7000", "10.0.0.2:7000"},
-		Etcd:             []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
-		NATS:             "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
-		Admin:            "[::1]:9000",
-		Holder:           "bidder-17",
-		CurvesDir:        "/srv/curves",
-		StateDir:         "/srv/state",
-		MaxAmountMicros:  5_000_000,
-		DedupMemoryBytes: 256 << 20,
+		Socket:             "/tmp/p.sock",
+		SocketMode:         0o600,
+		MaxClients:         500,
+		ClientIdleTimeout:  0,
+		ClientReadTimeout:  2 * time.Second,
+		ClientWriteTimeout: 3 * time.Second,
+		AllowedUIDs:        []int64{1000, 0},
+		AllowedGIDs:        []int64{998},
+		AdminMaxConns:      8,
+		AdminIdleTimeout:   20 * time.Second,
+		UnknownCampaignTTL: time.Minute,
+		MaxCampaignLoads:   16,
+		Redis:              []string{"10.0.0.1:7000", "10.0.0.2:7000"},
+		Etcd:               []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
+		NATS:               "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
+		Admin:              "[::1]:9000",
+		Holder:             "bidder-17",
+		CurvesDir:          "/srv/curves",
+		StateDir:           "/srv/state",
+		MaxAmountMicros:    5_000_000,
+		DedupMemoryBytes:   256 << 20,
 		Lease: Lease{Window: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
 			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond,
 			CatchUp: 2, StandingWindow: 2 * time.Minute},
@@ -109,7 +129,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -142,6 +162,16 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"nats: http://n:4222", `nats: "http://n:4222": scheme "http": want one of nats, tls, ws, wss`},
 		{"admin: 0.0.0.0:9464", `admin: "0.0.0.0:9464": host must be a loopback address (127.0.0.1, ::1 or localhost)`},
 		{"admin: :9464", `admin: ":9464": want host:port or a Unix socket path starting with / or .`},
+		{"admin: unix:run/admin.sock", `admin: "unix:run/admin.sock": a Unix socket path must be absolute`},
+		{"admin: /" + strings.Repeat("a", 110), `admin: path is 111 bytes; Unix socket paths are limited to 107`},
+		{"max_clients: 0", `max_clients: 0: want 1 to 1000000`},
+		{"admin_max_conns: 0", `admin_max_conns: 0: want 1 to 10000`},
+		{"client_read_timeout: -1s", `client_read_timeout: -1s: want 0 (never) or a positive duration`},
+		{"client_idle_timeout: 5", `line 1: client_idle_timeout: "5" is not a duration such as 30s or 100ms (a unit is required)`},
+		{"allowed_uids: [-1, 4294967295]", "allowed_uids[0]: -1 is not a uid or gid\nallowed_uids[1]: 4294967295 is not a uid or gid"},
+		{"allowed_gids: [wheel]", `line 1: allowed_gids[0]: "wheel" is not an integer`},
+		{"unknown_campaign_ttl: 0s", `unknown_campaign_ttl: 0s: want more than 0 and at most 1h`},
+		{"max_campaign_loads: 0", `max_campaign_loads: 0: want 1 to 10000`},
 		{"holder: a|b", `holder: "a|b" must not contain '|', spaces or control characters`},
 		{"curves_dir: ~", `line 1: curves_dir: no value; write one (such as "" or []) or leave the key out`},
 		{"curves_dir: \"\"", `curves_dir: must not be empty`},
@@ -153,7 +183,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

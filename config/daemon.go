@@ -30,6 +30,21 @@ type Daemon struct {
 	Socket string `yaml:"socket"`
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
+	// MaxClients caps the bidder socket's open connections.
+	MaxClients int `yaml:"max_clients"`
+	// ClientIdleTimeout closes a bidder connection silent for this long
+	// between requests; 0 never does.
+	ClientIdleTimeout time.Duration `yaml:"client_idle_timeout"`
+	// ClientReadTimeout closes a bidder connection whose request has not
+	// fully arrived this long after its first bytes; 0 never does.
+	ClientReadTimeout time.Duration `yaml:"client_read_timeout"`
+	// ClientWriteTimeout closes a bidder connection that has not read its
+	// replies for this long; 0 never does.
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
+	// AllowedUIDs and AllowedGIDs, when either is non-empty, admit only
+	// peers (by SO_PEERCRED) with a listed uid or gid.
+	AllowedUIDs []int64 `yaml:"allowed_uids"`
+	AllowedGIDs []int64 `yaml:"allowed_gids"`
 	// Redis lists the ledger's addresses: one host:port, one Unix socket
 	// path (starting with / or .), one sentinel://master-name@host:port,...
 	// address, or several host:port Cluster seeds.
@@ -40,9 +55,19 @@ type Daemon struct {
 	// NATS is the NATS URL (or comma-separated URLs) for broadcasts; empty
 	// means none (exhaustion is learnt from the ledger, more slowly).
 	NATS string `yaml:"nats"`
-	// Admin is the loopback host:port of the metrics and health listener;
-	// empty disables it.
+	// Admin is where the metrics and health listener listens: a loopback
+	// host:port, or a Unix socket ("unix:/run/pacer/admin.sock" or an
+	// absolute path) that only the daemon's user can open. Empty disables it.
 	Admin string `yaml:"admin"`
+	// AdminMaxConns caps the admin listener's open connections.
+	AdminMaxConns int `yaml:"admin_max_conns"`
+	// AdminIdleTimeout closes an admin connection idle for this long.
+	AdminIdleTimeout time.Duration `yaml:"admin_idle_timeout"`
+	// UnknownCampaignTTL is how long an id the ledger does not know is
+	// answered "unknown campaign" without asking the ledger again.
+	UnknownCampaignTTL time.Duration `yaml:"unknown_campaign_ttl"`
+	// MaxCampaignLoads bounds first-use campaign loads in flight.
+	MaxCampaignLoads int `yaml:"max_campaign_loads"`
 	// Holder names this daemon in lease records. Empty means the host name,
 	// which the caller fills in.
 	Holder string `yaml:"holder"`
@@ -155,6 +180,19 @@ func DefaultDaemon() Daemon {
 		LedgerTimeout:   2 * time.Second,
 		Log:             Log{Format: "json", Level: "info"},
 		Ledger:          Ledger{Durability: "fsync", CheckInterval: 10 * time.Second},
+
+		// The bidder socket's limits (transport.ServerConfig's defaults),
+		// the admin listener's, and the unknown-campaign cache's.
+		MaxClients:         10_000,
+		ClientIdleTimeout:  5 * time.Minute,
+		ClientReadTimeout:  10 * time.Second,
+		ClientWriteTimeout: 10 * time.Second,
+		AllowedUIDs:        []int64{},
+		AllowedGIDs:        []int64{},
+		AdminMaxConns:      64,
+		AdminIdleTimeout:   time.Minute,
+		UnknownCampaignTTL: 10 * time.Second,
+		MaxCampaignLoads:   64,
 	}
 }
 
@@ -169,6 +207,18 @@ const (
 	minDedupMemory = 1 << 20
 	maxDedupMemory = 64 << 30
 )
+
+// maxClients bounds max_clients: each connection is a file descriptor.
+const maxClients = 1_000_000
+
+// AdminUnixPath reports whether an admin address names a Unix socket,
+// "unix:/path" or "/path", and returns the path.
+func AdminUnixPath(addr string) (string, bool) {
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		return p, true
+	}
+	return addr, strings.HasPrefix(addr, "/")
+}
 
 // maxHolder matches the daemon's own limit on holder names.
 const maxHolder = 100
@@ -219,9 +269,48 @@ func (d Daemon) Validate() error {
 		}
 	}
 	if d.Admin != "" {
-		if err := checkLoopback(d.Admin); err != nil {
+		if path, ok := AdminUnixPath(d.Admin); ok {
+			if !strings.HasPrefix(path, "/") {
+				bad("admin: %q: a Unix socket path must be absolute", d.Admin)
+			} else if len(path) > maxSocketPath {
+				bad("admin: path is %d bytes; Unix socket paths are limited to %d", len(path), maxSocketPath)
+			}
+		} else if err := checkLoopback(d.Admin); err != nil {
 			bad("admin: %v", err)
 		}
+	}
+	if d.MaxClients < 1 || d.MaxClients > maxClients {
+		bad("max_clients: %d: want 1 to %d", d.MaxClients, maxClients)
+	}
+	if d.AdminMaxConns < 1 || d.AdminMaxConns > 10_000 {
+		bad("admin_max_conns: %d: want 1 to 10000", d.AdminMaxConns)
+	}
+	for _, kv := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"client_idle_timeout", d.ClientIdleTimeout}, {"client_read_timeout", d.ClientReadTimeout},
+		{"client_write_timeout", d.ClientWriteTimeout}, {"admin_idle_timeout", d.AdminIdleTimeout},
+	} {
+		if kv.v < 0 {
+			bad("%s: %v: want 0 (never) or a positive duration", kv.key, kv.v)
+		}
+	}
+	checkIDs := func(key string, ids []int64) {
+		for i, id := range ids {
+			// (uid_t)-1 means "no change" to chown, never a real user.
+			if id < 0 || id >= 1<<32-1 {
+				bad("%s[%d]: %d is not a uid or gid", key, i, id)
+			}
+		}
+	}
+	checkIDs("allowed_uids", d.AllowedUIDs)
+	checkIDs("allowed_gids", d.AllowedGIDs)
+	if d.UnknownCampaignTTL <= 0 || d.UnknownCampaignTTL > time.Hour {
+		bad("unknown_campaign_ttl: %v: want more than 0 and at most 1h", d.UnknownCampaignTTL)
+	}
+	if d.MaxCampaignLoads < 1 || d.MaxCampaignLoads > 10_000 {
+		bad("max_campaign_loads: %d: want 1 to 10000", d.MaxCampaignLoads)
 	}
 	switch {
 	case len(d.Holder) > maxHolder:

@@ -84,6 +84,13 @@ type Config struct {
 	// pacer_auction_ids_window_seconds gauge. MinDedupMemoryBytes to
 	// MaxDedupMemoryBytes.
 	DedupMemoryBytes int64
+	// UnknownCampaignTTL is how long an id the ledger does not know is
+	// answered "unknown campaign" without another ledger read (default
+	// 10s); a campaign created meanwhile is usable within it.
+	UnknownCampaignTTL time.Duration
+	// MaxCampaignLoads bounds first-use campaign loads in flight (default
+	// 64); a first use beyond it is refused with a retry error.
+	MaxCampaignLoads int
 	// Curves are the pacing curves by name; "flat" is built in.
 	Curves map[string]*bucket.Curve
 	// Publisher, if set, broadcasts what this daemon learns first (a
@@ -136,6 +143,10 @@ func (c *Config) setDefaults() error {
 	def(&c.CampaignRefresh, c.LeaseWindow)
 	def(&c.LedgerTimeout, 2*time.Second)
 	def(&c.DedupWindow, 10*time.Minute)
+	def(&c.UnknownCampaignTTL, 10*time.Second)
+	if c.MaxCampaignLoads <= 0 {
+		c.MaxCampaignLoads = 64
+	}
 	if c.DedupMemoryBytes == 0 {
 		c.DedupMemoryBytes = DefaultDedupMemoryBytes
 	}

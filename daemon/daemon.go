@@ -34,7 +34,8 @@ type Daemon struct {
 	campaigns campaignSet
 	auctions  *auctionMemory
 	loads     sync.Map // campaign id -> *load (first-use loads in flight)
-	unknown   sync.Map // campaign id -> time.Time until which it is known unknown
+	loadSlots chan struct{}
+	unknown   *unknownCampaigns
 
 	leaseSeq atomic.Uint64
 	counters counters
@@ -56,26 +57,22 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
-	return &Daemon{
+	d := &Daemon{
 		cfg:      cfg,
 		auctions: newAuctionMemory(cfg.DedupWindow, cfg.DedupMemoryBytes),
 		metrics:  newMetrics(),
 		ledger:   ledger,
 		log:      cfg.Logger.Named("daemon"),
 		bootID:   strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
-	}, nil
+	}
+	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
+	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
+	return d, nil
 }
-
-// unknownTTL is how long an unknown campaign id is remembered, so a client
-// spamming one bad id costs one Redis read per TTL, not one per call.
-const unknownTTL = 10 * time.Second
 
 // firstLoadTimeout bounds how long the first SPEND of a campaign waits for its
 // settings and first lease.
 const firstLoadTimeout = 2 * time.Second
-
-// maxUnknown bounds the negative cache, so random ids cannot grow memory.
-const maxUnknown = 10_000
 
 type load struct {
 	done chan struct{}
@@ -85,15 +82,31 @@ type load struct {
 
 // campaignFor returns the campaign's state, loading it on first use. Loads
 // are deduplicated: a burst of first SPENDs for one campaign makes one load,
-// which the others wait for (bounded by firstLoadTimeout).
+// which the others wait for (bounded by firstLoadTimeout). At most
+// MaxCampaignLoads loads run at once; a first use beyond that is refused
+// with a retry error, without a ledger read. Ids the ledger does not know
+// are answered from d.unknown (see unknownCampaigns).
 func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
+	return d.campaignForWaiting(id, firstAmount, false)
+}
+
+// campaignForWaiting is campaignFor; with waitSlot, a load waits for a free
+// slot instead of being refused (Warm loads many campaigns at once).
+func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool) (*campaign, error) {
 	if c, ok := d.campaigns.get(id); ok {
 		return c, nil
 	}
-	if until, ok := d.unknown.Load(id); ok && d.cfg.Clock.Now().Before(until.(time.Time)) {
-		return nil, &lease.UnknownCampaignError{ID: id}
+	unknown, wait := d.unknown.unknown(id, d.cfg.Clock.Now())
+	if wait != nil {
+		// The set of campaign ids is being read: it will answer.
+		select {
+		case <-wait:
+		case <-time.After(firstLoadTimeout):
+			return nil, fmt.Errorf("campaign %q: settings not loaded yet (ledger slow or unreachable)", id)
+		}
+		unknown, _ = d.unknown.unknown(id, d.cfg.Clock.Now())
 	}
-	if !lease.ValidCampaignID(id) {
+	if unknown || !lease.ValidCampaignID(id) {
 		return nil, &lease.UnknownCampaignError{ID: id}
 	}
 	if d.closed.Load() {
@@ -103,7 +116,19 @@ func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
 	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
 		l = other.(*load)
 	} else {
-		go d.load(id, l, firstAmount)
+		if waitSlot {
+			d.loadSlots <- struct{}{} // loads end within their ledger timeouts
+			go d.load(id, l, firstAmount)
+		} else {
+			select {
+			case d.loadSlots <- struct{}{}:
+				go d.load(id, l, firstAmount)
+			default:
+				d.loads.Delete(id)
+				l.err = fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots))
+				close(l.done)
+			}
+		}
 	}
 	select {
 	case <-l.done:
@@ -116,6 +141,7 @@ func (d *Daemon) campaignFor(id string, firstAmount int64) (*campaign, error) {
 // load reads the campaign's settings and primes its first lease, sized for
 // at least a few SPENDs of firstAmount (the call that triggered the load).
 func (d *Daemon) load(id string, l *load, firstAmount int64) {
+	defer func() { <-d.loadSlots }()
 	defer d.loads.Delete(id)
 	defer close(l.done)
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LedgerTimeout)
@@ -129,10 +155,17 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 		d.observeLedger("refresh", start, err)
 	}
 	if err != nil {
-		if errors.As(err, &unknown) {
-			d.rememberUnknown(id)
-		}
 		l.err = err
+		if errors.As(err, &unknown) && d.unknown.missed(id, d.cfg.Clock.Now()) {
+			// Many ids missing: read the set of ids once instead.
+			start := time.Now()
+			ids, err := d.ledger.CampaignIDs(ctx)
+			d.observeLedger("refresh", start, err)
+			if ids == nil && err == nil {
+				ids = []string{}
+			}
+			d.unknown.setKnown(ids, d.cfg.Clock.Now())
+		}
 		return
 	}
 	c := newCampaign(d, settings)
@@ -140,15 +173,6 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	l.c = d.campaigns.add(c)
 	// Prime the first lease now, so the first SPEND finds tokens.
 	l.c.step(ctx, d.cfg.Clock.Now())
-}
-
-func (d *Daemon) rememberUnknown(id string) {
-	n := 0
-	d.unknown.Range(func(k, v any) bool { n++; return n < maxUnknown })
-	if n >= maxUnknown {
-		d.unknown.Clear()
-	}
-	d.unknown.Store(id, d.cfg.Clock.Now().Add(unknownTTL))
 }
 
 // Spend implements transport.Spender: may the campaign spend amount micros on
@@ -308,7 +332,7 @@ func (d *Daemon) Campaigns() []string {
 func (d *Daemon) Warm(ids []string) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
-		wg.Go(func() { _, _ = d.campaignFor(id, 0) })
+		wg.Go(func() { _, _ = d.campaignForWaiting(id, 0, true) })
 	}
 	wg.Wait()
 }

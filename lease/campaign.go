@@ -146,6 +146,17 @@ func (l *Ledger) GetCampaign(ctx context.Context, id string) (Campaign, error) {
 	return c, nil
 }
 
+// CampaignIDs returns the ids of every stored campaign, unsorted, in one
+// read (SMEMBERS). A daemon asked about many ids it does not know checks
+// them against this set instead of reading each one.
+func (l *Ledger) CampaignIDs(ctx context.Context) ([]string, error) {
+	ids, err := l.rdb.SMembers(ctx, campaignsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list campaign ids: %w", err)
+	}
+	return ids, nil
+}
+
 // ListCampaigns returns every campaign, sorted by id.
 func (l *Ledger) ListCampaigns(ctx context.Context) ([]Campaign, error) {
 	ids, err := l.rdb.SMembers(ctx, campaignsKey).Result()

@@ -79,22 +79,27 @@ func BenchmarkDispatchSpendNoAuction(b *testing.B) {
 	}
 }
 
-// BenchmarkParseAndDispatchSpend adds redcon's parsing behind the guard, as
-// a connection does for each request.
+// BenchmarkParseAndDispatchSpend adds the request reader's parsing, as a
+// connection does for each request.
 func BenchmarkParseAndDispatchSpend(b *testing.B) {
 	s := NewServer(nopSpender{}, ServerConfig{})
 	d := dispatcher{s: s, c: &serverConn{}}
 	w := redcon.NewWriter(io.Discard)
 	req := []byte(resp("SPEND", "campaign-42", "1500", "auction-0123456789"))
 	src := &repeatReader{b: req}
-	rd := redcon.NewReader(newRequestGuard(src, DefaultMaxArgs, DefaultMaxRequestBytes))
+	rd := newRequestReader(DefaultMaxArgs, DefaultMaxRequestBytes, DefaultMaxInlineBytes)
 	b.ReportAllocs()
 	for b.Loop() {
-		cmd, err := rd.ReadCommand()
+		args, err := rd.next()
+		for args == nil && err == nil {
+			if err = rd.fill(src); err == nil {
+				args, err = rd.next()
+			}
+		}
 		if err != nil {
 			b.Fatal(err)
 		}
-		d.serve(w, cmd.Args)
+		d.serve(w, args)
 		w.Flush()
 	}
 }

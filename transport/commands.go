@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -162,12 +163,9 @@ func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amou
 	if msg := checkCampaign(args[1]); msg != "" {
 		return "", 0, "", msg
 	}
-	amount, err := strconv.ParseInt(string(args[2]), 10, 64)
-	if err != nil {
-		return "", 0, "", "amount must be an integer number of micros"
-	}
-	if amount <= 0 {
-		return "", 0, "", "amount must be positive"
+	amount, msg = parseAmount(args[2])
+	if msg != "" {
+		return "", 0, "", msg
 	}
 	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && amount > limit {
 		return "", 0, "", "amount " + strconv.FormatInt(amount, 10) +
@@ -189,6 +187,43 @@ func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amou
 	d.ids = append(append(d.ids[:0], args[1]...), auctionID...)
 	both := string(d.ids)
 	return both[:len(args[1])], amount, both[len(args[1]):], ""
+}
+
+// parseAmount accepts only the canonical decimal form of a positive amount:
+// digits, no sign, no leading zeros, no spaces. strconv.ParseInt would take
+// "+5" and "05", so two spellings of one request could differ on the wire
+// (and in logs and dedup) while meaning the same money.
+func parseAmount(b []byte) (int64, string) {
+	const malformed = "amount must be an integer number of micros"
+	if len(b) > 1 && b[0] == '-' && isDigits(b[1:]) {
+		return 0, "amount must be positive"
+	}
+	if !isDigits(b) || len(b) > 19 {
+		return 0, malformed
+	}
+	if b[0] == '0' {
+		if len(b) == 1 {
+			return 0, "amount must be positive"
+		}
+		return 0, "amount must not have leading zeros"
+	}
+	var v uint64
+	for _, c := range b {
+		v = v*10 + uint64(c-'0')
+	}
+	if v > math.MaxInt64 {
+		return 0, malformed
+	}
+	return int64(v), ""
+}
+
+func isDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return len(b) > 0
 }
 
 func checkCampaign(id []byte) string {
@@ -270,5 +305,7 @@ func (s *Server) info() string {
 	writeUint("total_commands_processed", st.Commands)
 	writeUint("total_error_replies", st.ErrorReplies)
 	writeUint("total_protocol_errors", st.ProtocolErrors)
+	writeUint("rejected_connections", st.Rejected)
+	writeUint("timedout_connections", st.TimedOut)
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"io"
 	"strconv"
 )
@@ -14,220 +15,354 @@ type ProtocolError struct {
 
 func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
 
-// requestGuard sits between the socket and redcon's Reader. redcon does the
-// parsing; the guard only follows RESP framing (array and bulk headers) for
-// two reasons that redcon v1.6.2 cannot handle itself:
+// requestReader parses the requests of one connection: RESP arrays of bulk
+// strings, as every client library sends, and inline (telnet) lines, as
+// redis-cli and humans do. It replaces redcon's Reader, which v1.6.2 made
+// unsafe for a socket shared with untrusted local users:
 //
-//   - redcon loops once per announced array element even when the elements
-//     have not arrived, so "*99999999999\r\n" costs minutes of CPU per read,
-//     and it buffers a request of any announced size. The guard rejects
-//     headers and requests above the limits before redcon sees them.
-//   - redcon grows its buffer, without compacting, whenever a read ends in
-//     the middle of a request, so a client that keeps a pipeline full could
-//     grow it without bound. The guard hands bytes on only up to the end of
-//     the last complete request it has seen, so redcon's buffer drains after
-//     every batch and stays around one request in size.
+//   - its inline parser allocates a copy of the rest of the line at every
+//     space, so a 65 KB line of spaces cost ~2 GB of allocation and about a
+//     second of CPU (quadratic); here an inline line is parsed in one pass
+//     and limited to maxInline bytes;
+//   - it loops once per announced array element before the elements
+//     arrive, and buffers a request of any announced size; here headers are
+//     checked against maxArgs and maxRequest as soon as their digits arrive;
+//   - its buffer only ever grows; here it starts at readBufSize, grows only
+//     to hold one request of up to maxRequest bytes, and is given back once
+//     drained, so an idle connection holds readBufSize bytes.
 //
-// A request larger than the guard's buffer is handed on in pieces; that is
-// rare (the limit is far above any pacer command) and still bounded by
-// maxRequest.
-type requestGuard struct {
-	src io.Reader
+// Each request is parsed from its first byte whenever more bytes arrive.
+// That costs at most maxArgs header parses per read for an array (payloads
+// are skipped, not scanned), and for an inline line the scan resumes where
+// the last one stopped.
+//
+// The arguments next returns own their memory (one allocation for all of a
+// request's bytes), so a command may keep them after the next read.
+type requestReader struct {
 	buf []byte
-	// buf[r:ready] may be handed to redcon; buf[ready:w] is the start of an
-	// incomplete request; buf[scan:w] has not been scanned yet.
-	r, ready, scan, w int
-	err               error
+	// buf[r:w] has been read but not parsed into requests.
+	r, w int
+	// noLF is how many bytes from r are known to hold no '\n' while an
+	// inline line is incomplete.
+	noLF int
+	err  error // a read error held back until buf[r:w] is parsed
 
-	maxArgs    int64
-	maxRequest int64
-
-	st       guardState
-	num      int64 // header value being read
-	neg      bool
-	digits   int
-	args     int64 // bulks still expected in the current array
-	bulkLeft int64 // bulk payload bytes still to skip
-	reqBytes int64 // bytes of the current request so far
+	maxArgs    int
+	maxRequest int
+	maxInline  int
 }
 
-type guardState uint8
+// readBufSize is an idle connection's buffer: a few dozen pipelined SPENDs.
+const readBufSize = 4 << 10
 
-const (
-	gStart    guardState = iota // at a request boundary
-	gInline                     // inside an inline (telnet) command line
-	gArrayLen                   // after '*'
-	gArrayLF                    // after the array header's '\r'
-	gDollar                     // expecting '$'
-	gBulkLen                    // after '$'
-	gBulkLF                     // after the bulk header's '\r'
-	gBulkData                   // inside a bulk payload
-	gBulkCR                     // expecting the '\r' after a payload
-	gBulkEnd                    // expecting the '\n' after a payload
-)
+func newRequestReader(maxArgs, maxRequest, maxInline int) *requestReader {
+	return &requestReader{maxArgs: maxArgs, maxRequest: maxRequest, maxInline: maxInline}
+}
 
-const guardBufSize = 16 << 10
+// buffered reports whether part of a request has been read.
+func (rd *requestReader) buffered() bool { return rd.w > rd.r }
 
-func newRequestGuard(src io.Reader, maxArgs, maxRequest int64) *requestGuard {
-	return &requestGuard{
-		src:        src,
-		buf:        make([]byte, guardBufSize),
-		maxArgs:    maxArgs,
-		maxRequest: maxRequest,
+// fill reads once from src into the buffer, making room first. It returns
+// a read error only once every byte read before it has been parsed.
+func (rd *requestReader) fill(src io.Reader) error {
+	if rd.err != nil {
+		return rd.err
 	}
-}
-
-func (g *requestGuard) Read(p []byte) (int, error) {
-	for g.ready == g.r {
-		if g.err != nil {
-			return 0, g.err
+	switch {
+	case rd.r == rd.w:
+		rd.r, rd.w, rd.noLF = 0, 0, 0
+		if cap(rd.buf) != readBufSize {
+			// Nothing pending: give back a buffer a big request grew.
+			rd.buf = make([]byte, readBufSize)
 		}
-		switch {
-		case g.r == g.w:
-			g.r, g.ready, g.scan, g.w = 0, 0, 0, 0
-		case g.w == len(g.buf) && g.r > 0:
-			n := copy(g.buf, g.buf[g.r:g.w])
-			g.ready -= g.r
-			g.scan -= g.r
-			g.r, g.w = 0, n
-		case g.w == len(g.buf):
-			// One request fills the whole buffer: pass it on in pieces.
-			g.ready = g.w
-			continue
+	case rd.w == len(rd.buf) && rd.r > 0:
+		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+		rd.r = 0
+	case rd.w == len(rd.buf):
+		// One incomplete request fills the buffer. next refuses any
+		// request over maxRequest, so one more byte than that suffices.
+		size := min(2*len(rd.buf), rd.maxRequest+1)
+		if size <= len(rd.buf) {
+			size = len(rd.buf) + 1 // unreachable while next enforces maxRequest
 		}
-		n, err := g.src.Read(g.buf[g.w:])
-		g.w += n
-		if serr := g.advance(); serr != nil {
-			err = serr
-		}
-		if err != nil {
-			// Complete requests before the failure are still answered.
-			g.err = err
-		}
+		nb := make([]byte, size)
+		copy(nb, rd.buf[:rd.w])
+		rd.buf = nb
 	}
-	n := copy(p, g.buf[g.r:g.ready])
-	g.r += n
-	return n, nil
-}
-
-// advance scans buf[scan:w], moving ready to each request boundary found.
-func (g *requestGuard) advance() error {
-	for g.scan < g.w {
-		if g.st == gBulkData {
-			// Skip payload bytes in one step: they are never inspected.
-			k := min(g.bulkLeft, int64(g.w-g.scan))
-			g.scan += int(k)
-			g.reqBytes += k
-			g.bulkLeft -= k
-			if g.bulkLeft == 0 {
-				g.st = gBulkCR
-			}
-			continue
+	n, err := src.Read(rd.buf[rd.w:])
+	rd.w += n
+	if err != nil {
+		if n > 0 {
+			rd.err = err
+			return nil
 		}
-		c := g.buf[g.scan]
-		g.scan++
-		g.reqBytes++
-		if g.reqBytes > g.maxRequest {
-			return g.tooLarge()
-		}
-		switch g.st {
-		case gStart:
-			g.reqBytes = 1
-			if c == '*' {
-				g.st = gArrayLen
-				g.resetNum()
-			} else if c == '\n' {
-				g.ready = g.scan
-			} else {
-				g.st = gInline
-			}
-		case gInline:
-			if c == '\n' {
-				g.endRequest()
-			}
-		case gArrayLen:
-			if c == '\r' {
-				g.st = gArrayLF
-			} else if !g.digit(c, g.maxArgs) {
-				return &ProtocolError{"invalid multibulk length"}
-			}
-		case gArrayLF:
-			if c != '\n' || g.neg || g.num <= 0 {
-				return &ProtocolError{"invalid multibulk length"}
-			}
-			g.args = g.num
-			g.st = gDollar
-		case gDollar:
-			if c != '$' {
-				return &ProtocolError{"expected '$', got '" + string(rune(c)) + "'"}
-			}
-			g.st = gBulkLen
-			g.resetNum()
-		case gBulkLen:
-			if c == '\r' {
-				g.st = gBulkLF
-			} else if !g.digit(c, g.maxRequest) {
-				return &ProtocolError{"invalid bulk length"}
-			}
-		case gBulkLF:
-			if c != '\n' || (g.neg && g.num != 0) {
-				return &ProtocolError{"invalid bulk length"}
-			}
-			// Refuse now rather than after buffering the payload.
-			if g.reqBytes+g.num+2 > g.maxRequest {
-				return g.tooLarge()
-			}
-			g.bulkLeft = g.num
-			g.st = gBulkData
-			if g.bulkLeft == 0 {
-				g.st = gBulkCR
-			}
-		case gBulkCR:
-			if c != '\r' {
-				return &ProtocolError{"invalid bulk length"}
-			}
-			g.st = gBulkEnd
-		case gBulkEnd:
-			if c != '\n' {
-				return &ProtocolError{"invalid bulk length"}
-			}
-			g.args--
-			if g.args == 0 {
-				g.endRequest()
-			} else {
-				g.st = gDollar
-			}
-		}
+		return err
 	}
 	return nil
 }
 
-func (g *requestGuard) tooLarge() error {
-	return &ProtocolError{"request larger than " + strconv.FormatInt(g.maxRequest, 10) + " bytes"}
-}
-
-func (g *requestGuard) endRequest() {
-	g.st = gStart
-	g.ready = g.scan
-	g.reqBytes = 0
-}
-
-func (g *requestGuard) resetNum() {
-	g.num, g.neg, g.digits = 0, false, 0
-}
-
-// digit accumulates one header character, accepting what redcon's parseInt
-// accepts (an optional leading '-', then decimal digits) but refusing values
-// above limit before they can overflow.
-func (g *requestGuard) digit(c byte, limit int64) bool {
-	if c == '-' && g.digits == 0 && !g.neg {
-		g.neg = true
-		return true
+// next returns the next complete request's arguments, or nil and no error
+// if the buffer holds no complete request yet. Empty and blank lines are
+// skipped, as Redis does.
+func (rd *requestReader) next() ([][]byte, error) {
+	for rd.r < rd.w {
+		b := rd.buf[rd.r:rd.w]
+		var args [][]byte
+		var n int
+		var err error
+		if b[0] == '*' {
+			args, n, err = rd.parseArray(b)
+		} else {
+			args, n, err = rd.parseInline(b)
+		}
+		if err != nil || n == 0 {
+			return nil, err
+		}
+		rd.r += n
+		rd.noLF = 0
+		if args != nil {
+			return args, nil
+		}
 	}
-	if c < '0' || c > '9' {
-		return false
+	return nil, nil
+}
+
+var (
+	errMultibulk = &ProtocolError{"invalid multibulk length"}
+	errBulk      = &ProtocolError{"invalid bulk length"}
+)
+
+// maxHeaderDigits bounds a header's digits, leading zeros included.
+const maxHeaderDigits = 20
+
+// header parses the decimal number and CRLF of a RESP header starting at
+// b[i] (after its '*' or '$'). It returns the number and the index after the
+// LF; next == 0 means the header is incomplete but valid so far.
+func header(b []byte, i, limit int, bad error) (v, next int, err error) {
+	start := i
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == '\r' {
+			if i == start {
+				return 0, 0, bad
+			}
+			if i+1 == len(b) {
+				return 0, 0, nil
+			}
+			if b[i+1] != '\n' {
+				return 0, 0, bad
+			}
+			return v, i + 2, nil
+		}
+		if c < '0' || c > '9' || i-start >= maxHeaderDigits {
+			return 0, 0, bad
+		}
+		v = v*10 + int(c-'0')
+		if v > limit {
+			return 0, 0, bad
+		}
 	}
-	g.digits++
-	g.num = g.num*10 + int64(c-'0')
-	return g.num <= limit
+	return 0, 0, nil
+}
+
+// parseArray parses "*<n>\r\n" and n bulk strings "$<len>\r\n<bytes>\r\n".
+// n == 0 means the request is incomplete.
+func (rd *requestReader) parseArray(b []byte) (args [][]byte, n int, err error) {
+	count, i, err := header(b, 1, rd.maxArgs, errMultibulk)
+	if err != nil {
+		return nil, 0, err
+	}
+	if i == 0 {
+		return nil, 0, rd.incomplete(b)
+	}
+	if count == 0 {
+		return nil, 0, errMultibulk
+	}
+	// marks holds each payload's start and length; a small array on the
+	// stack covers every pacer command.
+	var small [16]int
+	marks := small[:0]
+	total := 0
+	for range count {
+		if i == len(b) {
+			return nil, 0, rd.incomplete(b)
+		}
+		if b[i] != '$' {
+			return nil, 0, &ProtocolError{"expected '$', got '" + printable(b[i:i+1]) + "'"}
+		}
+		size, next, err := header(b, i+1, rd.maxRequest, errBulk)
+		if err != nil {
+			return nil, 0, err
+		}
+		if next == 0 {
+			return nil, 0, rd.incomplete(b)
+		}
+		// Refuse now rather than after buffering the payload.
+		if next+size+2 > rd.maxRequest {
+			return nil, 0, rd.tooLarge()
+		}
+		end := next + size
+		if end+2 > len(b) {
+			if end < len(b) && b[end] != '\r' {
+				return nil, 0, errBulk
+			}
+			return nil, 0, nil // within maxRequest, checked above
+		}
+		if b[end] != '\r' || b[end+1] != '\n' {
+			return nil, 0, errBulk
+		}
+		marks = append(marks, next, size)
+		total += size
+		i = end + 2
+	}
+	raw := make([]byte, total)
+	args = make([][]byte, count)
+	off := 0
+	for k := range count {
+		start, size := marks[2*k], marks[2*k+1]
+		copy(raw[off:], b[start:start+size])
+		args[k] = raw[off : off+size : off+size]
+		off += size
+	}
+	return args, i, nil
+}
+
+// incomplete reports an error if the incomplete request at b is already too
+// large to be allowed to finish.
+func (rd *requestReader) incomplete(b []byte) error {
+	if len(b) > rd.maxRequest {
+		return rd.tooLarge()
+	}
+	return nil
+}
+
+func (rd *requestReader) tooLarge() error {
+	return &ProtocolError{"request larger than " + strconv.Itoa(rd.maxRequest) + " bytes"}
+}
+
+// parseInline parses one line ending in LF (or CRLF). It returns nil args
+// and n > 0 for a blank line, n == 0 for an incomplete one.
+func (rd *requestReader) parseInline(b []byte) (args [][]byte, n int, err error) {
+	lf := bytes.IndexByte(b[rd.noLF:min(len(b), rd.maxInline+1)], '\n')
+	if lf >= 0 {
+		lf += rd.noLF
+	} else {
+		rd.noLF = min(len(b), rd.maxInline+1)
+		if len(b) > rd.maxInline {
+			return nil, 0, rd.inlineTooLong()
+		}
+		return nil, 0, nil
+	}
+	line := b[:lf]
+	if len(line) > 0 && line[len(line)-1] == '\r' {
+		line = line[:len(line)-1]
+	}
+	args, err = splitInline(line, rd.maxArgs)
+	if err != nil {
+		return nil, 0, err
+	}
+	return args, lf + 1, nil
+}
+
+func (rd *requestReader) inlineTooLong() error {
+	return &ProtocolError{"inline request longer than " + strconv.Itoa(rd.maxInline) +
+		" bytes (send long requests as RESP arrays)"}
+}
+
+var errQuotes = &ProtocolError{"unbalanced quotes in request"}
+
+// splitInline splits an inline command line into arguments in one pass, as
+// redis-cli would quote them: words separated by spaces or tabs; a word
+// starting with a double quote may contain spaces and the escapes \n \r \t
+// \" \\ and \xHH; one starting with a single quote may contain spaces and
+// \'. A closing quote must end the word. A blank line has no arguments.
+func splitInline(line []byte, maxArgs int) ([][]byte, error) {
+	var raw []byte // all arguments' bytes; allocated at the first word
+	var spans [2 * 16]int
+	marks := spans[:0]
+	for i := 0; i < len(line); {
+		c := line[i]
+		if c == ' ' || c == '\t' {
+			i++
+			continue
+		}
+		if len(marks)/2 == maxArgs {
+			return nil, &ProtocolError{"inline request with more than " + strconv.Itoa(maxArgs) + " arguments"}
+		}
+		if raw == nil {
+			raw = make([]byte, 0, len(line)-i)
+		}
+		start := len(raw)
+		switch c {
+		case '"', '\'':
+			i++
+			closed := false
+			for i < len(line) {
+				ch := line[i]
+				i++
+				if ch == c {
+					closed = true
+					break
+				}
+				if ch == '\\' && i < len(line) {
+					esc := line[i]
+					i++
+					if c == '\'' {
+						if esc != '\'' {
+							raw = append(raw, '\\')
+						}
+						raw = append(raw, esc)
+						continue
+					}
+					switch esc {
+					case 'n':
+						esc = '\n'
+					case 'r':
+						esc = '\r'
+					case 't':
+						esc = '\t'
+					case 'x':
+						if i+1 < len(line) && isHex(line[i]) && isHex(line[i+1]) {
+							esc = unhex(line[i])<<4 | unhex(line[i+1])
+							i += 2
+						}
+					}
+					raw = append(raw, esc)
+					continue
+				}
+				raw = append(raw, ch)
+			}
+			if !closed || (i < len(line) && line[i] != ' ' && line[i] != '\t') {
+				return nil, errQuotes
+			}
+		default:
+			for i < len(line) && line[i] != ' ' && line[i] != '\t' {
+				raw = append(raw, line[i])
+				i++
+			}
+		}
+		marks = append(marks, start, len(raw))
+	}
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	args := make([][]byte, len(marks)/2)
+	for k := range args {
+		args[k] = raw[marks[2*k]:marks[2*k+1]:marks[2*k+1]]
+	}
+	return args, nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
 }

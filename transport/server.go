@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,11 +77,28 @@ type Spender interface {
 const (
 	DefaultMaxRequestBytes = 64 << 10
 	DefaultMaxArgs         = 64
+	// DefaultMaxInlineBytes: an inline command is typed by a human or sent
+	// by redis-cli; every client library sends RESP arrays.
+	DefaultMaxInlineBytes = 4 << 10
+	// DefaultMaxClients is far above a host's bidders (one pool each) and
+	// well below the unit's file limit, so an unprivileged client opening
+	// connections in a loop is refused before pacerd runs out of fds.
+	DefaultMaxClients = 10_000
+	// DefaultIdleTimeout is generous: bidders keep pooled connections
+	// open between auctions, and a reconnect costs them latency.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultReadTimeout bounds the arrival of one request once its first
+	// byte has come: a local client sends a whole request in microseconds.
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds how long a reply waits for a client that
+	// does not read.
+	DefaultWriteTimeout = 10 * time.Second
 	// DefaultSocketMode lets the daemon's user and group (the bidders) in.
 	DefaultSocketMode os.FileMode = 0o660
 )
 
-// ServerConfig configures a Server. The zero value is usable.
+// ServerConfig configures a Server. The zero value is usable: every limit
+// then has its default.
 type ServerConfig struct {
 	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
 	// bug (e.g. currency units sent as micros ×1e6) cannot take a day's
@@ -89,9 +108,34 @@ type ServerConfig struct {
 	// with a protocol error and disconnected. Zero means
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int64
-	// MaxArgs caps the number of arguments of one request. Zero means
-	// DefaultMaxArgs.
+	// MaxArgs caps the number of arguments of one request, RESP or inline.
+	// Zero means DefaultMaxArgs.
 	MaxArgs int64
+	// MaxInlineBytes caps an inline (telnet-style) command line; a longer
+	// one is answered with a protocol error and disconnected. Zero means
+	// DefaultMaxInlineBytes.
+	MaxInlineBytes int64
+	// MaxClients caps open connections; one more is answered
+	// "-ERR max clients reached" and closed. Zero means DefaultMaxClients;
+	// negative means no cap.
+	MaxClients int
+	// IdleTimeout closes a connection that sends nothing for this long
+	// between requests. Zero means DefaultIdleTimeout; negative, never.
+	IdleTimeout time.Duration
+	// ReadTimeout closes a connection whose request has not fully arrived
+	// this long after its first bytes did (slowloris). Zero means
+	// DefaultReadTimeout; negative, never.
+	ReadTimeout time.Duration
+	// WriteTimeout closes a connection whose replies could not be written
+	// for this long because the client does not read them. Zero means
+	// DefaultWriteTimeout; negative, never.
+	WriteTimeout time.Duration
+	// AllowedUIDs and AllowedGIDs restrict who may connect: when either is
+	// non-empty, a peer (by SO_PEERCRED) must have its uid in AllowedUIDs
+	// or its gid in AllowedGIDs, or it is answered "-ERR ... not allowed"
+	// and closed. Both empty: anyone who can open the socket file, which
+	// its mode and directory decide. Linux only.
+	AllowedUIDs, AllowedGIDs []uint32
 	// Logger receives connection-level events; nil means no logging.
 	Logger *zap.Logger
 	// ObserveSpend, if set, is given the time the Spender took for one SPEND
@@ -122,6 +166,8 @@ type Server struct {
 	doneErrors    uint64
 	accepted      uint64
 	protocolFails uint64
+	rejected      uint64
+	timedOut      uint64
 }
 
 // Stats are the server's counters since it was created.
@@ -131,6 +177,8 @@ type Stats struct {
 	Commands            uint64 // commands answered, including error replies
 	ErrorReplies        uint64 // commands answered with -ERR
 	ProtocolErrors      uint64 // connections dropped for malformed input
+	Rejected            uint64 // connections refused: max clients, or peer not allowed
+	TimedOut            uint64 // connections dropped by the idle, read or write deadline
 }
 
 // NewServer returns a Server that answers from sp.
@@ -141,6 +189,21 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 	if cfg.MaxArgs <= 0 {
 		cfg.MaxArgs = DefaultMaxArgs
 	}
+	if cfg.MaxInlineBytes <= 0 {
+		cfg.MaxInlineBytes = DefaultMaxInlineBytes
+	}
+	cfg.MaxInlineBytes = min(cfg.MaxInlineBytes, cfg.MaxRequestBytes)
+	if cfg.MaxClients == 0 {
+		cfg.MaxClients = DefaultMaxClients
+	}
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	orDefault(&cfg.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&cfg.ReadTimeout, DefaultReadTimeout)
+	orDefault(&cfg.WriteTimeout, DefaultWriteTimeout)
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -209,6 +272,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
+	s.warnMode(ln)
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, ln)
@@ -234,12 +298,21 @@ func (s *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
+		if msg := s.checkPeer(nc); msg != "" {
+			s.refuse(nc, msg)
+			continue
+		}
 		c := &serverConn{nc: nc}
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrServerClosed
+		}
+		if s.cfg.MaxClients > 0 && len(s.conns) >= s.cfg.MaxClients {
+			s.mu.Unlock()
+			s.refuse(nc, "max clients reached")
+			continue
 		}
 		s.conns[c] = struct{}{}
 		s.accepted++
@@ -299,6 +372,8 @@ func (s *Server) Stats() Stats {
 		Commands:            s.doneCommands,
 		ErrorReplies:        s.doneErrors,
 		ProtocolErrors:      s.protocolFails,
+		Rejected:            s.rejected,
+		TimedOut:            s.timedOut,
 	}
 	for c := range s.conns {
 		st.Commands += c.commands.Load()
@@ -352,11 +427,18 @@ func (c *serverConn) end(s *Server) bool {
 	return !c.closed && !s.closing.Load()
 }
 
+// Replies are flushed at the end of each batch of pipelined requests, and
+// within a batch after this many, so a client pipelining small requests
+// with large replies (INFO) cannot grow the reply buffer without bound.
+const flushEvery = 64
+
 func (s *Server) handle(c *serverConn) {
 	defer s.handlers.Done()
 	var protoErr *ProtocolError
+	timedOut := false
 	defer func() {
-		c.nc.Close()
+		// Free the slot before the client can see the close, so that
+		// it may reconnect at once under max clients.
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.doneCommands += c.commands.Load()
@@ -364,50 +446,193 @@ func (s *Server) handle(c *serverConn) {
 		if protoErr != nil {
 			s.protocolFails++
 		}
+		if timedOut {
+			s.timedOut++
+		}
 		s.mu.Unlock()
+		c.nc.Close()
 	}()
 
-	rd := redcon.NewReader(newRequestGuard(c.nc, s.cfg.MaxArgs, s.cfg.MaxRequestBytes))
-	wr := redcon.NewWriter(c.nc)
+	rd := newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))
+	cw := &connWriter{nc: c.nc, timeout: s.cfg.WriteTimeout}
+	wr := redcon.NewWriter(cw)
 	d := dispatcher{s: s, c: c}
-	for {
-		cmds, err := rd.ReadCommands()
+	var (
+		inBatch      bool
+		pending      int       // replies not yet flushed
+		partialSince time.Time // when the incomplete request in rd was first seen
+		readDeadline time.Time // the read deadline set on nc
+	)
+	flush := func() bool {
+		pending = 0
+		err := wr.Flush()
+		if cw.last > maxIdleWriteBuffer {
+			// redcon keeps a flushed buffer of up to 256 KB; an idle
+			// connection should not.
+			wr = redcon.NewWriter(cw)
+		}
 		if err != nil {
-			if isProtocolError(err, &protoErr) {
+			if isTimeout(err) {
+				timedOut = true
+				s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", s.cfg.WriteTimeout))
+			}
+			return false
+		}
+		return true
+	}
+	for {
+		args, err := rd.next()
+		if err != nil {
+			if errors.As(err, &protoErr) {
 				wr.WriteError("ERR " + protoErr.Error())
-				wr.Flush()
+				flush()
 				s.log.Info("closing connection after protocol error", zap.String("error", protoErr.Msg))
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.log.Debug("connection read failed", zap.Error(err))
 			}
 			return
 		}
-		if !c.begin() {
-			return
-		}
-		quit := false
-		for _, cmd := range cmds {
-			if quit = d.serve(wr, cmd.Args); quit {
-				break
+		if args == nil {
+			// The buffer holds no complete request: answer the batch,
+			// then wait for more bytes.
+			if inBatch {
+				inBatch = false
+				ok := flush()
+				if !c.end(s) || !ok {
+					return
+				}
 			}
+			now := time.Now()
+			var want time.Time
+			slack := time.Duration(0)
+			if rd.buffered() {
+				if partialSince.IsZero() {
+					partialSince = now
+				}
+				if s.cfg.ReadTimeout > 0 {
+					want = partialSince.Add(s.cfg.ReadTimeout)
+				}
+			} else {
+				partialSince = time.Time{}
+				if s.cfg.IdleTimeout > 0 {
+					want = now.Add(s.cfg.IdleTimeout)
+					// Re-arming costs a timer update; an idle deadline
+					// a little early is fine.
+					slack = s.cfg.IdleTimeout / 8
+				}
+			}
+			if d := want.Sub(readDeadline); want.IsZero() != readDeadline.IsZero() || d < 0 || d > slack {
+				c.nc.SetReadDeadline(want)
+				readDeadline = want
+			}
+			if err := rd.fill(c.nc); err != nil {
+				if isTimeout(err) {
+					timedOut = true
+					if rd.buffered() {
+						s.log.Info("closing connection: request incomplete after read_timeout", zap.Duration("read_timeout", s.cfg.ReadTimeout))
+					} else {
+						s.log.Debug("closing idle connection", zap.Duration("idle_timeout", s.cfg.IdleTimeout))
+					}
+				} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+					s.log.Debug("connection read failed", zap.Error(err))
+				}
+				return
+			}
+			continue
 		}
-		err = wr.Flush()
-		if !c.end(s) || quit || err != nil {
-			return
+		partialSince = time.Time{}
+		if !inBatch {
+			if !c.begin() {
+				return
+			}
+			inBatch = true
+		}
+		quit := d.serve(wr, args)
+		if pending++; quit || pending >= flushEvery {
+			if !flush() || quit {
+				c.end(s)
+				return
+			}
 		}
 	}
 }
 
-// isProtocolError recognises both the guard's errors and redcon's, whose
-// type is unexported but whose messages share the "Protocol error: " prefix.
-func isProtocolError(err error, target **ProtocolError) bool {
-	if errors.As(err, target) {
-		return true
+// maxIdleWriteBuffer: a connection whose last flush was larger starts its
+// next batch with a fresh reply buffer.
+const maxIdleWriteBuffer = 16 << 10
+
+// connWriter writes replies under the write deadline and remembers the size
+// of the last write, so handle can give back a grown reply buffer.
+type connWriter struct {
+	nc      net.Conn
+	timeout time.Duration
+	armed   time.Time // the write deadline set on nc
+	last    int
+}
+
+func (w *connWriter) Write(p []byte) (int, error) {
+	w.last = len(p)
+	if w.timeout > 0 {
+		// Re-arm only when an eighth of the timeout has passed since: a
+		// flush then gets at least 7/8 of it, without a timer update per
+		// reply.
+		now := time.Now()
+		if want := now.Add(w.timeout); want.Sub(w.armed) > w.timeout/8 {
+			w.nc.SetWriteDeadline(want)
+			w.armed = want
+		}
 	}
-	const prefix = "Protocol error: "
-	if msg := err.Error(); len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-		*target = &ProtocolError{Msg: msg[len(prefix):]}
-		return true
+	return w.nc.Write(p)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// refuse answers a connection the server will not serve, and closes it.
+// The reply fits any socket buffer; the deadline only guards the write.
+func (s *Server) refuse(nc net.Conn, msg string) {
+	s.mu.Lock()
+	s.rejected++
+	s.mu.Unlock()
+	nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	io.WriteString(nc, "-ERR "+msg+"\r\n")
+	nc.Close()
+	s.log.Info("connection refused", zap.String("reason", msg))
+}
+
+// checkPeer applies the uid/gid allow-list; it returns why the peer is
+// refused, or "".
+func (s *Server) checkPeer(nc net.Conn) string {
+	if len(s.cfg.AllowedUIDs) == 0 && len(s.cfg.AllowedGIDs) == 0 {
+		return ""
 	}
-	return false
+	uid, gid, err := peerCred(nc)
+	if err != nil {
+		return "cannot check the peer's credentials: " + err.Error()
+	}
+	if slices.Contains(s.cfg.AllowedUIDs, uid) || slices.Contains(s.cfg.AllowedGIDs, gid) {
+		return ""
+	}
+	return "uid " + strconv.FormatUint(uint64(uid), 10) + " gid " + strconv.FormatUint(uint64(gid), 10) +
+		" not allowed to connect"
+}
+
+// warnMode logs a warning if ln's socket file is writable by every local
+// user: then any of them can spend any campaign's budget.
+func (s *Server) warnMode(ln net.Listener) {
+	if ln.Addr().Network() != "unix" {
+		return
+	}
+	path := ln.Addr().String()
+	if path == "" || path[0] == '@' { // abstract: no file mode
+		return
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		s.log.Warn("the bidder socket is world-writable: every local user can spend budget; use mode 0660 with the bidders in the daemon's group, or allowed_uids/allowed_gids",
+			zap.String("socket", path), zap.String("mode", fmt.Sprintf("%04o", uint32(fi.Mode().Perm()))))
+	}
 }

@@ -224,6 +224,17 @@ func TestCommands(t *testing.T) {
 		{resp("SPEND", "demo", "0x10"), "-ERR amount must be an integer number of micros\r\n"},
 		{resp("SPEND", "demo", "99999999999999999999"), "-ERR amount must be an integer number of micros\r\n"},
 		{resp("SPEND", "demo", "0"), "-ERR amount must be positive\r\n"},
+		{resp("SPEND", "demo", "+5"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "05"), "-ERR amount must not have leading zeros\r\n"},
+		{resp("SPEND", "demo", "00"), "-ERR amount must not have leading zeros\r\n"},
+		{resp("SPEND", "demo", " 5"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "5 "), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "-"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "--5"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "9223372036854775808"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("SPEND", "demo", "\u0665"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("REFUND", "demo", "+1"), "-ERR amount must be an integer number of micros\r\n"},
+		{resp("REFUND", "demo", "01"), "-ERR amount must not have leading zeros\r\n"},
 		{resp("SPEND", "demo", "-5"), "-ERR amount must be positive\r\n"},
 		{resp("SPEND", "demo", "1000001"), "-ERR amount 1000001 exceeds the per-call maximum 1000000\r\n"},
 		{resp("SPEND", "", "1"), "-ERR campaign id must not be empty\r\n"},
@@ -307,7 +318,8 @@ func TestInfo(t *testing.T) {
 	// INFO counts itself, as in Redis.
 	want := "# pacer\r\ncampaigns:3\r\nleases_held:2\r\n\r\n# transport\r\n" +
 		"connected_clients:1\r\ntotal_connections_received:1\r\n" +
-		"total_commands_processed:2\r\ntotal_error_replies:0\r\ntotal_protocol_errors:0\r\n"
+		"total_commands_processed:2\r\ntotal_error_replies:0\r\ntotal_protocol_errors:0\r\n" +
+		"rejected_connections:0\r\ntimedout_connections:0\r\n"
 	if body != want {
 		t.Errorf("INFO body\n got %q\nwant %q", body, want)
 	}
@@ -361,6 +373,8 @@ func TestLargeRequestWithinLimit(t *testing.T) {
 // TestHostileClients sends malformed input on one connection at a time
 // while a well-behaved client keeps asking; the bad connection must get an
 // error and be closed, the good one must keep getting right answers.
+const inlineTooLong = "-ERR Protocol error: inline request longer than 4096 bytes (send long requests as RESP arrays)\r\n"
+
 func TestHostileClients(t *testing.T) {
 	steps := []struct {
 		name, send string
@@ -378,8 +392,12 @@ func TestHostileClients(t *testing.T) {
 		{"missing dollar", "*1\r\n#4\r\nPING\r\n", "-ERR Protocol error: expected '$', got '#'\r\n"},
 		{"header LF without CR", "*1\n", "-ERR Protocol error: invalid multibulk length\r\n"},
 		{"unbalanced quotes", "PING \"abc\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
-		{"unterminated inline line", strings.Repeat("x", DefaultMaxRequestBytes+1), "-ERR Protocol error: request larger than 65536 bytes\r\n"},
-		{"unterminated binary garbage", strings.Repeat("\x00\xfe\x7f", DefaultMaxRequestBytes), "-ERR Protocol error: request larger than 65536 bytes\r\n"},
+		{"unterminated inline line", strings.Repeat("x", DefaultMaxInlineBytes+1), inlineTooLong},
+		{"unterminated binary garbage", strings.Repeat("\x00\xfe\x7f", DefaultMaxRequestBytes), inlineTooLong},
+		{"64 KB line of spaces", strings.Repeat(" ", 64<<10) + "\r\n", inlineTooLong},
+		{"inline line just over the limit", "PING " + strings.Repeat("x", DefaultMaxInlineBytes-4) + "\r\n", inlineTooLong},
+		{"inline arguments over the cap", "PING" + strings.Repeat(" a", DefaultMaxArgs) + "\r\n", "-ERR Protocol error: inline request with more than 64 arguments\r\n"},
+		{"quote inside a quoted word", "PING \"a\"b\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
 		{"request over the limit", resp("PING", strings.Repeat("x", DefaultMaxRequestBytes)), "-ERR Protocol error: request larger than 65536 bytes\r\n"},
 		{"half-sent command", "*3\r\n$5\r\nSPEND\r\n$4\r\nde", ""},
 		{"half-sent header", "*3\r\n$5", ""},
@@ -613,18 +631,52 @@ func TestServeAfterClose(t *testing.T) {
 	}
 }
 
-func TestGuardPassesRequestsWhole(t *testing.T) {
-	// Whatever the read sizes, redcon must see the same commands.
+func TestReaderSplitsRequestsAnyReadSize(t *testing.T) {
+	// Whatever the read sizes, the reader must return the same commands.
 	var stream bytes.Buffer
+	var want [][]string
 	for i := range 500 {
-		stream.WriteString(resp("SPEND", "campaign-"+strconv.Itoa(i), strconv.Itoa(i+1), strings.Repeat("a", i%130)))
-		stream.WriteString("PING " + strconv.Itoa(i) + "\r\n")
+		args := []string{"SPEND", "campaign-" + strconv.Itoa(i), strconv.Itoa(i + 1), strings.Repeat("a", i%130)}
+		stream.WriteString(resp(args...))
+		want = append(want, args)
+		stream.WriteString("PING " + strconv.Itoa(i) + "\r\n\r\n")
+		want = append(want, []string{"PING", strconv.Itoa(i)})
+		stream.WriteString(resp("PING", strings.Repeat("b", i*40)))
+		want = append(want, []string{"PING", strings.Repeat("b", i*40)})
 	}
 	for _, chunk := range []int{1, 7, 100, 4096, 1 << 20} {
-		g := newRequestGuard(&chunkReader{b: stream.Bytes(), n: chunk}, DefaultMaxArgs, DefaultMaxRequestBytes)
-		got, err := io.ReadAll(g)
-		if err != nil || !bytes.Equal(got, stream.Bytes()) {
-			t.Fatalf("chunk %d: %d bytes, %v", chunk, len(got), err)
+		src := &chunkReader{b: stream.Bytes(), n: chunk}
+		rd := newRequestReader(DefaultMaxArgs, DefaultMaxRequestBytes, DefaultMaxInlineBytes)
+		var got [][]string
+		for {
+			args, err := rd.next()
+			if err != nil {
+				t.Fatalf("chunk %d: %v", chunk, err)
+			}
+			if args == nil {
+				if err := rd.fill(src); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("chunk %d: %v", chunk, err)
+				}
+				continue
+			}
+			var strs []string
+			for _, a := range args {
+				strs = append(strs, string(a))
+			}
+			got = append(got, strs)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("chunk %d: %d commands, want %d", chunk, len(got), len(want))
+		}
+		for i := range want {
+			if strings.Join(got[i], "|") != strings.Join(want[i], "|") {
+				t.Fatalf("chunk %d: command %d = %q, want %q", chunk, i, got[i], want[i])
+			}
+		}
+		if rd.buffered() || cap(rd.buf) > DefaultMaxRequestBytes+1 {
+			t.Fatalf("chunk %d: buffer %d bytes, %v pending", chunk, cap(rd.buf), rd.buffered())
 		}
 	}
 }

@@ -58,13 +58,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{overrides: map[string]string{}}
 	fl.StringVar(&o.configPath, "config", "", "YAML config `file` (see configs/pacerd.example.yaml); defaults apply without one")
 	fl.BoolVar(&o.version, "version", false, "print the version and exit")
-	fl.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener")
+	fl.BoolVar(&o.pprof, "pprof", false, "serve /debug/pprof/ on the admin listener, which must be a Unix socket")
 	for _, f := range []struct{ name, usage string }{
 		{"socket", "Unix socket `path` for bidders (overrides socket:)"},
 		{"redis", "Redis `addr[,addr…]`: host:port, a Unix socket path, sentinel://master@host:port,…, or Cluster seeds (overrides redis:)"},
 		{"etcd", "etcd `url[,url…]` for the reconciler election (overrides etcd:)"},
 		{"nats", "NATS `url` for broadcasts (overrides nats:)"},
-		{"admin", "admin listener `host:port` for metrics and health; empty disables (overrides admin:)"},
+		{"admin", "admin listener `address` for metrics and health: loopback host:port, or unix:/path; empty disables (overrides admin:)"},
 		{"holder", "this daemon's `name` in lease records (overrides holder:; default: host name)"},
 		{"curves", "pacing curves `dir` (overrides curves_dir:)"},
 		{"state-dir", "`dir` where the daemon remembers its campaigns across restarts (overrides state_dir:)"},
@@ -146,6 +146,38 @@ func loadConfig(o options) (config.Daemon, error) {
 	return cfg, nil
 }
 
+// serverConfig maps the config file's bidder-socket settings onto the
+// transport's, where zero means a default and "never" is negative.
+func serverConfig(cfg config.Daemon, d *daemon.Daemon, log *zap.Logger) transport.ServerConfig {
+	never := func(v time.Duration) time.Duration {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	ids := func(in []int64) []uint32 {
+		out := make([]uint32, len(in))
+		for i, v := range in {
+			out[i] = uint32(v) // Validate keeps them in range
+		}
+		return out
+	}
+	sc := transport.ServerConfig{
+		MaxAmountMicros: cfg.MaxAmountMicros,
+		MaxClients:      cfg.MaxClients,
+		IdleTimeout:     never(cfg.ClientIdleTimeout),
+		ReadTimeout:     never(cfg.ClientReadTimeout),
+		WriteTimeout:    never(cfg.ClientWriteTimeout),
+		AllowedUIDs:     ids(cfg.AllowedUIDs),
+		AllowedGIDs:     ids(cfg.AllowedGIDs),
+		Logger:          log,
+	}
+	if d != nil {
+		sc.ObserveSpend = d.ObserveSpend
+	}
+	return sc
+}
+
 func newLogger(cfg config.Log, stderr io.Writer) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(cfg.Level)
 	if err != nil {
@@ -217,6 +249,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.pprof {
+		if cfg.Admin == "" {
+			return errors.New("--pprof needs the admin listener (admin: unix:/run/pacer/admin.sock)")
+		}
+		if _, unix := config.AdminUnixPath(cfg.Admin); !unix {
+			return errPprofOverTCP
+		}
+	}
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
@@ -277,6 +317,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Curves:           curves,
 		Logger:           log,
 		LedgerGate:       gate.Err,
+
+		// Against floods of unknown campaign ids.
+		UnknownCampaignTTL: cfg.UnknownCampaignTTL,
+		MaxCampaignLoads:   cfg.MaxCampaignLoads,
 	})
 	if err != nil {
 		return err
@@ -314,14 +358,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var ready atomic.Bool
 	if cfg.Admin != "" {
-		adm, err := admin(cfg.Admin, d, &ready, bc, o.pprof, log)
+		adm, err := admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: o.pprof},
+			d, &ready, bc, log)
 		if err != nil {
 			ln.Close()
 			return err
 		}
 		defer adm.Close()
 	}
-	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: cfg.MaxAmountMicros, Logger: log, ObserveSpend: d.ObserveSpend})
+	srv := transport.NewServer(d, serverConfig(cfg, d, log))
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- d.Run(loopCtx) }()

@@ -48,6 +48,8 @@ type stack struct {
 	redis  *redistest.Server
 	ledger *lease.Ledger
 	dir    string
+	// extraConfig is appended to testConfig.
+	extraConfig string
 }
 
 func newStack(t *testing.T) *stack {
@@ -105,7 +107,7 @@ func (s *stack) start(holder string) *proc { return s.startWith(holder, nil, nil
 func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 	s.t.Helper()
 	cfg := filepath.Join(s.dir, "pacerd.yaml")
-	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(testConfig+s.extraConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
 	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}

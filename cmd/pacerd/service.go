@@ -11,11 +11,13 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	sd "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/transport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,9 +130,42 @@ func saveCampaigns(dir string, ids []string) error {
 	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }
 
+// adminOptions are the admin listener's settings from the config file.
+type adminOptions struct {
+	addr        string // loopback host:port, or a Unix socket (config.AdminUnixPath)
+	maxConns    int
+	idleTimeout time.Duration // 0: never
+	pprof       bool
+}
+
+// errPprofOverTCP: the profiler shows memory contents (heap profiles name
+// campaign ids and auction ids) and costs CPU; on loopback TCP any local
+// user could use it.
+var errPprofOverTCP = errors.New("--pprof needs the admin listener on a Unix socket (admin: unix:/run/pacer/admin.sock): on TCP every local user could use the profiler")
+
+// listenAdmin opens the admin listener: a Unix socket only pacerd's user can
+// open (mode 0600), or loopback TCP, open to every local user. Either way at
+// most maxConns connections are served at once; more wait in the backlog.
+func listenAdmin(o adminOptions) (net.Listener, error) {
+	var ln net.Listener
+	var err error
+	if path, ok := config.AdminUnixPath(o.addr); ok {
+		ln, err = transport.ListenUnix(path, 0o600)
+	} else {
+		if o.pprof {
+			return nil, errPprofOverTCP
+		}
+		ln, err = net.Listen("tcp", o.addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	return newLimitListener(ln, o.maxConns), nil
+}
+
 // admin serves /metrics, /healthz, /readyz and, with --pprof, /debug/pprof/
-// on the loopback admin address.
-func admin(addr string, d *daemon.Daemon, ready *atomic.Bool, bc *transport.Broadcaster, withPprof bool, log *zap.Logger) (*http.Server, error) {
+// on the admin listener.
+func admin(o adminOptions, d *daemon.Daemon, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if bc != nil {
@@ -152,23 +187,78 @@ func admin(addr string, d *daemon.Daemon, ready *atomic.Bool, bc *transport.Broa
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	if withPprof {
+	if o.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenAdmin(o)
 	if err != nil {
-		return nil, fmt.Errorf("admin listener: %w", err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		// A negative IdleTimeout would fall back to ReadTimeout; "never"
+		// is a day here, which an operator asking for 0 will not notice.
+		IdleTimeout: o.idleTimeout,
+	}
+	if o.idleTimeout == 0 {
+		srv.IdleTimeout = 24 * time.Hour
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin listener stopped", zap.Error(err))
 		}
 	}()
-	log.Info("admin listening", zap.String("addr", ln.Addr().String()))
+	log.Info("admin listening", zap.String("addr", ln.Addr().String()), zap.Int("max_conns", o.maxConns), zap.Bool("pprof", o.pprof))
 	return srv, nil
+}
+
+// limitListener serves at most n connections at once: Accept waits for one
+// to close. (golang.org/x/net/netutil.LimitListener does the same; it is
+// not a direct dependency.)
+type limitListener struct {
+	net.Listener
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 type broadcastCollector struct{ bc *transport.Broadcaster }
