@@ -121,6 +121,9 @@ type dayState struct {
 	known []lease.History
 	// closed: the ledger closed the day (it is over there): no more grants.
 	closed bool
+	// carry: micros withdrawn from the bucket with the leases that ended
+	// this tick, for their successors to credit at once (refill loop only).
+	carry int64
 }
 
 type heldLease struct {
@@ -358,6 +361,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
+	// The tokens of a lease that ended are withdrawn with it (they were
+	// spendable only until its end); its successor credits as much at once,
+	// so a renewal does not empty the bucket under a slow campaign every
+	// half window. What this tick's grants do not take is not carried on.
+	ds.carry = 0
+	for _, cl := range closed {
+		ds.carry += cl.Unused
+	}
+	defer func() { ds.carry = 0 }()
 	for _, cl := range closed {
 		h := ds.leases[cl.ID]
 		delete(ds.leases, cl.ID)
@@ -674,10 +686,13 @@ const demandTau = 10 * time.Second
 
 func (c *campaign) capacity(dripPerSecond int64) int64 {
 	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
-	// Room for a few of the largest recent SPENDs, and for two bids of a
-	// sparse campaign (its standing lease and a bid more), whose largest
-	// recent SPEND may be long forgotten.
-	return max(int64(burst), 4*c.largestSpend(), 2*c.unit(), 1)
+	// Room for a burst of the largest recent SPENDs: a slow campaign's
+	// random arrivals bunch (a bucket of four bids lost 15% of the SPENDs of
+	// a campaign at 1 a second whose drip was 1.2x its demand; sixteen, 2%),
+	// and for two bids of a sparse campaign (its standing lease and a bid
+	// more), whose largest recent SPEND may be long forgotten. The fleet's
+	// pace is the ledger's to keep: this bounds only one host's burst.
+	return max(int64(burst), 16*c.largestSpend(), 2*c.unit(), 1)
 }
 
 // want sizes the next lease, or returns 0 when no lease is needed now. Leases
@@ -738,7 +753,13 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// the catch-up's sliver: an idle campaign behind its curve must not
 	// hoard what other hosts could spend.
 	floor := max(4*c.largestSpend(), pace/16)
-	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
+	// Headroom over the demand: a lease's tokens last only until its end, so
+	// a campaign with few SPENDs per half window needs more in hand to ride
+	// out the bunching of random arrivals (1.25x for thousands, ~2x for a
+	// dozen); what is not spent goes back when the lease ends.
+	n := max(c.callRate*cfg.LeaseWindow.Seconds()/2, 1)
+	headroom := min(1.25+4/math.Sqrt(n), 2.5)
+	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * headroom)
 	w = min(max(w, floor), max(maxWant, floor))
 	return max(w, 1), false
 }
@@ -868,6 +889,16 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	// beyond what capacity allows anyway; the second drips in full a quarter
 	// window before its end. Either way the tokens come from the lease and
 	// are spendable only until its end.
+	if carry := min(ds.carry, g.Granted); carry > 0 && dripEnd.After(now) {
+		// Credit what the ended lease took away at once: the drip starts as
+		// far back as puts that share of the lease before now.
+		ds.carry -= carry
+		if f := float64(carry) / float64(g.Granted); f < 0.99 {
+			dripFrom = now.Add(-time.Duration(f / (1 - f) * float64(dripEnd.Sub(now))))
+		} else {
+			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+		}
+	}
 	switch {
 	case g.Granted <= c.unit():
 		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
