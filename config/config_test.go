@@ -58,6 +58,28 @@ ledger:
   durability: replicas:1
   durability_assume: replicas:2
   check_interval: 3s
+redis_auth:
+  username: pacerd
+  password_file: /etc/pacer/redis.password
+redis_tls:
+  enabled: true
+  ca_file: /etc/pacer/ca.pem
+  cert_file: /etc/pacer/client.pem
+  key_file: /etc/pacer/client.key
+  server_name: redis.internal
+etcd_auth:
+  username: pacerd
+  password_file: /etc/pacer/etcd.password
+etcd_tls:
+  enabled: true
+  ca_file: /etc/pacer/ca.pem
+nats_auth:
+  creds_file: /etc/pacer/pacerd.creds
+nats_tls:
+  enabled: true
+broadcast:
+  key_file: /etc/pacer/broadcast.key
+  max_age: 5s
 `
 	want := Daemon{
 		Socket:           "/tmp/p.sock",
@@ -78,6 +100,14 @@ ledger:
 		LedgerTimeout:   750 * time.Millisecond,
 		Log:             Log{Format: "console", Level: "debug"},
 		Ledger:          Ledger{Durability: "replicas:1", DurabilityAssume: "replicas:2", CheckInterval: 3 * time.Second},
+		RedisAuth:       RedisAuth{Username: "pacerd", PasswordFile: "/etc/pacer/redis.password"},
+		RedisTLS: TLS{Enabled: true, CAFile: "/etc/pacer/ca.pem", CertFile: "/etc/pacer/client.pem",
+			KeyFile: "/etc/pacer/client.key", ServerName: "redis.internal"},
+		EtcdAuth:  EtcdAuth{Username: "pacerd", PasswordFile: "/etc/pacer/etcd.password"},
+		EtcdTLS:   TLS{Enabled: true, CAFile: "/etc/pacer/ca.pem"},
+		NATSAuth:  NATSAuth{CredsFile: "/etc/pacer/pacerd.creds"},
+		NATSTLS:   TLS{Enabled: true},
+		Broadcast: Broadcast{KeyFile: "/etc/pacer/broadcast.key", MaxAge: 5 * time.Second},
 	}
 	got, err := ParseDaemon([]byte(full))
 	if err != nil {
@@ -105,7 +135,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -126,7 +156,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: /" + strings.Repeat("s", 110), `socket: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"redis: []", `redis: at least one address is needed`},
 		{"redis: localhost", `line 1: redis: want a list, such as [a, b]`},
-		{"redis: [localhost]", `redis: "localhost": want host:port or a Unix socket path starting with / or .`},
+		{"redis: [localhost]", `redis: "localhost": want host:port, a URL (redis://, rediss://, unix://) or a Unix socket path starting with / or .`},
 		{"redis: [\"h:0\"]", `redis: "h:0": port "0": want 1 to 65535`},
 		{"redis: [/run/r.sock, h:1]", `redis: "/run/r.sock": a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)`},
 		{"redis: [h:1, h:1]", `redis: "h:1" is listed twice`},
@@ -145,7 +175,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, redis, etcd, nats, admin, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

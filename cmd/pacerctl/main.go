@@ -25,7 +25,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, now: time.Now}, os.Args[1:])
+	code := run(ctx, env{stdout: os.Stdout, stderr: os.Stderr, now: time.Now, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -35,6 +35,8 @@ func main() {
 type env struct {
 	stdout, stderr io.Writer
 	now            func() time.Time
+	// getenv reads the environment (Redis password); nil: none.
+	getenv func(string) string
 }
 
 // Exit statuses.
@@ -79,6 +81,9 @@ type app struct {
 	etcdURLs   string // --etcd: for status's reconciler leader
 
 	durability, durabilityAssume string // --durability, --durability-assume: for check
+
+	redisAuth config.RedisAuth // --redis-user, --redis-password-file, --redis-sentinel-*
+	redisTLS  config.TLS       // --redis-tls, --redis-ca, --redis-cert, --redis-key, --redis-server-name
 
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
@@ -187,6 +192,17 @@ Global flags (before the command):
                           changed (pacer.changed.<id>, or pacer.revoked.<id> for a pause or a
                           budget cut), so daemons act within one NATS hop; without it they learn
                           of it from the ledger within a lease window
+  --redis-user NAME       Redis ACL user (default: the default user)
+  --redis-password-file F file holding the Redis password; without it, the password comes from
+                          a redis:// URL's user info, else $PACER_REDIS_PASSWORD, else
+                          $REDISCLI_AUTH (never put a password on the command line: ps shows it)
+  --redis-sentinel-user NAME, --redis-sentinel-password-file F
+                          the Sentinels' own credentials, for a sentinel:// address
+  --redis-tls             TLS to Redis (rediss:// URLs turn it on too)
+  --redis-ca FILE         PEM CA bundle that signs Redis's certificate (default: system roots)
+  --redis-cert FILE, --redis-key FILE
+                          client certificate and key, for tls-auth-clients yes
+  --redis-server-name N   the name Redis's certificate must carry (default: the address's host)
   --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379)
   --durability POLICY     the ledger's durability policy, for check: fsync, replicas:N or none,
                           as pacerd's ledger.durability (default fsync)
@@ -246,6 +262,15 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.etcdURLs, "etcd", "", "")
 	fs.StringVar(&a.durability, "durability", "fsync", "")
 	fs.StringVar(&a.durabilityAssume, "durability-assume", "", "")
+	fs.StringVar(&a.redisAuth.Username, "redis-user", "", "")
+	fs.StringVar(&a.redisAuth.PasswordFile, "redis-password-file", "", "")
+	fs.StringVar(&a.redisAuth.SentinelUsername, "redis-sentinel-user", "", "")
+	fs.StringVar(&a.redisAuth.SentinelPasswordFile, "redis-sentinel-password-file", "", "")
+	fs.BoolVar(&a.redisTLS.Enabled, "redis-tls", false, "")
+	fs.StringVar(&a.redisTLS.CAFile, "redis-ca", "", "")
+	fs.StringVar(&a.redisTLS.CertFile, "redis-cert", "", "")
+	fs.StringVar(&a.redisTLS.KeyFile, "redis-key", "", "")
+	fs.StringVar(&a.redisTLS.ServerName, "redis-server-name", "", "")
 	timeout := fs.Duration("timeout", defaultTimeout, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -354,27 +379,31 @@ func campaignArg(cmd string, pos []string) (string, error) {
 	return pos[0], nil
 }
 
-// redisClient builds a client for --redis: one Unix socket path, one
-// host:port, or several host:port Cluster seeds.
-func redisClient(addrs string) (redis.UniversalClient, error) {
+// redisClient builds a client for --redis (see lease.ParseTarget) with the
+// credentials and TLS of the --redis-* flags and the environment, as
+// pacerd's config would give them.
+func (a *app) redisClient() (redis.UniversalClient, error) {
 	var list []string
-	for _, a := range strings.Split(addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			list = append(list, a)
+	for _, s := range strings.Split(a.redisAddrs, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			list = append(list, s)
 		}
 	}
 	if err := config.CheckRedis(list); err != nil {
 		return nil, usagef("--redis: %v", err)
 	}
-	if len(list) == 1 && lease.IsSentinel(list[0]) {
-		opt, _ := lease.ParseSentinel(list[0]) // checked by CheckRedis
-		opt.DialTimeout = 5 * time.Second
-		return redis.NewFailoverClient(opt), nil
+	if t := a.redisTLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
+		a.redisTLS.Enabled = true // a CA or a certificate means TLS
 	}
-	if len(list) == 1 && config.IsUnixPath(list[0]) {
-		return redis.NewClient(&redis.Options{Network: "unix", Addr: list[0], DialTimeout: 5 * time.Second}), nil
+	if (a.redisTLS.CertFile == "") != (a.redisTLS.KeyFile == "") {
+		return nil, usagef("--redis-cert and --redis-key go together")
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: list, DialTimeout: 5 * time.Second}), nil
+	opt, err := config.RedisClientOptions(list, a.redisAuth, a.redisTLS, config.Secrets{ReadFile: os.ReadFile, Getenv: a.getenv})
+	if err != nil {
+		return nil, err
+	}
+	opt.DialTimeout = 5 * time.Second
+	return lease.NewClientWith(list, opt)
 }
 
 // getLedger opens the ledger on first use; commands that do not need Redis
@@ -383,7 +412,7 @@ func (a *app) getLedger() (*lease.Ledger, error) {
 	if a.ledger != nil {
 		return a.ledger, nil
 	}
-	rdb, err := redisClient(a.redisAddrs)
+	rdb, err := a.redisClient()
 	if err != nil {
 		return nil, err
 	}

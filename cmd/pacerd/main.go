@@ -41,6 +41,9 @@ func main() {
 	}
 }
 
+// secrets is where pacerd reads passwords, keys and certificates from.
+var secrets = config.Secrets{ReadFile: os.ReadFile, Getenv: os.Getenv}
+
 // errUsage marks an error already explained by the flag package.
 var errUsage = errors.New("usage")
 
@@ -200,7 +203,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("curves: %w", err)
 	}
 
-	rdb, err := lease.NewClient(cfg.Redis)
+	if pw := o.overrides["redis"]; pw != "" && lease.Redact(pw) != pw {
+		log.Warn("a Redis password is on pacerd's command line, where any local user can read it (ps); use redis_auth.password_file")
+	}
+	ropt, err := config.RedisClientOptions(cfg.Redis, cfg.RedisAuth, cfg.RedisTLS, secrets)
+	if err != nil {
+		return err
+	}
+	rdb, err := lease.NewClientWith(cfg.Redis, ropt)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -324,7 +334,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	notify(log, "STATUS="+status(d))
 	go watchdog(loopCtx, d, log)
 	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
-		zap.Strings("redis", cfg.Redis), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
+		zap.Strings("redis", lease.RedactAll(cfg.Redis)), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
 
 	var serveErr error
 	select {

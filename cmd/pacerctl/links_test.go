@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/redisproc"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/internal/testcerts"
+)
+
+// runEnv runs pacerctl with an environment.
+func runEnv(vars map[string]string, args ...string) result {
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), env{stdout: &out, stderr: &errOut, now: func() time.Time { return t0 },
+		getenv: func(k string) string { return vars[k] }}, args)
+	return result{code, out.String(), errOut.String()}
+}
+
+// pacerctl reaches a Redis with TLS, client certificates and an ACL user,
+// the password from a file or the environment; a wrong one is a clear
+// error that does not show the password.
+func TestRedisSecured(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := testcerts.New(dir, "redis", "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true,
+		Conf: "user operator on >op-pw ~* &* +@all\nuser default on >default-pw ~* &* +@all\n",
+		TLS:  &redisproc.TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA, ClientCerts: true}})
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("op-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tlsFlags := []string{"--redis", srv.Addr, "--redis-ca", certs.CA, "--redis-cert", certs.ClientCert, "--redis-key", certs.ClientKey}
+
+	r := runEnv(nil, append(tlsFlags, "--redis-user", "operator", "--redis-password-file", pwFile, "campaign", "set", "c1", "--daily", "5u")...)
+	if r.code != 0 {
+		t.Fatalf("password file: exit %d: %s", r.code, r.stderr)
+	}
+	r = runEnv(map[string]string{"REDISCLI_AUTH": "default-pw"}, append(tlsFlags, "campaign", "get", "c1")...)
+	if r.code != 0 || !strings.Contains(r.stdout, `"daily_micros": 5000000`) {
+		t.Fatalf("REDISCLI_AUTH: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runEnv(map[string]string{"PACER_REDIS_PASSWORD": "wrong-pw"}, append(tlsFlags, "campaign", "get", "c1")...)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "WRONGPASS") || strings.Contains(r.stderr, "wrong-pw") {
+		t.Fatalf("wrong password: exit %d: %s", r.code, r.stderr)
+	}
+	r = runEnv(nil, "--redis", srv.Addr, "--redis-tls", "campaign", "get", "c1")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("without the CA: exit %d: %s", r.code, r.stderr)
+	}
+	r = runEnv(nil, "--redis", srv.Addr, "--redis-cert", certs.ClientCert, "campaign", "get", "c1")
+	if r.code != exitUsage {
+		t.Fatalf("--redis-cert without --redis-key: exit %d: %s", r.code, r.stderr)
+	}
+}

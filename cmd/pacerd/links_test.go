@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pacer/pacer/internal/redisproc"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/internal/testcerts"
+)
+
+const aclConf = "user pacerd on >ledger-pw ~* &* +@all\nuser default on >default-pw ~* &* +@all\n"
+
+func secretFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A Redis that refuses pacerd's credentials stops it at start, with the
+// reason, instead of a daemon that reports ready and answers every SPEND
+// with an error. The password never shows in the error or the log.
+func TestRedisAuthAtStart(t *testing.T) {
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true, TCP: true, Conf: aclConf})
+
+	log, err := runPacerdAt(t, srv.Addr, "")
+	if err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "NOAUTH") ||
+		!strings.Contains(err.Error(), "redis_auth") {
+		t.Fatalf("no password: %v\n%s", err, log)
+	}
+
+	wrong := secretFile(t, "not-the-pw\n")
+	log, err = runPacerdAt(t, srv.Addr, fmt.Sprintf("redis_auth:\n  username: pacerd\n  password_file: %s\n", wrong))
+	if err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Fatalf("wrong password: %v\n%s", err, log)
+	}
+	if strings.Contains(err.Error()+log, "not-the-pw") {
+		t.Fatalf("the password shows: %v\n%s", err, log)
+	}
+
+	right := secretFile(t, "ledger-pw\n")
+	log, err = runPacerdAt(t, srv.Addr, fmt.Sprintf("redis_auth:\n  username: pacerd\n  password_file: %s\n", right))
+	if err != nil || !strings.Contains(log, "ledger durability verified") {
+		t.Fatalf("password_file: %v\n%s", err, log)
+	}
+
+	t.Setenv("PACER_REDIS_PASSWORD", "default-pw")
+	log, err = runPacerdAt(t, srv.Addr, "")
+	if err != nil || !strings.Contains(log, "ledger durability verified") {
+		t.Fatalf("PACER_REDIS_PASSWORD: %v\n%s", err, log)
+	}
+	if strings.Contains(log, "default-pw") {
+		t.Fatalf("the password shows in the log:\n%s", log)
+	}
+}
+
+// pacerd over TLS with client certificates and an ACL user, from a
+// rediss:// URL: it serves, and the URL in its log has no password.
+func TestRedisTLSAtStart(t *testing.T) {
+	certs, err := testcerts.New(t.TempDir(), "redis", "pacerd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true, Conf: aclConf,
+		TLS: &redisproc.TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA, ClientCerts: true}})
+	tlsConf := fmt.Sprintf("redis_tls:\n  enabled: true\n  ca_file: %s\n  cert_file: %s\n  key_file: %s\n", certs.CA, certs.ClientCert, certs.ClientKey)
+	log, err := runPacerdAt(t, "rediss://pacerd:ledger-pw@"+srv.Addr, tlsConf)
+	if err != nil || !strings.Contains(log, "ledger durability verified") {
+		t.Fatalf("rediss:// with client certificates: %v\n%s", err, log)
+	}
+	if strings.Contains(log, "ledger-pw") || !strings.Contains(log, "rediss://pacerd:xxxxx@") {
+		t.Fatalf("the log does not redact the URL:\n%s", log)
+	}
+
+	// Without the private CA: the server's certificate does not verify.
+	log, err = runPacerdAt(t, "rediss://pacerd:ledger-pw@"+srv.Addr, "")
+	if err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v\n%s", err, log)
+	}
+}
