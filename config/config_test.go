@@ -34,7 +34,7 @@ func TestParseDaemon(t *testing.T) {
 socket: /tmp/p.sock
 socket_mode: 0600
 redis: [10.0.0.1:7000, 10.0.0.2:7000]
-etcd: [http://10.0.0.5:2379, 10.0.0.6:2379]
+etcd: [https://10.0.0.5:2379, 10.0.0.6:2379]
 nats: nats://10.0.0.7:4222, tls://10.0.0.8:4222
 admin: "[::1]:9000"
 holder: bidder-17
@@ -85,7 +85,7 @@ broadcast:
 		Socket:           "/tmp/p.sock",
 		SocketMode:       0o600,
 		Redis:            []string{"10.0.0.1:7000", "10.0.0.2:7000"},
-		Etcd:             []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
+		Etcd:             []string{"https://10.0.0.5:2379", "10.0.0.6:2379"},
 		NATS:             "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
 		Admin:            "[::1]:9000",
 		Holder:           "bidder-17",
@@ -164,6 +164,18 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"nats: http://n:4222", `nats: "http://n:4222": scheme "http": want one of nats, tls, ws, wss`},
 		{"admin: 0.0.0.0:9464", `admin: "0.0.0.0:9464": host must be a loopback address (127.0.0.1, ::1 or localhost)`},
 		{"admin: :9464", `admin: ":9464": want host:port or a Unix socket path starting with / or .`},
+		{"etcd: [\"http://e:1\"]\netcd_tls:\n  enabled: true", `etcd[0]: "http://e:1" is http:// but etcd_tls is enabled: write https://`},
+		{"etcd: [\"http://u:p@e:1\"]", `etcd[0]: no credentials in an endpoint: use etcd_auth`},
+		{"etcd_auth:\n  username: u", `etcd_auth: username and password_file go together`},
+		{"redis: [\"redis://u:s3cret@h:1\"]\nredis_auth:\n  password_file: /p", `redis_auth: a redis URL carries credentials too; give them once`},
+		{"redis: [\"redis://u:s3cret@h\"]", `redis: "redis://u:xxxxx@h": "h": want host:port, a URL (redis://, rediss://, unix://) or a Unix socket path starting with / or .`},
+		{"redis_auth:\n  sentinel_password_file: /p", `redis_auth.sentinel_password_file: only for a sentinel:// address`},
+		{"redis_tls:\n  ca_file: /ca.pem", `redis_tls: files or server_name given but enabled is false: set enabled: true (or remove them)`},
+		{"redis_tls:\n  enabled: true\n  cert_file: /c.pem", `redis_tls: cert_file and key_file go together (the client's certificate and its key)`},
+		{"redis_tls:\n  enabled: yes please", `line 2: redis_tls.enabled: "yes please" is not true or false`},
+		{"nats_auth:\n  creds_file: /c\n  nkey_file: /n", `nats_auth: give one of creds_file, nkey_file or username (with password_file)`},
+		{"nats_auth:\n  username: u", `nats_auth: username and password_file go together`},
+		{"broadcast:\n  max_age: 0s", `broadcast.max_age: 0s: must be positive`},
 		{"holder: a|b", `holder: "a|b" must not contain '|', spaces or control characters`},
 		{"curves_dir: ~", `line 1: curves_dir: no value; write one (such as "" or []) or leave the key out`},
 		{"curves_dir: \"\"", `curves_dir: must not be empty`},

@@ -231,6 +231,13 @@ func (d Daemon) Validate() error {
 	if (d.EtcdAuth.Username == "") != (d.EtcdAuth.PasswordFile == "") {
 		bad("etcd_auth: username and password_file go together")
 	}
+	if d.EtcdTLS.Enabled {
+		for i, e := range d.Etcd {
+			if strings.HasPrefix(e, "http://") {
+				bad("etcd[%d]: %q is http:// but etcd_tls is enabled: write https://", i, e)
+			}
+		}
+	}
 	d.RedisTLS.validate("redis_tls", bad)
 	d.EtcdTLS.validate("etcd_tls", bad)
 	d.NATSTLS.validate("nats_tls", bad)

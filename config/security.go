@@ -208,3 +208,35 @@ func RedisClientOptions(addrs []string, auth RedisAuth, t TLS, s Secrets) (lease
 	}
 	return opt, nil
 }
+
+// EtcdClient is what the election's etcd client needs besides endpoints.
+type EtcdClient struct {
+	Username, Password string
+	TLS                *tls.Config
+}
+
+// EtcdClientOptions resolves etcd's credentials (auth.PasswordFile) and TLS
+// files. An https:// endpoint without etcd_tls gets the system's roots; an
+// http:// endpoint with etcd_tls is an error, since etcd's client would
+// silently drop TLS for it.
+func EtcdClientOptions(endpoints []string, auth EtcdAuth, t TLS, s Secrets) (EtcdClient, error) {
+	c := EtcdClient{Username: auth.Username}
+	var err error
+	if auth.PasswordFile != "" {
+		if c.Password, err = ReadSecret(s.ReadFile, auth.PasswordFile); err != nil {
+			return c, fmt.Errorf("etcd_auth.password_file: %w", err)
+		}
+	}
+	if c.TLS, err = t.Config(s.ReadFile); err != nil {
+		return c, fmt.Errorf("etcd_tls: %w", err)
+	}
+	for _, e := range endpoints {
+		switch {
+		case strings.HasPrefix(e, "http://") && c.TLS != nil:
+			return c, fmt.Errorf("etcd: %q is http:// but etcd_tls is enabled: write https:// (etcd's client would send it in clear)", e)
+		case strings.HasPrefix(e, "https://") && c.TLS == nil:
+			c.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+	}
+	return c, nil
+}

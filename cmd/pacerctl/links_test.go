@@ -9,9 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // runEnv runs pacerctl with an environment.
@@ -59,5 +64,43 @@ func TestRedisSecured(t *testing.T) {
 	r = runEnv(nil, "--redis", srv.Addr, "--redis-cert", certs.ClientCert, "campaign", "get", "c1")
 	if r.code != exitUsage {
 		t.Fatalf("--redis-cert without --redis-key: exit %d: %s", r.code, r.stderr)
+	}
+}
+
+// status reads the election from an etcd that demands client certificates
+// signed by a private CA.
+func TestStatusOverEtcdTLS(t *testing.T) {
+	h := newHarness(t)
+	certs, err := testcerts.New(t.TempDir(), "etcd", "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := embedded.StartEtcdWith(t.TempDir(), embedded.EtcdOptions{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
+		CAFile: certs.CA, ClientCertAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	tc, err := config.TLS{Enabled: true, CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.Config(os.ReadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, TLS: tc, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := daemon.NewEtcdElector(cli, "host-a", 5).Campaign(cctx); err != nil {
+		t.Fatal(err)
+	}
+	out := h.ok("--etcd", e.Endpoint, "--etcd-ca", certs.CA, "--etcd-cert", certs.ClientCert, "--etcd-key", certs.ClientKey, "status")
+	if !strings.HasPrefix(out, "reconciler: leader host-a") {
+		t.Errorf("status with the client certificate: %q", out)
+	}
+	r := h.run("--etcd", e.Endpoint, "--etcd-ca", certs.CA, "--timeout", "3s", "status")
+	if r.code != exitFailure || strings.Contains(r.stdout, "leader host-a") {
+		t.Errorf("status without a client certificate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -84,6 +84,8 @@ type app struct {
 
 	redisAuth config.RedisAuth // --redis-user, --redis-password-file, --redis-sentinel-*
 	redisTLS  config.TLS       // --redis-tls, --redis-ca, --redis-cert, --redis-key, --redis-server-name
+	etcdAuth  config.EtcdAuth  // --etcd-user, --etcd-password-file
+	etcdTLS   config.TLS       // --etcd-ca, --etcd-cert, --etcd-key
 
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
@@ -203,7 +205,9 @@ Global flags (before the command):
   --redis-cert FILE, --redis-key FILE
                           client certificate and key, for tls-auth-clients yes
   --redis-server-name N   the name Redis's certificate must carry (default: the address's host)
-  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379)
+  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379, or
+                          https:// with --etcd-ca, --etcd-cert, --etcd-key for TLS and client
+                          certificates; --etcd-user and --etcd-password-file for etcd's auth)
   --durability POLICY     the ledger's durability policy, for check: fsync, replicas:N or none,
                           as pacerd's ledger.durability (default fsync)
   --durability-assume P   as pacerd's ledger.durability_assume: the policy a Redis that
@@ -266,6 +270,11 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.redisAuth.PasswordFile, "redis-password-file", "", "")
 	fs.StringVar(&a.redisAuth.SentinelUsername, "redis-sentinel-user", "", "")
 	fs.StringVar(&a.redisAuth.SentinelPasswordFile, "redis-sentinel-password-file", "", "")
+	fs.StringVar(&a.etcdAuth.Username, "etcd-user", "", "")
+	fs.StringVar(&a.etcdAuth.PasswordFile, "etcd-password-file", "", "")
+	fs.StringVar(&a.etcdTLS.CAFile, "etcd-ca", "", "")
+	fs.StringVar(&a.etcdTLS.CertFile, "etcd-cert", "", "")
+	fs.StringVar(&a.etcdTLS.KeyFile, "etcd-key", "", "")
 	fs.BoolVar(&a.redisTLS.Enabled, "redis-tls", false, "")
 	fs.StringVar(&a.redisTLS.CAFile, "redis-ca", "", "")
 	fs.StringVar(&a.redisTLS.CertFile, "redis-cert", "", "")

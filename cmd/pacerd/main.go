@@ -281,9 +281,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		// The client dials lazily and retries: etcd being down only pauses
 		// the reconciler; leases keep working.
-		etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel))})
-		if err != nil {
-			return fmt.Errorf("etcd: %w", err)
+		if etcd, err = newEtcd(cfg, log); err != nil {
+			return err
 		}
 		defer etcd.Close()
 	}
