@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
 	"gopkg.in/yaml.v3"
 )
 
@@ -216,7 +217,8 @@ func (d Daemon) Validate() error {
 	}
 	if d.NATS != "" {
 		for _, u := range strings.Split(d.NATS, ",") {
-			if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+			// Redacted: a password in the URL must not reach an error message.
+			if err := checkURL(transport.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
 				bad("nats: %v", err)
 			}
 		}

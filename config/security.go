@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
 )
 
 // TLS is the TLS section of one link (redis_tls, etcd_tls, nats_tls). The
@@ -239,4 +240,35 @@ func EtcdClientOptions(endpoints []string, auth EtcdAuth, t TLS, s Secrets) (Etc
 		}
 	}
 	return c, nil
+}
+
+// NATSClientOptions resolves the broadcasts' credentials and TLS: it reads
+// nats_auth's file (creds, nkey seed or password) and nats_tls's files. The
+// caller sets Name and Logger.
+func NATSClientOptions(auth NATSAuth, t TLS, s Secrets) (transport.BroadcastOptions, error) {
+	var opt transport.BroadcastOptions
+	var err error
+	switch {
+	case auth.CredsFile != "":
+		b, err := s.ReadFile(auth.CredsFile)
+		if err != nil {
+			return opt, fmt.Errorf("nats_auth.creds_file: %w", err)
+		}
+		if opt.JWT, opt.Seed, err = transport.ParseCreds(b); err != nil {
+			return opt, fmt.Errorf("nats_auth.creds_file %s: %w", auth.CredsFile, err)
+		}
+	case auth.NkeyFile != "":
+		if opt.NkeySeed, err = ReadSecret(s.ReadFile, auth.NkeyFile); err != nil {
+			return opt, fmt.Errorf("nats_auth.nkey_file: %w", err)
+		}
+	case auth.Username != "":
+		opt.Username = auth.Username
+		if opt.Password, err = ReadSecret(s.ReadFile, auth.PasswordFile); err != nil {
+			return opt, fmt.Errorf("nats_auth.password_file: %w", err)
+		}
+	}
+	if opt.TLS, err = t.Config(s.ReadFile); err != nil {
+		return opt, fmt.Errorf("nats_tls: %w", err)
+	}
+	return opt, nil
 }

@@ -1,14 +1,17 @@
 package transport
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 )
 
@@ -67,35 +70,149 @@ type Broadcaster struct {
 	sent     atomic.Int64
 	received atomic.Int64
 	dropped  atomic.Int64
+	refused  atomic.Int64
 }
 
 // BroadcastStats counts events.
 type BroadcastStats struct {
 	Sent, Received, Dropped int64
-	Connected               bool
+	// Refused counts errors the server sent back, such as a permissions
+	// violation: this client published or subscribed where its NATS user
+	// may not.
+	Refused   int64
+	Connected bool
 }
 
-// Connect connects to NATS at url (comma-separated URLs for a cluster). If the
-// server is down at start, it keeps retrying in the background.
+// BroadcastOptions are how a Broadcaster connects. The zero value connects
+// anonymously, in clear unless a URL is tls://. Secrets come from the caller
+// (cmd reads the files); they are never logged.
+type BroadcastOptions struct {
+	// Name is the connection's name on the server (monitoring).
+	Name   string
+	Logger *zap.Logger
+	// Username and Password: a user of the server's users list.
+	Username, Password string
+	// JWT and Seed: a user JWT and its nkey seed, as a .creds file holds
+	// them (see ParseCreds), for decentralised (operator) auth.
+	JWT, Seed string
+	// NkeySeed is a user nkey seed (SU…) for a server that lists the user's
+	// public nkey.
+	NkeySeed string
+	// TLS, if not nil, is required of the connection: RootCAs verify the
+	// server, Certificates are the client's.
+	TLS *tls.Config
+}
+
+// Connect connects to NATS at url (comma-separated URLs for a cluster) with
+// no credentials. See ConnectWith.
 func Connect(url, name string, log *zap.Logger) (*Broadcaster, error) {
+	return ConnectWith(url, BroadcastOptions{Name: name, Logger: log})
+}
+
+// ConnectWith connects to NATS at url (comma-separated URLs for a cluster)
+// as opt says. If the server is down at start, it keeps retrying in the
+// background. URLs are redacted (user info hidden) in its log lines and
+// errors.
+func ConnectWith(url string, opt BroadcastOptions) (*Broadcaster, error) {
+	log := opt.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
 	log = log.Named("nats")
-	nc, err := nats.Connect(url,
-		nats.Name(name),
+	b := &Broadcaster{log: log}
+	opts := []nats.Option{
+		nats.Name(opt.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("NATS disconnected; broadcasts wait, the ledger stays the source of truth", zap.Error(err))
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl())) }),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w", url, err)
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", zap.String("url", c.ConnectedUrlRedacted())) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			// Every failed attempt, including the first connection's: a
+			// refused password or certificate shows here, not in Connect.
+			log.Warn("NATS connection attempt failed; retrying", zap.Error(err))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			// Permissions violations and the like: the server refused
+			// something this client did; say so, once per second at most
+			// (the logger samples).
+			b.refused.Add(1)
+			log.Warn("NATS server refused a request", zap.Error(err))
+		}),
 	}
-	return &Broadcaster{nc: nc, log: log}, nil
+	n := 0
+	if opt.Username != "" || opt.Password != "" {
+		opts = append(opts, nats.UserInfo(opt.Username, opt.Password))
+		n++
+	}
+	if opt.JWT != "" || opt.Seed != "" {
+		opts = append(opts, nats.UserJWTAndSeed(opt.JWT, opt.Seed))
+		n++
+	}
+	if opt.NkeySeed != "" {
+		kp, err := nkeys.FromSeed([]byte(opt.NkeySeed))
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey seed: %w", err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("nats nkey seed: %w", err)
+		}
+		opts = append(opts, nats.Nkey(pub, kp.Sign))
+		n++
+	}
+	if n > 1 {
+		return nil, errors.New("nats: give one of user/password, creds (JWT and seed) or an nkey seed")
+	}
+	if opt.TLS != nil {
+		opts = append(opts, nats.Secure(opt.TLS))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", RedactURLs(url), err)
+	}
+	b.nc = nc
+	return b, nil
+}
+
+// RedactURLs hides the user info (user, password, token) of every URL in a
+// comma-separated list, for logs and errors.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := neturl.Parse(p)
+		switch {
+		case err != nil && strings.Contains(p, "@"):
+			parts[i] = "(unparsable URL with user info)"
+		case err != nil || u.User == nil:
+			parts[i] = p
+		default:
+			u.User = neturl.User("xxxxx")
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// ParseCreds returns the user JWT and nkey seed of a NATS credentials file's
+// content (as `nsc generate creds` writes it).
+func ParseCreds(contents []byte) (jwt, seed string, err error) {
+	jwt, err = nkeys.ParseDecoratedJWT(contents)
+	if err != nil {
+		return "", "", fmt.Errorf("creds: user JWT: %w", err)
+	}
+	kp, err := nkeys.ParseDecoratedNKey(contents)
+	if err != nil {
+		return "", "", fmt.Errorf("creds: nkey seed: %w", err)
+	}
+	raw, err := kp.Seed()
+	if err != nil {
+		return "", "", fmt.Errorf("creds: nkey seed: %w", err)
+	}
+	return jwt, string(raw), nil
 }
 
 // Publish sends e. A disconnected client buffers it until it reconnects.
@@ -141,7 +258,8 @@ func (b *Broadcaster) Subscribe(handle func(Event)) error {
 
 // Stats returns the event counters.
 func (b *Broadcaster) Stats() BroadcastStats {
-	return BroadcastStats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Connected: b.nc.IsConnected()}
+	return BroadcastStats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Refused: b.refused.Load(),
+		Connected: b.nc.IsConnected()}
 }
 
 // Close drains the subscription and closes the connection.

@@ -86,6 +86,8 @@ type app struct {
 	redisTLS  config.TLS       // --redis-tls, --redis-ca, --redis-cert, --redis-key, --redis-server-name
 	etcdAuth  config.EtcdAuth  // --etcd-user, --etcd-password-file
 	etcdTLS   config.TLS       // --etcd-ca, --etcd-cert, --etcd-key
+	natsAuth  config.NATSAuth  // --nats-creds, --nats-nkey, --nats-user, --nats-password-file
+	natsTLS   config.TLS       // --nats-ca, --nats-cert, --nats-key
 
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
@@ -205,6 +207,11 @@ Global flags (before the command):
   --redis-cert FILE, --redis-key FILE
                           client certificate and key, for tls-auth-clients yes
   --redis-server-name N   the name Redis's certificate must carry (default: the address's host)
+  --nats-creds FILE       NATS credentials file (user JWT and seed); or --nats-nkey FILE (a user
+                          nkey seed); or --nats-user NAME with --nats-password-file FILE. The
+                          operator's NATS user may publish pacer.revoked.> and pacer.changed.>
+  --nats-ca FILE, --nats-cert FILE, --nats-key FILE
+                          TLS to NATS: the private CA, and a client certificate and key
   --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379, or
                           https:// with --etcd-ca, --etcd-cert, --etcd-key for TLS and client
                           certificates; --etcd-user and --etcd-password-file for etcd's auth)
@@ -270,6 +277,13 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.redisAuth.PasswordFile, "redis-password-file", "", "")
 	fs.StringVar(&a.redisAuth.SentinelUsername, "redis-sentinel-user", "", "")
 	fs.StringVar(&a.redisAuth.SentinelPasswordFile, "redis-sentinel-password-file", "", "")
+	fs.StringVar(&a.natsAuth.CredsFile, "nats-creds", "", "")
+	fs.StringVar(&a.natsAuth.NkeyFile, "nats-nkey", "", "")
+	fs.StringVar(&a.natsAuth.Username, "nats-user", "", "")
+	fs.StringVar(&a.natsAuth.PasswordFile, "nats-password-file", "", "")
+	fs.StringVar(&a.natsTLS.CAFile, "nats-ca", "", "")
+	fs.StringVar(&a.natsTLS.CertFile, "nats-cert", "", "")
+	fs.StringVar(&a.natsTLS.KeyFile, "nats-key", "", "")
 	fs.StringVar(&a.etcdAuth.Username, "etcd-user", "", "")
 	fs.StringVar(&a.etcdAuth.PasswordFile, "etcd-password-file", "", "")
 	fs.StringVar(&a.etcdTLS.CAFile, "etcd-ca", "", "")

@@ -225,7 +225,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
 	} else {
-		if bc, err = transport.Connect(cfg.NATS, "pacerd-"+cfg.Holder, log); err != nil {
+		nopt, err := config.NATSClientOptions(cfg.NATSAuth, cfg.NATSTLS, secrets)
+		if err != nil {
+			return err
+		}
+		nopt.Name, nopt.Logger = "pacerd-"+cfg.Holder, log
+		if bc, err = transport.ConnectWith(cfg.NATS, nopt); err != nil {
 			return err
 		}
 		defer bc.Close()

@@ -105,13 +105,20 @@ func (e *Etcd) Close() {
 type NATS struct {
 	s *natsserver.Server
 	// URL is the client URL, e.g. nats://127.0.0.1:41235.
-	URL  string
-	port int
+	URL       string
+	port      int
+	configure func(*natsserver.Options)
 }
 
 // StartNATS starts a NATS server on a free loopback port.
 func StartNATS() (*NATS, error) {
-	n := &NATS{port: -1}
+	return StartNATSWith(nil)
+}
+
+// StartNATSWith starts a NATS server on a free loopback port, with options
+// set by configure (users, nkeys, permissions, TLS) on every start.
+func StartNATSWith(configure func(*natsserver.Options)) (*NATS, error) {
+	n := &NATS{port: -1, configure: configure}
 	if err := n.Start(); err != nil {
 		return nil, err
 	}
@@ -121,7 +128,11 @@ func StartNATS() (*NATS, error) {
 // Start (re)starts the server, on the port it had before if it ran already,
 // so clients reconnect to the same URL after an outage.
 func (n *NATS) Start() error {
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true})
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
+	if n.configure != nil {
+		n.configure(opts)
+	}
+	s, err := natsserver.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("start nats: %w", err)
 	}
