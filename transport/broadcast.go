@@ -43,7 +43,10 @@ type Event struct {
 	Day      string `json:"day,omitempty"`     // for exhausted: the campaign-day
 	Version  int64  `json:"version,omitempty"` // campaign settings version, when known
 	From     string `json:"from,omitempty"`    // the daemon or tool that sent it
-	AtMillis int64  `json:"at_ms"`             // sender's clock, for propagation measurements
+	AtMillis int64  `json:"at_ms"`             // sender's clock: propagation measurements, and staleness of signed events
+	// Nonce is random, set by Publish when broadcasts are signed: a
+	// receiver acts on a nonce once.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // Subject returns the event's NATS subject.
@@ -71,6 +74,8 @@ type Broadcaster struct {
 	received atomic.Int64
 	dropped  atomic.Int64
 	refused  atomic.Int64
+	trust    *trust
+	rejected map[string]*atomic.Int64 // by reason; read-only map after ConnectWith
 }
 
 // BroadcastStats counts events.
@@ -79,7 +84,10 @@ type BroadcastStats struct {
 	// Refused counts errors the server sent back, such as a permissions
 	// violation: this client published or subscribed where its NATS user
 	// may not.
-	Refused   int64
+	Refused int64
+	// Rejected counts events ignored because they failed authentication,
+	// by reason (RejectReasons); nil without keys.
+	Rejected  map[string]int64
 	Connected bool
 }
 
@@ -101,6 +109,13 @@ type BroadcastOptions struct {
 	// TLS, if not nil, is required of the connection: RootCAs verify the
 	// server, Certificates are the client's.
 	TLS *tls.Config
+	// Keys authenticate events (see ParseKeys): the first signs what this
+	// client publishes; received events must verify with one of them, be
+	// at most MaxAge old (or ahead) by Now, and not be replays. Nil: events
+	// are sent unsigned and every well-formed event is accepted.
+	Keys   [][]byte
+	MaxAge time.Duration    // required with Keys
+	Now    func() time.Time // the receiver's clock; nil: time.Now
 }
 
 // Connect connects to NATS at url (comma-separated URLs for a cluster) with
@@ -120,6 +135,25 @@ func ConnectWith(url string, opt BroadcastOptions) (*Broadcaster, error) {
 	}
 	log = log.Named("nats")
 	b := &Broadcaster{log: log}
+	if len(opt.Keys) > 0 {
+		if opt.MaxAge <= 0 {
+			return nil, errors.New("nats: signed broadcasts need a positive MaxAge")
+		}
+		for i, k := range opt.Keys {
+			if len(k) < MinKeyBytes {
+				return nil, fmt.Errorf("broadcast key %d: %d bytes; at least %d needed", i+1, len(k), MinKeyBytes)
+			}
+		}
+		now := opt.Now
+		if now == nil {
+			now = time.Now
+		}
+		b.trust = &trust{keys: opt.Keys, maxAge: opt.MaxAge, now: now}
+		b.rejected = map[string]*atomic.Int64{}
+		for _, r := range RejectReasons {
+			b.rejected[r] = new(atomic.Int64)
+		}
+	}
 	opts := []nats.Option{
 		nats.Name(opt.Name),
 		nats.RetryOnFailedConnect(true),
@@ -216,15 +250,27 @@ func ParseCreds(contents []byte) (jwt, seed string, err error) {
 }
 
 // Publish sends e. A disconnected client buffers it until it reconnects.
+// With keys, it sets e's nonce (and AtMillis, if zero) and signs it.
 func (b *Broadcaster) Publish(e Event) error {
 	if err := e.validate(); err != nil {
 		return err
+	}
+	msg := &nats.Msg{Subject: e.Subject()}
+	if b.trust != nil {
+		e.Nonce = newNonce()
+		if e.AtMillis == 0 {
+			e.AtMillis = b.trust.now().UnixMilli()
+		}
 	}
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	if err := b.nc.Publish(e.Subject(), data); err != nil {
+	msg.Data = data
+	if b.trust != nil {
+		msg.Header = nats.Header{SignatureHeader: []string{b.trust.sign(msg.Subject, data)}}
+	}
+	if err := b.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("publish %s: %w", e.Subject(), err)
 	}
 	b.sent.Add(1)
@@ -241,13 +287,29 @@ func (b *Broadcaster) Subscribe(handle func(Event)) error {
 		return errors.New("already subscribed")
 	}
 	sub, err := b.nc.Subscribe(SubjectPrefix+">", func(m *nats.Msg) {
+		if len(m.Data) > maxPayload {
+			b.dropped.Add(1)
+			return
+		}
+		if b.trust != nil {
+			if why := b.trust.verify(m.Subject, m.Data, m.Header.Get(SignatureHeader)); why != "" {
+				b.reject(why, m.Subject)
+				return
+			}
+		}
 		var e Event
 		if err := json.Unmarshal(m.Data, &e); err != nil || e.validate() != nil || e.Subject() != m.Subject {
 			b.dropped.Add(1)
 			return
 		}
-		b.received.Add(1)
+		if b.trust != nil {
+			if why := b.trust.admit(e); why != "" {
+				b.reject(why, m.Subject)
+				return
+			}
+		}
 		handle(e)
+		b.received.Add(1) // after handle: a count seen means the event was applied
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
@@ -256,10 +318,27 @@ func (b *Broadcaster) Subscribe(handle func(Event)) error {
 	return nil
 }
 
+// reject counts and logs an event that failed authentication. The logger
+// samples: a flood of forgeries costs a counter increment each.
+func (b *Broadcaster) reject(why, subject string) {
+	b.rejected[why].Add(1)
+	b.log.Warn("broadcast ignored: not authenticated", zap.String("reason", why), zap.String("subject", subject))
+}
+
+// Signed reports whether this Broadcaster signs and verifies events.
+func (b *Broadcaster) Signed() bool { return b.trust != nil }
+
 // Stats returns the event counters.
 func (b *Broadcaster) Stats() BroadcastStats {
-	return BroadcastStats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Refused: b.refused.Load(),
+	s := BroadcastStats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Refused: b.refused.Load(),
 		Connected: b.nc.IsConnected()}
+	if b.rejected != nil {
+		s.Rejected = make(map[string]int64, len(b.rejected))
+		for r, n := range b.rejected {
+			s.Rejected[r] = n.Load()
+		}
+	}
+	return s
 }
 
 // Close drains the subscription and closes the connection.

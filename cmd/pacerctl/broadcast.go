@@ -73,5 +73,17 @@ func (a *app) natsOptions() (transport.BroadcastOptions, error) {
 		return opt, err
 	}
 	opt.Name = "pacerctl"
+	if a.keyFile != "" {
+		b, err := os.ReadFile(a.keyFile)
+		if err != nil {
+			return opt, fmt.Errorf("--broadcast-key-file: %w", err)
+		}
+		if opt.Keys, err = transport.ParseKeys(b); err != nil {
+			return opt, fmt.Errorf("--broadcast-key-file %s: %w", a.keyFile, err)
+		}
+		// Only signs: pacerctl receives nothing. The daemons' max_age applies.
+		opt.MaxAge = time.Minute
+		opt.Now = a.now
+	}
 	return opt, nil
 }

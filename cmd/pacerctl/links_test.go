@@ -15,6 +15,7 @@ import (
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -102,5 +103,53 @@ func TestStatusOverEtcdTLS(t *testing.T) {
 	r := h.run("--etcd", e.Endpoint, "--etcd-ca", certs.CA, "--timeout", "3s", "status")
 	if r.code != exitFailure || strings.Contains(r.stdout, "leader host-a") {
 		t.Errorf("status without a client certificate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// pacerctl signs its broadcasts with --broadcast-key-file: a receiver with
+// the fleet's key acts on them; without the flag its events are rejected as
+// unsigned.
+func TestSignedBroadcastFromPacerctl(t *testing.T) {
+	h := newHarness(t)
+	n, err := embedded.StartNATS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	key := []byte("the fleet's broadcast key, 32 bytes or more")
+	keyFile := filepath.Join(t.TempDir(), "broadcast.key")
+	if err := os.WriteFile(keyFile, append(key, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{key}, MaxAge: 10 * time.Second,
+		Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	events := make(chan transport.Event, 4)
+	if err := sub.Subscribe(func(e transport.Event) { events <- e }); err != nil {
+		t.Fatal(err)
+	}
+	sub.Flush(5 * time.Second)
+
+	h.ok("campaign", "set", "c1", "--daily", "10u")
+	h.ok("--nats", n.URL, "campaign", "pause", "c1") // unsigned
+	h.ok("--nats", n.URL, "--broadcast-key-file", keyFile, "campaign", "pause", "c1")
+	select {
+	case e := <-events:
+		if e.Kind != transport.EventRevoked || e.Campaign != "c1" || e.Nonce == "" {
+			t.Fatalf("event %+v", e)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the signed pause did not arrive")
+	}
+	sub.Flush(5 * time.Second)
+	if got := sub.Stats().Rejected[transport.RejectUnsigned]; got != 1 {
+		t.Fatalf("%d unsigned events rejected, want the one pause sent without the key", got)
+	}
+	if r := h.run("--nats", n.URL, "--broadcast-key-file", filepath.Join(t.TempDir(), "missing"), "campaign", "pause", "c1"); r.code != exitFailure ||
+		!strings.Contains(r.stderr, "--broadcast-key-file") {
+		t.Fatalf("missing key file: exit %d: %s", r.code, r.stderr)
 	}
 }

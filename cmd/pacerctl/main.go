@@ -88,6 +88,7 @@ type app struct {
 	etcdTLS   config.TLS       // --etcd-ca, --etcd-cert, --etcd-key
 	natsAuth  config.NATSAuth  // --nats-creds, --nats-nkey, --nats-user, --nats-password-file
 	natsTLS   config.TLS       // --nats-ca, --nats-cert, --nats-key
+	keyFile   string           // --broadcast-key-file: signs broadcasts
 
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
@@ -212,6 +213,8 @@ Global flags (before the command):
                           operator's NATS user may publish pacer.revoked.> and pacer.changed.>
   --nats-ca FILE, --nats-cert FILE, --nats-key FILE
                           TLS to NATS: the private CA, and a client certificate and key
+  --broadcast-key-file F  the fleet's broadcast key file (pacerd's broadcast.key_file): signs
+                          what --nats publishes; daemons with a key ignore unsigned events
   --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379, or
                           https:// with --etcd-ca, --etcd-cert, --etcd-key for TLS and client
                           certificates; --etcd-user and --etcd-password-file for etcd's auth)
@@ -281,6 +284,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.natsAuth.NkeyFile, "nats-nkey", "", "")
 	fs.StringVar(&a.natsAuth.Username, "nats-user", "", "")
 	fs.StringVar(&a.natsAuth.PasswordFile, "nats-password-file", "", "")
+	fs.StringVar(&a.keyFile, "broadcast-key-file", "", "")
 	fs.StringVar(&a.natsTLS.CAFile, "nats-ca", "", "")
 	fs.StringVar(&a.natsTLS.CertFile, "nats-cert", "", "")
 	fs.StringVar(&a.natsTLS.KeyFile, "nats-key", "", "")

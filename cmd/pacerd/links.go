@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -27,4 +29,20 @@ func newEtcd(cfg config.Daemon, log *zap.Logger) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	return c, nil
+}
+
+// broadcastKeys reads broadcast.key_file; nil without one.
+func broadcastKeys(cfg config.Daemon) ([][]byte, error) {
+	if cfg.Broadcast.KeyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(cfg.Broadcast.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("broadcast.key_file: %w", err)
+	}
+	keys, err := transport.ParseKeys(b)
+	if err != nil {
+		return nil, fmt.Errorf("broadcast.key_file %s: %w", cfg.Broadcast.KeyFile, err)
+	}
+	return keys, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
@@ -82,5 +84,42 @@ func TestRedisTLSAtStart(t *testing.T) {
 	log, err = runPacerdAt(t, "rediss://pacerd:ledger-pw@"+srv.Addr, "")
 	if err == nil || !strings.Contains(err.Error(), "refusing to start") || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("without the CA: %v\n%s", err, log)
+	}
+}
+
+// With NATS and no broadcast key, pacerd warns; with a key it does not; a
+// key too short refuses the start. NATS credentials come from nats_auth and
+// the URL in the log has no password.
+func TestBroadcastKeyAtStart(t *testing.T) {
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true})
+	n, err := embedded.StartNATSWith(func(o *natsserver.Options) {
+		o.Users = []*natsserver.User{{Username: "pacerd", Password: "nats-pw"}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	pw := secretFile(t, "nats-pw\n")
+	natsConf := fmt.Sprintf("nats: %q\nnats_auth:\n  username: pacerd\n  password_file: %s\n", n.URL, pw)
+
+	log, err := runPacerdAt(t, srv.Socket, natsConf)
+	if err != nil || !strings.Contains(log, "broadcast.key_file not set") || strings.Contains(log, "NATS connection attempt failed") {
+		t.Fatalf("no key: %v\n%s", err, log)
+	}
+	key := secretFile(t, "0123456789abcdef0123456789abcdef\n")
+	log, err = runPacerdAt(t, srv.Socket, natsConf+"broadcast:\n  key_file: "+key+"\n")
+	if err != nil || strings.Contains(log, "broadcast.key_file not set") || strings.Contains(log, "nats-pw") ||
+		strings.Contains(log, "NATS connection attempt failed") {
+		t.Fatalf("with a key: %v\n%s", err, log)
+	}
+	wrong := secretFile(t, "not-the-pw\n")
+	log, _ = runPacerdAt(t, srv.Socket, fmt.Sprintf("nats: %q\nnats_auth:\n  username: pacerd\n  password_file: %s\n", n.URL, wrong))
+	if !strings.Contains(log, "NATS connection attempt failed") || !strings.Contains(log, "uthorization") {
+		t.Fatalf("wrong NATS password: the log does not say so:\n%s", log)
+	}
+	short := secretFile(t, "short\n")
+	_, err = runPacerdAt(t, srv.Socket, natsConf+"broadcast:\n  key_file: "+short+"\n")
+	if err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Fatalf("short key: %v", err)
 	}
 }

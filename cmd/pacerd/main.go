@@ -230,6 +230,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		nopt.Name, nopt.Logger = "pacerd-"+cfg.Holder, log
+		if nopt.Keys, err = broadcastKeys(cfg); err != nil {
+			return err
+		}
+		nopt.MaxAge = cfg.Broadcast.MaxAge
+		if nopt.Keys == nil {
+			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
+		}
 		if bc, err = transport.ConnectWith(cfg.NATS, nopt); err != nil {
 			return err
 		}
