@@ -17,11 +17,14 @@ import (
 
 // Event kinds broadcast over NATS, each on subject "pacer.<kind>.<campaign>".
 const (
-	// EventExhausted: the campaign-day has no budget left to grant. Daemons
-	// answer SPEND with -1 once their tokens run out and stop lease calls.
+	// EventExhausted: the campaign-day has no budget left to grant, says
+	// the sender. Daemons read the shards sooner; only the ledger's answer
+	// makes them answer -1 and stop lease calls.
 	EventExhausted = "exhausted"
-	// EventRevoked: paused or budget cut. Daemons drop the campaign's tokens,
-	// answer -1, release their leases and re-read its settings.
+	// EventRevoked: paused or budget cut, says the sender (an operator).
+	// Daemons re-read the campaign at once; a pause the ledger confirms
+	// makes them deny and release their leases, a confirmed cut makes them
+	// release their leases.
 	EventRevoked = "revoked"
 	// EventChanged: settings changed (curve, budget raise, resume): re-read.
 	EventChanged = "changed"

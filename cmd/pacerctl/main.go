@@ -195,8 +195,9 @@ Global flags (before the command):
                           --curves configs/curves to use a source checkout's examples)
   --nats URL[,URL...]     NATS server(s): campaign set/pause/resume broadcast what they
                           changed (pacer.changed.<id>, or pacer.revoked.<id> for a pause or a
-                          budget cut), so daemons act within one NATS hop; without it they learn
-                          of it from the ledger within a lease window
+                          budget cut), so daemons re-read the campaign within one NATS hop and
+                          one tick; without it they learn of it from the ledger within a lease
+                          window
   --redis-user NAME       Redis ACL user (default: the default user)
   --redis-password-file F file holding the Redis password; without it, the password comes from
                           a redis:// URL's user info, else $PACER_REDIS_PASSWORD, else
