@@ -296,3 +296,37 @@ func TestSentinelAuth(t *testing.T) {
 		t.Errorf("wrong master password: %v, want an authentication error", err)
 	}
 }
+
+// TestSentinelTLS runs a TLS-only master and a TLS-only Sentinel that
+// reaches the master over TLS (tls-replication yes), with passwords on
+// both: one ClientOptions (CA, client certificate, both passwords) serves
+// the Sentinel and the master it names.
+func TestSentinelTLS(t *testing.T) {
+	certs, err := testcerts.New(t.TempDir(), "sentinel", "pacerd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS := &redisproc.TLS{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, CAFile: certs.CA, ClientCerts: true}
+	master := redistest.StartWith(t, redisproc.Options{Conf: aclConf, TLS: serverTLS})
+	host, port, _ := strings.Cut(master.Addr, ":")
+	sentinel := redistest.StartWith(t, redisproc.Options{Sentinel: true, TLS: serverTLS, Conf: fmt.Sprintf(
+		"tls-replication yes\nsentinel monitor ledger %s %s 1\nsentinel auth-user ledger pacerd\nsentinel auth-pass ledger ledger-pw\nrequirepass sentinel-pw\n", host, port)})
+	rdb, err := lease.NewClientWith([]string{"sentinel://ledger@" + sentinel.Addr}, lease.ClientOptions{
+		Username: "pacerd", Password: "ledger-pw", SentinelPassword: "sentinel-pw", TLS: tlsConfig(t, certs, true), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if err := rdb.Eval(ctx, "return redis.call('INCR', KEYS[1])", []string{"k"}).Err(); err != nil {
+		t.Fatalf("through a TLS Sentinel to a TLS master: %v", err)
+	}
+	plain, err := lease.NewClientWith([]string{"sentinel://ledger@" + sentinel.Addr}, lease.ClientOptions{
+		Username: "pacerd", Password: "ledger-pw", SentinelPassword: "sentinel-pw", DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if err := plain.Ping(ctx).Err(); err == nil {
+		t.Fatal("a plain-TCP client reached the TLS Sentinel")
+	}
+}
