@@ -206,6 +206,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if pw := o.overrides["redis"]; pw != "" && lease.Redact(pw) != pw {
 		log.Warn("a Redis password is on pacerd's command line, where any local user can read it (ps); use redis_auth.password_file")
 	}
+	if u := o.overrides["nats"]; strings.Contains(u, "@") {
+		log.Warn("NATS credentials are on pacerd's command line, where any local user can read them (ps); use nats_auth")
+	}
 	ropt, err := config.RedisClientOptions(cfg.Redis, cfg.RedisAuth, cfg.RedisTLS, secrets)
 	if err != nil {
 		return err
