@@ -365,8 +365,6 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 }
 
-// refresh re-reads the campaign's settings from the ledger and reports
-// whether it could.
 // eventRefresh re-reads the settings because a broadcast asked to, at most
 // once per EventRecheck (step checks). A revoke whose cut the ledger
 // confirms (a new version with a smaller daily budget) gives back the
@@ -394,6 +392,8 @@ func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
 	}
 }
 
+// refresh re-reads the campaign's settings from the ledger and reports
+// whether it could.
 func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 	c.lastRefresh = now
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
