@@ -1,17 +1,23 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
+	"github.com/redis/go-redis/v9"
 )
 
 const aclConf = "user pacerd on >ledger-pw ~* &* +@all\nuser default on >default-pw ~* &* +@all\n"
@@ -121,5 +127,89 @@ func TestBroadcastKeyAtStart(t *testing.T) {
 	_, err = runPacerdAt(t, srv.Socket, natsConf+"broadcast:\n  key_file: "+short+"\n")
 	if err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Fatalf("short key: %v", err)
+	}
+}
+
+// restrictedACL is the narrowest Redis ACL the README recommends for the
+// daemons: keys under pacer: only, no channels, and only the command
+// categories and commands the ledger, its scripts and the durability and
+// clock checks use. The default user is the operator's (all rights).
+const restrictedACL = "user pacerd on >ledger-pw ~pacer:* resetchannels -@all +@read +@write +@scripting +@transaction +@connection " +
+	"+time +info +config|get -keys -flushall -flushdb\n" +
+	"user default on >admin-pw ~* &* +@all\n"
+
+// pacerd runs and spends against a Redis that grants its user only
+// restrictedACL: the durability and clock checks pass, a day opens, a lease
+// is granted, and a SPEND is allowed.
+func TestRestrictedRedisACL(t *testing.T) {
+	srv := redistest.StartWith(t, redisproc.Options{Persistent: true, Conf: restrictedACL})
+	admin := redis.NewClient(&redis.Options{Network: "unix", Addr: srv.Socket, Password: "admin-pw"})
+	t.Cleanup(func() { admin.Close() })
+	ledger := lease.New(admin, lease.Config{}, nil)
+	if _, err := ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 2, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	// What the user may not do: keys outside pacer:, KEYS, FLUSHALL.
+	probe := redis.NewClient(&redis.Options{Network: "unix", Addr: srv.Socket, Username: "pacerd", Password: "ledger-pw"})
+	t.Cleanup(func() { probe.Close() })
+	for name, err := range map[string]error{
+		"SET other:key": probe.Set(ctx, "other:key", "1", 0).Err(),
+		"KEYS *":        probe.Keys(ctx, "*").Err(),
+		"FLUSHALL":      probe.FlushAll(ctx).Err(),
+		"CONFIG SET":    probe.ConfigSet(ctx, "appendfsync", "no").Err(),
+		"PUBLISH chan":  probe.Publish(ctx, "chan", "x").Err(),
+	} {
+		if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("%s as pacerd: %v, want NOPERM", name, err)
+		}
+	}
+
+	dir := t.TempDir()
+	pw := secretFile(t, "ledger-pw\n")
+	cfg := filepath.Join(dir, "pacerd.yaml")
+	if err := os.WriteFile(cfg, []byte(testConfig+fmt.Sprintf("redis_auth:\n  username: pacerd\n  password_file: %s\n", pw)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "p.sock")
+	var stdout, stderr syncBuffer
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"--config", cfg, "--redis", srv.Socket, "--socket", sock, "--holder", "h",
+			"--curves", filepath.Join(dir, "none"), "--state-dir", filepath.Join(dir, "state")}, &stdout, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pacerd: %v\n%s", err, stderr.String())
+		}
+		if strings.Contains(stderr.String(), "NOPERM") {
+			t.Errorf("pacerd met NOPERM:\n%s", stderr.String())
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pacerd did not serve within 10s:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := dial(t, sock)
+	var dec transport.Decision
+	for deadline := time.Now().Add(10 * time.Second); dec != transport.Allowed; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if dec, err = c.Spend(ctx, "c", 1000, "a1"); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SPEND never allowed under the restricted ACL:\n%s", stderr.String())
+		}
+	}
+	if err := c.Refund(ctx, "c", 1000, "a1"); err != nil {
+		t.Fatalf("REFUND: %v", err)
 	}
 }
