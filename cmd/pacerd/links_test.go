@@ -167,7 +167,14 @@ func TestRestrictedRedisACL(t *testing.T) {
 	dir := t.TempDir()
 	pw := secretFile(t, "ledger-pw\n")
 	cfg := filepath.Join(dir, "pacerd.yaml")
-	if err := os.WriteFile(cfg, []byte(testConfig+fmt.Sprintf("redis_auth:\n  username: pacerd\n  password_file: %s\n", pw)), 0o644); err != nil {
+	// With etcd, this daemon is also the reconciler, under the same ACL.
+	etcd, err := embedded.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	conf := testConfig + fmt.Sprintf("redis_auth:\n  username: pacerd\n  password_file: %s\netcd: [%q]\n", pw, etcd.Endpoint)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "p.sock")
@@ -211,5 +218,16 @@ func TestRestrictedRedisACL(t *testing.T) {
 	}
 	if err := c.Refund(ctx, "c", 1000, "a1"); err != nil {
 		t.Fatalf("REFUND: %v", err)
+	}
+	// A few reconciler passes (1 s each) over leases of a 2 s window.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(stderr.String(), "elected reconciler"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not elected within 15s:\n%s", stderr.String())
+		}
+	}
+	for end := time.Now().Add(3500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if _, err := c.Spend(ctx, "c", 1000, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
