@@ -84,9 +84,8 @@ type Broadcaster struct {
 // BroadcastStats counts events.
 type BroadcastStats struct {
 	Sent, Received, Dropped int64
-	// Refused counts errors the server sent back, such as a permissions
-	// violation: this client published or subscribed where its NATS user
-	// may not.
+	// Refused counts permissions violations the server sent back: this
+	// client published or subscribed where its NATS user may not.
 	Refused int64
 	// Rejected counts events ignored because they failed authentication,
 	// by reason (RejectReasons); nil without keys.
@@ -172,11 +171,15 @@ func ConnectWith(url string, opt BroadcastOptions) (*Broadcaster, error) {
 			log.Warn("NATS connection attempt failed; retrying", zap.Error(err))
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			// Permissions violations and the like: the server refused
-			// something this client did; say so, once per second at most
-			// (the logger samples).
-			b.refused.Add(1)
-			log.Warn("NATS server refused a request", zap.Error(err))
+			// A permissions violation: the server refused something this
+			// client's NATS user may not do (see README "Security"). Other
+			// asynchronous errors (a slow consumer) are only logged.
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				b.refused.Add(1)
+				log.Warn("NATS server refused a request: permissions violation", zap.Error(err))
+				return
+			}
+			log.Warn("NATS asynchronous error", zap.Error(err))
 		}),
 	}
 	n := 0

@@ -171,7 +171,7 @@ var (
 	descSent     = prometheus.NewDesc("pacer_broadcasts_sent_total", "NATS events published.", nil, nil)
 	descReceived = prometheus.NewDesc("pacer_broadcasts_received_total", "NATS events received and acted on.", nil, nil)
 	descDropped  = prometheus.NewDesc("pacer_broadcasts_dropped_total", "NATS messages on pacer subjects that were not well-formed events.", nil, nil)
-	descRefused  = prometheus.NewDesc("pacer_broadcasts_refused_total", "Errors the NATS server sent back (such as a permissions violation).", nil, nil)
+	descRefused  = prometheus.NewDesc("pacer_broadcasts_refused_total", "Permissions violations the NATS server sent back: this daemon's NATS user may not publish or subscribe there.", nil, nil)
 	descRejected = prometheus.NewDesc("pacer_broadcast_rejected_total",
 		"Events ignored because they failed authentication (broadcast.key_file): unsigned, forged, stale, replayed or replay-full.", []string{"reason"}, nil)
 )
