@@ -60,8 +60,12 @@ type campaign struct {
 	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge
 	refundMu       sync.Mutex
 
-	revoked      atomic.Bool // a revoke broadcast arrived: deny until the loop has re-read settings
-	forceRefresh atomic.Bool // re-read settings on the next tick
+	// A broadcast asked to re-read the settings (recheck), and, for a
+	// revoke, to give back what is held if the ledger confirms a pause or a
+	// cut (cutCheck). Neither changes an answer by itself: the ledger does.
+	recheck          atomic.Bool
+	cutCheck         atomic.Bool
+	lastEventRefresh time.Time // refill loop only: the last read an event triggered
 
 	loopMu        sync.Mutex
 	lastRefresh   time.Time
@@ -98,9 +102,11 @@ type dayState struct {
 	// ledger sooner; a broadcast never makes this daemon answer -1.
 	confirm atomic.Bool
 	refused atomic.Bool // the ledger lost this day's state: never grant
-	// reassert: the ledger lost writes on a shard of this day (we found it,
-	// or a broadcast said so): re-assert every lease held, next tick.
-	reassert atomic.Bool
+	// reassert: the ledger lost writes on a shard of this day (we found
+	// it): re-assert every lease held, next tick. reassertHint: a broadcast
+	// said so; acted on at most once per Config.EventRecheck.
+	reassert     atomic.Bool
+	reassertHint atomic.Bool
 
 	// Refill loop only.
 	leases      map[string]heldLease
@@ -115,6 +121,7 @@ type dayState struct {
 	// when this is zero too; until then, its bids are paced.
 	shardUnspent []int64
 	checkedAt    time.Time
+	hintAt       time.Time // the last re-assert a broadcast triggered
 	// known is each shard's history as of our last reply from it: the
 	// ledger checks it on every grant, renewal and release, and tells us
 	// if it lost writes we saw.
@@ -208,7 +215,7 @@ func (c *campaign) allows(now time.Time) int64 {
 // decide answers a SPEND from the bucket, and returns the campaign-day that
 // answered (nil if none).
 func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
-	if c.revoked.Load() || c.settings.Load().State == lease.StatePaused {
+	if c.settings.Load().State == lease.StatePaused {
 		return transport.Exhausted, nil
 	}
 	ds := c.day.Load()
@@ -298,24 +305,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	defer c.loopMu.Unlock()
 	cfg := &c.d.cfg
 
-	if c.revoked.Load() {
-		if ds := c.day.Load(); ds != nil {
-			c.dropDay(ctx, now, ds)
-			c.day.Store(nil)
-		}
-		if c.refresh(ctx, now) {
-			c.revoked.Store(false)
-		}
-	} else if c.forceRefresh.Swap(false) || now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
+	if c.recheck.Load() && (c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
+		c.eventRefresh(ctx, now)
+	} else if now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
 		c.refresh(ctx, now)
 	}
 	c.retryReleases(ctx, now)
 
 	s := c.settings.Load()
 	ds := c.day.Load()
-	if c.revoked.Load() {
-		return
-	}
 	if s.State == lease.StatePaused {
 		if ds != nil {
 			c.dropDay(ctx, now, ds)
@@ -338,7 +336,12 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if ds.refused.Load() {
 		return
 	}
-	if ds.reassert.Swap(false) {
+	hinted := ds.reassertHint.Load() && (ds.hintAt.IsZero() || now.Sub(ds.hintAt) >= cfg.EventRecheck)
+	if hinted {
+		ds.reassertHint.Store(false)
+		ds.hintAt = now
+	}
+	if ds.reassert.Swap(false) || hinted {
 		c.reassertAll(ctx, now, ds)
 	}
 
@@ -387,6 +390,33 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
 			c.grant(ctx, now, s, ds, shard, want, standing, nil)
+		}
+	}
+}
+
+// eventRefresh re-reads the settings because a broadcast asked to, at most
+// once per EventRecheck (step checks). A revoke whose cut the ledger
+// confirms (a new version with a smaller daily budget) gives back the
+// tokens and leases held, as a pause does; a forged or stale one costs this
+// one read. A ledger that cannot be read leaves the request pending.
+func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
+	c.lastEventRefresh = now
+	c.recheck.Store(false)
+	revoked := c.cutCheck.Swap(false)
+	old := c.settings.Load()
+	if !c.refresh(ctx, now) {
+		c.recheck.Store(true)
+		if revoked {
+			c.cutCheck.Store(true)
+		}
+		return
+	}
+	fresh := c.settings.Load()
+	if revoked && fresh.Version != old.Version && fresh.State == lease.StateActive && fresh.DailyMicros < old.DailyMicros {
+		if ds := c.day.Load(); ds != nil {
+			c.log.Info("budget cut confirmed by the ledger; giving back the leases held", zap.Int64("daily_micros", fresh.DailyMicros))
+			c.dropDay(ctx, now, ds)
+			c.day.Store(nil)
 		}
 	}
 }
@@ -526,7 +556,7 @@ func (ds *dayState) pickShard() (int, bool) {
 // recheckExhaustion asks the ledger whether the campaign-day has budget left,
 // when this daemon believes it has none (every CampaignRefresh, while bids
 // for the campaign keep coming: a bidder that stops on -1 stops the reads
-// too) or a broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
+// too) or a broadcast says so (at most every Config.EventRecheck, so a flood of broadcasts
 // costs a few reads, never a -1). Only the ledger's answer sets or clears
 // exhausted. It reads the shards (HMGET: no script, no audit entry) rather
 // than asking one shard for a grant: budget released by another daemon sits
@@ -540,7 +570,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			return
 		}
 	case ds.confirm.Load():
-		if now.Sub(ds.checkedAt) < cfg.LeaseWindow/8 {
+		if now.Sub(ds.checkedAt) < cfg.EventRecheck {
 			return
 		}
 	default:
