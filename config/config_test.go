@@ -44,7 +44,7 @@ admin_idle_timeout: 20s
 unknown_campaign_ttl: 1m
 max_campaign_loads: 16
 redis: [10.0.0.1:7000, 10.0.0.2:7000]
-etcd: [http://10.0.0.5:2379, 10.0.0.6:2379]
+etcd: [https://10.0.0.5:2379, 10.0.0.6:2379]
 nats: nats://10.0.0.7:4222, tls://10.0.0.8:4222
 admin: "[::1]:9000"
 holder: bidder-17
@@ -71,6 +71,28 @@ ledger:
   durability: replicas:1
   durability_assume: replicas:2
   check_interval: 3s
+redis_auth:
+  username: pacerd
+  password_file: /etc/pacer/redis.password
+redis_tls:
+  enabled: true
+  ca_file: /etc/pacer/ca.pem
+  cert_file: /etc/pacer/client.pem
+  key_file: /etc/pacer/client.key
+  server_name: redis.internal
+etcd_auth:
+  username: pacerd
+  password_file: /etc/pacer/etcd.password
+etcd_tls:
+  enabled: true
+  ca_file: /etc/pacer/ca.pem
+nats_auth:
+  creds_file: /etc/pacer/pacerd.creds
+nats_tls:
+  enabled: true
+broadcast:
+  key_file: /etc/pacer/broadcast.key
+  max_age: 5s
 `
 	want := Daemon{
 		Socket:             "/tmp/p.sock",
@@ -86,7 +108,7 @@ ledger:
 		UnknownCampaignTTL: time.Minute,
 		MaxCampaignLoads:   16,
 		Redis:              []string{"10.0.0.1:7000", "10.0.0.2:7000"},
-		Etcd:               []string{"http://10.0.0.5:2379", "10.0.0.6:2379"},
+		Etcd:               []string{"https://10.0.0.5:2379", "10.0.0.6:2379"},
 		NATS:               "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
 		Admin:              "[::1]:9000",
 		Holder:             "bidder-17",
@@ -102,6 +124,14 @@ ledger:
 		LedgerTimeout:   750 * time.Millisecond,
 		Log:             Log{Format: "console", Level: "debug"},
 		Ledger:          Ledger{Durability: "replicas:1", DurabilityAssume: "replicas:2", CheckInterval: 3 * time.Second},
+		RedisAuth:       RedisAuth{Username: "pacerd", PasswordFile: "/etc/pacer/redis.password"},
+		RedisTLS: TLS{Enabled: true, CAFile: "/etc/pacer/ca.pem", CertFile: "/etc/pacer/client.pem",
+			KeyFile: "/etc/pacer/client.key", ServerName: "redis.internal"},
+		EtcdAuth:  EtcdAuth{Username: "pacerd", PasswordFile: "/etc/pacer/etcd.password"},
+		EtcdTLS:   TLS{Enabled: true, CAFile: "/etc/pacer/ca.pem"},
+		NATSAuth:  NATSAuth{CredsFile: "/etc/pacer/pacerd.creds"},
+		NATSTLS:   TLS{Enabled: true},
+		Broadcast: Broadcast{KeyFile: "/etc/pacer/broadcast.key", MaxAge: 5 * time.Second},
 	}
 	got, err := ParseDaemon([]byte(full))
 	if err != nil {
@@ -129,7 +159,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -154,7 +184,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: /" + strings.Repeat("s", 110), `socket: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"redis: []", `redis: at least one address is needed`},
 		{"redis: localhost", `line 1: redis: want a list, such as [a, b]`},
-		{"redis: [localhost]", `redis: "localhost": want host:port or a Unix socket path starting with / or .`},
+		{"redis: [localhost]", `redis: "localhost": want host:port, a URL (redis://, rediss://, unix://) or a Unix socket path starting with / or .`},
 		{"redis: [\"h:0\"]", `redis: "h:0": port "0": want 1 to 65535`},
 		{"redis: [/run/r.sock, h:1]", `redis: "/run/r.sock": a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)`},
 		{"redis: [h:1, h:1]", `redis: "h:1" is listed twice`},
@@ -172,6 +202,18 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"allowed_gids: [wheel]", `line 1: allowed_gids[0]: "wheel" is not an integer`},
 		{"unknown_campaign_ttl: 0s", `unknown_campaign_ttl: 0s: want more than 0 and at most 1h`},
 		{"max_campaign_loads: 0", `max_campaign_loads: 0: want 1 to 10000`},
+		{"etcd: [\"http://e:1\"]\netcd_tls:\n  enabled: true", `etcd[0]: "http://e:1" is http:// but etcd_tls is enabled: write https://`},
+		{"etcd: [\"http://u:p@e:1\"]", `etcd[0]: no credentials in an endpoint: use etcd_auth`},
+		{"etcd_auth:\n  username: u", `etcd_auth: username and password_file go together`},
+		{"redis: [\"redis://u:s3cret@h:1\"]\nredis_auth:\n  password_file: /p", `redis_auth: a redis URL carries credentials too; give them once`},
+		{"redis: [\"redis://u:s3cret@h\"]", `redis: "redis://u:xxxxx@h": "h": want host:port, a URL (redis://, rediss://, unix://) or a Unix socket path starting with / or .`},
+		{"redis_auth:\n  sentinel_password_file: /p", `redis_auth.sentinel_password_file: only for a sentinel:// address`},
+		{"redis_tls:\n  ca_file: /ca.pem", `redis_tls: files or server_name given but enabled is false: set enabled: true (or remove them)`},
+		{"redis_tls:\n  enabled: true\n  cert_file: /c.pem", `redis_tls: cert_file and key_file go together (the client's certificate and its key)`},
+		{"redis_tls:\n  enabled: yes please", `line 2: redis_tls.enabled: "yes please" is not true or false`},
+		{"nats_auth:\n  creds_file: /c\n  nkey_file: /n", `nats_auth: give one of creds_file, nkey_file or username (with password_file)`},
+		{"nats_auth:\n  username: u", `nats_auth: username and password_file go together`},
+		{"broadcast:\n  max_age: 0s", `broadcast.max_age: 0s: must be positive`},
 		{"holder: a|b", `holder: "a|b" must not contain '|', spaces or control characters`},
 		{"curves_dir: ~", `line 1: curves_dir: no value; write one (such as "" or []) or leave the key out`},
 		{"curves_dir: \"\"", `curves_dir: must not be empty`},
@@ -183,7 +225,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/transport"
 	"gopkg.in/yaml.v3"
 )
 
@@ -89,6 +90,17 @@ type Daemon struct {
 	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
 	Log           Log           `yaml:"log"`
 	Ledger        Ledger        `yaml:"ledger"`
+	// RedisAuth and RedisTLS secure the ledger's connections.
+	RedisAuth RedisAuth `yaml:"redis_auth"`
+	RedisTLS  TLS       `yaml:"redis_tls"`
+	// EtcdAuth and EtcdTLS secure the election's connections.
+	EtcdAuth EtcdAuth `yaml:"etcd_auth"`
+	EtcdTLS  TLS      `yaml:"etcd_tls"`
+	// NATSAuth and NATSTLS secure the broadcasts' connection; Broadcast
+	// authenticates the events themselves.
+	NATSAuth  NATSAuth  `yaml:"nats_auth"`
+	NATSTLS   TLS       `yaml:"nats_tls"`
+	Broadcast Broadcast `yaml:"broadcast"`
 }
 
 // Lease is the lease timing section of Daemon. The fencing rule that keeps a
@@ -193,6 +205,7 @@ func DefaultDaemon() Daemon {
 		AdminIdleTimeout:   time.Minute,
 		UnknownCampaignTTL: 10 * time.Second,
 		MaxCampaignLoads:   64,
+		Broadcast:          Broadcast{MaxAge: 10 * time.Second},
 	}
 }
 
@@ -259,14 +272,41 @@ func (d Daemon) Validate() error {
 	for i, e := range d.Etcd {
 		if err := checkEndpoint(e, "http", "https"); err != nil {
 			bad("etcd[%d]: %v", i, err)
+		} else if strings.Contains(e, "@") {
+			bad("etcd[%d]: no credentials in an endpoint: use etcd_auth", i)
 		}
 	}
 	if d.NATS != "" {
 		for _, u := range strings.Split(d.NATS, ",") {
-			if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+			// Redacted: a password in the URL must not reach an error message.
+			if err := checkURL(transport.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
 				bad("nats: %v", err)
 			}
 		}
+	}
+	if t, err := lease.ParseTarget(d.Redis); err == nil && (t.Username != "" || t.Password != "") &&
+		(d.RedisAuth.Username != "" || d.RedisAuth.PasswordFile != "") {
+		bad("redis_auth: a redis URL carries credentials too; give them once")
+	}
+	if d.RedisAuth.SentinelPasswordFile != "" && !(len(d.Redis) == 1 && lease.IsSentinel(d.Redis[0])) {
+		bad("redis_auth.sentinel_password_file: only for a sentinel:// address")
+	}
+	if (d.EtcdAuth.Username == "") != (d.EtcdAuth.PasswordFile == "") {
+		bad("etcd_auth: username and password_file go together")
+	}
+	if d.EtcdTLS.Enabled {
+		for i, e := range d.Etcd {
+			if strings.HasPrefix(e, "http://") {
+				bad("etcd[%d]: %q is http:// but etcd_tls is enabled: write https://", i, e)
+			}
+		}
+	}
+	d.RedisTLS.validate("redis_tls", bad)
+	d.EtcdTLS.validate("etcd_tls", bad)
+	d.NATSTLS.validate("nats_tls", bad)
+	d.NATSAuth.validate(bad)
+	if d.Broadcast.MaxAge <= 0 {
+		bad("broadcast.max_age: %v: must be positive", d.Broadcast.MaxAge)
 	}
 	if d.Admin != "" {
 		if path, ok := AdminUnixPath(d.Admin); ok {
@@ -390,36 +430,12 @@ func IsUnixPath(addr string) bool {
 
 // CheckRedis reports what is wrong with a list of Redis addresses: it must
 // be one Unix socket path, one sentinel://master-name@host:port[,host:port]
-// address, or one or more distinct host:port addresses.
-// pacerd's config and pacerctl's --redis flag share this rule.
+// address, one or more distinct host:port addresses, or redis://, rediss://
+// or unix:// URLs (see lease.ParseTarget). pacerd's config and pacerctl's
+// --redis flag share this rule. Errors never show a password.
 func CheckRedis(addrs []string) error {
-	if len(addrs) == 0 {
-		return errors.New("at least one address is needed")
-	}
-	if len(addrs) == 1 && lease.IsSentinel(addrs[0]) {
-		_, err := lease.ParseSentinel(addrs[0])
-		return err
-	}
-	seen := make(map[string]bool, len(addrs))
-	for _, a := range addrs {
-		if seen[a] {
-			return fmt.Errorf("%q is listed twice", a)
-		}
-		seen[a] = true
-		if IsUnixPath(a) {
-			if len(addrs) > 1 {
-				return fmt.Errorf("%q: a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)", a)
-			}
-			if len(a) > maxSocketPath {
-				return fmt.Errorf("%q: path is %d bytes; Unix socket paths are limited to %d", a, len(a), maxSocketPath)
-			}
-			continue
-		}
-		if err := checkHostPort(a); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := lease.ParseTarget(addrs)
+	return err
 }
 
 func checkHostPort(a string) error {

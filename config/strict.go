@@ -76,6 +76,10 @@ func checkTypes(n *yaml.Node, t reflect.Type, path string) []error {
 		if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err != nil {
 			return bad("%s is out of range", n.Value)
 		}
+	case t.Kind() == reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+			return bad("%s is not true or false", describe(n))
+		}
 	case t.Kind() == reflect.Float64:
 		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") {
 			return bad("%s is not a number", describe(n))

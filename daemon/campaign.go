@@ -60,8 +60,12 @@ type campaign struct {
 	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge
 	refundMu       sync.Mutex
 
-	revoked      atomic.Bool // a revoke broadcast arrived: deny until the loop has re-read settings
-	forceRefresh atomic.Bool // re-read settings on the next tick
+	// A broadcast asked to re-read the settings (recheck), and, for a
+	// revoke, to give back what is held if the ledger confirms a pause or a
+	// cut (cutCheck). Neither changes an answer by itself: the ledger does.
+	recheck          atomic.Bool
+	cutCheck         atomic.Bool
+	lastEventRefresh time.Time // refill loop only: the last read an event triggered
 
 	loopMu        sync.Mutex
 	lastRefresh   time.Time
@@ -98,9 +102,11 @@ type dayState struct {
 	// ledger sooner; a broadcast never makes this daemon answer -1.
 	confirm atomic.Bool
 	refused atomic.Bool // the ledger lost this day's state: never grant
-	// reassert: the ledger lost writes on a shard of this day (we found it,
-	// or a broadcast said so): re-assert every lease held, next tick.
-	reassert atomic.Bool
+	// reassert: the ledger lost writes on a shard of this day (we found
+	// it): re-assert every lease held, next tick. reassertHint: a broadcast
+	// said so; acted on at most once per Config.EventRecheck.
+	reassert     atomic.Bool
+	reassertHint atomic.Bool
 
 	// Refill loop only.
 	leases      map[string]heldLease
@@ -115,12 +121,16 @@ type dayState struct {
 	// when this is zero too; until then, its bids are paced.
 	shardUnspent []int64
 	checkedAt    time.Time
+	hintAt       time.Time // the last re-assert a broadcast triggered
 	// known is each shard's history as of our last reply from it: the
 	// ledger checks it on every grant, renewal and release, and tells us
 	// if it lost writes we saw.
 	known []lease.History
 	// closed: the ledger closed the day (it is over there): no more grants.
 	closed bool
+	// carry: micros withdrawn from the bucket with the leases that ended
+	// this tick, for their successors to credit at once (refill loop only).
+	carry int64
 }
 
 type heldLease struct {
@@ -205,7 +215,7 @@ func (c *campaign) allows(now time.Time) int64 {
 // decide answers a SPEND from the bucket, and returns the campaign-day that
 // answered (nil if none).
 func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
-	if c.revoked.Load() || c.settings.Load().State == lease.StatePaused {
+	if c.settings.Load().State == lease.StatePaused {
 		return transport.Exhausted, nil
 	}
 	ds := c.day.Load()
@@ -295,24 +305,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	defer c.loopMu.Unlock()
 	cfg := &c.d.cfg
 
-	if c.revoked.Load() {
-		if ds := c.day.Load(); ds != nil {
-			c.dropDay(ctx, now, ds)
-			c.day.Store(nil)
-		}
-		if c.refresh(ctx, now) {
-			c.revoked.Store(false)
-		}
-	} else if c.forceRefresh.Swap(false) || now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
+	if c.recheck.Load() && (c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
+		c.eventRefresh(ctx, now)
+	} else if now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
 		c.refresh(ctx, now)
 	}
 	c.retryReleases(ctx, now)
 
 	s := c.settings.Load()
 	ds := c.day.Load()
-	if c.revoked.Load() {
-		return
-	}
 	if s.State == lease.StatePaused {
 		if ds != nil {
 			c.dropDay(ctx, now, ds)
@@ -335,7 +336,12 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if ds.refused.Load() {
 		return
 	}
-	if ds.reassert.Swap(false) {
+	hinted := ds.reassertHint.Load() && (ds.hintAt.IsZero() || now.Sub(ds.hintAt) >= cfg.EventRecheck)
+	if hinted {
+		ds.reassertHint.Store(false)
+		ds.hintAt = now
+	}
+	if ds.reassert.Swap(false) || hinted {
 		c.reassertAll(ctx, now, ds)
 	}
 
@@ -358,6 +364,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
+	// The tokens of a lease that ended are withdrawn with it (they were
+	// spendable only until its end); its successor credits as much at once,
+	// so a renewal does not empty the bucket under a slow campaign every
+	// half window. What this tick's grants do not take is not carried on.
+	ds.carry = 0
+	for _, cl := range closed {
+		ds.carry += cl.Unused
+	}
+	defer func() { ds.carry = 0 }()
 	for _, cl := range closed {
 		h := ds.leases[cl.ID]
 		delete(ds.leases, cl.ID)
@@ -375,6 +390,33 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
 			c.grant(ctx, now, s, ds, shard, want, standing, nil)
+		}
+	}
+}
+
+// eventRefresh re-reads the settings because a broadcast asked to, at most
+// once per EventRecheck (step checks). A revoke whose cut the ledger
+// confirms (a new version with a smaller daily budget) gives back the
+// tokens and leases held, as a pause does; a forged or stale one costs this
+// one read. A ledger that cannot be read leaves the request pending.
+func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
+	c.lastEventRefresh = now
+	c.recheck.Store(false)
+	revoked := c.cutCheck.Swap(false)
+	old := c.settings.Load()
+	if !c.refresh(ctx, now) {
+		c.recheck.Store(true)
+		if revoked {
+			c.cutCheck.Store(true)
+		}
+		return
+	}
+	fresh := c.settings.Load()
+	if revoked && fresh.Version != old.Version && fresh.State == lease.StateActive && fresh.DailyMicros < old.DailyMicros {
+		if ds := c.day.Load(); ds != nil {
+			c.log.Info("budget cut confirmed by the ledger; giving back the leases held", zap.Int64("daily_micros", fresh.DailyMicros))
+			c.dropDay(ctx, now, ds)
+			c.day.Store(nil)
 		}
 	}
 }
@@ -514,7 +556,7 @@ func (ds *dayState) pickShard() (int, bool) {
 // recheckExhaustion asks the ledger whether the campaign-day has budget left,
 // when this daemon believes it has none (every CampaignRefresh, while bids
 // for the campaign keep coming: a bidder that stops on -1 stops the reads
-// too) or a broadcast says so (at most every LeaseWindow/8, so a flood of broadcasts
+// too) or a broadcast says so (at most every Config.EventRecheck, so a flood of broadcasts
 // costs a few reads, never a -1). Only the ledger's answer sets or clears
 // exhausted. It reads the shards (HMGET: no script, no audit entry) rather
 // than asking one shard for a grant: budget released by another daemon sits
@@ -528,7 +570,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			return
 		}
 	case ds.confirm.Load():
-		if now.Sub(ds.checkedAt) < cfg.LeaseWindow/8 {
+		if now.Sub(ds.checkedAt) < cfg.EventRecheck {
 			return
 		}
 	default:
@@ -674,10 +716,13 @@ const demandTau = 10 * time.Second
 
 func (c *campaign) capacity(dripPerSecond int64) int64 {
 	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
-	// Room for a few of the largest recent SPENDs, and for two bids of a
-	// sparse campaign (its standing lease and a bid more), whose largest
-	// recent SPEND may be long forgotten.
-	return max(int64(burst), 4*c.largestSpend(), 2*c.unit(), 1)
+	// Room for a burst of the largest recent SPENDs: a slow campaign's
+	// random arrivals bunch (a bucket of four bids lost 15% of the SPENDs of
+	// a campaign at 1 a second whose drip was 1.2x its demand; sixteen, 2%),
+	// and for two bids of a sparse campaign (its standing lease and a bid
+	// more), whose largest recent SPEND may be long forgotten. The fleet's
+	// pace is the ledger's to keep: this bounds only one host's burst.
+	return max(int64(burst), 16*c.largestSpend(), 2*c.unit(), 1)
 }
 
 // want sizes the next lease, or returns 0 when no lease is needed now. Leases
@@ -738,7 +783,13 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// the catch-up's sliver: an idle campaign behind its curve must not
 	// hoard what other hosts could spend.
 	floor := max(4*c.largestSpend(), pace/16)
-	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * 1.25)
+	// Headroom over the demand: a lease's tokens last only until its end, so
+	// a campaign with few SPENDs per half window needs more in hand to ride
+	// out the bunching of random arrivals (1.25x for thousands, ~2x for a
+	// dozen); what is not spent goes back when the lease ends.
+	n := max(c.callRate*cfg.LeaseWindow.Seconds()/2, 1)
+	headroom := min(1.25+4/math.Sqrt(n), 2.5)
+	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * headroom)
 	w = min(max(w, floor), max(maxWant, floor))
 	return max(w, 1), false
 }
@@ -868,6 +919,16 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	// beyond what capacity allows anyway; the second drips in full a quarter
 	// window before its end. Either way the tokens come from the lease and
 	// are spendable only until its end.
+	if carry := min(ds.carry, g.Granted); carry > 0 && dripEnd.After(now) {
+		// Credit what the ended lease took away at once: the drip starts as
+		// far back as puts that share of the lease before now.
+		ds.carry -= carry
+		if f := float64(carry) / float64(g.Granted); f < 0.99 {
+			dripFrom = now.Add(-time.Duration(f / (1 - f) * float64(dripEnd.Sub(now))))
+		} else {
+			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
+		}
+	}
 	switch {
 	case g.Granted <= c.unit():
 		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now

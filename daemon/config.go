@@ -71,6 +71,12 @@ type Config struct {
 	// daemon found exhausted has its shards read again (budget released by
 	// other daemons comes back to them).
 	CampaignRefresh time.Duration
+	// EventRecheck is the least time between two ledger reads a broadcast
+	// triggers for one campaign (default LeaseWindow/8). The first event
+	// after a quiet spell is acted on at the next tick; a flood of events
+	// (forged, replayed by a key holder, or a loop) costs at most one
+	// settings read per campaign per EventRecheck, and no lease call.
+	EventRecheck time.Duration
 	// LedgerTimeout bounds one ledger call (default 2s).
 	LedgerTimeout time.Duration
 	// DedupWindow is how long the auction id of an allowed SPEND is
@@ -141,6 +147,7 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.TickInterval, 100*time.Millisecond)
 	def(&c.CampaignRefresh, c.LeaseWindow)
+	def(&c.EventRecheck, c.LeaseWindow/8)
 	def(&c.LedgerTimeout, 2*time.Second)
 	def(&c.DedupWindow, 10*time.Minute)
 	def(&c.UnknownCampaignTTL, 10*time.Second)

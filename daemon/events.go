@@ -27,6 +27,13 @@ func (d *Daemon) publish(e transport.Event) {
 // HandleEvent applies a fleet broadcast. Events for campaigns this daemon has
 // not loaded are ignored: it reads their state from the ledger on first use.
 // It never blocks on the network: the refill loop does the ledger work.
+//
+// Every event is a hint, never a verdict: it only makes the loop ask the
+// ledger sooner, and the ledger's answer decides. Anyone who can publish on
+// the bus (or replay a signed event within its max age) can send one, and a
+// stale one must not stop a campaign that has budget again. The loop reads
+// at most once per campaign per Config.EventRecheck for events, so a flood
+// of them cannot amplify into Redis calls.
 func (d *Daemon) HandleEvent(e transport.Event) {
 	c, ok := d.campaigns.get(e.Campaign)
 	if !ok {
@@ -34,25 +41,25 @@ func (d *Daemon) HandleEvent(e transport.Event) {
 	}
 	switch e.Kind {
 	case transport.EventExhausted:
-		// A hint, never a verdict: anyone on the bus can send it, and a stale
-		// one must not stop a campaign that has budget again. The loop reads
-		// the shards on its next tick; only their answer sets exhausted.
+		// The loop reads the shards on its next tick (rate-limited); only
+		// their answer sets exhausted.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
 			ds.confirm.Store(true)
 		}
 	case transport.EventRevoked:
-		// Deny at once; the loop drops the tokens, releases the leases and
-		// re-reads the settings, and lifts this once it has.
-		c.revoked.Store(true)
-		c.forceRefresh.Store(true)
+		// Paused or cut, says the sender: re-read the settings; a pause
+		// the ledger confirms denies and releases the leases, a confirmed
+		// cut releases them (see campaign.eventRefresh).
+		c.cutCheck.Store(true)
+		c.recheck.Store(true)
 	case transport.EventChanged:
-		c.forceRefresh.Store(true)
+		c.recheck.Store(true)
 	case transport.EventLostWrites:
 		// Re-asserting is idempotent and costs one call per lease held, so
 		// a forged event costs little; a true one keeps the fleet's leases
 		// out of what the ledger can grant again.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
-			ds.reassert.Store(true)
+			ds.reassertHint.Store(true)
 		}
 	}
 }

@@ -207,9 +207,10 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 			f.campaign(t, "c", 8_640_000_000, 4)
 			f.clock.Set(midnight.Add(12 * time.Hour))
 			var ds []*daemon.Daemon
+			var bcs []*transport.Broadcaster
 			for _, h := range []string{"a", "b", "c"} {
-				d, _ := f.fleetDaemon(t, h, n.URL, daemon.Config{})
-				ds = append(ds, d)
+				d, b := f.fleetDaemon(t, h, n.URL, daemon.Config{})
+				ds, bcs = append(ds, d), append(bcs, b)
 			}
 			for range 5 {
 				f.clock.Add(time.Second)
@@ -233,15 +234,22 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 				if err := pub.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c"}); err != nil {
 					t.Fatal(err)
 				}
-				// One NATS hop, no tick of any refill loop: every daemon denies.
-				waitFor(t, "every daemon to deny after the revoke broadcast", func() bool {
-					for _, d := range ds {
-						if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+				// The broadcast is a hint: until its refill loop has read
+				// the ledger, a daemon answers as before.
+				waitFor(t, "every daemon to receive the revoke broadcast", func() bool {
+					for _, b := range bcs {
+						if b.Stats().Received == 0 {
 							return false
 						}
 					}
 					return true
 				})
+				for _, d := range ds {
+					if dec, _ := d.Spend("c", 1, ""); dec == transport.Exhausted {
+						t.Fatal("a broadcast alone made a daemon deny")
+					}
+				}
+				// One tick, not a lease window: the loop reads the ledger.
 				f.clock.Add(100 * time.Millisecond)
 			} else {
 				// Within one lease window (the settings refresh interval).

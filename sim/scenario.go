@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -516,8 +517,44 @@ func parseShape(spec string, curve *bucket.Curve, baseDir string) (shape, error)
 			return shape{}, err
 		}
 		return shape{name: spec, hourly: w}, nil
+	case strings.HasPrefix(spec, "hours:"):
+		w, err := parseHourly(strings.TrimPrefix(spec, "hours:"))
+		if err != nil {
+			return shape{}, fmt.Errorf("%q: %w", spec, err)
+		}
+		lo, hi := slices.Min(w), slices.Max(w)
+		name := fmt.Sprintf("hours (peak %.1fx mean)", hi)
+		if lo > 0 {
+			name = fmt.Sprintf("hours (peak/trough %.0fx)", hi/lo)
+		}
+		return shape{name: name, hourly: w}, nil
 	}
-	return shape{}, fmt.Errorf("%q: want flat, cosine, cosine@HOUR, curve or csv:PATH", spec)
+	return shape{}, fmt.Errorf("%q: want flat, cosine, cosine@HOUR, curve, hours:W0,...,W23 or csv:PATH", spec)
+}
+
+// parseHourly reads 24 comma-separated non-negative weights, normalised to
+// mean 1.
+func parseHourly(list string) ([]float64, error) {
+	fields := strings.Split(list, ",")
+	if len(fields) != 24 {
+		return nil, fmt.Errorf("%d weights; want 24 (one per hour)", len(fields))
+	}
+	w := make([]float64, 24)
+	var sum float64
+	for i, f := range fields {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("weight %d: %q is not a finite number >= 0", i, f)
+		}
+		w[i], sum = v, sum+v
+	}
+	if sum == 0 {
+		return nil, errors.New("weights sum to 0")
+	}
+	for i := range w {
+		w[i] *= 24 / sum
+	}
+	return w, nil
 }
 
 // readHourlyCSV reads 24 non-negative weights, one per line ("w" or

@@ -581,3 +581,42 @@ func readRepo(t *testing.T, rel string) []byte {
 	t.Helper()
 	return []byte(readFile(t, filepath.Join(repoRoot, rel)))
 }
+
+// The units never carry a secret: no password, URL with user info or
+// credential flag on a command line or in the environment (ps and
+// `systemctl show` show both to every local user). Secrets live in files
+// pacerd.yaml names.
+func TestUnitsCarryNoSecrets(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(repoRoot, "systemd", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, ".go") || strings.HasSuffix(f, ".md") {
+			continue
+		}
+		checked++
+		for i, line := range strings.Split(readFile(t, f), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+				continue
+			}
+			lower := strings.ToLower(line)
+			for _, bad := range []string{"password", "redis_auth", "rediscli_auth", "passwd", "secret", "token", "--redis", "--nats", "--etcd", "--broadcast-key"} {
+				if strings.Contains(lower, bad) {
+					t.Errorf("%s:%d: %q mentions %q: secrets belong in files pacerd.yaml names", filepath.Base(f), i+1, line, bad)
+				}
+			}
+			if strings.Contains(line, "://") && strings.Contains(line, "@") {
+				t.Errorf("%s:%d: %q: a URL with user info", filepath.Base(f), i+1, line)
+			}
+			if k, _, ok := strings.Cut(line, "="); ok && (k == "Environment" || k == "PassEnvironment") {
+				t.Errorf("%s:%d: %s= set: environment values are visible to every local user", filepath.Base(f), i+1, k)
+			}
+		}
+	}
+	if checked < 4 {
+		t.Fatalf("checked %d unit files; want pacerd.service, pacerd.socket and the sysusers/tmpfiles files", checked)
+	}
+}

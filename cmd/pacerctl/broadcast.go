@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
+	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 )
@@ -29,7 +31,11 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 		return nil
 	}
 	e := transport.Event{Kind: kind, Campaign: c.ID, Version: c.Version, From: "pacerctl", AtMillis: a.now().UnixMilli()}
-	b, err := transport.Connect(a.natsURL, "pacerctl", nil)
+	opt, err := a.natsOptions()
+	if err != nil {
+		return err
+	}
+	b, err := transport.ConnectWith(a.natsURL, opt)
 	if err != nil {
 		return fmt.Errorf("broadcast %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), err)
 	}
@@ -38,10 +44,46 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 		return fmt.Errorf("broadcast: %w (the change is in the ledger: daemons learn of it within a lease window)", err)
 	}
 	if err := b.Flush(flushTimeout); err != nil {
-		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), a.natsURL, err)
+		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), transport.RedactURLs(a.natsURL), err)
 	}
 	if !a.json {
 		fmt.Fprintf(a.stdout, "broadcast %s (version %d)\n", e.Subject(), e.Version)
 	}
 	return nil
+}
+
+// natsOptions resolves the --nats-* flags: credentials and TLS.
+func (a *app) natsOptions() (transport.BroadcastOptions, error) {
+	t := a.natsTLS
+	t.Enabled = t.CAFile != "" || t.CertFile != ""
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return transport.BroadcastOptions{}, usagef("--nats-cert and --nats-key go together")
+	}
+	n := 0
+	for _, s := range []string{a.natsAuth.CredsFile, a.natsAuth.NkeyFile, a.natsAuth.Username} {
+		if s != "" {
+			n++
+		}
+	}
+	if n > 1 || (a.natsAuth.Username == "") != (a.natsAuth.PasswordFile == "") {
+		return transport.BroadcastOptions{}, usagef("give one of --nats-creds, --nats-nkey or --nats-user with --nats-password-file")
+	}
+	opt, err := config.NATSClientOptions(a.natsAuth, t, config.Secrets{ReadFile: os.ReadFile})
+	if err != nil {
+		return opt, err
+	}
+	opt.Name = "pacerctl"
+	if a.keyFile != "" {
+		b, err := os.ReadFile(a.keyFile)
+		if err != nil {
+			return opt, fmt.Errorf("--broadcast-key-file: %w", err)
+		}
+		if opt.Keys, err = transport.ParseKeys(b); err != nil {
+			return opt, fmt.Errorf("--broadcast-key-file %s: %w", a.keyFile, err)
+		}
+		// Only signs: pacerctl receives nothing. The daemons' max_age applies.
+		opt.MaxAge = time.Minute
+		opt.Now = a.now
+	}
+	return opt, nil
 }

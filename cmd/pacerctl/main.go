@@ -96,6 +96,14 @@ type app struct {
 
 	durability, durabilityAssume string // --durability, --durability-assume: for check
 
+	redisAuth config.RedisAuth // --redis-user, --redis-password-file, --redis-sentinel-*
+	redisTLS  config.TLS       // --redis-tls, --redis-ca, --redis-cert, --redis-key, --redis-server-name
+	etcdAuth  config.EtcdAuth  // --etcd-user, --etcd-password-file
+	etcdTLS   config.TLS       // --etcd-ca, --etcd-cert, --etcd-key
+	natsAuth  config.NATSAuth  // --nats-creds, --nats-nkey, --nats-user, --nats-password-file
+	natsTLS   config.TLS       // --nats-ca, --nats-cert, --nats-key
+	keyFile   string           // --broadcast-key-file: signs broadcasts
+
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
 }
@@ -203,9 +211,30 @@ Global flags (before the command):
                           --curves configs/curves to use a source checkout's examples)
   --nats URL[,URL...]     NATS server(s): campaign set/pause/resume broadcast what they
                           changed (pacer.changed.<id>, or pacer.revoked.<id> for a pause or a
-                          budget cut), so daemons act within one NATS hop; without it they learn
-                          of it from the ledger within a lease window
-  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379)
+                          budget cut), so daemons re-read the campaign within one NATS hop and
+                          one tick; without it they learn of it from the ledger within a lease
+                          window
+  --redis-user NAME       Redis ACL user (default: the default user)
+  --redis-password-file F file holding the Redis password; without it, the password comes from
+                          a redis:// URL's user info, else $PACER_REDIS_PASSWORD, else
+                          $REDISCLI_AUTH (never put a password on the command line: ps shows it)
+  --redis-sentinel-user NAME, --redis-sentinel-password-file F
+                          the Sentinels' own credentials, for a sentinel:// address
+  --redis-tls             TLS to Redis (rediss:// URLs turn it on too)
+  --redis-ca FILE         PEM CA bundle that signs Redis's certificate (default: system roots)
+  --redis-cert FILE, --redis-key FILE
+                          client certificate and key, for tls-auth-clients yes
+  --redis-server-name N   the name Redis's certificate must carry (default: the address's host)
+  --nats-creds FILE       NATS credentials file (user JWT and seed); or --nats-nkey FILE (a user
+                          nkey seed); or --nats-user NAME with --nats-password-file FILE. The
+                          operator's NATS user may publish pacer.revoked.> and pacer.changed.>
+  --nats-ca FILE, --nats-cert FILE, --nats-key FILE
+                          TLS to NATS: the private CA, and a client certificate and key
+  --broadcast-key-file F  the fleet's broadcast key file (pacerd's broadcast.key_file): signs
+                          what --nats publishes; daemons with a key ignore unsigned events
+  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379, or
+                          https:// with --etcd-ca, --etcd-cert, --etcd-key for TLS and client
+                          certificates; --etcd-user and --etcd-password-file for etcd's auth)
   --durability POLICY     the ledger's durability policy, for check: fsync, replicas:N or none,
                           as pacerd's ledger.durability (default fsync)
   --durability-assume P   as pacerd's ledger.durability_assume: the policy a Redis that
@@ -269,6 +298,28 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.etcdURLs, "etcd", "", "")
 	fs.StringVar(&a.durability, "durability", "fsync", "")
 	fs.StringVar(&a.durabilityAssume, "durability-assume", "", "")
+	fs.StringVar(&a.redisAuth.Username, "redis-user", "", "")
+	fs.StringVar(&a.redisAuth.PasswordFile, "redis-password-file", "", "")
+	fs.StringVar(&a.redisAuth.SentinelUsername, "redis-sentinel-user", "", "")
+	fs.StringVar(&a.redisAuth.SentinelPasswordFile, "redis-sentinel-password-file", "", "")
+	fs.StringVar(&a.natsAuth.CredsFile, "nats-creds", "", "")
+	fs.StringVar(&a.natsAuth.NkeyFile, "nats-nkey", "", "")
+	fs.StringVar(&a.natsAuth.Username, "nats-user", "", "")
+	fs.StringVar(&a.natsAuth.PasswordFile, "nats-password-file", "", "")
+	fs.StringVar(&a.keyFile, "broadcast-key-file", "", "")
+	fs.StringVar(&a.natsTLS.CAFile, "nats-ca", "", "")
+	fs.StringVar(&a.natsTLS.CertFile, "nats-cert", "", "")
+	fs.StringVar(&a.natsTLS.KeyFile, "nats-key", "", "")
+	fs.StringVar(&a.etcdAuth.Username, "etcd-user", "", "")
+	fs.StringVar(&a.etcdAuth.PasswordFile, "etcd-password-file", "", "")
+	fs.StringVar(&a.etcdTLS.CAFile, "etcd-ca", "", "")
+	fs.StringVar(&a.etcdTLS.CertFile, "etcd-cert", "", "")
+	fs.StringVar(&a.etcdTLS.KeyFile, "etcd-key", "", "")
+	fs.BoolVar(&a.redisTLS.Enabled, "redis-tls", false, "")
+	fs.StringVar(&a.redisTLS.CAFile, "redis-ca", "", "")
+	fs.StringVar(&a.redisTLS.CertFile, "redis-cert", "", "")
+	fs.StringVar(&a.redisTLS.KeyFile, "redis-key", "", "")
+	fs.StringVar(&a.redisTLS.ServerName, "redis-server-name", "", "")
 	timeout := fs.Duration("timeout", defaultTimeout, "")
 	showVersion := fs.Bool("version", false, "")
 	if a.getenv != nil {
@@ -409,27 +460,31 @@ func campaignArg(cmd string, pos []string) (string, error) {
 	return pos[0], nil
 }
 
-// redisClient builds a client for --redis: one Unix socket path, one
-// host:port, or several host:port Cluster seeds.
-func redisClient(addrs string) (redis.UniversalClient, error) {
+// redisClient builds a client for --redis (see lease.ParseTarget) with the
+// credentials and TLS of the --redis-* flags and the environment, as
+// pacerd's config would give them.
+func (a *app) redisClient() (redis.UniversalClient, error) {
 	var list []string
-	for _, a := range strings.Split(addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			list = append(list, a)
+	for _, s := range strings.Split(a.redisAddrs, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			list = append(list, s)
 		}
 	}
 	if err := config.CheckRedis(list); err != nil {
 		return nil, usagef("--redis: %v", err)
 	}
-	if len(list) == 1 && lease.IsSentinel(list[0]) {
-		opt, _ := lease.ParseSentinel(list[0]) // checked by CheckRedis
-		opt.DialTimeout = 5 * time.Second
-		return redis.NewFailoverClient(opt), nil
+	if t := a.redisTLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
+		a.redisTLS.Enabled = true // a CA or a certificate means TLS
 	}
-	if len(list) == 1 && config.IsUnixPath(list[0]) {
-		return redis.NewClient(&redis.Options{Network: "unix", Addr: list[0], DialTimeout: 5 * time.Second}), nil
+	if (a.redisTLS.CertFile == "") != (a.redisTLS.KeyFile == "") {
+		return nil, usagef("--redis-cert and --redis-key go together")
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: list, DialTimeout: 5 * time.Second}), nil
+	opt, err := config.RedisClientOptions(list, a.redisAuth, a.redisTLS, config.Secrets{ReadFile: os.ReadFile, Getenv: a.getenv})
+	if err != nil {
+		return nil, err
+	}
+	opt.DialTimeout = 5 * time.Second
+	return lease.NewClientWith(list, opt)
 }
 
 // getLedger opens the ledger on first use; commands that do not need Redis
@@ -438,7 +493,7 @@ func (a *app) getLedger() (*lease.Ledger, error) {
 	if a.ledger != nil {
 		return a.ledger, nil
 	}
-	rdb, err := redisClient(a.redisAddrs)
+	rdb, err := a.redisClient()
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -159,7 +160,20 @@ func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 			eps = append(eps, e)
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	t := a.etcdTLS
+	t.Enabled = t.CAFile != "" || t.CertFile != ""
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return r, usagef("--etcd-cert and --etcd-key go together")
+	}
+	if (a.etcdAuth.Username == "") != (a.etcdAuth.PasswordFile == "") {
+		return r, usagef("--etcd-user and --etcd-password-file go together")
+	}
+	eopt, err := config.EtcdClientOptions(eps, a.etcdAuth, t, config.Secrets{ReadFile: os.ReadFile})
+	if err != nil {
+		return r, err
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Username: eopt.Username, Password: eopt.Password, TLS: eopt.TLS})
 	if err != nil {
 		return r, err
 	}

@@ -46,6 +46,12 @@ func firstLedgerCheck(ctx context.Context, gate *daemon.LedgerGate, rdb redis.Un
 	if errors.Is(err, lease.ErrNotDurable) || errors.Is(err, lease.ErrClockSkew) {
 		return fmt.Errorf("refusing to start: %w", err)
 	}
+	// Credentials Redis refuses, or a certificate that does not verify, are
+	// a configuration error no wait fixes: without this, pacerd would
+	// report ready and deny every SPEND.
+	if lease.IsAuthError(err) {
+		return fmt.Errorf("refusing to start: %w (check redis_auth, redis_tls and PACER_REDIS_PASSWORD)", lease.CheckAuth(err))
+	}
 	if err != nil {
 		log.Warn("cannot check the ledger yet; taking no leases until it can be checked", zap.Error(err))
 		return nil

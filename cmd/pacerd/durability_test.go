@@ -17,6 +17,12 @@ import (
 // returns its log and its error (nil if it came up and was stopped).
 func runPacerd(t *testing.T, srv *redistest.Server, extraConfig string) (string, error) {
 	t.Helper()
+	return runPacerdAt(t, srv.Socket, extraConfig)
+}
+
+// runPacerdAt is runPacerd with the --redis address given.
+func runPacerdAt(t *testing.T, redisAddr, extraConfig string) (string, error) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "pacerd.yaml")
 	if err := os.WriteFile(cfg, []byte(testConfig+extraConfig), 0o644); err != nil {
@@ -28,7 +34,7 @@ func runPacerd(t *testing.T, srv *redistest.Server, extraConfig string) (string,
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(runCtx, []string{"--config", cfg, "--redis", srv.Socket, "--socket", sock, "--holder", "h",
+		done <- run(runCtx, []string{"--config", cfg, "--redis", redisAddr, "--socket", sock, "--holder", "h",
 			"--curves", filepath.Join(dir, "none"), "--state-dir", filepath.Join(dir, "state")}, &stdout, &stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)

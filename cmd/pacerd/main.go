@@ -41,6 +41,9 @@ func main() {
 	}
 }
 
+// secrets is where pacerd reads passwords, keys and certificates from.
+var secrets = config.Secrets{ReadFile: os.ReadFile, Getenv: os.Getenv}
+
 // errUsage marks an error already explained by the flag package.
 var errUsage = errors.New("usage")
 
@@ -282,7 +285,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("curves: %w", err)
 	}
 
-	rdb, err := lease.NewClient(cfg.Redis)
+	if pw := o.overrides["redis"]; pw != "" && lease.Redact(pw) != pw {
+		log.Warn("a Redis password is on pacerd's command line, where any local user can read it (ps); use redis_auth.password_file")
+	}
+	if u := o.overrides["nats"]; strings.Contains(u, "@") {
+		log.Warn("NATS credentials are on pacerd's command line, where any local user can read them (ps); use nats_auth")
+	}
+	ropt, err := config.RedisClientOptions(cfg.Redis, cfg.RedisAuth, cfg.RedisTLS, secrets)
+	if err != nil {
+		return err
+	}
+	rdb, err := lease.NewClientWith(cfg.Redis, ropt)
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
@@ -297,7 +310,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
 	} else {
-		if bc, err = transport.Connect(cfg.NATS, "pacerd-"+cfg.Holder, log); err != nil {
+		nopt, err := config.NATSClientOptions(cfg.NATSAuth, cfg.NATSTLS, secrets)
+		if err != nil {
+			return err
+		}
+		nopt.Name, nopt.Logger = "pacerd-"+cfg.Holder, log
+		if nopt.Keys, err = broadcastKeys(cfg); err != nil {
+			return err
+		}
+		nopt.MaxAge = cfg.Broadcast.MaxAge
+		if nopt.Keys == nil {
+			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
+		}
+		if bc, err = transport.ConnectWith(cfg.NATS, nopt); err != nil {
 			return err
 		}
 		defer bc.Close()
@@ -360,9 +385,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		// The client dials lazily and retries: etcd being down only pauses
 		// the reconciler; leases keep working.
-		etcd, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: log.Named("etcd").WithOptions(zap.IncreaseLevel(zap.ErrorLevel))})
-		if err != nil {
-			return fmt.Errorf("etcd: %w", err)
+		if etcd, err = newEtcd(cfg, log); err != nil {
+			return err
 		}
 		defer etcd.Close()
 	}
@@ -420,7 +444,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	notify(log, "STATUS="+status(d))
 	go watchdog(loopCtx, d, log)
 	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
-		zap.Strings("redis", cfg.Redis), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
+		zap.Strings("redis", lease.RedactAll(cfg.Redis)), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
 
 	var serveErr error
 	select {

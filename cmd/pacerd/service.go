@@ -293,13 +293,30 @@ type broadcastCollector struct{ bc *transport.Broadcaster }
 
 var (
 	descSent     = prometheus.NewDesc("pacer_broadcasts_sent_total", "NATS events published.", nil, nil)
-	descReceived = prometheus.NewDesc("pacer_broadcasts_received_total", "NATS events received.", nil, nil)
+	descReceived = prometheus.NewDesc("pacer_broadcasts_received_total", "NATS events received and acted on.", nil, nil)
+	descDropped  = prometheus.NewDesc("pacer_broadcasts_dropped_total", "NATS messages on pacer subjects that were not well-formed events.", nil, nil)
+	descRefused  = prometheus.NewDesc("pacer_broadcasts_refused_total", "Permissions violations the NATS server sent back: this daemon's NATS user may not publish or subscribe there.", nil, nil)
+	descRejected = prometheus.NewDesc("pacer_broadcast_rejected_total",
+		"Events ignored because they failed authentication (broadcast.key_file): unsigned, forged, stale, replayed or replay-full.", []string{"reason"}, nil)
 )
 
-func (b broadcastCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descSent; ch <- descReceived }
+func (b broadcastCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSent
+	ch <- descReceived
+	ch <- descDropped
+	ch <- descRefused
+	ch <- descRejected
+}
 
 func (b broadcastCollector) Collect(ch chan<- prometheus.Metric) {
 	s := b.bc.Stats()
 	ch <- prometheus.MustNewConstMetric(descSent, prometheus.CounterValue, float64(s.Sent))
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(s.Received))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.Dropped))
+	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.Refused))
+	for _, r := range transport.RejectReasons {
+		if n, ok := s.Rejected[r]; ok {
+			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), r)
+		}
+	}
 }

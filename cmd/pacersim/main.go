@@ -41,8 +41,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	imgPrefix := fs.String("img-prefix", "", "path the Markdown links the plots from (default: next to results.md)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	family := fs.Int("family", 0, "instead of a scenario file, run a family of N campaigns generated from --seed (default 1): budgets of 20 to 1,000,000 bids, demand 1x-3x, irregular traffic")
+	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
+	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
+		fmt.Fprintln(stderr, "       pacersim --family N [--seed S] [--write-scenario FILE] [--out DIR] ...")
 		fs.PrintDefaults()
 	}
 	// Flags may come before or after the scenario path.
@@ -60,13 +64,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(positional) != 1 {
+	var sc *sim.Scenario
+	switch {
+	case *family > 0 && len(positional) == 0:
+		if *family > 1000 {
+			return fmt.Errorf("--family %d: at most 1,000 campaigns", *family)
+		}
+		data := sim.Family(max(*seed, 1), *family, *curvesDir)
+		if *writeScenario != "" {
+			if err := os.WriteFile(*writeScenario, data, 0o644); err != nil {
+				return err
+			}
+		}
+		var err error
+		if sc, err = sim.ParseScenario(data, "."); err != nil {
+			return fmt.Errorf("generated family: %w", err)
+		}
+	case len(positional) == 1 && *family == 0:
+		var err error
+		if sc, err = sim.LoadScenario(positional[0]); err != nil {
+			return err
+		}
+	default:
 		fs.Usage()
-		return errors.New("want exactly one scenario file")
-	}
-	sc, err := sim.LoadScenario(positional[0])
-	if err != nil {
-		return err
+		return errors.New("want exactly one scenario file, or --family N")
 	}
 	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed}
 	if !*quiet {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -20,14 +21,35 @@ type Etcd struct {
 	e    *embed.Etcd
 	dir  string
 	peer string
-	// Endpoint is the client URL, e.g. http://127.0.0.1:41234.
+	opt  EtcdOptions
+	// Endpoint is the client URL, e.g. http://127.0.0.1:41234, or
+	// https://… with EtcdOptions.CertFile.
 	Endpoint string
+}
+
+// EtcdOptions secure the client listener. The zero value is plain HTTP.
+type EtcdOptions struct {
+	// CertFile and KeyFile make clients connect with TLS (https://).
+	CertFile, KeyFile string
+	// CAFile verifies client certificates; ClientCertAuth demands one
+	// (etcd --client-cert-auth).
+	CAFile         string
+	ClientCertAuth bool
 }
 
 // StartEtcd starts etcd with its data in dir and returns once it serves.
 // Timings are short (10 ms ticks, 100 ms elections) so tests start in ~0.1 s.
 func StartEtcd(dir string) (*Etcd, error) {
-	e := &Etcd{dir: dir, Endpoint: "http://127.0.0.1:0", peer: "http://127.0.0.1:0"}
+	return StartEtcdWith(dir, EtcdOptions{})
+}
+
+// StartEtcdWith is StartEtcd with a secured client listener.
+func StartEtcdWith(dir string, opt EtcdOptions) (*Etcd, error) {
+	scheme := "http"
+	if opt.CertFile != "" {
+		scheme = "https"
+	}
+	e := &Etcd{dir: dir, Endpoint: scheme + "://127.0.0.1:0", peer: "http://127.0.0.1:0", opt: opt}
 	return e, e.Start()
 }
 
@@ -48,6 +70,10 @@ func (e *Etcd) Start() error {
 	cfg.TickMs, cfg.ElectionMs = 10, 100
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.UnsafeNoFsync = true // test and dev data only
+	if e.opt.CertFile != "" {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: e.opt.CertFile, KeyFile: e.opt.KeyFile,
+			TrustedCAFile: e.opt.CAFile, ClientCertAuth: e.opt.ClientCertAuth}
+	}
 	client, err := url.Parse(e.Endpoint)
 	if err != nil {
 		return err
@@ -70,7 +96,7 @@ func (e *Etcd) Start() error {
 		return fmt.Errorf("etcd did not become ready within 30s")
 	}
 	e.e = ee
-	e.Endpoint = "http://" + ee.Clients[0].Addr().String()
+	e.Endpoint = client.Scheme + "://" + ee.Clients[0].Addr().String()
 	e.peer = "http://" + ee.Peers[0].Listener.Addr().String()
 	return nil
 }
@@ -87,13 +113,20 @@ func (e *Etcd) Close() {
 type NATS struct {
 	s *natsserver.Server
 	// URL is the client URL, e.g. nats://127.0.0.1:41235.
-	URL  string
-	port int
+	URL       string
+	port      int
+	configure func(*natsserver.Options)
 }
 
 // StartNATS starts a NATS server on a free loopback port.
 func StartNATS() (*NATS, error) {
-	n := &NATS{port: -1}
+	return StartNATSWith(nil)
+}
+
+// StartNATSWith starts a NATS server on a free loopback port, with options
+// set by configure (users, nkeys, permissions, TLS) on every start.
+func StartNATSWith(configure func(*natsserver.Options)) (*NATS, error) {
+	n := &NATS{port: -1, configure: configure}
 	if err := n.Start(); err != nil {
 		return nil, err
 	}
@@ -116,7 +149,11 @@ func StartNATSOn(port int) (*NATS, error) {
 // Start (re)starts the server, on the port it had before if it ran already,
 // so clients reconnect to the same URL after an outage.
 func (n *NATS) Start() error {
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true})
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true}
+	if n.configure != nil {
+		n.configure(opts)
+	}
+	s, err := natsserver.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("start nats: %w", err)
 	}

@@ -49,8 +49,24 @@ type Options struct {
 	// --sentinel`) on a loopback port (Server.Addr); Conf must hold its
 	// `sentinel monitor` lines (Sentinel rewrites that file as it learns).
 	Sentinel bool
-	// Extra options for redis-server ("--maxmemory", "1mb").
+	// TLS makes the server listen with TLS, and only TLS, on an ephemeral
+	// loopback port (Server.Addr). Its socket stays plain, for the readiness
+	// check and for tests that look behind the ledger's back.
+	TLS *TLS
+	// Extra options for redis-server ("--maxmemory", "1mb"). With
+	// "--requirepass" or ACL users in Conf, the readiness check takes NOAUTH
+	// as an answer.
 	Extra []string
+}
+
+// TLS is the server side of Options.TLS: PEM files.
+type TLS struct {
+	CertFile, KeyFile string
+	// CAFile verifies client certificates; required by redis-server even
+	// when ClientCerts is false.
+	CAFile string
+	// ClientCerts demands a client certificate (tls-auth-clients yes).
+	ClientCerts bool
 }
 
 // Server is a running redis-server.
@@ -118,6 +134,22 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		s.Addr = net.JoinHostPort("127.0.0.1", port)
 		persist = append(persist, "--bind", "127.0.0.1")
 	}
+	if opt.TLS != nil {
+		p, err := FreePort()
+		if err != nil {
+			s.Stop()
+			return nil, err
+		}
+		clients := "no"
+		if opt.TLS.ClientCerts {
+			clients = "yes"
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		port = "0"
+		persist = append(persist, "--bind", "127.0.0.1", "--tls-port", strconv.Itoa(p),
+			"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile,
+			"--tls-ca-cert-file", opt.TLS.CAFile, "--tls-auth-clients", clients)
+	}
 	if opt.ReplicaOf != "" {
 		host, mport, err := net.SplitHostPort(opt.ReplicaOf)
 		if err != nil {
@@ -182,8 +214,8 @@ func (s *Server) start(ctx context.Context) error {
 	defer c.Close()
 	for {
 		err := c.Ping(ctx).Err()
-		if err == nil {
-			return nil
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil // up; a server with requirepass answers NOAUTH
 		}
 		if time.Now().After(deadline) || !strings.Contains(err.Error(), "LOADING") {
 			return fmt.Errorf("redis-server on %s: %w", s.Socket, err)
