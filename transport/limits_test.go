@@ -541,48 +541,59 @@ func TestWellBehavedClientThroughAttacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var quiet, loud []time.Duration
-	var attacked uint64
-	for range 7 {
-		quiet = append(quiet, round())
-		// The attackers are another process, as they would be.
-		child := exec.Command(exe)
-		child.Env = append(os.Environ(), "PACER_TEST_ATTACKER="+ts.path)
-		child.Stderr = os.Stderr
-		stdin, err := child.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
+	// measure runs seven alternating quiet and attacked rounds and returns
+	// the median p99 of each.
+	measure := func() (q, l time.Duration, attacked uint64, quiet, loud []time.Duration) {
+		for range 7 {
+			quiet = append(quiet, round())
+			// The attackers are another process, as they would be.
+			child := exec.Command(exe)
+			child.Env = append(os.Environ(), "PACER_TEST_ATTACKER="+ts.path)
+			child.Stderr = os.Stderr
+			stdin, err := child.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := child.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := child.Start(); err != nil {
+				t.Fatal(err)
+			}
+			before := ts.Stats().ConnectionsAccepted
+			if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "attacking\n" {
+				t.Fatalf("attacker: %q", line)
+			}
+			waitFor(t, func() bool { return ts.Stats().ConnectionsAccepted > before+20 })
+			before = ts.Stats().ConnectionsAccepted
+			loud = append(loud, round())
+			attacked += ts.Stats().ConnectionsAccepted - before
+			stdin.Close()
+			if err := child.Wait(); err != nil {
+				t.Fatalf("attacker: %v", err)
+			}
 		}
-		stdout, err := child.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := child.Start(); err != nil {
-			t.Fatal(err)
-		}
-		before := ts.Stats().ConnectionsAccepted
-		if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "attacking\n" {
-			t.Fatalf("attacker: %q", line)
-		}
-		waitFor(t, func() bool { return ts.Stats().ConnectionsAccepted > before+20 })
-		before = ts.Stats().ConnectionsAccepted
-		loud = append(loud, round())
-		attacked += ts.Stats().ConnectionsAccepted - before
-		stdin.Close()
-		if err := child.Wait(); err != nil {
-			t.Fatalf("attacker: %v", err)
-		}
+		slices.Sort(quiet)
+		slices.Sort(loud)
+		return quiet[len(quiet)/2], loud[len(loud)/2], attacked, quiet, loud
 	}
-	slices.Sort(quiet)
-	slices.Sort(loud)
-	q, l := quiet[len(quiet)/2], loud[len(loud)/2]
-	t.Logf("SPEND p99 per round, quiet %v, under attack %v (%d attacking connections during them); medians %v and %v",
-		quiet, loud, attacked, q, l)
-	if attacked < 100 {
-		t.Fatalf("only %d attacking connections during the measured rounds", attacked)
-	}
-	if l > 2*q+2*time.Millisecond {
-		t.Errorf("p99 under attack %v > 2 x quiet p99 %v + 2ms", l, q)
+	// Other packages' tests share the machine's two cores: a measurement
+	// taken while they load it is taken again, up to three times. A real
+	// regression (the issue measured 0.5 ms -> 24.7 ms) fails every time.
+	for attempt := 1; ; attempt++ {
+		q, l, attacked, quiet, loud := measure()
+		t.Logf("attempt %d: SPEND p99 per round, quiet %v, under attack %v (%d attacking connections during them); medians %v and %v",
+			attempt, quiet, loud, attacked, q, l)
+		if attacked < 100 {
+			t.Fatalf("only %d attacking connections during the measured rounds", attacked)
+		}
+		if l <= 2*q+2*time.Millisecond {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("p99 under attack %v > 2 x quiet p99 %v + 2ms, in 3 attempts", l, q)
+		}
 	}
 }
 
