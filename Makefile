@@ -55,6 +55,11 @@ bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simu
 	$(GO) test -run '^$$' -bench . -benchmem ./bucket/ ./daemon/ ./transport/
 	@scripts/bench-resp.sh | tee docs/img/socket-results.md
 	@scripts/sim-bench.sh
+	@scripts/sim-tail.sh
+
+.PHONY: bench-tail
+bench-tail: deps ## The long tail: sparse scenarios and a generated family of 50 campaigns (docs/img/tail-*).
+	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.

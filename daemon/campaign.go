@@ -73,12 +73,21 @@ type campaign struct {
 	lastRequested int64
 	lastDemandAt  time.Time
 	rate          float64 // EWMA of demand, micros per second
+	rateWeight    float64 // the EWMAs' weight so far: 1 - exp(-t/tau)
 	callRate      float64 // EWMA of SPENDs per second
 	lastCalls     int64
-	flushed       bucket.Stats // demand counts at the last flush to the ledger
-	lastFlush     time.Time
-	pending       []release
-	seenDays      map[string]bool
+	// share: this host's share of the fleet's demand for the campaign (0:
+	// not known yet), from the demand flushes; it caps leases when the
+	// campaign is supply-constrained, so hosts get budget in proportion to
+	// their demand rather than to how often they ask.
+	share      float64
+	shareDay   string
+	shareSlot  int
+	shareAsked int64
+	flushed    bucket.Stats // demand counts at the last flush to the ledger
+	lastFlush  time.Time
+	pending    []release
+	seenDays   map[string]bool
 }
 
 type settings struct {
@@ -349,7 +358,11 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	closed := ds.b.Expire(now)
 	c.rotateLargestSpend(now)
 	c.updateDemand(now, ds)
-	if now.Sub(c.lastFlush) >= demandFlush {
+	flushEvery := demandFlush
+	if c.sparse() {
+		flushEvery = sparseDemandFlush
+	}
+	if now.Sub(c.lastFlush) >= flushEvery {
 		c.flushDemand(ctx, now, ds)
 	}
 	// Size the bucket after this tick's grants, from the drip they set up.
@@ -491,6 +504,22 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	}
 	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
 	return ds
+}
+
+// shardDrained marks a shard of the day empty and, when every shard is, the
+// day exhausted for this host, once nothing that could come back unused is
+// leased out either; until then the next settings refresh has the shards
+// looked at again (refill loop).
+func (c *campaign) shardDrained(now time.Time, ds *dayState, shard int) {
+	ds.shardEmpty[shard] = true
+	if slices.Contains(ds.shardEmpty, false) || c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) >= max(c.minAmount.Load(), 1) {
+		return
+	}
+	if !ds.exhausted.Swap(true) {
+		ds.checkedAt = now
+		c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
+		c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
+	}
 }
 
 // heldElsewhere estimates how much of leasedOut (the day's leased budget, as
@@ -669,20 +698,36 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
 			c.rate += alpha * (float64(req-c.lastRequested)/dt - c.rate)
 			c.callRate += alpha * (float64(calls-c.lastCalls)/dt - c.callRate)
+			c.rateWeight += alpha * (1 - c.rateWeight)
 		}
 	}
 	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
 }
 
+// demand returns the EWMAs of demand (micros a second) and of SPENDs a
+// second, corrected for their start at zero (refill loop): a fresh daemon's
+// first leases are sized from what it has seen, not from a tenth of it.
+func (c *campaign) demand() (microsPerSecond, callsPerSecond float64) {
+	if c.rateWeight <= 0 {
+		return 0, 0
+	}
+	return c.rate / c.rateWeight, c.callRate / c.rateWeight
+}
+
 // sparse reports whether the campaign's SPENDs on this host are too few to
 // keep leases dripping: fewer than two per half lease window (refill loop).
 func (c *campaign) sparse() bool {
-	return c.callRate*c.d.cfg.LeaseWindow.Seconds()/2 < 2
+	_, calls := c.demand()
+	return calls*c.d.cfg.LeaseWindow.Seconds()/2 < 2
 }
 
 // demandFlush is how often a campaign's observed demand goes to the ledger
-// (for pacerctl curve fit): batched, never a write per SPEND.
-const demandFlush = time.Minute
+// (for pacerctl curve fit, its bid size and the host's share of its demand):
+// batched, never a write per SPEND; sparseDemandFlush, a sparse campaign's.
+const (
+	demandFlush       = time.Minute
+	sparseDemandFlush = 5 * time.Minute
+)
 
 // flushDemand adds the demand seen since the last flush to the current slot
 // of the day.
@@ -703,11 +748,33 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
-	if err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d); err != nil {
+	fleet, err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
+	if err != nil {
 		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
 		return
 	}
 	c.flushed, c.lastFlush = st, now
+	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
+}
+
+// updateShare folds this host's share of the campaign's demand in the
+// current demand slot (its micros asked over the fleet's, as the demand
+// flush just returned) into an EWMA across flushes (refill loop only).
+// Other hosts' counts are up to a flush behind, so the share errs high.
+func (c *campaign) updateShare(day string, slot int, asked, fleet int64) {
+	if day != c.shareDay || slot != c.shareSlot {
+		c.shareDay, c.shareSlot, c.shareAsked = day, slot, 0
+	}
+	c.shareAsked += asked
+	if fleet <= 0 || c.shareAsked <= 0 {
+		return
+	}
+	inst := min(float64(c.shareAsked)/float64(fleet), 1)
+	if c.share == 0 {
+		c.share = inst
+		return
+	}
+	c.share += 0.3 * (inst - c.share)
 }
 
 // demandTau is the EWMA's time constant: long enough to smooth Poisson
@@ -758,16 +825,14 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 			return 0, false // idle: let held leases run out, keep no budget from busier hosts
 		}
 	}
-	if len(ds.leases) > 0 && now.Before(due) {
-		return 0, false
-	}
 	// The most one lease may take: a window of the campaign's pace along the
-	// curve, or of the catch-up pace when the campaign is behind: what is left
-	// beyond the curve's plan, recovered at up to CatchUp x the pace (and at
-	// least what is left spread over what is left of the curve). Two leases
-	// drip at once, so one host with unbounded demand can drip up to twice
-	// that: enough to catch up, while the ledger's shards bound what the fleet
-	// can take. Past the curve's end, all that is left.
+	// curve (two leases drip at once, so one host with unbounded demand can
+	// drip twice that), or half a window of the catch-up pace when the
+	// campaign is behind: what is left beyond the curve's plan, recovered at
+	// up to CatchUp x the pace, so that one host never drips faster than
+	// that; and at least what is left spread over what is left of the curve.
+	// The ledger's shards bound what the fleet takes together. Past the
+	// curve's end, all that is left.
 	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
 	remaining := ds.remaining()
 	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
@@ -776,7 +841,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 		proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
 		behind := remaining - int64(float64(s.DailyMicros)*float64(bucket.PPB-cNow)/float64(bucket.PPB))
 		catchUp := min(pace+max(behind, 0), cfg.CatchUp*pace)
-		maxWant = max(pace, proRata, catchUp)
+		maxWant = max(pace, proRata, catchUp/2)
 	}
 	// At least a few of the largest SPENDs, and a sliver of the curve's pace
 	// (so a campaign whose demand is still unknown gets going), but never
@@ -787,11 +852,30 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// a campaign with few SPENDs per half window needs more in hand to ride
 	// out the bunching of random arrivals (1.25x for thousands, ~2x for a
 	// dozen); what is not spent goes back when the lease ends.
-	n := max(c.callRate*cfg.LeaseWindow.Seconds()/2, 1)
+	rate, calls := c.demand()
+	n := max(calls*cfg.LeaseWindow.Seconds()/2, 1)
 	headroom := min(1.25+4/math.Sqrt(n), 2.5)
-	w := int64(c.rate * cfg.LeaseWindow.Seconds() / 2 * headroom)
-	w = min(max(w, floor), max(maxWant, floor))
-	return max(w, 1), false
+	w := int64(rate * cfg.LeaseWindow.Seconds() / 2 * headroom)
+	if c.share > 0 && c.share < 1 {
+		// This host's share of what the fleet may take per half window, with
+		// the same headroom: it binds only when the campaign's demand is
+		// above its pace, and then hosts that ask as often get budget in
+		// proportion to their demand, not in equal parts.
+		maxWant = int64(float64(maxWant) / 2 * c.share * headroom)
+	}
+	w = max(min(max(w, floor), max(maxWant, floor)), 1)
+	if len(ds.leases) > 0 && now.Before(due) {
+		// Not due yet, unless this is a start (one lease, at least a second
+		// old) and what this host holds is under a quarter of what its
+		// demand now asks for: a fresh daemon's first lease was sized before
+		// it had seen its demand, and waiting half a window for the next one
+		// would leave it at a sliver of the pace for that long.
+		st := ds.b.Stats(now)
+		if len(ds.leases) != 1 || now.Sub(ds.lastGrantAt) < time.Second || st.Tokens+st.Reserve >= w/4 {
+			return 0, false
+		}
+	}
+	return w, false
 }
 
 // grant asks the ledger for a new lease on shard; with ending set, it renews:
@@ -883,16 +967,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	ds.shardUnspent[shard] = g.Shard.Unspent()
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
-			ds.shardEmpty[shard] = true
-			// Every shard empty: the day is exhausted once nothing is leased
-			// out either (what is may come back unused); until then the
-			// next settings refresh has the shards looked at again.
-			if !slices.Contains(ds.shardEmpty, false) && c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) < max(c.minAmount.Load(), 1) &&
-				!ds.exhausted.Swap(true) {
-				ds.checkedAt = now
-				c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
-				c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
-			}
+			c.shardDrained(now, ds, shard)
 		} else if standing {
 			// Paced, and sparse: the fleet holds what the curve allows. Ask
 			// again a lease window later, not every few seconds all day.
@@ -903,6 +978,14 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		return
 	}
 	c.d.counters.leasesGranted.Add(1)
+	if held := ds.b.Stats(now); !standing && !c.sparse() &&
+		g.Granted+g.Shard.Remaining()+held.Tokens+held.Reserve < max(c.minAmount.Load(), 1) {
+		// The shard's last crumbs, with what this host holds less than any
+		// SPEND it has seen: as good as empty for a busy campaign (renewing
+		// them would only pass them from host to host, a ledger call a
+		// window, all day).
+		c.shardDrained(now, ds, shard)
+	}
 	end := expiry.Add(-cfg.SkewBound)
 	dripFrom, dripEnd := now, end
 	if len(ds.leases) == 0 {

@@ -113,6 +113,22 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	if held == 0 {
 		t.Fatal("no lease held")
 	}
+	// The ids of the leases held now: a confirmed cut must give back every
+	// one of them (the daemon may then lease again under the new budget).
+	heldIDs := func() map[string]bool {
+		ids := map[string]bool{}
+		for shard := range 4 {
+			ls, err := f.ledger.Leases(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: shard})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range ls {
+				ids[l.ID] = true
+			}
+		}
+		return ids
+	}
+	before := heldIDs()
 	revoke := func() {
 		d.HandleEvent(transport.Event{Kind: transport.EventRevoked, Campaign: "c", From: "op", AtMillis: f.clock.Now().UnixMilli()})
 		f.clock.Add(100 * time.Millisecond)
@@ -132,8 +148,10 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	}
 	f.clock.Add(4 * time.Second) // past EventRecheck since the last revoke
 	revoke()
-	if got := f.check(t, "c").Leased; got >= held {
-		t.Fatalf("leased %d after a confirmed cut; want the leases held (%d) given back", got, held)
+	for id := range heldIDs() {
+		if before[id] {
+			t.Fatalf("lease %s still held after a confirmed cut; want every lease held before it (%d micros) given back", id, held)
+		}
 	}
 	if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 		t.Fatal(err)

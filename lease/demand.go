@@ -32,16 +32,19 @@ type Demand struct {
 }
 
 // AddDemand adds a daemon's counts to the campaign-day's demand hash in one
-// round trip (daemons call it in batches, never per SPEND).
-func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) error {
+// round trip (daemons call it in batches, never per SPEND). It returns the
+// fleet's micros asked so far in the last count's slot, this call's
+// included: a daemon's share of that is its share of the campaign's demand.
+func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (int64, error) {
 	key := DemandKey(campaign, day)
+	var slotAsked *redis.IntCmd
 	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, d := range ds {
 			s := strconv.Itoa(d.Slot)
 			p.HIncrBy(ctx, key, "req:"+s, d.Requests)
 			p.HIncrBy(ctx, key, "ok:"+s, d.Allowed)
 			p.HIncrBy(ctx, key, "no:"+s, d.Denied)
-			p.HIncrBy(ctx, key, "reqm:"+s, d.MicrosAsked)
+			slotAsked = p.HIncrBy(ctx, key, "reqm:"+s, d.MicrosAsked)
 			if d.BidMicros > 0 {
 				p.HSet(ctx, daysKey(campaign), bidField, min(d.BidMicros, MaxBudgetMicros))
 			}
@@ -50,9 +53,12 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
+		return 0, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
-	return nil
+	if slotAsked == nil {
+		return 0, nil
+	}
+	return slotAsked.Val(), nil
 }
 
 // SetBid records campaign's bid size (micros per SPEND, such as the bidder's

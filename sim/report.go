@@ -106,6 +106,7 @@ func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
 			b.WriteString("\n")
 		}
 	}
+	writeWorst(&b, res)
 	fmt.Fprintf(&b, "\nRedis commands over the run: pacer daemons %d, reconciler %d, Lua baseline %d, batching baseline %d", res.Redis.Pacer, res.Redis.Reconciler, res.Redis.Lua, res.Redis.Batch)
 	if res.Redis.FailedWhilePaused > 0 {
 		fmt.Fprintf(&b, "; %d refused while Redis was paused", res.Redis.FailedWhilePaused)
@@ -169,4 +170,70 @@ func rate(perSecond float64) string {
 		return fmt.Sprintf("%.0f", perSecond)
 	}
 	return fmt.Sprintf("%.0f/day", perSecond*86400)
+}
+
+// writeWorst writes pacer's worst case per metric over the campaigns each
+// goal of issue 10 applies to, with the campaign that set it.
+func writeWorst(b *strings.Builder, res *Results) {
+	type worst struct {
+		goal, scope string
+		val         float64
+		id          string
+		n           int
+		better      func(a, b float64) bool // a is worse than b
+		format      func(float64) string
+	}
+	lower := func(a, b float64) bool { return a < b }
+	higher := func(a, b float64) bool { return a > b }
+	pctF := func(v float64) string { return pct(v) }
+	ratio := func(v float64) string { return fmt.Sprintf("%.2fx", v) }
+	pts := func(v float64) string { return fmt.Sprintf("%.1f pts", v) }
+	num := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	ws := []*worst{
+		{goal: "overspend (micros) = 0", scope: "every campaign", better: higher, format: num},
+		{goal: "utilisation >= 99.5%", scope: "demand >= 1.05x, traffic reaches the curve", better: lower, format: pctF},
+		{goal: "utilisation >= 97%", scope: ">= 20 bids, demand >= 1.5x", better: lower, format: pctF},
+		{goal: "no hour > 2x the curve's share", scope: ">= 20 bids, demand >= 1.5x (less one bid per hour)", better: higher, format: ratio},
+		{goal: "last hour <= 1.5x the curve's", scope: "demand >= 1.05x", better: higher, format: ratio},
+		{goal: "host share within 3 pts of demand share", scope: "demand >= 1.05x", better: higher, format: pts},
+		{goal: "Redis cmds per 1,000 SPENDs <= 1", scope: "busy (>= 100 SPENDs/s)", better: higher, format: func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{goal: "Redis cmds per campaign-hour (report)", scope: "sparse (< 1 SPEND/s)", better: higher, format: num},
+	}
+	for _, c := range res.Campaigns {
+		q := c.Results[StrategyPacer]
+		if q == nil {
+			continue
+		}
+		vals := []struct {
+			ok bool
+			v  float64
+		}{
+			{true, float64(q.OverspendMicros)},
+			{c.Demand >= 1.05 && c.Reachable, q.Utilisation},
+			{c.Bids >= 20 && c.Demand >= 1.5, q.Utilisation},
+			{c.Bids >= 20 && c.Demand >= 1.5, q.MaxHourRatioBid},
+			{c.Demand >= 1.05, q.LastHourRatio},
+			{c.Demand >= 1.05, q.HostShareMaxDev},
+			{c.Rate >= 100, q.CmdsPer1000},
+			{c.Rate < 1, q.CmdsPerHour},
+		}
+		for i, v := range vals {
+			w := ws[i]
+			if !v.ok {
+				continue
+			}
+			w.n++
+			if w.n == 1 || w.better(v.v, w.val) {
+				w.val, w.id = v.v, c.ID
+			}
+		}
+	}
+	b.WriteString("\nWorst case per metric, pacer (issue 10's goals):\n\n| goal | over | campaigns | worst | campaign |\n|---|---|---|---|---|\n")
+	for _, w := range ws {
+		if w.n == 0 {
+			fmt.Fprintf(b, "| %s | %s | 0 | – | – |\n", w.goal, w.scope)
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s |\n", w.goal, w.scope, w.n, w.format(w.val), w.id)
+	}
 }

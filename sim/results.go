@@ -102,14 +102,19 @@ type Quality struct {
 
 // CampaignResult is one campaign's figures, per strategy, and its ledger.
 type CampaignResult struct {
-	ID        string              `json:"id"`
-	Curve     string              `json:"curve"`
-	TZ        string              `json:"tz"`
-	Traffic   string              `json:"traffic"`
-	Rate      float64             `json:"rate_per_second"`
-	Demand    float64             `json:"demand"`
-	Hot       bool                `json:"hot"`
-	Baselines bool                `json:"baselines"`
+	ID        string  `json:"id"`
+	Curve     string  `json:"curve"`
+	TZ        string  `json:"tz"`
+	Traffic   string  `json:"traffic"`
+	Rate      float64 `json:"rate_per_second"`
+	Demand    float64 `json:"demand"`
+	Hot       bool    `json:"hot"`
+	Baselines bool    `json:"baselines"`
+	// Bids is the budget in mean bids; Reachable, whether the traffic can
+	// follow the curve: in every hour of the day, demand x the hour's share
+	// of the traffic is at least the curve's share of it.
+	Bids      float64             `json:"bids"`
+	Reachable bool                `json:"reachable"`
 	Results   map[string]*Quality `json:"results"`
 	// Pacer's daemons' answers.
 	Allowed, Paced, Exhausted, Errors int64
@@ -194,7 +199,8 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 	for _, c := range r.camps {
 		cr := &CampaignResult{ID: c.spec.ID, Curve: c.spec.Curve, TZ: c.spec.TZ, Traffic: c.shape.name,
 			Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
-			Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c}
+			Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
+			Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c)}
 		var first, last time.Time
 		allSaw := true
 		var requests, blRequests int64
@@ -443,4 +449,32 @@ func slotEdges(c *campaignRT, si int) []int64 {
 		edges[i] = c.samples[k].cum[si]
 	}
 	return edges
+}
+
+// reachable reports whether c's traffic can follow its curve: in every hour
+// of the local day, demand x the hour's share of the traffic is at least the
+// curve's share of the hour (1% slack for the sampling of the shape).
+func reachable(c *campaignRT) bool {
+	const perHour = 60
+	var total float64
+	share := make([]float64, 24)
+	for h := range 24 {
+		for m := range perHour {
+			v := c.shape.at((float64(h) + (float64(m)+0.5)/perHour) / 24)
+			share[h] += v
+			total += v
+		}
+	}
+	if total <= 0 {
+		return false
+	}
+	for h := range 24 {
+		from := c.day.Start.Add(time.Duration(h) * c.day.Length() / 24)
+		to := c.day.Start.Add(time.Duration(h+1) * c.day.Length() / 24)
+		plan := float64(c.curve.AtTime(to, c.day)-c.curve.AtTime(from, c.day)) / float64(bucket.PPB)
+		if c.spec.Demand*share[h]/total < plan*0.99 {
+			return false
+		}
+	}
+	return true
 }
