@@ -98,7 +98,10 @@ type settings struct {
 
 // dayState is the campaign-day this daemon is spending from.
 type dayState struct {
-	day    bucket.Day
+	day bucket.Day
+	// curve is the pacing curve of this day: the campaign's, or the one
+	// fitted for the day if its curve is "auto".
+	curve  *bucket.Curve
 	b      *bucket.Bucket
 	shards int
 
@@ -170,6 +173,11 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 
 func (d *Daemon) settingsOf(c lease.Campaign) *settings {
 	curve, ok := d.cfg.Curves[c.Curve]
+	if c.Curve == AutoCurve {
+		// Each day's curve is fitted when the day opens (autoCurve); flat
+		// until then.
+		curve, ok = d.cfg.Curves["flat"], true
+	}
 	if !ok {
 		d.log.Warn("campaign names an unknown curve; pacing it flat", zap.String("campaign", c.ID), zap.String("curve", c.Curve))
 		curve = d.cfg.Curves["flat"]
@@ -473,7 +481,7 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
-	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}}
+	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}, curve: s.curve}
 	start := time.Now()
 	n, err := c.d.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
 	c.d.observeLedger("open", start, err)
@@ -487,6 +495,9 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 		return nil
 	}
 	c.seenDays[day.Key] = true
+	if s.Curve == AutoCurve {
+		ds.curve = c.autoCurve(ctx, s, day)
+	}
 	if bid, err := c.d.ledger.Bid(ctx, c.id); err == nil {
 		c.fleetUnit = bid
 	} else {
@@ -833,7 +844,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	// that; and at least what is left spread over what is left of the curve.
 	// The ledger's shards bound what the fleet takes together. Past the
 	// curve's end, all that is left.
-	cNow, cNext := s.curve.AtTime(now, ds.day), s.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
+	cNow, cNext := ds.curve.AtTime(now, ds.day), ds.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
 	remaining := ds.remaining()
 	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
 	maxWant := remaining
@@ -901,7 +912,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
-		Pace: lease.Pace{Now: s.curve.AtTime(now, ds.day), Cap: s.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
+		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
 			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUp: cfg.CatchUp},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,4 +86,101 @@ func (l *Ledger) Bid(ctx context.Context, campaign string) (int64, error) {
 		return 0, fmt.Errorf("ledger %s: bid: %w", campaign, err)
 	}
 	return min(max(v, 0), MaxBudgetMicros), nil
+}
+
+// DayDemand is what a campaign-day's demand hash holds: per slot of the
+// local day, SPEND calls (Requests) and micros asked; and the day's totals.
+type DayDemand struct {
+	Requests    [DemandSlots]int64
+	MicrosAsked [DemandSlots]int64
+	Total       struct{ Requests, Allowed, Denied int64 }
+}
+
+// ReadDemand reads campaign's demand for day; ok is false if none was
+// recorded.
+func (l *Ledger) ReadDemand(ctx context.Context, campaign, day string) (d DayDemand, ok bool, err error) {
+	key := DemandKey(campaign, day)
+	h, err := l.rdb.HGetAll(ctx, key).Result()
+	if err != nil {
+		return d, false, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
+	}
+	for field, value := range h {
+		kind, slotStr, found := strings.Cut(field, ":")
+		slot, err := strconv.Atoi(slotStr)
+		if !found || err != nil || slot < 0 || slot >= DemandSlots {
+			return d, false, fmt.Errorf("%s: field %q: want req:, ok:, no: or reqm: and a slot from 0 to %d", key, field, DemandSlots-1)
+		}
+		v, err := strconv.ParseInt(value, 10, 64)
+		if err != nil || v < 0 {
+			return d, false, fmt.Errorf("%s: field %s is %q, not a count", key, field, value)
+		}
+		switch kind {
+		case "req":
+			d.Requests[slot] += v
+			d.Total.Requests += v
+		case "ok":
+			d.Total.Allowed += v
+		case "no":
+			d.Total.Denied += v
+		case "reqm":
+			d.MicrosAsked[slot] += v
+		default:
+			return d, false, fmt.Errorf("%s: unknown field %q", key, field)
+		}
+	}
+	return d, len(h) > 0, nil
+}
+
+// DayCurve returns the fitted curve's weights a campaign with curve "auto"
+// paces day by, if one was decided (see DecideDayCurve).
+func (l *Ledger) DayCurve(ctx context.Context, campaign, day string) ([]float64, bool, error) {
+	v, err := l.rdb.HGet(ctx, daysKey(campaign), day+":curve").Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("ledger %s/%s: day curve: %w", campaign, day, err)
+	}
+	w, err := parseWeights(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger %s/%s: day curve: %w", campaign, day, err)
+	}
+	return w, true, nil
+}
+
+// DecideDayCurve records weights as day's curve unless one was decided
+// already, and returns the one that holds: every daemon paces the day by the
+// same curve, decided once, like the day's plan.
+func (l *Ledger) DecideDayCurve(ctx context.Context, campaign, day string, weights []float64) ([]float64, error) {
+	parts := make([]string, len(weights))
+	for i, w := range weights {
+		parts[i] = strconv.FormatFloat(w, 'g', 10, 64)
+	}
+	key := daysKey(campaign)
+	var got *redis.StringCmd
+	if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSetNX(ctx, key, day+":curve", strings.Join(parts, ","))
+		got = p.HGet(ctx, key, day+":curve")
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("ledger %s/%s: day curve: %w", campaign, day, err)
+	}
+	w, err := parseWeights(got.Val())
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s/%s: day curve: %w", campaign, day, err)
+	}
+	return w, nil
+}
+
+func parseWeights(s string) ([]float64, error) {
+	fields := strings.Split(s, ",")
+	w := make([]float64, len(fields))
+	for i, f := range fields {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("weight %d: %q is not a number >= 0", i, f)
+		}
+		w[i] = v
+	}
+	return w, nil
 }

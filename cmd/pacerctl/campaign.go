@@ -12,6 +12,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 )
@@ -286,8 +287,8 @@ var curveNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 // the directory cannot be loaded, pacerctl may be running on a host without
 // it: it warns and lets the name through.
 func (a *app) checkCurveName(name string) error {
-	if name == config.FlatCurve {
-		return nil
+	if name == config.FlatCurve || name == daemon.AutoCurve {
+		return nil // built in; "auto" is refitted every day from recorded demand
 	}
 	if !curveNamePattern.MatchString(name) {
 		return usagef("campaign set: curve name %q: want 1 to 64 characters from [a-z0-9_-]", name)

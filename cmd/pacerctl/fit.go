@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -29,178 +28,15 @@ const demandSlots = 96
 // no:<slot> (denied) and reqm:<slot> (micros requested), slot 0 to 95.
 func demandKey(campaign, day string) string { return lease.DemandKey(campaign, day) }
 
-// fitOptions tune fitCurve.
-type fitOptions struct {
-	Slots  int     // the fitted curve's slot count
-	Smooth int     // half-width of the moving average, in input slots; < 0: default
-	Min    float64 // least share of a slot, times the mean share (0 < Min <= 1)
-	Max    float64 // largest share of a slot, times the mean share (Max >= 1)
-}
+// fitOptions and fitCurve: the fitting lives in bucket (pacerd fits curves
+// too, for campaigns whose curve is "auto").
+type fitOptions = bucket.FitOptions
 
-// defaultSmooth is the moving average's half-width for n input slots: one
-// slot of 24 or 48, two of 96 (30 minutes), thirty of 1440.
-func defaultSmooth(n int) int { return max(1, n/48) }
-
-// fitCurve turns demand per slot of a local day (24, 48, 96 or 1440 slots,
-// summed over the days observed) into a curve of o.Slots slots:
-//
-//  1. smoothed by a circular triangular moving average (the day wraps:
-//     23:45 is next to 00:00), half-width o.Smooth slots;
-//  2. normalised to shares that sum to 1;
-//  3. bounded: each share is clip(c*share, Min/n, Max/n) with the one
-//     scale c that makes them sum to 1 again (found by bisection: this is
-//     the fixed point of clipping and renormalising until nothing moves), so
-//     no slot is starved, a zero-demand slot gets the floor, and none takes an
-//     extreme share;
-//  4. resampled to o.Slots by summing (fewer slots) or splitting evenly
-//     (more), which keeps the bounds relative to the mean share.
-//
-// It returns the curve and its weights (shares summing to 1).
 func fitCurve(name string, demand []float64, o fitOptions) (*bucket.Curve, []float64, error) {
-	n := len(demand)
-	if !validSlotCount(n) {
-		return nil, nil, fmt.Errorf("%d slots of demand; want 24, 48, 96 or 1440", n)
-	}
-	if !validSlotCount(o.Slots) {
-		return nil, nil, fmt.Errorf("%d slots for the curve; want 24, 48, 96 or 1440", o.Slots)
-	}
-	if !(o.Min > 0 && o.Min <= 1) || !(o.Max >= 1) {
-		return nil, nil, fmt.Errorf("bounds %vx to %vx the mean share: want 0 < min <= 1 <= max", o.Min, o.Max)
-	}
-	var total float64
-	for i, d := range demand {
-		if d < 0 || math.IsNaN(d) || math.IsInf(d, 0) {
-			return nil, nil, fmt.Errorf("slot %d: demand %v: want a finite number >= 0", i, d)
-		}
-		total += d
-	}
-	if total == 0 {
-		return nil, nil, errors.New("no demand observed: every slot is 0")
-	}
-	h := o.Smooth
-	if h < 0 {
-		h = defaultSmooth(n)
-	}
-	shares := normalise(smooth(demand, h))
-	shares = bound(shares, o.Min/float64(n), o.Max/float64(n))
-	weights := resample(shares, o.Slots)
-	c, err := bucket.NewCurve(name, weights)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, weights, nil
+	return bucket.FitCurve(name, demand, o)
 }
 
 func validSlotCount(n int) bool { return n == 24 || n == 48 || n == 96 || n == 1440 }
-
-// smooth returns the circular moving average of x with triangular weights
-// h+1-|k| for k in [-h, h].
-func smooth(x []float64, h int) []float64 {
-	n := len(x)
-	h = min(h, (n-1)/2)
-	out := make([]float64, n)
-	for i := range x {
-		var sum, wsum float64
-		for k := -h; k <= h; k++ {
-			w := float64(h + 1 - abs(k))
-			sum += w * x[((i+k)%n+n)%n]
-			wsum += w
-		}
-		out[i] = sum / wsum
-	}
-	return out
-}
-
-func abs(k int) int {
-	if k < 0 {
-		return -k
-	}
-	return k
-}
-
-func normalise(x []float64) []float64 {
-	var sum float64
-	for _, v := range x {
-		sum += v
-	}
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = v / sum
-	}
-	return out
-}
-
-// bound returns shares (summing to 1) clipped to [lo, hi] and rescaled so
-// they still sum to 1: clip(c*s, lo, hi) for the scale c that makes the sum
-// 1. The sum is continuous and non-decreasing in c, n*lo <= 1 at c = 0, so
-// bisection finds c. If even the largest c falls short (nearly all demand in
-// a few slots, many slots empty), those few get hi and the empty slots share
-// the rest equally, which lies between lo and hi.
-func bound(shares []float64, lo, hi float64) []float64 {
-	n := len(shares)
-	minPos := math.Inf(1)
-	for _, s := range shares {
-		if s > 0 {
-			minPos = min(minPos, s)
-		}
-	}
-	clipped := func(c float64) ([]float64, float64) {
-		out := make([]float64, n)
-		var sum float64
-		for i, s := range shares {
-			out[i] = min(max(c*s, lo), hi)
-			sum += out[i]
-		}
-		return out, sum
-	}
-	cMax := hi / minPos // every positive share clips to hi
-	out, sum := clipped(cMax)
-	if sum < 1 {
-		zeros := 0
-		for _, s := range shares {
-			if s == 0 {
-				zeros++
-			}
-		}
-		rest := (1 - float64(n-zeros)*hi) / float64(zeros)
-		for i, s := range shares {
-			if s == 0 {
-				out[i] = rest
-			}
-		}
-		return out
-	}
-	cLo, cHi := 0.0, cMax
-	for range 200 {
-		mid := (cLo + cHi) / 2
-		if _, s := clipped(mid); s < 1 {
-			cLo = mid
-		} else {
-			cHi = mid
-		}
-	}
-	out, _ = clipped(cHi)
-	return normalise(out) // removes the last rounding; moves a share by ~1e-16
-}
-
-// resample sums groups of slots (to fewer slots) or splits each evenly (to
-// more). Every valid slot count divides or is divided by every other.
-func resample(x []float64, slots int) []float64 {
-	n := len(x)
-	out := make([]float64, slots)
-	if slots <= n {
-		per := n / slots
-		for i, v := range x {
-			out[i/per] += v
-		}
-		return out
-	}
-	per := slots / n
-	for i := range out {
-		out[i] = x[i/per] / float64(per)
-	}
-	return out
-}
 
 // readDemandCSV reads demand per slot from CSV: an optional header line,
 // then one row per slot, "slot,requests" or "hour,requests" (the header's
@@ -305,38 +141,20 @@ func readDemand(ctx context.Context, l *lease.Ledger, c lease.Campaign, now time
 	day := bucket.DayOf(now, loc)
 	for range days {
 		day = bucket.DayOf(day.Start.Add(-time.Hour), loc)
-		key := demandKey(c.ID, day.Key)
-		h, err := l.Client().HGetAll(ctx, key).Result()
+		d, ok, err := l.ReadDemand(ctx, c.ID, day.Key)
 		if err != nil {
-			return obs, fmt.Errorf("read %s: %w", key, err)
+			return obs, err
 		}
-		if len(h) == 0 {
+		if !ok {
 			continue
 		}
 		obs.Days = append(obs.Days, day.Key)
-		for field, value := range h {
-			kind, slotStr, ok := strings.Cut(field, ":")
-			slot, err := strconv.Atoi(slotStr)
-			if !ok || err != nil || slot < 0 || slot >= demandSlots {
-				return obs, fmt.Errorf("%s: field %q: want req:, ok:, no: or reqm: and a slot from 0 to %d", key, field, demandSlots-1)
-			}
-			v, err := strconv.ParseInt(value, 10, 64)
-			if err != nil || v < 0 {
-				return obs, fmt.Errorf("%s: field %s is %q, not a count", key, field, value)
-			}
-			switch kind {
-			case "req":
-				obs.Req[slot] += float64(v)
-				obs.Requests += v
-			case "ok":
-				obs.Allowed += v
-			case "no":
-				obs.Denied += v
-			case "reqm":
-			default:
-				return obs, fmt.Errorf("%s: unknown field %q", key, field)
-			}
+		for slot, v := range d.Requests {
+			obs.Req[slot] += float64(v)
 		}
+		obs.Requests += d.Total.Requests
+		obs.Allowed += d.Total.Allowed
+		obs.Denied += d.Total.Denied
 	}
 	// Oldest first, for the description.
 	for i, j := 0, len(obs.Days)-1; i < j; i, j = i+1, j-1 {
@@ -433,7 +251,7 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 
 	smoothing := *smoothFlag
 	if smoothing < 0 {
-		smoothing = defaultSmooth(len(demand))
+		smoothing = bucket.DefaultSmooth(len(demand))
 	}
 	c, _, err := fitCurve(*name, demand, fitOptions{Slots: *slots, Smooth: smoothing, Min: *minF, Max: *maxF})
 	if err != nil {

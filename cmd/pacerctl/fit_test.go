@@ -186,15 +186,6 @@ func TestFitBounds(t *testing.T) {
 	}
 }
 
-func TestSmoothIsCircular(t *testing.T) {
-	x := make([]float64, 24)
-	x[0] = 4
-	got := smooth(x, 1)
-	if got[23] != 1 || got[0] != 2 || got[1] != 1 || got[2] != 0 {
-		t.Errorf("smooth: %v", got)
-	}
-}
-
 func TestCurveFitCSVErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ body, want string }{

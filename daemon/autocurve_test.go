@@ -1,0 +1,81 @@
+package daemon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+)
+
+// A campaign whose curve is "auto" is paced each day by a curve fitted to the
+// demand its fleet recorded the days before: decided once, by the first
+// daemon to open the day, and read by every other. With no demand recorded,
+// the day is flat.
+func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "a", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 2, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	// Two days before: nine in ten SPENDs in the evening (18:00-24:00).
+	for back := 1; back <= 2; back++ {
+		prev := midnight.Add(-time.Duration(back) * 24 * time.Hour)
+		for slot := range lease.DemandSlots {
+			n := int64(100)
+			if slot >= 72 {
+				n = 2700
+			}
+			if _, err := f.ledger.AddDemand(ctx, "a", prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: n, Allowed: n, MicrosAsked: n * 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.clock.Set(midnight.Add(time.Hour))
+	a, b := f.daemon(t, "a"), f.daemon(t, "b")
+	for _, d := range []*daemon.Daemon{a, b} {
+		if _, err := d.Spend("a", 1000, ""); err != nil {
+			t.Fatal(err)
+		}
+		d.Step(ctx)
+	}
+	w, ok, err := f.ledger.DayCurve(ctx, "a", day)
+	if err != nil || !ok {
+		t.Fatalf("no curve decided for %s: %v", day, err)
+	}
+	var evening, total float64
+	for i, v := range w {
+		total += v
+		if i >= len(w)*3/4 {
+			evening += v
+		}
+	}
+	// 90% of the recorded demand; the fit's bounds and smoothing shave a
+	// little off.
+	if share := evening / total; share < 0.8 {
+		t.Fatalf("the fitted curve gives the evening %.0f%% of the day; the demand recorded was 90%% there", 100*share)
+	}
+	// Decided once: a later decision does not replace it.
+	again, err := f.ledger.DecideDayCurve(ctx, "a", day, []float64{1})
+	if err != nil || len(again) != len(w) {
+		t.Fatalf("second decision: %v, %v; want the first (%d weights) kept", again, err, len(w))
+	}
+	// Paced by it: by 01:00 a flat curve has released 1/24 of the day
+	// (3,600,000,000 micros); the fitted one, about 0.6%.
+	tot := f.check(t, "a")
+	if released, flatHour := tot.Budget-tot.Locked, int64(86_400_000_000/24); released > flatHour/2 {
+		t.Fatalf("the ledger released %d micros by 01:00: paced flat (%d), not by the fitted curve", released, flatHour)
+	}
+
+	// No demand recorded: flat.
+	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "new", DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Spend("new", 1000, ""); err != nil {
+		t.Fatal(err)
+	}
+	a.Step(ctx)
+	w, ok, err = f.ledger.DayCurve(ctx, "new", day)
+	if err != nil || !ok || len(w) != 24 || w[0] != w[23] {
+		t.Fatalf("curve of a campaign without recorded demand = %v, %v, %v; want flat", w, ok, err)
+	}
+}
