@@ -533,6 +533,21 @@ func (c *campaign) shardDrained(now time.Time, ds *dayState, shard int) {
 	}
 }
 
+// lastHourCatchUpPermille bounds catch-up in the last hour of a campaign's
+// local day: a campaign still behind then under-delivers a little rather
+// than ending its day in a burst.
+const lastHourCatchUpPermille = 1500
+
+// catchUpPermille is how fast, in parts per thousand of the curve's pace, the
+// campaign may catch up now: CatchUp, or less in the day's last hour.
+func (c *campaign) catchUpPermille(now time.Time, ds *dayState) int64 {
+	k := c.d.cfg.CatchUp * 1000
+	if ds.day.End.Sub(now) <= time.Hour {
+		k = min(k, lastHourCatchUpPermille)
+	}
+	return max(k, 1000)
+}
+
 // heldElsewhere estimates how much of leasedOut (the day's leased budget, as
 // the shards last said) other hosts hold, for a sparse campaign: standing
 // bids that may come back unused. Such a day whose shards are empty is
@@ -851,7 +866,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	if cNow < bucket.PPB {
 		proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
 		behind := remaining - int64(float64(s.DailyMicros)*float64(bucket.PPB-cNow)/float64(bucket.PPB))
-		catchUp := min(pace+max(behind, 0), cfg.CatchUp*pace)
+		catchUp := min(pace+max(behind, 0), pace*c.catchUpPermille(now, ds)/1000)
 		maxWant = max(pace, proRata, catchUp/2)
 	}
 	// At least a few of the largest SPENDs, and a sliver of the curve's pace
@@ -913,7 +928,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
-			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUp: cfg.CatchUp},
+			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)

@@ -11,19 +11,33 @@ import (
 )
 
 // A daemon SIGKILLed 13 times in 5 minutes (each run lives long enough to
-// hold full-size leases) at the end of the day, when all of the budget is
-// there to lease and demand is 2.5x what is left: with its journal, each
-// restart gives back what the dead run had not dripped, and the day loses at
-// most 1% of its budget; without it, every lease held at a kill is settled as
-// spent. Figures for docs/BENCHMARKS.md come from the t.Logf lines.
+// hold full-size leases) while its campaign catches up (half a day behind
+// its curve) and demand is several times what the ledger releases: with its
+// journal, each restart gives back what the dead run had not dripped by the
+// restart, so a kill costs only what dripped during the half second systemd
+// took to restart it (the journal cannot know when its writer died, so it
+// counts the drip until then as spent: conservative) and the tokens held;
+// without it, every lease held at a kill is settled as spent. The loss with
+// the journal is at most a tenth of the loss without, and at most 5% of what
+// the ledger counts spent. (Until issue 10 the scenario was the day's last
+// 16 minutes, when pro-rata release dumped the day's rest: 0.78% vs 9.68% of
+// the budget. Catch-up is bounded now, and a day's end releases little.)
+// Figures for docs/BENCHMARKS.md come from the t.Logf lines.
 func TestSIGKILLLoopLosesLittle(t *testing.T) {
+	losses := map[bool]int64{}
+	defer func() {
+		if !t.Failed() && losses[true]*10 > losses[false] {
+			t.Errorf("with the journal the kills lost %d micros, more than a tenth of the %d lost without it", losses[true], losses[false])
+		}
+	}()
 	for _, journal := range []bool{true, false} {
 		name := map[bool]string{true: "journal", false: "no-journal"}[journal]
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			const budget = 40_000_000
+			// 133,333 micros a second: caught up at 3x, 400,000 a second.
+			const budget = 11_520_000_000
 			f.campaign(t, "c", budget, 4)
-			f.clock.Set(midnight.Add(24*time.Hour - 16*time.Minute))
+			f.clock.Set(midnight.Add(12 * time.Hour))
 			path := filepath.Join(t.TempDir(), "leases.journal")
 			var allowed int64
 			start := func() (*daemon.Daemon, *daemon.Journal) {
@@ -92,13 +106,14 @@ func TestSIGKILLLoopLosesLittle(t *testing.T) {
 				t.Fatalf("overspend: clients were allowed %d, the ledger counts %d spent", allowed, tot.Spent)
 			}
 			lost := tot.Spent - allowed
-			t.Logf("%s: 13 SIGKILLs in 5 min: clients allowed %d, ledger spent %d (settled as lost %d): %d micros lost = %.2f%% of the %d budget",
-				name, allowed, tot.Spent, tot.Lost, lost, 100*float64(lost)/budget, budget)
-			if journal && lost > budget/100 {
-				t.Fatalf("lost %d micros, more than 1%% of the budget", lost)
+			t.Logf("%s: 13 SIGKILLs in 5 min: clients allowed %d, ledger spent %d (settled as lost %d): %d micros lost = %.2f%% of what the ledger counts spent",
+				name, allowed, tot.Spent, tot.Lost, lost, 100*float64(lost)/float64(tot.Spent))
+			losses[journal] = lost
+			if journal && lost > tot.Spent/20 {
+				t.Fatalf("lost %d micros, more than 5%% of the %d spent", lost, tot.Spent)
 			}
-			if !journal && lost <= budget/100 {
-				t.Fatalf("without the journal the kills lost only %d: the scenario does not stress reclaim", lost)
+			if !journal && lost <= tot.Spent/10 {
+				t.Fatalf("without the journal the kills lost only %d of %d spent: the scenario does not stress reclaim", lost, tot.Spent)
 			}
 		})
 	}

@@ -372,21 +372,26 @@ func Split(total int64, n int) []int64 {
 // window (Cap), both in parts per billion. Available budget on a shard is capped
 // at what the curve releases between Now and Cap.
 //
-// CatchUp and Unit are how the shard treats a campaign off its plan (the
-// shard's budget along the curve). A shard behind its plan releases up to
-// CatchUp times the curve's pace until it is back on it (0 or 1: the deficit
-// is spread pro rata over the rest of the day). Unit, a bid's size in micros,
-// lets the shard make one bid available while what it released stays within
-// one Unit of its plan, so a campaign whose cap window is worth less than one
-// bid still spends (0: no such advance).
+// CatchUpPermille and Unit are how the shard treats a campaign off its plan
+// (the shard's budget along the curve). With CatchUpPermille 0, a shard
+// behind its plan spreads the deficit pro rata over the rest of the day (and
+// dumps it at the end if it is large). With 1000 or more, it releases what
+// is due at up to CatchUpPermille/1000 times the plan's pace, until it is back
+// on the plan, and never more (no end-of-day dump); its available budget is
+// capped at the plan's cap window plus what is behind, at most that multiple
+// of the window. Unit, a bid's size in micros, lets the shard make one bid
+// available while its spent and available budget stay within one Unit of its
+// plan, so a campaign whose cap window is worth less than one bid still
+// spends (0: no such advance).
 type Pace struct {
-	Now, Cap int64
-	Unit     int64
-	CatchUp  int64
+	Now, Cap        int64
+	Unit            int64
+	CatchUpPermille int64
 }
 
-// MaxCatchUp is the largest Pace.CatchUp: the catch-up arithmetic stays exact
-// below 2^53 for budgets up to MaxBudgetMicros.
+// MaxCatchUp is the largest catch-up multiple (Pace.CatchUpPermille up to
+// 1000 x MaxCatchUp): the arithmetic stays exact below 2^53 for budgets up to
+// MaxBudgetMicros.
 const MaxCatchUp = 8
 
 // GrantRequest asks for a new lease on one shard.
@@ -429,8 +434,8 @@ func (r GrantRequest) validate() error {
 		return errors.New("grace must be positive")
 	case r.Pace.Unit < 0 || r.Pace.Unit > MaxBudgetMicros:
 		return fmt.Errorf("pace unit %d micros out of range", r.Pace.Unit)
-	case r.Pace.CatchUp < 0 || r.Pace.CatchUp > MaxCatchUp:
-		return fmt.Errorf("catch-up %d out of range 0..%d", r.Pace.CatchUp, MaxCatchUp)
+	case r.Pace.CatchUpPermille != 0 && (r.Pace.CatchUpPermille < 1000 || r.Pace.CatchUpPermille > 1000*MaxCatchUp):
+		return fmt.Errorf("catch-up %d per mille: want 0 (pro rata) or 1000 to %d", r.Pace.CatchUpPermille, 1000*MaxCatchUp)
 	}
 	return nil
 }
@@ -445,7 +450,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUp)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -479,7 +484,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUp)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

@@ -23,7 +23,7 @@ func TestCatchUpRecoversAtKTimesPace(t *testing.T) {
 		for h := 12; h < 24; h++ {
 			now, c := hour(h)
 			r := grantReq(fmt.Sprintf("L%d", h), key, lease.MaxBudgetMicros, now, c)
-			r.Pace.CatchUp = k
+			r.Pace.CatchUpPermille = k
 			g, err := l.Grant(ctx, r)
 			if err != nil {
 				t.Fatal(err)
@@ -43,14 +43,14 @@ func TestCatchUpRecoversAtKTimesPace(t *testing.T) {
 	// by 14:00 and follows the pace from there.
 	want := []int64{9_000_000, 3_000_000, 2_000_000, 1_000_000, 1_000_000, 1_000_000,
 		1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000, 1_000_000}
-	if got := run(t, 3); !near(got, want, 5) {
+	if got := run(t, 3000); !near(got, want, 5) {
 		t.Errorf("k=3: hourly grants %v, want %v (±5 micros of rounding)", got, want)
 	}
 	// k = 1 is the pro-rata rule: the deficit is spread over the whole
 	// afternoon (6,000,000 at noon, then 18,000,000 over 12 hours).
 	want1 := []int64{6_000_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000,
 		1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000, 1_500_000}
-	if got := run(t, 1); !near(got, want1, 5) {
+	if got := run(t, 0); !near(got, want1, 5) {
 		t.Errorf("k=1: hourly grants %v, want %v (±5 micros of rounding)", got, want1)
 	}
 }
@@ -86,7 +86,7 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 		now := t0.Add(at)
 		c := int64(at/time.Millisecond) * ppb / 86_400_000
 		r := grantReq(fmt.Sprintf("g%d", seq), key, bid, now, c)
-		r.Pace = lease.Pace{Now: c, Cap: c + capWindow, Unit: unit, CatchUp: 3}
+		r.Pace = lease.Pace{Now: c, Cap: c + capWindow, Unit: unit, CatchUpPermille: 3000}
 		g, err := l.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -124,5 +124,45 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 		if tot.Spent > plan+bid {
 			t.Fatalf("at %v spent %d, more than one bid over the plan's %d", at, tot.Spent, plan)
 		}
+	}
+}
+
+// A shard far behind at 23:00 does not end its day in a burst when catch-up
+// is bounded: over the last hour it releases at most k x the plan's hour
+// (1.5x, the daemons' bound for a day's last hour); pro rata (k = 0) it
+// releases all it holds.
+func TestNoEndOfDayDump(t *testing.T) {
+	const day = "2026-11-21"
+	lastHour := func(t *testing.T, k int64) int64 {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+		key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+		var got int64
+		// Nothing spent until 23:00, then a grant every 5 minutes, spent at once.
+		for m := 0; m <= 55; m += 5 {
+			now := t0.Add(23*time.Hour + time.Duration(m)*time.Minute)
+			c := int64(23*60+m) * ppb / (24 * 60)
+			r := grantReq(fmt.Sprintf("L%d", m), key, lease.MaxBudgetMicros, now, c)
+			r.Pace.Cap = min(ppb, c+ppb*5/(24*60))
+			r.Pace.CatchUpPermille = k
+			g, err := l.Grant(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+				t.Fatal(err)
+			}
+			got += g.Granted
+		}
+		mustBalance(t, l, "c", day)
+		return got
+	}
+	// The plan's last hour is 1,000,000; 23 hours of it (23,000,000) are
+	// behind at 23:00.
+	if got := lastHour(t, 1500); got > 1_500_000+1_000 {
+		t.Errorf("k=1.5: the last hour released %d, more than 1.5x the plan's hour", got)
+	}
+	if got := lastHour(t, 0); got < 20_000_000 {
+		t.Errorf("k=0 (pro rata): the last hour released %d; the rule dumps what is behind", got)
 	}
 }

@@ -192,8 +192,8 @@ func writeWorst(b *strings.Builder, res *Results) {
 	ws := []*worst{
 		{goal: "overspend (micros) = 0", scope: "every campaign", better: higher, format: num},
 		{goal: "utilisation >= 99.5%", scope: "demand >= 1.05x, traffic reaches the curve", better: lower, format: pctF},
-		{goal: "utilisation >= 97%", scope: ">= 20 bids, demand >= 1.5x", better: lower, format: pctF},
-		{goal: "no hour > 2x the curve's share", scope: ">= 20 bids, demand >= 1.5x (less one bid per hour)", better: higher, format: ratio},
+		{goal: "utilisation >= 97%", scope: "20 to 10,000 bids, demand >= 1.5x, traffic reaches the curve", better: lower, format: pctF},
+		{goal: "no hour > 2x the curve's share", scope: "20 to 10,000 bids, demand >= 1.5x, traffic reaches the curve (less one bid per hour)", better: higher, format: ratio},
 		{goal: "last hour <= 1.5x the curve's", scope: "demand >= 1.05x", better: higher, format: ratio},
 		{goal: "host share within 3 pts of demand share", scope: "demand >= 1.05x", better: higher, format: pts},
 		{goal: "Redis cmds per 1,000 SPENDs <= 1", scope: "busy (>= 100 SPENDs/s)", better: higher, format: func(v float64) string { return fmt.Sprintf("%.2f", v) }},
@@ -204,14 +204,15 @@ func writeWorst(b *strings.Builder, res *Results) {
 		if q == nil {
 			continue
 		}
+		small := c.Bids >= 20 && c.Bids <= 10_000
 		vals := []struct {
 			ok bool
 			v  float64
 		}{
 			{true, float64(q.OverspendMicros)},
 			{c.Demand >= 1.05 && c.Reachable, q.Utilisation},
-			{c.Bids >= 20 && c.Demand >= 1.5, q.Utilisation},
-			{c.Bids >= 20 && c.Demand >= 1.5, q.MaxHourRatioBid},
+			{small && c.Demand >= 1.5 && c.Reachable, q.Utilisation},
+			{small && c.Demand >= 1.5 && c.Reachable, q.MaxHourRatioBid},
 			{c.Demand >= 1.05, q.LastHourRatio},
 			{c.Demand >= 1.05, q.HostShareMaxDev},
 			{c.Rate >= 100, q.CmdsPer1000},

@@ -128,29 +128,40 @@ local function audit(key, maxlen, ...)
   redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
 end
 
+-- scale returns floor(x * permille / 1000) exactly for 0 <= x <= 1e15 and
+-- 0 <= permille <= 8000.
+local function scale(x, permille)
+  local q, r = divmod(x, 1000)
+  return q * permille + math.floor(r * permille / 1000)
+end
+
 -- release_by_curve moves budget from locked to available as the pacing curve
 -- advances from the shard's last release point cppb to c_now (both in PPB of the
--- local day), then caps available at what the curve releases over the next cap
--- window (c_now..c_cap) and puts the excess back into locked. Exact: every micro
--- moved out of one field lands in the other.
+-- local day), then caps available and puts the excess back into locked. Exact:
+-- every micro moved out of one field lands in the other.
 --
 -- The plan is the shard's budget (net of what a cut still owes) along the
--- curve: plan x C is due by C. Three rules on top of the pro-rata release:
---   catch-up: a shard behind its plan (more locked than the plan still keeps
---     locked) releases at up to k x the plan's pace until it is back on the
---     plan, not pro rata to the end of the day. k = 1 is the pro-rata rule
---     alone.
---   the cap allows the same: while behind, available may hold up to k x what
---     the plan releases over the cap window (never more than the plan's window
---     plus what is behind).
---   unit: available may hold one unit (the caller's bid size) as long as what
---     the shard has spent or holds available stays within one unit of the plan:
---     a campaign whose cap window is worth less than one bid still gets its
---     bids, on time, a bid per host that holds one ahead of its curve at most.
+-- curve: plan x C is due by C. k (parts per thousand of the plan's pace; 0:
+-- the pro-rata rule) says how fast a shard off its plan may move:
+--   k = 0: locked is released pro rata over what is left of the curve, and
+--     available is capped at what that releases over the cap window
+--     (c_now..c_cap): a deficit is spread over the rest of the day, which
+--     dumps it at the day's end if it is large.
+--   k >= 1000: a shard behind its plan releases what is due, but never more
+--     than k/1000 x the plan's pace over the call (not pro rata to the end of
+--     the day: as fast as the cap allows, and no end-of-day dump); available
+--     is capped at the plan's cap window plus what is behind, at most k/1000
+--     x that window. A shard ahead of its plan releases pro rata (slower
+--     than the plan) until the plan catches up.
+-- unit: available may hold one unit (the caller's bid size) while the
+-- shard's spent + available stays within one unit of the plan: a campaign
+-- whose cap window is worth less than one bid still gets its bids, on time,
+-- a bid per host that holds one ahead of its curve at most.
+-- Once the curve is done (a morning-only curve, or the day's end), whatever
+-- is locked is released.
 local function release_by_curve(s, c_now, c_cap, unit, k)
   unit = unit or 0
-  k = k or 1
-  if k < 1 then k = 1 end
+  k = k or 0
   if c_now > PPB then c_now = PPB end
   if c_cap > PPB then c_cap = PPB end
   if c_cap < c_now then c_cap = c_now end
@@ -160,9 +171,16 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
     c_cap = math.min(PPB, s.cppb + (c_cap - c_now))
     c_now = s.cppb
   end
-  local c0, moved = s.cppb, 0
+  local plan = s.budget - s.owed
+  if plan < 0 then plan = 0 end
   if c_now > s.cppb then
-    moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
+    local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
+    if k > 0 and c_now < PPB then
+      local due = s.locked - (plan - muldiv(plan, c_now, PPB)) -- what puts the shard on its plan
+      if due > moved then -- behind: catch up, at most k x the plan's pace
+        moved = math.min(due, scale(muldiv(plan, c_now - s.cppb, PPB), k))
+      end
+    end
     s.locked = s.locked - moved
     s.available = s.available + moved
     s.cppb = c_now
@@ -171,29 +189,20 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
     if s.locked > 0 then
       -- The curve is done for the day (a morning-only curve, or the day's
       -- end): budget locked since (a raise, a carry-over, a rebalancing move)
-      -- has no curve left to wait for.
+      -- or still behind has no curve left to wait for.
       s.available = s.available + s.locked
       s.locked = 0
     end
     return
   end
-  local plan = s.budget - s.owed
-  if plan < 0 then plan = 0 end
   local plan_locked = plan - muldiv(plan, s.cppb, PPB) -- what the plan keeps locked from here
-  if k > 1 and s.locked > plan_locked then
-    -- Released over this call: at most k x the plan's pace (or the pro-rata
-    -- share, if that is more), and never past the plan.
-    local extra = math.min(s.locked - plan_locked, k * muldiv(plan, s.cppb - c0, PPB) - moved)
-    if extra > 0 then
-      s.locked = s.locked - extra
-      s.available = s.available + extra
-    end
-  end
-  local cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
-  local behind = s.locked + s.available - plan_locked
-  if k > 1 and behind > 0 then
+  local cap
+  if k > 0 then
     local window = muldiv(plan, c_cap - s.cppb, PPB)
-    cap = math.max(cap, math.min(window + behind, k * window))
+    local behind = s.locked + s.available - plan_locked
+    cap = math.max(0, math.min(window + behind, scale(window, k)))
+  else
+    cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
   end
   if s.available > cap then
     s.locked = s.locked + (s.available - cap)
