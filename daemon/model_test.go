@@ -200,6 +200,7 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		}
 	}()
 	r := m.rng
+	tail := rand.New(rand.NewPCG(seed, 0x7a11))
 	start := time.Date(2026, 11, 21, 17, 0, 0, 0, time.UTC).Add(time.Duration(r.IntN(3600)) * time.Second)
 	m.clock.Set(start)
 
@@ -215,8 +216,20 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		}
 		c := lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: daily, TZ: zone,
 			Curve: "burst", Shards: 1 + r.IntN(4), State: lease.StateActive, CarryOver: r.IntN(4) == 0}
+		// Issue 10's pacing (drawn from their own stream, so that the
+		// regression seeds replay the histories they were found with): a
+		// curve refitted each day from recorded demand, and a bid size that
+		// gives a small budget fewer shards on the days it opens.
+		if tail.IntN(3) == 0 {
+			c.Curve = daemon.AutoCurve
+		}
 		if _, err := e.direct.PutCampaign(ctx, c); err != nil {
 			t.Fatal(err)
+		}
+		if tail.IntN(2) == 0 {
+			if err := e.direct.SetBid(ctx, c.ID, daily/int64(20+tail.IntN(200))); err != nil {
+				t.Fatal(err)
+			}
 		}
 		m.camps = append(m.camps, &modelCampaign{stored: c, loc: loc})
 	}
