@@ -124,8 +124,35 @@ end
 
 -- audit appends one ledger event to the shard's stream. Every change to money goes
 -- through here, so the stream replays to the shard's state.
+--
+-- It also keeps the day's report as counters on the shard's state hash (r_*),
+-- counted exactly as BuildReport used to replay the stream: the report is
+-- exact however long the stream grew (it is capped at maxlen entries, and
+-- stays the audit trail, not the account).
 local function audit(key, maxlen, ...)
   redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+  local a = {...}
+  local f = {}
+  for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
+  local st = KEYS[1]
+  redis.call('HINCRBY', st, 'r_events', 1)
+  local amount = tonumber(f.amount) or 0
+  if f.ev == 'open' or f.ev == 'adjust' then
+    redis.call('HINCRBY', st, 'r_budget', str(amount))
+  elseif f.ev == 'grant' then
+    redis.call('HINCRBY', st, 'r_leases', 1)
+    redis.call('HINCRBY', st, 'r_granted', str(amount))
+  elseif f.ev == 'release' then
+    local unused = tonumber(f.unused) or 0
+    redis.call('HINCRBY', st, 'r_spent', str(amount - unused))
+    redis.call('HINCRBY', st, 'r_returned', str(unused))
+    redis.call('HINCRBY', st, 'r_closed', str(amount))
+  elseif f.ev == 'settle' then
+    redis.call('HINCRBY', st, 'r_settled', 1)
+    redis.call('HINCRBY', st, 'r_lost', str(amount))
+    redis.call('HINCRBY', st, 'r_spent', str(amount))
+    redis.call('HINCRBY', st, 'r_closed', str(amount))
+  end
 end
 
 -- release_by_curve moves budget from locked to available as the pacing curve
