@@ -61,6 +61,10 @@ bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simu
 bench-tail: deps ## The long tail: sparse scenarios and a generated family of 50 campaigns (docs/img/tail-*).
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
+.PHONY: bench-scale
+bench-scale: deps ## The reconciler at 1,000 and 10,000 campaigns: commands and time per pass (docs/BENCHMARKS.md, Scale; ~5 min).
+	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench ReconcilerScale -benchtime 5x -timeout 40m ./daemon/
+
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.
 	rm -rf $(BIN) .run

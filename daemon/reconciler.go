@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -31,9 +35,18 @@ type ReconcilerConfig struct {
 	// ledger is not durable, or this host's clock is off Redis's by more
 	// than the skew bound, so it could settle live leases early) no pass
 	// runs.
-	Gate   func(context.Context) error
-	Clock  Clock
-	Logger *zap.Logger
+	Gate func(context.Context) error
+	// Concurrency is how many campaigns (or shards) a pass works on at once
+	// (default 16): a pass's time is bounded by round trips, not by Redis.
+	Concurrency int
+	// SweepPeriod is how often every campaign gets a full look, a slice of
+	// them on each pass (default 5m): every shard settled and read, pending
+	// moves and budget changes finished, lost shards detected. Between
+	// sweeps a pass works from the ledger's indexes and does only what
+	// there is to do (see Step).
+	SweepPeriod time.Duration
+	Clock       Clock
+	Logger      *zap.Logger
 }
 
 // Reconciler is the fleet's housekeeper; one daemon runs it, elected. Every
@@ -45,9 +58,50 @@ type Reconciler struct {
 	ledger *lease.Ledger
 	cfg    ReconcilerConfig
 	log    *zap.Logger
+	stats  reconcilerMetrics
 
+	mu        sync.Mutex
 	exhausted map[string]bool // campaign/day exhaustion already broadcast by this leader
+	term      termState
 }
+
+// termState is what a leader learns in its term and forgets when the term
+// ends: the campaigns (kept current by the ledger's change stream) and which
+// of their days it knows to be open, closed or reported, so that a pass does
+// not ask Redis again.
+type termState struct {
+	full      bool // a full pass ran: the rest is known
+	changes   string
+	campaigns map[string]lease.Campaign
+	order     []string // campaign ids, sorted: the sweep's order
+	cursor    int
+	opened    map[string]string // campaign -> day known open
+	shut      map[string]string // campaign -> day whose shards are closed
+	reported  map[string]string // campaign -> day known reported (or never opened)
+}
+
+func newTermState() termState {
+	return termState{campaigns: map[string]lease.Campaign{}, opened: map[string]string{},
+		shut: map[string]string{}, reported: map[string]string{}}
+}
+
+// known reads a fact of the term (m is one of its maps).
+func (r *Reconciler) known(m func(*termState) map[string]string, campaign, day string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return m(&r.term)[campaign] == day
+}
+
+// learn records a fact of the term.
+func (r *Reconciler) learn(m func(*termState) map[string]string, campaign, day string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m(&r.term)[campaign] = day
+}
+
+func opened(t *termState) map[string]string   { return t.opened }
+func shut(t *termState) map[string]string     { return t.shut }
+func reported(t *termState) map[string]string { return t.reported }
 
 // NewReconciler returns a Reconciler over ledger.
 func NewReconciler(ledger *lease.Ledger, cfg ReconcilerConfig) *Reconciler {
@@ -66,7 +120,14 @@ func NewReconciler(ledger *lease.Ledger, cfg ReconcilerConfig) *Reconciler {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{}}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.SweepPeriod <= 0 {
+		cfg.SweepPeriod = 5 * time.Minute
+	}
+	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{},
+		term: newTermState(), stats: newReconcilerMetrics()}
 }
 
 // Run campaigns with el and, while leading, runs a pass every Interval. It
@@ -109,7 +170,10 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 		case <-term.Done():
 		}
 	}()
+	r.mu.Lock()
 	r.exhausted = map[string]bool{}
+	r.term = newTermState() // the first pass of a term is a full one
+	r.mu.Unlock()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -119,7 +183,7 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 				goto wait
 			}
 		}
-		if err := r.Pass(term, lead.Fence); errors.Is(err, lease.ErrFenced) {
+		if err := r.Step(term, lead.Fence); errors.Is(err, lease.ErrFenced) {
 			r.log.Warn("fenced off by a newer leader; stepping down", zap.Error(err))
 			return
 		} else if err != nil && term.Err() == nil {
@@ -135,24 +199,339 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 	}
 }
 
-// Pass runs the reconciler's duties once, at the clock's now, with fence.
+// Pass runs the reconciler's duties once, at the clock's now, with fence, on
+// every campaign: every shard of today and yesterday is settled and read.
+// The first pass of a term is one; Step runs the others. A campaign that
+// fails is logged, counted and left for the next pass; the pass goes on
+// (only a newer leader's fence, or ctx, stops it).
 func (r *Reconciler) Pass(ctx context.Context, fence int64) error {
-	campaigns, err := r.ledger.ListCampaigns(ctx)
+	start := time.Now()
+	_, pos, _, err := r.ledger.CampaignChanges(ctx, "", 0) // before the list: no change missed
 	if err != nil {
+		r.stats.errors.Inc()
 		return err
 	}
-	var errs []error
-	for _, c := range campaigns {
-		if err := r.campaign(ctx, c, fence); err != nil {
-			if errors.Is(err, lease.ErrFenced) || ctx.Err() != nil {
-				return err
+	campaigns, err := r.ledger.ListCampaigns(ctx)
+	if err != nil {
+		r.stats.errors.Inc()
+		return err
+	}
+	r.mu.Lock()
+	r.term.campaigns = make(map[string]lease.Campaign, len(campaigns))
+	r.term.order = make([]string, len(campaigns))
+	for i, c := range campaigns {
+		r.term.campaigns[c.ID] = c
+		r.term.order[i] = c.ID
+	}
+	r.term.changes = pos
+	r.mu.Unlock()
+	err = r.each(ctx, len(campaigns), func(i int) error { return r.campaign(ctx, campaigns[i], fence) })
+	if !errors.Is(err, lease.ErrFenced) && ctx.Err() == nil {
+		r.mu.Lock()
+		r.term.full = true
+		r.mu.Unlock()
+	}
+	r.stats.observe(start, len(campaigns), len(campaigns))
+	return err
+}
+
+// each runs f(0..n-1) on up to Concurrency goroutines. Failures are logged
+// and counted and do not stop the others, except a fence (a newer leader
+// exists: nothing more may be written) or the end of ctx.
+func (r *Reconciler) each(ctx context.Context, n int, f func(i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu     sync.Mutex
+		errs   []error
+		fenced error
+		next   atomic.Int64
+		wg     sync.WaitGroup
+	)
+	for range min(r.cfg.Concurrency, n) {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				err := f(i)
+				if err == nil {
+					continue
+				}
+				mu.Lock()
+				if errors.Is(err, lease.ErrFenced) {
+					if fenced == nil {
+						fenced = err
+					}
+					cancel()
+				} else if ctx.Err() == nil {
+					r.stats.errors.Inc()
+					r.log.Warn("reconciling failed; retried next pass", zap.Error(err))
+					if len(errs) < 10 {
+						errs = append(errs, err)
+					}
+				}
+				mu.Unlock()
 			}
-			errs = append(errs, err)
-		}
+		})
+	}
+	wg.Wait()
+	if fenced != nil {
+		return fenced
 	}
 	return errors.Join(errs...)
 }
 
+// Step is a pass that works from the ledger's indexes (lease/index.go), so
+// that its Redis commands grow with the work to do, not with the campaigns:
+// campaigns changed since the last pass (the change stream), days to open
+// or close at a campaign's local midnight (decided in memory; a day known
+// open or reported is not asked about again), shards with an expired lease
+// (the due index), shards left nearly empty (the low index: rebalance,
+// exhaustion), and a slice of the slow sweep, which gives every campaign a
+// full look (Pass's) once per SweepPeriod. The first Step of a term is a
+// full Pass.
+func (r *Reconciler) Step(ctx context.Context, fence int64) error {
+	r.mu.Lock()
+	full := r.term.full
+	r.mu.Unlock()
+	if !full {
+		return r.Pass(ctx, fence)
+	}
+	start := time.Now()
+	now := r.cfg.Clock.Now()
+	var errs []error
+	// fail keeps a failure for the pass's error and goes on, unless a newer
+	// leader fenced this one off or the term ended. (each has logged and
+	// counted its own.)
+	fail := func(err error) error {
+		if errors.Is(err, lease.ErrFenced) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err)
+		return nil
+	}
+	failOne := func(err error) error {
+		if err := fail(err); err != nil {
+			return err
+		}
+		r.stats.errors.Inc()
+		r.log.Warn("reconciling failed; retried next pass", zap.Error(err))
+		return nil
+	}
+	// Campaigns stored since the last pass.
+	if gap, err := r.followChanges(ctx); err != nil {
+		if err := failOne(err); err != nil {
+			return err
+		}
+	} else if gap {
+		return r.Pass(ctx, fence)
+	}
+	// Days to open and to close.
+	r.mu.Lock()
+	var days []lease.Campaign
+	for _, id := range r.term.order {
+		c := r.term.campaigns[id]
+		today := bucket.DayOf(now, c.Location())
+		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
+		if (c.State == lease.StateActive && r.term.opened[id] != today.Key) || r.term.reported[id] != yesterday.Key {
+			days = append(days, c)
+		}
+	}
+	r.mu.Unlock()
+	if err := r.each(ctx, len(days), func(i int) error { return r.days(ctx, days[i], fence, now) }); err != nil {
+		if err := fail(err); err != nil {
+			return err
+		}
+	}
+	// Shards with expired leases.
+	due, err := r.ledger.DueShards(ctx, now.Add(-r.cfg.Grace), stepLimit)
+	if err != nil {
+		if err := failOne(err); err != nil {
+			return err
+		}
+	}
+	if err := r.each(ctx, len(due), func(i int) error { return r.settleDue(ctx, due[i], fence, now) }); err != nil {
+		if err := fail(err); err != nil {
+			return err
+		}
+	}
+	// Shards left nearly empty.
+	low, err := r.ledger.LowShards(ctx, stepLimit)
+	if err != nil {
+		if err := failOne(err); err != nil {
+			return err
+		}
+	}
+	type cday struct{ campaign, day string }
+	var lowDays []cday
+	seen := map[cday]bool{}
+	for _, e := range low {
+		d := cday{e.Shard.Campaign, e.Shard.Day}
+		if !seen[d] {
+			seen[d] = true
+			lowDays = append(lowDays, d)
+		}
+	}
+	if err := r.each(ctx, len(lowDays), func(i int) error { return r.lowDay(ctx, lowDays[i].campaign, lowDays[i].day, fence, now) }); err != nil {
+		if err := fail(err); err != nil {
+			return err
+		}
+	} else if err := r.ledger.Unindex(ctx, low); err != nil {
+		if err := failOne(err); err != nil {
+			return err
+		}
+	}
+	// A slice of the sweep.
+	sweep := r.sweepSlice()
+	if err := r.each(ctx, len(sweep), func(i int) error { return r.campaign(ctx, sweep[i], fence) }); err != nil {
+		if err := fail(err); err != nil {
+			return err
+		}
+	}
+	r.stats.observe(start, len(days)+len(due)+len(lowDays), len(r.term.order))
+	return errors.Join(errs...)
+}
+
+// stepLimit caps the index entries one pass takes on; the rest wait for the
+// next pass (and show in the backlog).
+const stepLimit = 10_000
+
+// followChanges reloads the campaigns stored since the last pass. gap: the
+// change stream was trimmed past what this leader had read; re-read all.
+func (r *Reconciler) followChanges(ctx context.Context) (gap bool, err error) {
+	r.mu.Lock()
+	pos := r.term.changes
+	r.mu.Unlock()
+	for {
+		ids, next, gap, err := r.ledger.CampaignChanges(ctx, pos, 1000)
+		if err != nil || gap {
+			return gap, err
+		}
+		if len(ids) == 0 {
+			return false, nil
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		loaded := make([]lease.Campaign, len(ids))
+		gone := make([]bool, len(ids))
+		if err := r.each(ctx, len(ids), func(i int) error {
+			c, err := r.ledger.GetCampaign(ctx, ids[i])
+			var unknown *lease.UnknownCampaignError
+			if errors.As(err, &unknown) {
+				gone[i] = true
+				return nil
+			}
+			loaded[i] = c
+			return err
+		}); err != nil {
+			return false, err
+		}
+		r.mu.Lock()
+		for i, id := range ids {
+			_, had := r.term.campaigns[id]
+			if gone[i] {
+				delete(r.term.campaigns, id)
+			} else {
+				r.term.campaigns[id] = loaded[i]
+			}
+			if had == gone[i] { // added or removed
+				r.term.order = slices.Sorted(maps.Keys(r.term.campaigns))
+			}
+		}
+		r.term.changes = next
+		pos = next
+		r.mu.Unlock()
+	}
+}
+
+// sweepSlice returns the campaigns this pass sweeps: enough that every
+// campaign is swept once per SweepPeriod.
+func (r *Reconciler) sweepSlice() []lease.Campaign {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.term.order)
+	if n == 0 {
+		return nil
+	}
+	k := min(n, int((int64(n)*int64(r.cfg.Interval)+int64(r.cfg.SweepPeriod)-1)/int64(r.cfg.SweepPeriod)))
+	out := make([]lease.Campaign, 0, k)
+	for range k {
+		r.term.cursor %= n
+		out = append(out, r.term.campaigns[r.term.order[r.term.cursor]])
+		r.term.cursor++
+	}
+	return out
+}
+
+// days opens a campaign's today and closes its yesterday, if not known done.
+func (r *Reconciler) days(ctx context.Context, c lease.Campaign, fence int64, now time.Time) error {
+	loc := c.Location()
+	today := bucket.DayOf(now, loc)
+	yesterday := bucket.DayOf(today.Start.Add(-time.Hour), loc)
+	if c.State == lease.StateActive && !r.known(opened, c.ID, today.Key) {
+		if _, err := r.ledger.OpenDay(ctx, c, today.Key, today.Start, now); err != nil {
+			return err
+		}
+		r.learn(opened, c.ID, today.Key)
+	}
+	if r.known(reported, c.ID, yesterday.Key) {
+		return nil
+	}
+	n, err := r.ledger.DayShards(ctx, c.ID, yesterday.Key)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		r.learn(reported, c.ID, yesterday.Key) // nothing to close
+		return nil
+	}
+	_, err = r.closeDay(ctx, c, yesterday, today, n, nil, now)
+	return err
+}
+
+// settleDue settles a shard the due index names.
+func (r *Reconciler) settleDue(ctx context.Context, e lease.IndexEntry, fence int64, now time.Time) error {
+	s, err := r.ledger.Settle(ctx, e.Shard, now, r.cfg.Grace, fence)
+	if errors.Is(err, lease.ErrDayNotOpen) {
+		return r.ledger.Unindex(ctx, []lease.IndexEntry{e}) // its keys expired
+	}
+	if err != nil {
+		return err
+	}
+	if s.Count > 0 {
+		r.log.Info("settled expired leases", zap.String("campaign", e.Shard.Campaign), zap.String("day", e.Shard.Day),
+			zap.Int("shard", e.Shard.Shard), zap.Int64("leases", s.Count), zap.Int64("micros", s.Amount))
+	}
+	return nil
+}
+
+// lowDay rebalances a campaign's today one of whose shards ran low, and
+// tells the fleet if it is exhausted.
+func (r *Reconciler) lowDay(ctx context.Context, campaign, day string, fence int64, now time.Time) error {
+	r.mu.Lock()
+	c, ok := r.term.campaigns[campaign]
+	r.mu.Unlock()
+	if !ok || bucket.DayOf(now, c.Location()).Key != day {
+		return nil // gone, or not today: the day's close deals with it
+	}
+	n, err := r.ledger.DayShards(ctx, campaign, day)
+	if err != nil || n == 0 {
+		return err
+	}
+	shards, err := r.ledger.ReadShards(ctx, campaign, day, n)
+	if err != nil {
+		return err
+	}
+	if err := r.rebalance(ctx, campaign, day, shards, fence, now); err != nil {
+		return err
+	}
+	r.checkExhausted(campaign, day, shards)
+	return nil
+}
+
+// campaign is the full look at one campaign: Pass's, and the sweep's.
 func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64) error {
 	now := r.cfg.Clock.Now()
 	loc := c.Location()
@@ -162,16 +541,32 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 		if _, err := r.ledger.OpenDay(ctx, c, today.Key, today.Start, now); err != nil {
 			return err
 		}
+		r.learn(opened, c.ID, today.Key)
 	}
 	if _, err := r.ledger.FinishDayOps(ctx, c.ID, now); err != nil {
 		return err
 	}
 	for _, day := range []bucket.Day{yesterday, today} {
+		if day.Key == yesterday.Key {
+			// A reported day's leases were all settled and its shards
+			// refuse grants: nothing more to do on it.
+			saved, err := r.ledger.HasReport(ctx, c.ID, day.Key)
+			if err != nil {
+				return err
+			}
+			if saved {
+				r.learn(reported, c.ID, day.Key)
+				continue
+			}
+		}
 		n, err := r.ledger.DayShards(ctx, c.ID, day.Key)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
+			if day.Key == yesterday.Key {
+				r.learn(reported, c.ID, day.Key)
+			}
 			continue
 		}
 		if _, err := r.ledger.FinishMoves(ctx, c.ID, day.Key, n, now); err != nil {
@@ -194,7 +589,7 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 				return err
 			}
 			r.checkExhausted(c.ID, day.Key, shards)
-		} else if err := r.closeDay(ctx, c, day, today, shards, now); err != nil {
+		} else if _, err := r.closeDay(ctx, c, day, today, n, shards, now); err != nil {
 			return err
 		}
 	}
@@ -243,10 +638,13 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 		remaining += s.Remaining()
 	}
 	key := campaign + "/" + day
-	if remaining > 0 || r.exhausted[key] {
+	r.mu.Lock()
+	done := remaining > 0 || r.exhausted[key]
+	r.exhausted[key] = r.exhausted[key] || remaining == 0
+	r.mu.Unlock()
+	if done {
 		return
 	}
-	r.exhausted[key] = true
 	r.log.Info("campaign-day exhausted", zap.String("campaign", campaign), zap.String("day", day))
 	if r.cfg.Publisher != nil {
 		e := transport.Event{Kind: transport.EventExhausted, Campaign: campaign, Day: day, From: r.cfg.Holder, AtMillis: r.cfg.Clock.Now().UnixMilli()}
@@ -259,43 +657,58 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 // closeDay writes a finished day's report once none of its leases is
 // outstanding (they are settled after expiry plus grace). Its remaining budget
 // is under-delivery, unless the campaign carries it over to the next day.
-func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, shards []lease.Shard, now time.Time) error {
+// shards are the day's n shards as just settled, or nil to read them here.
+// done: the report is saved.
+func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, n int, shards []lease.Shard, now time.Time) (done bool, err error) {
 	campaign := c.ID
 	saved, err := r.ledger.HasReport(ctx, campaign, day.Key)
-	if err != nil || saved {
-		return err
+	if err != nil {
+		return false, err
+	}
+	if saved {
+		r.learn(reported, campaign, day.Key)
+		return true, nil
 	}
 	// Closed shards refuse grants, so what is left on them can only shrink
 	// (a daemon with a late clock cannot lease from a finished day).
-	if err := r.ledger.CloseDay(ctx, campaign, day.Key, now); err != nil {
-		return err
+	if !r.known(shut, campaign, day.Key) {
+		if err := r.ledger.CloseDay(ctx, campaign, day.Key, now); err != nil {
+			return false, err
+		}
+		r.learn(shut, campaign, day.Key)
+	}
+	if shards == nil {
+		if shards, err = r.ledger.ReadShards(ctx, campaign, day.Key, n); err != nil {
+			return false, err
+		}
 	}
 	for _, s := range shards {
 		if s.Leased > 0 {
-			return nil // not yet: leases of the day are still outstanding
+			return false, nil // not yet: leases of the day are still outstanding
 		}
 	}
 	if c.CarryOver {
 		// The next day must exist to take the carry, even for a paused
 		// campaign (its budget stays locked until it resumes).
 		if _, err := r.ledger.OpenDay(ctx, c, next.Key, next.Start, now); err != nil {
-			return err
+			return false, err
 		}
 		if _, err := r.ledger.CarryOver(ctx, campaign, day.Key, next.Key, now); errors.Is(err, lease.ErrCarryNotReady) {
-			return nil // a lease landed since the shards were read: next pass
+			return false, nil // a lease landed since the shards were read: next pass
 		} else if err != nil {
-			return err
+			return false, err
 		}
 	}
 	rep, err := r.ledger.BuildReport(ctx, campaign, day.Key)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := r.ledger.SaveReport(ctx, rep); err != nil {
-		return err
+		return false, err
 	}
+	r.learn(reported, campaign, day.Key)
 	r.log.Info("closed campaign-day", zap.String("campaign", campaign), zap.String("day", day.Key),
 		zap.Int64("budget", rep.Budget), zap.Int64("spent", rep.Spent), zap.Int64("lost", rep.Lost),
 		zap.Int64("under_delivery", rep.UnderDelivery))
-	return nil
+	return true, nil
 }

@@ -1,12 +1,14 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -100,16 +102,84 @@ func (l *Ledger) PutCampaign(ctx context.Context, c Campaign) (Campaign, error) 
 		return Campaign{}, fmt.Errorf("store campaign %s: %w", c.ID, err)
 	}
 	c.Version = ver
-	_, err = l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "daily", c.DailyMicros, "tz", c.TZ, "curve", c.Curve,
-			"shards", c.Shards, "state", c.State, "carry_over", c.CarryOver)
-		p.SAdd(ctx, campaignsKey, c.ID)
-		return nil
-	})
-	if err != nil {
+	// Three single-key writes, no MULTI: the settings hash and the id set
+	// are in different Redis Cluster slots. The settings go first, so that
+	// whoever sees the id or the change record reads them; each write is
+	// idempotent, so a caller whose call failed half-way just calls again.
+	if err := l.rdb.HSet(ctx, key, "daily", c.DailyMicros, "tz", c.TZ, "curve", c.Curve,
+		"shards", c.Shards, "state", c.State, "carry_over", c.CarryOver).Err(); err != nil {
 		return Campaign{}, fmt.Errorf("store campaign %s: %w", c.ID, err)
 	}
+	if err := l.rdb.SAdd(ctx, campaignsKey, c.ID).Err(); err != nil {
+		return Campaign{}, fmt.Errorf("store campaign %s: %w", c.ID, err)
+	}
+	if err := l.rdb.XAdd(ctx, &redis.XAddArgs{Stream: changesKey, MaxLen: changesMaxLen, Approx: true, Values: []any{"id", c.ID}}).Err(); err != nil {
+		return Campaign{}, fmt.Errorf("store campaign %s: change record: %w", c.ID, err)
+	}
 	return c, nil
+}
+
+// changesKey is a stream of the ids of campaigns stored, in the order Redis
+// took the records (so a reader that has seen a record has seen every
+// earlier one): the reconciler follows it instead of re-reading every
+// campaign on every pass.
+const changesKey = keyPrefix + "campaigns:changes"
+
+// changesMaxLen caps the change stream (approximately). A reader that falls
+// further behind re-reads every campaign (see CampaignChanges).
+const changesMaxLen = 100_000
+
+// CampaignChanges returns the ids of the campaigns stored after the change
+// record after ("" for the start: then only the position is returned, with
+// no ids), at most limit of them, and the position to pass next time.
+// gap is true when records after "after" may have been trimmed away: the
+// caller must re-read every campaign.
+func (l *Ledger) CampaignChanges(ctx context.Context, after string, limit int64) (ids []string, next string, gap bool, err error) {
+	if after == "" {
+		last, err := l.rdb.XRevRangeN(ctx, changesKey, "+", "-", 1).Result()
+		if err != nil {
+			return nil, "", false, fmt.Errorf("campaign changes: %w", err)
+		}
+		if len(last) == 0 {
+			return nil, "0-0", false, nil
+		}
+		return nil, last[0].ID, false, nil
+	}
+	msgs, err := l.rdb.XRangeN(ctx, changesKey, "("+after, "+", limit).Result()
+	if err != nil {
+		return nil, "", false, fmt.Errorf("campaign changes: %w", err)
+	}
+	next = after
+	for _, m := range msgs {
+		if id, ok := m.Values["id"].(string); ok {
+			ids = append(ids, id)
+		}
+		next = m.ID
+	}
+	if len(msgs) == 0 {
+		return nil, next, false, nil
+	}
+	// A trimmed stream starts after what we had: ask where it starts now.
+	first, err := l.rdb.XRangeN(ctx, changesKey, "-", "+", 1).Result()
+	if err != nil {
+		return nil, "", false, fmt.Errorf("campaign changes: %w", err)
+	}
+	gap = after != "0-0" && len(first) == 1 && first[0].ID != msgs[0].ID && compareStreamIDs(first[0].ID, after) > 0
+	return ids, next, gap, nil
+}
+
+// compareStreamIDs orders two stream ids "ms-seq".
+func compareStreamIDs(a, b string) int {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	x, _ := strconv.ParseUint(am, 10, 64)
+	y, _ := strconv.ParseUint(bm, 10, 64)
+	if x != y {
+		return cmp.Compare(x, y)
+	}
+	x, _ = strconv.ParseUint(as, 10, 64)
+	y, _ = strconv.ParseUint(bs, 10, 64)
+	return cmp.Compare(x, y)
 }
 
 // GetCampaign loads a campaign; an unknown one is an *UnknownCampaignError.
@@ -121,6 +191,11 @@ func (l *Ledger) GetCampaign(ctx context.Context, id string) (Campaign, error) {
 	if err != nil {
 		return Campaign{}, fmt.Errorf("load campaign %s: %w", id, err)
 	}
+	return l.parseCampaign(id, m)
+}
+
+// parseCampaign reads a campaign from its settings hash.
+func (l *Ledger) parseCampaign(id string, m map[string]string) (Campaign, error) {
 	if len(m) == 0 || m["daily"] == "" {
 		return Campaign{}, &UnknownCampaignError{ID: id}
 	}
@@ -157,7 +232,8 @@ func (l *Ledger) CampaignIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// ListCampaigns returns every campaign, sorted by id.
+// ListCampaigns returns every campaign, sorted by id. The campaigns are read
+// in pipelines of 1,000, not one round trip each.
 func (l *Ledger) ListCampaigns(ctx context.Context) ([]Campaign, error) {
 	ids, err := l.rdb.SMembers(ctx, campaignsKey).Result()
 	if err != nil {
@@ -165,16 +241,31 @@ func (l *Ledger) ListCampaigns(ctx context.Context) ([]Campaign, error) {
 	}
 	slices.Sort(ids)
 	out := make([]Campaign, 0, len(ids))
-	for _, id := range ids {
-		c, err := l.GetCampaign(ctx, id)
-		var unknown *UnknownCampaignError
-		if errors.As(err, &unknown) {
-			continue // removed between SMEMBERS and HGETALL
+	for chunk := range slices.Chunk(ids, 1000) {
+		p := l.rdb.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, len(chunk))
+		for i, id := range chunk {
+			if ValidCampaignID(id) {
+				cmds[i] = p.HGetAll(ctx, campaignKey(id))
+			}
 		}
-		if err != nil {
-			return nil, err
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("list campaigns: %w", err)
 		}
-		out = append(out, c)
+		for i, id := range chunk {
+			if cmds[i] == nil {
+				continue
+			}
+			c, err := l.parseCampaign(id, cmds[i].Val())
+			var unknown *UnknownCampaignError
+			if errors.As(err, &unknown) {
+				continue // removed between SMEMBERS and HGETALL
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, c)
+		}
 	}
 	return out, nil
 }

@@ -58,9 +58,10 @@ type Target struct {
 // ParseTarget parses the ledger's addresses: one host:port, one Unix socket
 // path (starting with / or .), one sentinel://master-name@host:port,...
 // address, several host:port Cluster seeds, or URLs:
-// redis://[user[:password]@]host:port, rediss://… (TLS) and
-// unix://[user[:password]@]/path. Several URLs are Cluster seeds and must
-// agree on scheme and credentials. Errors never contain a password.
+// redis://[user[:password]@]host:port, rediss://… (TLS),
+// redis+cluster://… and rediss+cluster://… (a Redis Cluster: one seed is
+// enough) and unix://[user[:password]@]/path. Several URLs are Cluster seeds
+// and must agree on scheme and credentials. Errors never contain a password.
 func ParseTarget(addrs []string) (Target, error) {
 	switch {
 	case len(addrs) == 0:
@@ -135,8 +136,14 @@ func parseOne(a string) (Target, error) {
 		t.Password, _ = u.User.Password()
 	}
 	switch u.Scheme {
-	case "redis", "rediss":
-		t.Kind, t.TLS = "single", u.Scheme == "rediss"
+	case "redis", "rediss", "redis+cluster", "rediss+cluster":
+		// redis+cluster: a Cluster, even from one seed (go-redis's Cluster
+		// client finds the other nodes from it); a plain host:port would be
+		// taken for one server and fail with MOVED.
+		t.Kind, t.TLS = "single", strings.HasPrefix(u.Scheme, "rediss")
+		if strings.HasSuffix(u.Scheme, "+cluster") {
+			t.Kind = "cluster"
+		}
 		if u.Path != "" && u.Path != "/" && u.Path != "/0" {
 			return Target{}, fmt.Errorf("%q: database %q: the ledger uses database 0 (Cluster has no other)", shown, strings.TrimPrefix(u.Path, "/"))
 		}
@@ -153,7 +160,7 @@ func parseOne(a string) (Target, error) {
 		}
 		t.Kind, t.Addrs = "unix", []string{u.Path}
 	default:
-		return Target{}, fmt.Errorf("%q: scheme %q: want redis, rediss, unix or sentinel", shown, u.Scheme)
+		return Target{}, fmt.Errorf("%q: scheme %q: want redis, rediss, redis+cluster, rediss+cluster, unix or sentinel", shown, u.Scheme)
 	}
 	return t, nil
 }

@@ -101,3 +101,72 @@ func TestClusterDurabilityEveryMaster(t *testing.T) {
 		t.Fatalf("cluster clock offset %+v, %v", o, err)
 	}
 }
+
+// On a Cluster the reconciler's indexes are kept per slot, each in its
+// shard's slot (a script touches one slot): grants on shards spread over
+// both masters are all found due once expired, settled, and leave the
+// index; a drained shard is found low.
+func TestClusterIndexesPerSlot(t *testing.T) {
+	nodes := startCluster(t, redisproc.Options{}, redisproc.Options{})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	c, err := l.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 8_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	if _, err := l.OpenDay(ctx, c, "2026-11-21", day, day); err != nil {
+		t.Fatal(err)
+	}
+	now := day.Add(23 * time.Hour)
+	masters := map[string]bool{}
+	for i := range 8 {
+		k := lease.ShardKey{Campaign: "c", Day: "2026-11-21", Shard: i}
+		m, err := cc.MasterForKey(ctx, k.RedisKeys()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		masters[m.Options().Addr] = true
+		want := int64(100_000)
+		if i == 5 {
+			want = 1_000_000 // all of it: shard 5 runs low
+		}
+		g, err := l.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "l" + strconv.Itoa(i), Holder: "h", Want: want,
+			Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
+			Grace: 5 * time.Second, DayStart: day})
+		if err != nil || g.Granted == 0 {
+			t.Fatalf("grant on %s: %+v, %v", k, g, err)
+		}
+	}
+	if len(masters) != 2 {
+		t.Fatalf("the shards sit on %d masters; the test wants both", len(masters))
+	}
+	due, err := l.DueShards(ctx, now.Add(30*time.Second), 100)
+	if err != nil || len(due) != 0 {
+		t.Fatalf("due before expiry: %v, %v", due, err)
+	}
+	low, err := l.LowShards(ctx, 100)
+	if err != nil || len(low) != 1 || low[0].Shard.Shard != 5 {
+		t.Fatalf("low shards %+v, %v: want shard 5", low, err)
+	}
+	later := now.Add(40 * time.Second)
+	due, err = l.DueShards(ctx, later.Add(-5*time.Second), 100)
+	if err != nil || len(due) != 8 {
+		t.Fatalf("due after expiry: %d shards, %v; want 8", len(due), err)
+	}
+	for _, e := range due {
+		if s, err := l.Settle(ctx, e.Shard, later, 5*time.Second, 1); err != nil || s.Count != 1 {
+			t.Fatalf("settle %s: %+v, %v", e.Shard, s, err)
+		}
+	}
+	if due, err = l.DueShards(ctx, later, 100); err != nil || len(due) != 0 {
+		t.Fatalf("still due after settling: %v, %v", due, err)
+	}
+	if err := l.Unindex(ctx, low); err != nil {
+		t.Fatal(err)
+	}
+	if low, err = l.LowShards(ctx, 100); err != nil || len(low) != 0 {
+		t.Fatalf("still low after clearing: %v, %v", low, err)
+	}
+}

@@ -10,7 +10,8 @@ import (
 // {campaign/day/shard}, so every ledger script touches a single Redis Cluster
 // slot; different shards have different tags and so spread across the cluster.
 //
-//	pacer:{c/d/s}:state   hash   budget locked available leased spent lost cppb fence opened_ms
+//	pacer:{c/d/s}:state   hash   budget locked available leased spent lost cppb fence opened_ms;
+//	                             r_* the day's report counters (prelude.lua's audit)
 //	pacer:{c/d/s}:leases  hash   lease id -> "amount|holder|expiry_ms" (outstanding leases)
 //	pacer:{c/d/s}:exp     zset   lease id by expiry_ms (for settlement)
 //	pacer:{c/d/s}:done    hash   lease id -> "r:unused" | "s:amount" (idempotency record)
@@ -19,6 +20,9 @@ import (
 //	pacer:{c/d/s}:ops     hash   op id -> "applied|owed" (budget changes, exactly once)
 //	pacer:campaign:{<id>} hash   campaign settings
 //	pacer:campaigns       set    campaign ids
+//	pacer:campaigns:changes stream ids of campaigns stored, in order (the reconciler follows it)
+//	pacer:idx:due, pacer:idx:low  zsets  the reconciler's indexes (index.go); on a Cluster
+//	                             one of each per slot, pacer:idx:due:{<tag of the slot>}
 //	pacer:days:{<id>}     hash   day -> shard count, written once every shard of the day is open;
 //	                             "<day>:plan" budget|shards|curve, decided once; "<day>:budget"
 //	                             the day's budget; "<day>:op:<op>" pending|done budget changes

@@ -99,6 +99,9 @@ type Ledger struct {
 	cfg Config
 
 	locations sync.Map // time zone name -> *time.Location
+	// cluster: rdb is a Redis Cluster client, so the reconciler's indexes
+	// are kept per slot (see index.go).
+	cluster bool
 }
 
 // New returns a Ledger over rdb. rdb may be a single node, a failover client or
@@ -116,7 +119,8 @@ func New(rdb redis.UniversalClient, cfg Config, log *zap.Logger) *Ledger {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Ledger{rdb: rdb, log: log.Named("lease"), cfg: cfg}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Ledger{rdb: rdb, log: log.Named("lease"), cfg: cfg, cluster: cluster}
 }
 
 // Client returns the Redis client the ledger uses.
@@ -189,7 +193,7 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 // client itself must not retry (NewClient turns go-redis's retries off):
 // plain commands are not idempotent.
 func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
-	res, err := l.runScript(ctx, s, k.keys(), args...)
+	res, err := l.runScript(ctx, s, l.scriptKeys(k), args...)
 	var notDurable error
 	if errors.Is(err, ErrNotDurable) && res != nil {
 		notDurable = fmt.Errorf("ledger %s: %w", k, err)

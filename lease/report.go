@@ -11,8 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Report is a campaign-day's account, rebuilt from its shards' audit streams
-// (not from their balances, so it also checks them). Micros.
+// Report is a campaign-day's account, from counters every ledger script keeps
+// on its shard as it writes the shard's audit stream (so exact however long
+// the stream grew), or, for a shard opened before the counters existed,
+// replayed from its stream. Micros.
 type Report struct {
 	Campaign string `json:"campaign"`
 	Day      string `json:"day"`
@@ -39,8 +41,72 @@ type Report struct {
 	Events      int64 `json:"events"`
 }
 
-// BuildReport replays the campaign-day's audit streams.
+// reportFields are the report counters on a shard's state hash (prelude.lua's
+// audit), in the order BuildReport reads them.
+var reportFields = []string{"r_events", "r_budget", "r_leases", "r_granted", "r_spent", "r_returned", "r_closed", "r_settled", "r_lost"}
+
+// BuildReport sums the campaign-day's shards' report counters: one pipeline
+// of one HMGET per shard, whatever the day's traffic. The audit streams are
+// the trail behind it (capped at Config.AuditMaxLen entries per shard, kept
+// as long as the day's keys: Config.Retention); a shard without counters
+// (opened by an older version) is replayed from its stream.
 func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report, error) {
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil {
+		return Report{}, err
+	}
+	if n == 0 {
+		return Report{}, fmt.Errorf("ledger %s/%s: %w", campaign, day, ErrDayNotOpen)
+	}
+	p := l.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, n)
+	for i := range n {
+		cmds[i] = p.HMGet(ctx, ShardKey{campaign, day, i}.keys()[0], reportFields...)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return Report{}, fmt.Errorf("ledger %s/%s: report counters: %w", campaign, day, err)
+	}
+	r := Report{Campaign: campaign, Day: day}
+	var granted int64
+	for i, c := range cmds {
+		v := c.Val()
+		if len(v) != len(reportFields) || v[0] == nil {
+			if err := l.replayShard(ctx, ShardKey{campaign, day, i}, &r, &granted); err != nil {
+				return Report{}, err
+			}
+			continue
+		}
+		var f [9]int64
+		for j := range f {
+			s, _ := v[j].(string)
+			if s == "" {
+				continue
+			}
+			if f[j], err = strconv.ParseInt(s, 10, 64); err != nil {
+				return Report{}, fmt.Errorf("ledger %s: report counter %s is %q", ShardKey{campaign, day, i}, reportFields[j], s)
+			}
+		}
+		r.Events += f[0]
+		r.Budget += f[1]
+		r.Leases += f[2]
+		granted += f[3] - f[6]
+		r.Spent += f[4]
+		r.Returned += f[5]
+		r.Settled += f[7]
+		r.Lost += f[8]
+	}
+	r.Outstanding = granted
+	r.UnderDelivery = r.Budget - r.Spent
+	if r.CarriedOver, err = l.CarriedOver(ctx, campaign, day); err != nil {
+		return Report{}, err
+	}
+	return r, nil
+}
+
+// ReplayReport rebuilds a campaign-day's report from its audit streams
+// alone, as BuildReport did before the counters: a cross-check of the
+// counters while the streams are complete (not trimmed at AuditMaxLen).
+func (l *Ledger) ReplayReport(ctx context.Context, campaign, day string) (Report, error) {
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil {
 		return Report{}, err
@@ -51,41 +117,8 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 	r := Report{Campaign: campaign, Day: day}
 	var granted int64
 	for i := range n {
-		k := ShardKey{campaign, day, i}
-		start := "-"
-		for {
-			msgs, err := l.rdb.XRangeN(ctx, k.AuditKey(), start, "+", 1000).Result()
-			if err != nil {
-				return Report{}, fmt.Errorf("ledger %s: audit: %w", k, err)
-			}
-			for _, m := range msgs {
-				r.Events++
-				v := func(f string) int64 {
-					s, _ := m.Values[f].(string)
-					n, _ := strconv.ParseInt(s, 10, 64)
-					return n
-				}
-				switch m.Values["ev"] {
-				case "open", "adjust":
-					r.Budget += v("amount")
-				case "grant":
-					r.Leases++
-					granted += v("amount")
-				case "release":
-					r.Spent += v("amount") - v("unused")
-					r.Returned += v("unused")
-					granted -= v("amount")
-				case "settle":
-					r.Settled++
-					r.Lost += v("amount")
-					r.Spent += v("amount")
-					granted -= v("amount")
-				}
-			}
-			if len(msgs) < 1000 {
-				break
-			}
-			start = "(" + msgs[len(msgs)-1].ID
+		if err := l.replayShard(ctx, ShardKey{campaign, day, i}, &r, &granted); err != nil {
+			return Report{}, err
 		}
 	}
 	r.Outstanding = granted
@@ -94,6 +127,46 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 		return Report{}, err
 	}
 	return r, nil
+}
+
+// replayShard adds one shard's audit stream to r; granted tracks what is
+// still leased.
+func (l *Ledger) replayShard(ctx context.Context, k ShardKey, r *Report, granted *int64) error {
+	start := "-"
+	for {
+		msgs, err := l.rdb.XRangeN(ctx, k.AuditKey(), start, "+", 1000).Result()
+		if err != nil {
+			return fmt.Errorf("ledger %s: audit: %w", k, err)
+		}
+		for _, m := range msgs {
+			r.Events++
+			v := func(f string) int64 {
+				s, _ := m.Values[f].(string)
+				n, _ := strconv.ParseInt(s, 10, 64)
+				return n
+			}
+			switch m.Values["ev"] {
+			case "open", "adjust":
+				r.Budget += v("amount")
+			case "grant":
+				r.Leases++
+				*granted += v("amount")
+			case "release":
+				r.Spent += v("amount") - v("unused")
+				r.Returned += v("unused")
+				*granted -= v("amount")
+			case "settle":
+				r.Settled++
+				r.Lost += v("amount")
+				r.Spent += v("amount")
+				*granted -= v("amount")
+			}
+		}
+		if len(msgs) < 1000 {
+			return nil
+		}
+		start = "(" + msgs[len(msgs)-1].ID
+	}
 }
 
 func reportKey(campaign, day string) string { return keyPrefix + "report:" + campaign + ":" + day }

@@ -34,6 +34,10 @@ func TestParseTarget(t *testing.T) {
 		{[]string{"unix://u:s3cret@/run/redis/redis.sock"}, "{unix [/run/redis/redis.sock]  u s3cret false}"},
 		{[]string{"rediss://u:s3cret@a:1", "rediss://u:s3cret@b:1"}, "{cluster [a:1 b:1]  u s3cret true}"},
 		{[]string{"a:1", "b:1"}, "{cluster [a:1 b:1]    false}"},
+		{[]string{"redis+cluster://a:7001"}, "{cluster [a:7001]    false}"},
+		{[]string{"rediss+cluster://u:s3cret@a:7001", "rediss+cluster://u:s3cret@b:7001"}, "{cluster [a:7001 b:7001]  u s3cret true}"},
+		{[]string{"redis+cluster://a:7001", "redis://b:7001"}, "same scheme and credentials"},
+		{[]string{"redis+cluster://a:7001/1"}, `database "1"`},
 		{[]string{"sentinel://m@a:1,b:1"}, "{sentinel [a:1 b:1] m   false}"},
 
 		{nil, "at least one address is needed"},

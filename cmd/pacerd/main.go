@@ -402,10 +402,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
+	var rc *daemon.Reconciler
+	if etcd != nil {
+		rc = daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
+			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
+			Gate: gate.Err,
+		})
+	}
 	var ready atomic.Bool
 	if cfg.Admin != "" {
 		adm, err := admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: o.pprof},
-			d, srv, &ready, bc, log)
+			d, srv, rc, &ready, bc, log)
 		if err != nil {
 			ln.Close()
 			return err
@@ -418,11 +425,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gateDone := make(chan error, 1)
 	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
-	if etcd != nil {
-		rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
-			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
-			Gate: gate.Err,
-		})
+	if rc != nil {
 		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
 	} else {
 		reconcilerDone <- nil

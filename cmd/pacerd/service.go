@@ -165,9 +165,14 @@ func listenAdmin(o adminOptions) (net.Listener, error) {
 
 // admin serves /metrics, /healthz, /readyz and, with --pprof, /debug/pprof/
 // on the admin listener.
-func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
+// rc, if not nil, is this host's reconciler candidate: its pass metrics are
+// served too (they move only while it leads).
+func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *daemon.Reconciler, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector(), socketCollector{srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if rc != nil {
+		reg.MustRegister(rc.Collectors()...)
+	}
 	if bc != nil {
 		reg.MustRegister(broadcastCollector{bc})
 	}

@@ -246,6 +246,9 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
+// Dead reports whether the server was killed (Kill) and not restarted.
+func (s *Server) Dead() bool { return s.cmd == nil }
+
 // Restart kills the server and starts it again on the same socket and data.
 func (s *Server) Restart(ctx context.Context) error {
 	s.Kill()

@@ -124,8 +124,35 @@ end
 
 -- audit appends one ledger event to the shard's stream. Every change to money goes
 -- through here, so the stream replays to the shard's state.
+--
+-- It also keeps the day's report as counters on the shard's state hash (r_*),
+-- counted exactly as BuildReport used to replay the stream: the report is
+-- exact however long the stream grew (it is capped at maxlen entries, and
+-- stays the audit trail, not the account).
 local function audit(key, maxlen, ...)
   redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+  local a = {...}
+  local f = {}
+  for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
+  local st = KEYS[1]
+  redis.call('HINCRBY', st, 'r_events', 1)
+  local amount = tonumber(f.amount) or 0
+  if f.ev == 'open' or f.ev == 'adjust' then
+    redis.call('HINCRBY', st, 'r_budget', str(amount))
+  elseif f.ev == 'grant' then
+    redis.call('HINCRBY', st, 'r_leases', 1)
+    redis.call('HINCRBY', st, 'r_granted', str(amount))
+  elseif f.ev == 'release' then
+    local unused = tonumber(f.unused) or 0
+    redis.call('HINCRBY', st, 'r_spent', str(amount - unused))
+    redis.call('HINCRBY', st, 'r_returned', str(unused))
+    redis.call('HINCRBY', st, 'r_closed', str(amount))
+  elseif f.ev == 'settle' then
+    redis.call('HINCRBY', st, 'r_settled', 1)
+    redis.call('HINCRBY', st, 'r_lost', str(amount))
+    redis.call('HINCRBY', st, 'r_spent', str(amount))
+    redis.call('HINCRBY', st, 'r_closed', str(amount))
+  end
 end
 
 -- scale returns floor(x * permille / 1000) exactly for 0 <= x <= 1e15 and
@@ -258,6 +285,21 @@ local function keys_of(KEYS)
   return {state = KEYS[1], leases = KEYS[2], exp = KEYS[3], done = KEYS[4], audit = KEYS[5], moves = KEYS[6], ops = KEYS[7]}
 end
 
+-- The reconciler's indexes (see lease/index.go): KEYS[8] due, KEYS[9] low,
+-- in the shard's slot; absent when a caller passes only the shard's keys.
+-- index_expiry records that a lease on this shard expires at expiry.
+local function index_expiry(expiry)
+  if KEYS[8] then redis.call('ZADD', KEYS[8], 'GT', str(expiry), KEYS[1]) end
+end
+
+-- index_low flags a shard left with less than one request's worth to grant:
+-- to be refilled from its siblings, or its day exhausted.
+local function index_low(s, want, now)
+  if KEYS[9] and s.closed ~= 1 and math.max(s.locked + s.available - s.owed, 0) < want then
+    redis.call('ZADD', KEYS[9], 'NX', str(now), KEYS[1])
+  end
+end
+
 -- check_fence refuses a reconciler call whose fencing token is older than one
 -- the shard has seen (a deposed leader), and records a newer one. fence 0 is
 -- "no election" and is always accepted without recording anything.
@@ -293,6 +335,7 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   s.leased = s.leased + g
   redis.call('HSET', K.leases, id, str(g) .. '|' .. holder .. '|' .. str(expiry))
   redis.call('ZADD', K.exp, str(expiry), id)
+  index_expiry(expiry)
   audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', str(g), 'expiry', str(expiry), 'ms', str(now))
   return g

@@ -26,6 +26,7 @@ s.owed = s.owed + short
 s.leased = s.leased + amount
 redis.call('HSET', K.leases, id, str(amount) .. '|' .. holder .. '|' .. str(expiry))
 redis.call('ZADD', K.exp, str(expiry), id)
+index_expiry(expiry)
 store_shard(K.state, s)
 audit(K.audit, maxlen, 'ev', 'reassert', 'lease', id, 'holder', holder, 'amount', str(amount),
   'short', str(short), 'expiry', str(expiry), 'ms', str(now))

@@ -32,6 +32,7 @@ else
   pay_owed(s)
   release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]))
   g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
+  index_low(s, want, now)
 end
 store_shard(K.state, s)
 expire_all(K, retain)

@@ -18,6 +18,16 @@ if not check_fence(K, fence) then
 end
 local n, total = settle_expired(K, s, now - grace, limit, now, maxlen, 'reconciler')
 store_shard(K.state, s)
+-- The due index: nothing leased, nothing to settle here until a new grant
+-- (which records itself); otherwise the entry stays at the latest expiry.
+if KEYS[8] then
+  if s.leased <= 0 then
+    redis.call('ZREM', KEYS[8], KEYS[1])
+  else
+    local last = redis.call('ZRANGE', K.exp, -1, -1, 'WITHSCORES')
+    if last[2] then redis.call('ZADD', KEYS[8], 'GT', last[2], KEYS[1]) end
+  end
+end
 local r = shard_reply(0, total, s)
 inherit_ttl(K)
 r[13] = n

@@ -1,0 +1,129 @@
+package daemon_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func counterValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// Between sweeps a reconciler pass costs Redis commands for the work there
+// is, not for the campaigns: an idle pass over 300 campaigns (today and
+// yesterday open) costs a handful; a crashed daemon's lease is settled, a
+// drained shard refilled and a new day opened and the old one closed,
+// each found through the ledger's indexes; a campaign that fails is counted
+// and does not stop the others.
+func TestReconcilerStepWorksFromIndexes(t *testing.T) {
+	const n = 300
+	f, counter, ledger := scaleFixture(t, n)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{Clock: f.clock, Grace: 4 * time.Second, SweepPeriod: 24 * time.Hour})
+	if err := rc.Step(ctx, 1); err != nil { // the term's first pass: a full one
+		t.Fatal(err)
+	}
+	if err := rc.Step(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, most int64) {
+		t.Helper()
+		counter.n.Store(0)
+		if err := rc.Step(ctx, 1); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %d commands", what, counter.n.Load())
+		// The sweep's slice (one campaign a pass here) is at most 30 commands.
+		if got := counter.n.Load(); got > most+30 {
+			t.Errorf("%s: %d Redis commands over %d campaigns, want at most %d", what, got, n, most+30)
+		}
+	}
+	step("an idle pass", 4)
+
+	// A daemon takes a lease on c123 and dies.
+	now := f.clock.Now()
+	k := lease.ShardKey{Campaign: "c123", Day: day, Shard: 3}
+	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "dead", Holder: "h", Want: 1_000_000,
+		Expiry: now.Add(10 * time.Second), Now: now, Pace: lease.Pace{Now: 500_000_000, Cap: 510_000_000},
+		Grace: 4 * time.Second, DayStart: midnight})
+	if err != nil || g.Granted == 0 {
+		t.Fatalf("grant: %+v, %v", g, err)
+	}
+	f.clock.Add(13 * time.Second) // expired, not yet past the grace
+	step("a lease within its grace", 4)
+	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Leased == 0 {
+		t.Fatal("settled a lease within its grace")
+	}
+	f.clock.Add(2 * time.Second)
+	step("a lease to settle", 8)
+	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Leased != 0 || sh.Lost != g.Granted {
+		t.Fatalf("the dead daemon's lease is not settled: %+v", sh)
+	}
+	step("an idle pass after a settle", 4)
+
+	// A late lease drains shard 2 of c7.
+	end := midnight.Add(24*time.Hour - time.Minute)
+	k = lease.ShardKey{Campaign: "c7", Day: day, Shard: 2}
+	g, err = f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "big", Holder: "h", Want: 86_400_000_000,
+		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
+		Grace: 5 * time.Second, DayStart: midnight})
+	if err != nil || g.Shard.Remaining() != 0 {
+		t.Fatalf("drain shard 2: %+v, %v", g, err)
+	}
+	step("a shard to refill", 20)
+	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Remaining() == 0 {
+		t.Fatal("the reconciler left c7's shard 2 empty while the others hold budget")
+	}
+	step("an idle pass after a move", 4)
+
+	// A campaign whose day marker is broken fails alone.
+	if err := f.redis.Client().HSet(ctx, "pacer:days:{c9}", "2026-11-22", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Midnight: every campaign's day to open, and the old one to close once
+	// its leases are settled.
+	f.clock.Set(midnight.Add(24*time.Hour + time.Second))
+	errs := counterValue(t, rc.Collectors()[3])
+	if err := rc.Step(ctx, 1); err == nil {
+		t.Fatal("c9's broken day marker went unreported")
+	}
+	if got := counterValue(t, rc.Collectors()[3]) - errs; got != 1 {
+		t.Fatalf("%v failures counted, want 1 (c9)", got)
+	}
+	for i := range n {
+		id := "c" + strconv.Itoa(i)
+		if got, err := f.ledger.DayShards(ctx, id, "2026-11-22"); i != 9 && (err != nil || got != 8) {
+			t.Fatalf("%s: the new day has %d shards, %v", id, got, err)
+		}
+	}
+	if err := f.redis.Client().HDel(ctx, "pacer:days:{c9}", "2026-11-22").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Minute) // c7's big lease expires, plus the grace
+	for range 3 {
+		if err := rc.Step(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		id := "c" + strconv.Itoa(i)
+		if ok, err := f.ledger.HasReport(ctx, id, day); err != nil || !ok {
+			t.Fatalf("%s: %s not reported after midnight: %v", id, day, err)
+		}
+	}
+	f.checkDay(t, "c7", day)
+	step("an idle pass on the new day", 4)
+}

@@ -1,0 +1,112 @@
+package daemon_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+// cmdCounter counts the commands a client sends (a pipeline's commands
+// one by one): what a reconciler pass costs Redis.
+type cmdCounter struct{ n atomic.Int64 }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// scaleFixture stores n campaigns of 8 shards and opens each one's
+// yesterday and today (as a fleet would have), in parallel.
+func scaleFixture(tb testing.TB, n int) (*fixture, *cmdCounter, *lease.Ledger) {
+	tb.Helper()
+	f := newFixture(tb)
+	yesterday := midnight.Add(-24 * time.Hour)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				c, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
+				if err == nil {
+					_, err = f.ledger.OpenDay(ctx, c, "2026-11-20", yesterday, yesterday)
+				}
+				if err == nil {
+					_, err = f.ledger.OpenDay(ctx, c, day, midnight, midnight)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
+	}
+	counter := &cmdCounter{}
+	c := f.redis.Client()
+	c.AddHook(counter)
+	return f, counter, lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+}
+
+// BenchmarkReconcilerScale measures the reconciler's passes over 1,000 and
+// 10,000 campaigns of 8 shards with yesterday and today open and nothing to
+// do (no lease expired, no shard low, yesterday reported): Redis commands
+// per pass and pass time. "full" is a term's first pass (every shard of
+// every campaign settled and read), "step" the pass the elected reconciler
+// runs every second between sweeps (default SweepPeriod: 5 minutes). It
+// takes minutes to set up 10,000 campaigns, so it runs only with
+// PACER_BENCH_SCALE=1 (make bench-scale).
+func BenchmarkReconcilerScale(b *testing.B) {
+	if os.Getenv("PACER_BENCH_SCALE") == "" {
+		b.Skip("set PACER_BENCH_SCALE=1 (make bench-scale)")
+	}
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			f, counter, ledger := scaleFixture(b, n)
+			f.clock.Set(midnight.Add(12 * time.Hour))
+			rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{Clock: f.clock})
+			// The first pass of a term does what there is: closes yesterday.
+			if err := rc.Pass(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+			for _, kind := range []string{"full", "step"} {
+				pass := rc.Pass
+				if kind == "step" {
+					pass = rc.Step
+				}
+				b.Run(kind, func(b *testing.B) {
+					counter.n.Store(0)
+					b.ResetTimer()
+					for range b.N {
+						f.clock.Add(time.Second)
+						if err := pass(ctx, 1); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(counter.n.Load())/float64(b.N), "cmds/pass")
+				})
+			}
+		})
+	}
+}
