@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -32,14 +33,24 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	ids := make([]string, campaigns)
 	for i := range ids {
 		ids[i] = "k" + strconv.Itoa(i)
-		if _, err := ledger.PutCampaign(ctx, lease.Campaign{ID: ids[i], DailyMicros: budget, TZ: "UTC", Curve: "flat", Shards: 4, State: lease.StateActive}); err != nil {
+		if _, err := ledger.PutCampaign(ctx, lease.Campaign{ID: ids[i], DailyMicros: budget, TZ: "UTC", Curve: "morning", Shards: 4, State: lease.StateActive}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	clock := &manualClock{t: midnight.Add(24*time.Hour - 4*time.Minute)} // the steps end before midnight
+	// A morning-only curve at 13:00: all of each budget is released, so
+	// demand far above it spends it out within the test's steps.
+	morning := make([]float64, 24)
+	for i := range 12 {
+		morning[i] = 1
+	}
+	curve, err := bucket.NewCurve("morning", morning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &manualClock{t: midnight.Add(13 * time.Hour)}
 	var ds []*daemon.Daemon
 	for _, h := range []string{"a", "b", "c"} {
-		d, err := daemon.New(ledger, daemon.Config{Holder: h, Clock: clock})
+		d, err := daemon.New(ledger, daemon.Config{Holder: h, Clock: clock, Curves: map[string]*bucket.Curve{"morning": curve}})
 		if err != nil {
 			t.Fatal(err)
 		}
