@@ -120,7 +120,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if msg := checkCampaign(args[1]); msg != "" {
 			return msg
 		}
-		b, err := d.s.spender.Balance(string(args[1]))
+		b, err := d.s.spender.Balance(d.intern(args[1]))
 		if err != nil {
 			return err.Error()
 		}

@@ -112,6 +112,9 @@ func startServer(t testing.TB, sp Spender, cfg ServerConfig) *testServer {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Server == "" {
+		cfg.Server = testKind()
+	}
 	path := filepath.Join(socketDir(t), "pacer.sock")
 	ln, err := ListenUnix(path, 0)
 	if err != nil {
@@ -508,7 +511,7 @@ func TestListenUnix(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stale socket not replaced: %v", err)
 		}
-		srv := NewServer(newFakeSpender(), ServerConfig{})
+		srv := NewServer(newFakeSpender(), ServerConfig{Server: testKind()})
 		go srv.Serve(ln)
 		defer srv.Close()
 		if got := dialRaw(t, path).do(t, resp("PING")); got != "+PONG\r\n" {
@@ -616,7 +619,7 @@ func TestShutdownDeadline(t *testing.T) {
 }
 
 func TestServeAfterClose(t *testing.T) {
-	srv := NewServer(newFakeSpender(), ServerConfig{})
+	srv := NewServer(newFakeSpender(), ServerConfig{Server: testKind()})
 	srv.Close()
 	path := filepath.Join(socketDir(t), "s")
 	ln, err := ListenUnix(path, 0)
