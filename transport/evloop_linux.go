@@ -373,6 +373,7 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 	if c.wantOut {
 		c.wantOut = false
 		c.blockedSince = time.Time{}
+		c.lastActive = now // the idle timeout starts after the stall
 		l.watch(c, unix.EPOLLIN|unix.EPOLLRDHUP)
 	}
 	return true
