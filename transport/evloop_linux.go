@@ -24,6 +24,15 @@ import (
 // connection cap work unchanged); each accepted connection's descriptor is
 // then taken out of Go's netpoller and added to a loop's epoll set.
 //
+// A request that may wait on the Spender is not answered in the loop, where
+// it would stall every other connection of the loop: the first SPEND,
+// REFUND or BALANCE of a campaign on a connection (the daemon loads a
+// campaign it has not seen from the ledger, up to ledger_timeout) and EXEC.
+// The connection is handed to a goroutine for the rest of its buffer, as
+// the goroutine server would serve it, and handed back; once a campaign has
+// been answered without error on a connection, its requests stay in the
+// loop.
+//
 // Deadlines are checked by a sweep of the loop's connections every
 // tick (an eighth of the shortest timeout, within [5 ms, 1 s]), so a
 // timeout fires up to a tick late, never early.
@@ -45,8 +54,12 @@ type evConn struct {
 	sent         int       // bytes of out already written
 	wantOut      bool      // registered for EPOLLOUT instead of EPOLLIN
 	quit         bool      // close once out is written
-	protoErr     bool
-	timedOut     bool
+	// busy: a goroutine of its own owns the connection while it waits on
+	// the Spender (see handoff); the loop ignores it. Guarded by the
+	// loop's mu.
+	busy     bool
+	protoErr bool
+	timedOut bool
 }
 
 // eventLoop is one epoll set and the goroutine that waits on it.
@@ -245,7 +258,7 @@ func (l *eventLoop) run() {
 		ready, kinds = ready[:0], kinds[:0]
 		l.mu.Lock()
 		for _, ev := range events[:max(n, 0)] {
-			if c := l.conns[int(ev.Fd)]; c != nil {
+			if c := l.conns[int(ev.Fd)]; c != nil && !c.busy {
 				ready = append(ready, c)
 				kinds = append(kinds, ev.Events)
 			}
@@ -280,7 +293,7 @@ func (l *eventLoop) serve(c *evConn, ev uint32, now time.Time) bool {
 			return false
 		}
 		// Drained: answer what the client sent meanwhile.
-		return l.answer(c, now)
+		return l.answer(c, now, nil, false)
 	}
 	err := c.rd.fill(fdReader(c.fd))
 	if err != nil {
@@ -293,14 +306,20 @@ func (l *eventLoop) serve(c *evConn, ev uint32, now time.Time) bool {
 		return false
 	}
 	c.lastActive = now
-	return l.answer(c, now)
+	return l.answer(c, now, nil, false)
 }
 
-// answer decides every complete request in c's buffer and writes the
-// replies; it reports whether to keep c.
-func (l *eventLoop) answer(c *evConn, now time.Time) bool {
+// answer decides every complete request in c's buffer (after first, if
+// given) and writes the replies; it reports whether to keep c. In the loop
+// (helper false) it hands c off at the first request that may block; in a
+// helper it answers everything.
+func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool) bool {
 	for {
-		args, err := c.rd.next()
+		args, err := first, error(nil)
+		first = nil
+		if args == nil {
+			args, err = c.rd.next()
+		}
 		if err != nil {
 			var pe *ProtocolError
 			if errors.As(err, &pe) {
@@ -315,9 +334,17 @@ func (l *eventLoop) answer(c *evConn, now time.Time) bool {
 			break
 		}
 		c.partialSince = time.Time{}
+		if !helper && c.d.mayBlock(args) {
+			l.handoff(c, args)
+			return true
+		}
+		errs := c.errors.Load()
 		if c.d.serve(&c.out, args) {
 			c.quit = true
 			break
+		}
+		if helper && c.errors.Load() == errs {
+			c.d.answered(args)
 		}
 		if len(c.out.b) >= outFlushBytes {
 			if !l.flush(c, now) {
@@ -357,7 +384,9 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 			if !c.wantOut {
 				c.blockedSince = now
 				c.wantOut = true
-				l.watch(c, unix.EPOLLOUT)
+				if !c.busy {
+					l.watch(c, unix.EPOLLOUT)
+				}
 			}
 			return true
 		}
@@ -374,7 +403,9 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 		c.wantOut = false
 		c.blockedSince = time.Time{}
 		c.lastActive = now // the idle timeout starts after the stall
-		l.watch(c, unix.EPOLLIN|unix.EPOLLRDHUP)
+		if !c.busy {
+			l.watch(c, unix.EPOLLIN|unix.EPOLLRDHUP)
+		}
 	}
 	return true
 }
@@ -393,6 +424,7 @@ func (l *eventLoop) sweep(now time.Time) {
 	l.mu.Lock()
 	for _, c := range l.conns {
 		switch {
+		case c.busy:
 		case c.wantOut:
 			if cfg.WriteTimeout > 0 && now.Sub(c.blockedSince) >= cfg.WriteTimeout {
 				l.s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", cfg.WriteTimeout))
@@ -446,7 +478,9 @@ func (l *eventLoop) shutdown() {
 	l.closed = true
 	conns := make([]*evConn, 0, len(l.conns))
 	for _, c := range l.conns {
-		conns = append(conns, c)
+		if !c.busy { // a helper closes its connection when it is done
+			conns = append(conns, c)
+		}
 	}
 	l.mu.Unlock()
 	now := time.Now()
@@ -482,4 +516,39 @@ func (s *Server) newEvConn() *evConn {
 	c := &evConn{fd: -1, rd: newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))}
 	c.d = dispatcher{s: s, c: &c.serverConn}
 	return c
+}
+
+// handoff gives c to a goroutine that answers args and the rest of c's
+// buffer, then gives it back to the loop. Until then the loop neither
+// reads it nor checks its deadlines (the goroutine server does not either
+// while a request is being answered).
+func (l *eventLoop) handoff(c *evConn, args [][]byte) {
+	l.mu.Lock()
+	c.busy = true
+	l.mu.Unlock()
+	l.watch(c, 0)
+	l.s.handlers.Add(1)
+	go l.help(c, args)
+}
+
+func (l *eventLoop) help(c *evConn, args [][]byte) {
+	defer l.s.handlers.Done()
+	now := time.Now()
+	keep := l.answer(c, now, args, true)
+	l.mu.Lock()
+	closed := l.closed
+	if keep && !closed {
+		c.busy = false
+		events := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
+		if c.wantOut {
+			events = unix.EPOLLOUT
+		}
+		// Re-armed under mu: once busy is false the loop may sweep and
+		// close c, which must not happen before this.
+		l.watch(c, events)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.closeConn(c)
 }

@@ -722,3 +722,41 @@ func TestObserveSpendSamples(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowSpendDoesNotStallOthers: while one connection's SPEND waits on
+// the Spender (as the daemon's first SPEND of a campaign waits on the
+// ledger), other connections are answered, with either socket server. The
+// event loop hands such a request to a goroutine of its own.
+func TestSlowSpendDoesNotStallOthers(t *testing.T) {
+	sp := newFakeSpender()
+	sp.tokens["demo"] = 1 << 40
+	ts := startServer(t, sp, ServerConfig{})
+	stuck := dialRaw(t, ts.path)
+	io.WriteString(stuck, resp("SPEND", "slow", "7"))
+	<-sp.entered
+	released := false
+	defer func() { // on failure too, so the server can close
+		if !released {
+			close(sp.release)
+		}
+	}()
+	for i := range 6 {
+		c := dialRaw(t, ts.path)
+		for j := range 3 { // the first SPEND of demo on c, then ones the loop answers itself
+			if got := c.do(t, resp("SPEND", "demo", "1")); got != ":1\r\n" {
+				t.Fatalf("connection %d, SPEND %d while another waits on the Spender: %q", i, j, got)
+			}
+		}
+		if got := c.do(t, resp("PING")); got != "+PONG\r\n" {
+			t.Fatalf("connection %d: PING = %q", i, got)
+		}
+	}
+	close(sp.release)
+	released = true
+	if got, err := stuck.reply(); got != ":1\r\n" {
+		t.Fatalf("the slow SPEND = %q, %v", got, err)
+	}
+	if got := stuck.do(t, resp("PING")); got != "+PONG\r\n" {
+		t.Fatalf("PING after the slow SPEND = %q", got)
+	}
+}
