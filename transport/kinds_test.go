@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
 )
 
 // The package's tests run once per socket server: TestMain runs them in
@@ -48,4 +51,35 @@ func runOtherKinds() int {
 		return 1
 	}
 	return 0
+}
+
+// TestSocketServerChoice: the setting's values, its default, and a Serve
+// that refuses an unknown server at once instead of serving with another.
+func TestSocketServerChoice(t *testing.T) {
+	def, err := ParseSocketServer("")
+	want := Goroutines
+	if eventLoopSupported {
+		want = EventLoop
+	}
+	if err != nil || def != want {
+		t.Errorf(`ParseSocketServer("") = %q, %v; want %q`, def, err, want)
+	}
+	if k, err := ParseSocketServer("goroutines"); err != nil || k != Goroutines {
+		t.Errorf("goroutines: %q, %v", k, err)
+	}
+	if k, err := ParseSocketServer("epoll"); eventLoopSupported != (err == nil) || (err == nil && k != EventLoop) {
+		t.Errorf("epoll: %q, %v", k, err)
+	}
+	if _, err := ParseSocketServer("threads"); err == nil || !strings.Contains(err.Error(), `unknown socket_server "threads"`) {
+		t.Errorf("threads: %v", err)
+	}
+	ln, err := ListenUnix(filepath.Join(socketDir(t), "s"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(newFakeSpender(), ServerConfig{Server: "threads"})
+	defer srv.Close()
+	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "unknown socket_server") {
+		t.Fatalf("Serve with socket_server threads = %v, want a refusal", err)
+	}
 }
