@@ -61,7 +61,7 @@ func startPacerd(t *testing.T) string {
 	runCtx, stop := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- d.Run(runCtx) }()
-	srv := transport.NewServer(d, transport.ServerConfig{MaxAmountMicros: 1_000_000_000})
+	srv := transport.NewServer(d, transport.ServerConfig{Server: socketServer(), MaxAmountMicros: 1_000_000_000})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -287,4 +287,26 @@ func TestNode(t *testing.T) {
 	}
 	sock := startPacerd(t)
 	runScript(t, sock, "node", "node/clients.mjs")
+}
+
+// socketServer is the bidder socket's server under test. TestMain runs the
+// suite once with the default (epoll on Linux) and once more, in a child
+// process, with goroutines, so every client is checked against both.
+func socketServer() transport.SocketServer {
+	return transport.SocketServer(os.Getenv("PACER_TEST_SOCKET_SERVER"))
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 && os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
+		fmt.Printf("=== compat: the same clients against socket_server %s\n", transport.Goroutines)
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), "PACER_TEST_SOCKET_SERVER="+string(transport.Goroutines))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("compat with socket_server %s: %v\n", transport.Goroutines, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

@@ -159,7 +159,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -195,6 +195,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"admin: unix:run/admin.sock", `admin: "unix:run/admin.sock": a Unix socket path must be absolute`},
 		{"admin: /" + strings.Repeat("a", 110), `admin: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"max_clients: 0", `max_clients: 0: want 1 to 1000000`},
+		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines or epoll)`},
 		{"admin_max_conns: 0", `admin_max_conns: 0: want 1 to 10000`},
 		{"client_read_timeout: -1s", `client_read_timeout: -1s: want 0 (never) or a positive duration`},
 		{"client_idle_timeout: 5", `line 1: client_idle_timeout: "5" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -225,7 +226,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {

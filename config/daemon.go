@@ -31,6 +31,12 @@ type Daemon struct {
 	Socket string `yaml:"socket"`
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
+	// SocketServer is how the bidder socket serves connections:
+	// "epoll" (event loops, one per core; Linux) or "goroutines" (one
+	// per connection). Empty means the platform's default
+	// (transport.DefaultSocketServer on Linux). Both apply every limit
+	// below.
+	SocketServer string `yaml:"socket_server"`
 	// MaxClients caps the bidder socket's open connections.
 	MaxClients int `yaml:"max_clients"`
 	// ClientIdleTimeout closes a bidder connection silent for this long
@@ -262,6 +268,9 @@ func (d Daemon) Validate() error {
 		bad("socket: must not be empty")
 	case len(d.Socket) > maxSocketPath:
 		bad("socket: path is %d bytes; Unix socket paths are limited to %d", len(d.Socket), maxSocketPath)
+	}
+	if _, err := transport.ParseSocketServer(d.SocketServer); err != nil {
+		bad("socket_server: %v", strings.TrimPrefix(err.Error(), "transport: "))
 	}
 	if d.SocketMode&0o600 != 0o600 || d.SocketMode > 0o777 {
 		bad("socket_mode: %s must give the owner read and write (at least 0600) and stay within 0777", d.SocketMode)

@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
-# `make bench` (after `make build`): SPEND over pacerd's Unix socket next to
-# redis-server running the seed article's Lua check-and-decrement via EVALSHA,
-# with the same redis-benchmark flags, interleaved in one run, plus each
-# server's CPU time per call from /proc/<pid>/stat. Prints machine info and a
-# Markdown table (see docs/BENCHMARKS.md).
+# `make bench` (after `make build`): pacerd's SPEND over its Unix socket, with
+# each of its two socket servers (socket_server: epoll and goroutines), next
+# to what it is judged against, all driven by the same redis-benchmark flags
+# and interleaved in one run:
+#   floor-epoll, floor-goroutines  a bare echo server (internal/tools/respfloor)
+#                                  built each way: the syscall floor;
+#   redis-decrby                   redis-server's own DECRBY;
+#   lua                            redis-server running the seed article's Lua
+#                                  check-and-decrement via EVALSHA;
+#   pacerd-epoll, pacerd-goroutines.
+# Each at -c 1, -c 50 and -c 50 -P 16, BENCH_ROUNDS rounds (default 5), the
+# order of the servers rotated every round. Per run: rps and latencies as
+# redis-benchmark reports them, the server's CPU (utime+stime from
+# /proc/<pid>/stat) and redis-benchmark's own CPU per call, and the 1-minute
+# load average (/proc/loadavg) just before. A round in which any run started
+# with the load average above BENCH_MAX_LOAD (default 1.0; this is a 2-core
+# machine) is marked "loaded" and run again, up to BENCH_RERUNS (default 1)
+# more times; the tables use the quiet rounds if there are any, else every
+# round, and say which. Then an open-loop latency run (internal/tools/resplat)
+# at fixed rates, with coordinated-omission-corrected percentiles. Prints
+# Markdown (see docs/BENCHMARKS.md).
 #
 # Environment:
-#   BENCH_SECONDS  target length of each redis-benchmark run (default 3)
-#   BENCH_ROUNDS   how many times to repeat the whole set, alternating which
-#                  server goes first (default 1)
-#   BIN            where pacerd and pacerctl are (default: <repo>/bin)
+#   BENCH_SECONDS      target length of each redis-benchmark run (default 2)
+#   BENCH_ROUNDS       rounds (default 5)
+#   BENCH_RERUNS       extra runs of a loaded round (default 1)
+#   BENCH_MAX_LOAD     load average above which a round is "loaded" (default 1.0)
+#   BENCH_LAT_SECONDS  length of each resplat run (default 3)
+#   BENCH_LAT_RATES    "rate:conns ..." for resplat (default "10000:1 20000:10")
+#   BIN                where pacerd and pacerctl are (default: <repo>/bin)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${BIN:-$root/bin}
-seconds=${BENCH_SECONDS:-3}
-rounds=${BENCH_ROUNDS:-1}
+seconds=${BENCH_SECONDS:-2}
+rounds=${BENCH_ROUNDS:-5}
+reruns=${BENCH_RERUNS:-1}
+max_load=${BENCH_MAX_LOAD:-1.0}
+lat_seconds=${BENCH_LAT_SECONDS:-3}
+lat_rates=${BENCH_LAT_RATES:-10000:1 20000:10}
 budget=1000000000000000 # 1e15 micros, the largest daily budget: SPEND 1 is always allowed
 
-for tool in redis-server redis-cli redis-benchmark awk getconf; do
+for tool in redis-server redis-cli redis-benchmark awk getconf go; do
   command -v "$tool" >/dev/null || { echo "bench-resp: $tool not found (make deps installs redis)" >&2; exit 1; }
 done
 [ -x "$bin/pacerd" ] || { echo "bench-resp: $bin/pacerd not built (make build)" >&2; exit 1; }
@@ -39,9 +62,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+(cd "$root" && go build -trimpath -o "$tmp/" ./internal/tools/respfloor ./internal/tools/resplat)
+
 ledger_sock=$tmp/ledger.sock # redis-server A: pacerd's ledger
-lua_sock=$tmp/lua.sock       # redis-server B: the Lua baseline
-pacer_sock=$tmp/pacer.sock
+lua_sock=$tmp/lua.sock       # redis-server B: the Lua baseline and DECRBY
 
 wait_ping() { # socket name
   local _
@@ -51,6 +75,16 @@ wait_ping() { # socket name
   done
   echo "bench-resp: $2 did not answer PING on $1; its log:" >&2
   cat "$tmp/$2.log" >&2 || true
+  exit 1
+}
+
+wait_socket() { # socket name
+  local _
+  for _ in $(seq 200); do
+    [ -S "$1" ] && return 0
+    sleep 0.05
+  done
+  echo "bench-resp: $2 did not create $1" >&2
   exit 1
 }
 
@@ -71,17 +105,7 @@ cpu_ticks() {
   awk '{ print $12 + $13 }' <<<"$stat"
 }
 
-echo "## Machine"
-echo
-echo "- nproc: $(nproc)"
-echo "- CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-echo "- kernel: $(uname -srm)"
-echo "- $(redis-server --version)"
-echo "- $(redis-benchmark --version 2>/dev/null || echo 'redis-benchmark (version unknown)')"
-echo "- $(go version 2>/dev/null || echo 'go: not on PATH')"
-echo "- pacerd: $("$bin/pacerd" --version 2>/dev/null || echo unknown)"
-echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-echo
+load1() { awk '{ print $1 }' /proc/loadavg; }
 
 start_redis ledger "$ledger_sock"
 start_redis lua "$lua_sock"
@@ -98,56 +122,102 @@ if ! { [ -x "$bin/pacerctl" ] && "$bin/pacerctl" --redis "$ledger_sock" \
   redis-cli -s "$ledger_sock" SADD pacer:campaigns demo >/dev/null
 fi
 
-mkdir -p "$tmp/state"
-cat >"$tmp/pacerd.yaml" <<YAML
-socket: $pacer_sock
+declare -A pid_of sock_of
+start_pacerd() { # kind
+  local name=pacerd-$1 sock=$tmp/pacerd-$1.sock
+  mkdir -p "$tmp/state-$1"
+  cat >"$tmp/$name.yaml" <<YAML
+socket: $sock
+socket_server: $1
 redis: ["$ledger_sock"]
 admin: ""
-holder: bench
+holder: bench-$1
 curves_dir: $root/configs/curves
-state_dir: $tmp/state
+state_dir: $tmp/state-$1
+# The ledger is not on the SPEND path (leases are fetched ahead); the bench
+# ledger runs without persistence, so it cannot meet the fsync policy.
+ledger:
+  durability: none
 log:
   format: console
   level: warn
 YAML
-"$bin/pacerd" --config "$tmp/pacerd.yaml" >"$tmp/pacerd.log" 2>&1 &
-pids+=($!)
-pacer_pid=$!
-wait_ping "$pacer_sock" pacerd
-
-# Warm-up: the first SPEND loads the campaign and its first lease; then a burst
-# so the demand estimate and the leases are those of a busy host.
-for _ in $(seq 100); do
-  [ "$(redis-cli -s "$pacer_sock" SPEND demo 1)" = 1 ] && break
-  sleep 0.05
-done
-[ "$(redis-cli -s "$pacer_sock" SPEND demo 1)" = 1 ] || {
-  echo "bench-resp: pacerd does not allow SPEND demo 1; its log:" >&2
-  cat "$tmp/pacerd.log" >&2
-  exit 1
+  "$bin/pacerd" --config "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  pid_of[$name]=$!
+  sock_of[$name]=$sock
+  wait_ping "$sock" "$name"
+  # Warm-up: the first SPEND loads the campaign and its first lease.
+  local _
+  for _ in $(seq 100); do
+    [ "$(redis-cli -s "$sock" SPEND demo 1)" = 1 ] && break
+    sleep 0.05
+  done
+  [ "$(redis-cli -s "$sock" SPEND demo 1)" = 1 ] || {
+    echo "bench-resp: $name does not allow SPEND demo 1; its log:" >&2
+    cat "$tmp/$name.log" >&2
+    exit 1
+  }
 }
+
+start_floor() { # kind
+  local name=floor-$1 sock=$tmp/floor-$1.sock
+  "$tmp/respfloor" -socket "$sock" -server "$1" 2>"$tmp/$name.log" &
+  pids+=($!)
+  pid_of[$name]=$!
+  sock_of[$name]=$sock
+  wait_socket "$sock" "$name"
+}
+
+echo "## Machine"
+echo
+echo "- nproc: $(nproc)"
+echo "- CPU: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+echo "- kernel: $(uname -srm)"
+echo "- $(redis-server --version)"
+echo "- $(redis-benchmark --version 2>/dev/null || echo 'redis-benchmark (version unknown)')"
+echo "- $(go version 2>/dev/null || echo 'go: not on PATH')"
+echo "- pacerd: $("$bin/pacerd" --version 2>/dev/null || echo unknown)"
+echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+start_pacerd epoll
+start_pacerd goroutines
+start_floor epoll
+start_floor goroutines
 
 lua='local b = tonumber(redis.call('"'"'GET'"'"', KEYS[1]) or '"'"'0'"'"') if b >= tonumber(ARGV[1]) then redis.call('"'"'DECRBY'"'"', KEYS[1], ARGV[1]) return 1 end return 0'
 sha=$(redis-cli -s "$lua_sock" SCRIPT LOAD "$lua")
 redis-cli -s "$lua_sock" SET 'budget:{demo}:0' "$budget" >/dev/null
+redis-cli -s "$lua_sock" SET 'decr:{demo}:0' "$budget" >/dev/null
 [ "$(redis-cli -s "$lua_sock" EVALSHA "$sha" 1 'budget:{demo}:0' 1)" = 1 ]
+pid_of[lua]=$lua_pid
+sock_of[lua]=$lua_sock
+pid_of[redis-decrby]=$lua_pid
+sock_of[redis-decrby]=$lua_sock
 
-pacer_cmd=(SPEND demo 1)
-lua_cmd=(EVALSHA "$sha" 1 'budget:{demo}:0' 1)
+servers=(floor-epoll floor-goroutines redis-decrby lua pacerd-epoll pacerd-goroutines)
+cmd_of() { # server: the command redis-benchmark sends it
+  case $1 in
+  lua) echo "EVALSHA $sha 1 budget:{demo}:0 1" ;;
+  redis-decrby) echo "DECRBY decr:{demo}:0 1" ;;
+  *) echo "SPEND demo 1" ;; # echoed back by the floors
+  esac
+}
 
 # One redis-benchmark run; prints "rps avg p50 p95 p99 max server_cpu_us_per_call
 # client_cpu_us_per_call". The CSV's last line is the one result: "test","rps",
 # "avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",
 # "p99_latency_ms","max_latency_ms".
-bench() { # pid socket n flags... -- command...
-  local pid=$1 sock=$2 n=$3
-  shift 3
-  local flags=()
-  while [ "$1" != -- ]; do flags+=("$1"); shift; done
-  shift
-  local t0 t1 TIMEFORMAT='%3U %3S'
+bench() { # server n flags...
+  local srv=$1 n=$2
+  shift 2
+  local pid=${pid_of[$srv]} sock=${sock_of[$srv]} t0 t1 TIMEFORMAT='%3U %3S'
+  local cmd
+  read -r -a cmd <<<"$(cmd_of "$srv")"
   t0=$(cpu_ticks "$pid")
-  { time redis-benchmark -s "$sock" -n "$n" "${flags[@]}" --csv "$@" >"$tmp/out.csv" 2>/dev/null; } 2>"$tmp/time"
+  { time redis-benchmark -s "$sock" -n "$n" "$@" --csv "${cmd[@]}" >"$tmp/out.csv" 2>/dev/null; } 2>"$tmp/time"
   t1=$(cpu_ticks "$pid")
   awk -v line="$(tail -n 1 "$tmp/out.csv")" -v client="$(cat "$tmp/time")" -v ticks=$((t1 - t0)) \
     -v hz="$(getconf CLK_TCK)" -v n="$n" 'BEGIN {
@@ -159,102 +229,169 @@ bench() { # pid socket n flags... -- command...
   }'
 }
 
-rps_of() { awk '{ printf "%d", $1 }' <<<"$1"; }
-
-spend_counter() { # INFO field of pacerd
-  redis-cli -s "$pacer_sock" INFO | tr -d '\r' | awk -F: -v k="$1" '$1 == k { print $2 }'
+spend_counter() { # pacerd-kind INFO-field
+  redis-cli -s "${sock_of[$1]}" INFO | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'
 }
 
 flagsets=("-c 1" "-c 50" "-c 50 -P 16")
 
-# Warm both servers (and the page cache, the CPU frequency, pacerd's demand
-# estimate) with a short run of the heaviest flags.
-bench "$pacer_pid" "$pacer_sock" 500000 -c 50 -P 16 -- "${pacer_cmd[@]}" >/dev/null
-bench "$lua_pid" "$lua_sock" 500000 -c 50 -P 16 -- "${lua_cmd[@]}" >/dev/null
-
-paced0=$(spend_counter spend_paced)
-allowed0=$(spend_counter spend_allowed)
-for round in $(seq "$rounds"); do
-  for fs in "${flagsets[@]}"; do
-    # shellcheck disable=SC2206 # the flags are meant to split
-    flags=($fs)
-    # Size -n so each run lasts about $seconds: a short calibration of both,
-    # then the geometric mean of their rates, the same n for both.
-    calib=20000
-    [[ $fs == *-P* ]] && calib=200000
-    rp=$(rps_of "$(bench "$pacer_pid" "$pacer_sock" "$calib" "${flags[@]}" -- "${pacer_cmd[@]}")")
-    rl=$(rps_of "$(bench "$lua_pid" "$lua_sock" "$calib" "${flags[@]}" -- "${lua_cmd[@]}")")
-    n=$(awk -v a="$rp" -v b="$rl" -v s="$seconds" 'BEGIN { printf "%d", sqrt(a * b) * s }')
-    # Interleaved, alternating which server goes first from round to round.
-    if ((round % 2)); then
-      p=$(bench "$pacer_pid" "$pacer_sock" "$n" "${flags[@]}" -- "${pacer_cmd[@]}")
-      l=$(bench "$lua_pid" "$lua_sock" "$n" "${flags[@]}" -- "${lua_cmd[@]}")
-    else
-      l=$(bench "$lua_pid" "$lua_sock" "$n" "${flags[@]}" -- "${lua_cmd[@]}")
-      p=$(bench "$pacer_pid" "$pacer_sock" "$n" "${flags[@]}" -- "${pacer_cmd[@]}")
-    fi
-    echo "$fs|$n|$p|$l" >>"$tmp/raw"
+# Warm every server (and the page cache, the CPU frequency, pacerd's demand
+# estimate) with a short run of the heaviest flags, then size -n per server
+# and flag set so each run lasts about $seconds.
+declare -A n_of
+for srv in "${servers[@]}"; do
+  bench "$srv" 200000 -c 50 -P 16 >/dev/null
+done
+for fs in "${flagsets[@]}"; do
+  # shellcheck disable=SC2206 # the flags are meant to split
+  flags=($fs)
+  calib=20000
+  [[ $fs == *-P* ]] && calib=200000
+  for srv in "${servers[@]}"; do
+    r=$(bench "$srv" "$calib" "${flags[@]}" | awk '{ printf "%d", $1 }')
+    n_of[$srv,$fs]=$(awk -v r="$r" -v s="$seconds" 'BEGIN { printf "%d", r * s }')
   done
 done
-paced=$(($(spend_counter spend_paced) - paced0))
-allowed=$(($(spend_counter spend_allowed) - allowed0))
 
-# The table: one row per flag set, the median over the rounds of each column
-# (with one round, the figures themselves).
+for srv in pacerd-epoll pacerd-goroutines; do
+  eval "allowed0_${srv#pacerd-}=$(spend_counter "$srv" spend_allowed)"
+done
+
+# One round: every flag set, every server, the servers' order rotated by the
+# round's number. Lines: "round|mark|flags|server|load1|n|rps avg p50 p95 p99
+# max cpu client_cpu".
+run_round() { # round-number attempt
+  local round=$1 attempt=$2 fs flags srv k i loads=() lines=() l
+  for fs in "${flagsets[@]}"; do
+    # shellcheck disable=SC2206
+    flags=($fs)
+    for ((k = 0; k < ${#servers[@]}; k++)); do
+      i=$(((k + round) % ${#servers[@]}))
+      srv=${servers[$i]}
+      l=$(load1)
+      loads+=("$l")
+      lines+=("$fs|$srv|$l|${n_of[$srv,$fs]}|$(bench "$srv" "${n_of[$srv,$fs]}" "${flags[@]}")")
+    done
+  done
+  local mark=quiet
+  for l in "${loads[@]}"; do
+    if awk -v l="$l" -v m="$max_load" 'BEGIN { exit !(l > m) }'; then mark=loaded; fi
+  done
+  for l in "${lines[@]}"; do
+    echo "$round.$attempt|$mark|$l" >>"$tmp/raw"
+  done
+  [ "$mark" = quiet ]
+}
+
+for round in $(seq "$rounds"); do
+  attempt=0
+  until run_round "$round" "$attempt" || ((attempt >= reruns)); do
+    attempt=$((attempt + 1))
+  done
+done
+
+allowed_e=$(($(spend_counter pacerd-epoll spend_allowed) - allowed0_epoll))
+allowed_g=$(($(spend_counter pacerd-goroutines spend_allowed) - allowed0_goroutines))
+
+quiet_rounds=$(awk -F'|' '$2 == "quiet" { q[$1] = 1 } END { print length(q) }' "$tmp/raw")
+all_rounds=$(awk -F'|' '{ a[$1] = 1 } END { print length(a) }' "$tmp/raw")
+
+# Tables: per flag set, one row per server, the median over the rounds used
+# (quiet ones if any) of each column, and the ratios the goals are set in.
 table() {
-  awk -F'|' -v rounds="$rounds" '
+  awk -F'|' -v use="$1" '
     function median(v, k,   t, i, j, x) {
       for (i = 1; i <= k; i++) t[i] = v[i]
       for (i = 2; i <= k; i++) { x = t[i]; for (j = i - 1; j >= 1 && t[j] > x; j--) t[j + 1] = t[j]; t[j + 1] = x }
       return k % 2 ? t[(k + 1) / 2] : (t[k / 2] + t[k / 2 + 1]) / 2
     }
+    use == "quiet" && $2 != "quiet" { next }
     {
-      if (!($1 in seen)) { seen[$1] = 1; order[++nfs] = $1 }
-      k = ++cnt[$1]; ns[$1] = $2
-      split($3, a, " "); split($4, b, " ")
-      for (i = 1; i <= 8; i++) { P[$1, i, k] = a[i]; L[$1, i, k] = b[i] }
+      fs = $3; s = $4
+      if (!(fs in seenf)) { seenf[fs] = 1; forder[++nf] = fs }
+      if (!(s in seens)) { seens[s] = 1; sorder[++ns] = s }
+      k = ++cnt[fs, s]
+      split($7, a, " ")
+      for (i = 1; i <= 8; i++) V[fs, s, i, k] = a[i]
+      LD[fs, s, k] = $5
     }
     END {
-      print "| flags | pacerd rps | Lua rps | ratio | pacerd p50/p99 ms | Lua p50/p99 ms | pacerd CPU µs/call | Lua CPU µs/call | ratio |"
-      print "|---|---|---|---|---|---|---|---|---|"
-      for (o = 1; o <= nfs; o++) {
-        fs = order[o]; k = cnt[fs]
-        for (i = 1; i <= 8; i++) {
-          delete v; for (r = 1; r <= k; r++) v[r] = P[fs, i, r]; pm[i] = median(v, k)
-          delete v; for (r = 1; r <= k; r++) v[r] = L[fs, i, r]; lm[i] = median(v, k)
-          delete v; for (r = 1; r <= k; r++) v[r] = P[fs, 1, r] / L[fs, 1, r]; rr = median(v, k)
-          delete v; for (r = 1; r <= k; r++) v[r] = P[fs, 7, r] / L[fs, 7, r]; cr = median(v, k)
+      for (o = 1; o <= nf; o++) {
+        fs = forder[o]
+        printf "\n### `%s`\n\n", fs
+        print "| server | rps | p50 ms | p99 ms | server CPU µs/call | client CPU µs/call | load avg (median) | rounds |"
+        print "|---|---|---|---|---|---|---|---|"
+        for (q = 1; q <= ns; q++) {
+          s = sorder[q]; k = cnt[fs, s]
+          for (i = 1; i <= 8; i++) { delete v; for (r = 1; r <= k; r++) v[r] = V[fs, s, i, r]; M[s, i] = median(v, k) }
+          delete v; for (r = 1; r <= k; r++) v[r] = LD[fs, s, r]; ld = median(v, k)
+          printf "| %s | %.0f | %.3f | %.3f | %.2f | %.2f | %.2f | %d |\n", s, M[s, 1], M[s, 3], M[s, 5], M[s, 7], M[s, 8], ld, k
         }
-        printf "| `%s` | %.0f | %.0f | %.2fx | %.3f / %.3f | %.3f / %.3f | %.2f | %.2f | %.2fx |\n",
-          fs, pm[1], lm[1], rr, pm[3], pm[5], lm[3], lm[5], pm[7], lm[7], cr
-        client = client sprintf("| `%s` | %.2f | %.2f |\n", fs, pm[8], lm[8])
+        print ""
+        for (q = 1; q <= 2; q++) {
+          kind = q == 1 ? "epoll" : "goroutines"; p = "pacerd-" kind; fl = "floor-" kind
+          if (!((fs, p) in cnt)) continue
+          printf "- %s: CPU/call %.2fx Lua, %.2fx its floor; p50 %.2fx its floor; rps %.2fx Lua, %.2fx DECRBY\n", p,
+            M[p, 7] / M["lua", 7], M[p, 7] / M[fl, 7], M[p, 3] / M[fl, 3], M[p, 1] / M["lua", 1], M[p, 1] / M["redis-decrby", 1]
+        }
       }
-      print ""
-      print "redis-benchmark'"'"'s own CPU per call (user+sys), the client both share:"
-      print ""
-      print "| flags | client CPU µs/call vs pacerd | client CPU µs/call vs Lua |"
-      print "|---|---|---|"
-      printf "%s", client
     }' "$tmp/raw"
 }
 
-echo "## SPEND over the socket vs. EVALSHA (redis-benchmark, interleaved)"
+echo "## SPEND over the socket vs. the floors, DECRBY and EVALSHA (redis-benchmark, interleaved)"
 echo
-echo "$rounds round(s) of ~${seconds}s runs, same -n for both servers; median per column."
-echo "Latencies as redis-benchmark reports them; CPU is the server's utime+stime per"
-echo "call from /proc/<pid>/stat (tick $(getconf CLK_TCK) Hz). Ratios are pacerd / Lua."
-echo
-table
-if ((rounds > 1)); then
+echo "$all_rounds round(s) run ($quiet_rounds quiet: every run started with the 1-minute load average"
+echo "<= $max_load), ~${seconds}s per run. Latencies as redis-benchmark reports them; CPU is the"
+echo "server's utime+stime per call from /proc/<pid>/stat (tick $(getconf CLK_TCK) Hz) and redis-benchmark's"
+echo "own user+sys per call. Medians per column over the rounds used."
+if ((quiet_rounds > 0)); then
+  echo "The tables use the $quiet_rounds quiet round(s) only."
+  table quiet
+else
   echo
-  echo "Every run (flags | n | pacerd: rps avg p50 p95 p99 max cpu client_cpu | Lua: same):"
-  echo
-  sed 's/^/    /' "$tmp/raw"
+  echo "**No round was quiet: every table below was measured under load from other work on this"
+  echo "machine, and its ratios say nothing reliable about the goals.**"
+  table all
 fi
 echo
-echo "pacerd answered $allowed SPENDs allowed and $paced paced during the calibration and measured runs."
-if grep -qiE 'error|panic' "$tmp/pacerd.log"; then
-  echo
-  echo "pacerd log (errors):"
-  grep -iE 'error|panic' "$tmp/pacerd.log" | tail -n 5
-fi
+echo "Every run (round.attempt | quiet/loaded | flags | server | load avg before | n | rps avg p50 p95 p99 max(ms) server_cpu client_cpu(µs/call)):"
+echo
+sed 's/^/    /' "$tmp/raw"
+echo
+echo "pacerd-epoll allowed $allowed_e SPENDs, pacerd-goroutines $allowed_g, in the measured runs."
+
+# Open-loop latency at fixed rates (resplat): interleaved servers, one run each.
+echo
+echo "## Open-loop latency at fixed rates (resplat)"
+echo
+echo "${lat_seconds}s per run after 0.5s of warm-up; latencies in µs. \"corrected\" counts from when each"
+echo "request was due (no coordinated omission), \"raw\" from when it was written; \"lag\" is the"
+echo "client's own scheduling delay (written minus due), included in the corrected figures."
+echo
+echo "| server | rate | conns | load avg | p50 | p99 | p99.9 | max | raw p50 | raw p99 | raw p99.9 | lag p50 | lag p99 | achieved rps | errors |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for rc in $lat_rates; do
+  rate=${rc%:*}
+  conns=${rc#*:}
+  for srv in floor-epoll floor-goroutines lua pacerd-epoll pacerd-goroutines; do
+    read -r -a cmd <<<"$(cmd_of "$srv")"
+    l=$(load1)
+    out=$("$tmp/resplat" -socket "${sock_of[$srv]}" -rate "$rate" -conns "$conns" \
+      -duration "${lat_seconds}s" "${cmd[@]}" 2>&1 | tail -n 1) || true
+    awk -v srv="$srv" -v l="$l" -v line="$out" 'BEGIN {
+      n = split(line, kv, " ")
+      for (i = 1; i <= n; i++) { split(kv[i], p, "="); f[p[1]] = p[2] }
+      if (!("p50" in f)) { printf "| %s | resplat failed: %s |\n", srv, line; exit }
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", srv, f["rate"], f["conns"], l,
+        f["p50"], f["p99"], f["p999"], f["max"], f["raw_p50"], f["raw_p99"], f["raw_p999"], f["lag_p50"], f["lag_p99"], f["achieved_rps"], f["errors"]
+    }'
+  done
+done
+
+for srv in pacerd-epoll pacerd-goroutines; do
+  if grep -qiE 'error|panic' "$tmp/$srv.log"; then
+    echo
+    echo "$srv log (errors):"
+    grep -iE 'error|panic' "$tmp/$srv.log" | tail -n 5
+  fi
+done

@@ -44,6 +44,42 @@ type dispatcher struct {
 	spends uint64
 	// st is the connection's protocol, name and open MULTI (compat.go).
 	st connState
+	// known: campaigns answered without error on this connection, whose
+	// requests the event loop answers itself (see mayBlock).
+	known map[string]struct{}
+}
+
+// mayBlock reports whether answering args may wait on the Spender for
+// long: a SPEND, REFUND or BALANCE of a campaign not yet answered without
+// error on this connection (the daemon loads a campaign it has not seen
+// from the ledger), or EXEC, which runs queued ones. Inside MULTI other
+// commands are only queued.
+func (d *dispatcher) mayBlock(args [][]byte) bool {
+	name := args[0]
+	if is(name, "exec") {
+		return true
+	}
+	if d.st.tx != nil {
+		return false
+	}
+	if (is(name, "spend") || is(name, "refund") || is(name, "balance")) && len(args) >= 2 {
+		_, ok := d.known[string(args[1])] // no allocation for the lookup
+		return !ok
+	}
+	return false
+}
+
+// answered records that args, a request mayBlock flagged, was answered
+// without error.
+func (d *dispatcher) answered(args [][]byte) {
+	name := args[0]
+	if d.st.tx != nil || len(args) < 2 || !(is(name, "spend") || is(name, "refund") || is(name, "balance")) {
+		return
+	}
+	if d.known == nil || len(d.known) >= maxInterned {
+		d.known = make(map[string]struct{}, 16)
+	}
+	d.known[d.intern(args[1])] = struct{}{}
 }
 
 // SpendSample: one SPEND in this many, per connection, is timed for
@@ -120,7 +156,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if msg := checkCampaign(args[1]); msg != "" {
 			return msg
 		}
-		b, err := d.s.spender.Balance(string(args[1]))
+		b, err := d.s.spender.Balance(d.intern(args[1]))
 		if err != nil {
 			return err.Error()
 		}

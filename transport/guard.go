@@ -36,10 +36,15 @@ func (e *ProtocolError) Error() string { return "Protocol error: " + e.Msg }
 // are skipped, not scanned), and for an inline line the scan resumes where
 // the last one stopped.
 //
-// The arguments next returns own their memory (one allocation for all of a
-// request's bytes), so a command may keep them after the next read.
+// The arguments next returns for a RESP array alias the read buffer and a
+// slice the reader reuses: parsing a request allocates nothing. They are
+// valid until the next call to next or fill, so a command that keeps an
+// argument (MULTI's queue, CLIENT SETNAME, an id handed to the Spender)
+// copies it. Inline lines, typed by humans, are copied.
 type requestReader struct {
 	buf []byte
+	// args is the argument slice parseArray returns, reused.
+	args [][]byte
 	// buf[r:w] has been read but not parsed into requests.
 	r, w int
 	// noLF is how many bytes from r are known to hold no '\n' while an
@@ -75,8 +80,10 @@ func (rd *requestReader) fill(src io.Reader) error {
 	case rd.r == rd.w:
 		rd.r, rd.w, rd.noLF = 0, 0, 0
 		if cap(rd.buf) != rd.bufSize {
-			// Nothing pending: give back a buffer a big request grew.
+			// Nothing pending: give back a buffer a big request grew
+			// (and drop the last arguments, which point into it).
 			rd.buf = make([]byte, rd.bufSize)
+			clear(rd.args[:cap(rd.args)])
 		}
 	case rd.w == len(rd.buf) && rd.r > 0:
 		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
@@ -185,7 +192,6 @@ func (rd *requestReader) parseArray(b []byte) (args [][]byte, n int, err error) 
 	// stack covers every pacer command.
 	var small [16]int
 	marks := small[:0]
-	total := 0
 	for range count {
 		if i == len(b) {
 			return nil, 0, rd.incomplete(b)
@@ -215,18 +221,14 @@ func (rd *requestReader) parseArray(b []byte) (args [][]byte, n int, err error) 
 			return nil, 0, errBulk
 		}
 		marks = append(marks, next, size)
-		total += size
 		i = end + 2
 	}
-	raw := make([]byte, total)
-	args = make([][]byte, count)
-	off := 0
+	args = rd.args[:0]
 	for k := range count {
 		start, size := marks[2*k], marks[2*k+1]
-		copy(raw[off:], b[start:start+size])
-		args[k] = raw[off : off+size : off+size]
-		off += size
+		args = append(args, b[start:start+size:start+size])
 	}
+	rd.args = args
 	return args, i, nil
 }
 

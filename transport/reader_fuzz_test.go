@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -17,10 +18,26 @@ const fuzzMaxRequest = 256
 func readAll(src []byte, n int) (cmds []string, err error, maxBuf int) {
 	rd := newRequestReader(8, fuzzMaxRequest, 64)
 	rd.bufSize = 16
+	return readWith(rd, func() int { return cap(rd.buf) }, src, n)
+}
+
+// readAllLegacy is readAll with the reader before issue 15.
+func readAllLegacy(src []byte, n int) (cmds []string, err error, maxBuf int) {
+	rd := newLegacyReader(8, fuzzMaxRequest, 64)
+	rd.bufSize = 16
+	return readWith(rd, func() int { return cap(rd.buf) }, src, n)
+}
+
+type anyReader interface {
+	next() ([][]byte, error)
+	fill(io.Reader) error
+}
+
+func readWith(rd anyReader, bufCap func() int, src []byte, n int) (cmds []string, err error, maxBuf int) {
 	r := &chunkReader{b: src, n: n}
 	for {
 		args, err := rd.next()
-		maxBuf = max(maxBuf, cap(rd.buf))
+		maxBuf = max(maxBuf, bufCap())
 		if err != nil {
 			return cmds, err, maxBuf
 		}
@@ -48,11 +65,7 @@ func readAll(src []byte, n int) (cmds []string, err error, maxBuf int) {
 // the cap, and parses the same commands and error however the bytes are
 // split across reads.
 func FuzzRequestReader(f *testing.F) {
-	for _, s := range []string{
-		resp("SPEND", "demo", "5"), "PING\r\n", "PING \"a b\" 'c'\r\n\r\n", "*1\r\n$4\r\nPI",
-		"*9\r\n", "*2\r\n$4\r\nPING\r\n$300\r\n", resp("PING", strings.Repeat("y", 200)), strings.Repeat(" ", 100), "\"\r\n", "*1\r\n$-1\r\n",
-		resp("PING", strings.Repeat("x", 100)) + "INFO\n",
-	} {
+	for _, s := range readerSeeds() {
 		f.Add([]byte(s), uint8(1))
 		f.Add([]byte(s), uint8(7))
 	}
@@ -74,4 +87,31 @@ func FuzzRequestReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzReaderDifferential: the zero-allocation reader, whose arguments alias
+// its buffer, parses every input into the same commands, and fails with the
+// same error at the same point, as the copying reader it replaced, however
+// the bytes are split across reads.
+func FuzzReaderDifferential(f *testing.F) {
+	for _, s := range readerSeeds() {
+		f.Add([]byte(s), uint8(1))
+		f.Add([]byte(s), uint8(5))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		got, gotErr, _ := readAll(data, int(chunk)+1)
+		want, wantErr, _ := readAllLegacy(data, int(chunk)+1)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("input %q split by %d\nnew:    %q %v\nlegacy: %q %v", data, int(chunk)+1, got, gotErr, want, wantErr)
+		}
+	})
+}
+
+func readerSeeds() []string {
+	return []string{
+		resp("SPEND", "demo", "5"), resp("SPEND", "demo", "5") + resp("SPEND", "c-2", "7", "auction-1") + "PING\r\n",
+		"PING\r\n", "PING \"a b\" 'c'\r\n\r\n", "*1\r\n$4\r\nPI", "*9\r\n", "*2\r\n$4\r\nPING\r\n$300\r\n",
+		resp("PING", strings.Repeat("y", 200)), strings.Repeat(" ", 100), "\"\r\n", "*1\r\n$-1\r\n",
+		resp("PING", strings.Repeat("x", 100)) + "INFO\n", "*2\r\n$0\r\n\r\n$1\r\nx\r\n", "*0\r\n", "*1\r\n$3\r\nabcX\r\n",
+	}
 }

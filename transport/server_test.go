@@ -112,6 +112,9 @@ func startServer(t testing.TB, sp Spender, cfg ServerConfig) *testServer {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	if cfg.Server == "" {
+		cfg.Server = testKind()
+	}
 	path := filepath.Join(socketDir(t), "pacer.sock")
 	ln, err := ListenUnix(path, 0)
 	if err != nil {
@@ -508,7 +511,7 @@ func TestListenUnix(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stale socket not replaced: %v", err)
 		}
-		srv := NewServer(newFakeSpender(), ServerConfig{})
+		srv := NewServer(newFakeSpender(), ServerConfig{Server: testKind()})
 		go srv.Serve(ln)
 		defer srv.Close()
 		if got := dialRaw(t, path).do(t, resp("PING")); got != "+PONG\r\n" {
@@ -616,7 +619,7 @@ func TestShutdownDeadline(t *testing.T) {
 }
 
 func TestServeAfterClose(t *testing.T) {
-	srv := NewServer(newFakeSpender(), ServerConfig{})
+	srv := NewServer(newFakeSpender(), ServerConfig{Server: testKind()})
 	srv.Close()
 	path := filepath.Join(socketDir(t), "s")
 	ln, err := ListenUnix(path, 0)
@@ -717,5 +720,43 @@ func TestObserveSpendSamples(t *testing.T) {
 		if d <= 0 {
 			t.Fatalf("observed %v", d)
 		}
+	}
+}
+
+// TestSlowSpendDoesNotStallOthers: while one connection's SPEND waits on
+// the Spender (as the daemon's first SPEND of a campaign waits on the
+// ledger), other connections are answered, with either socket server. The
+// event loop hands such a request to a goroutine of its own.
+func TestSlowSpendDoesNotStallOthers(t *testing.T) {
+	sp := newFakeSpender()
+	sp.tokens["demo"] = 1 << 40
+	ts := startServer(t, sp, ServerConfig{})
+	stuck := dialRaw(t, ts.path)
+	io.WriteString(stuck, resp("SPEND", "slow", "7"))
+	<-sp.entered
+	released := false
+	defer func() { // on failure too, so the server can close
+		if !released {
+			close(sp.release)
+		}
+	}()
+	for i := range 6 {
+		c := dialRaw(t, ts.path)
+		for j := range 3 { // the first SPEND of demo on c, then ones the loop answers itself
+			if got := c.do(t, resp("SPEND", "demo", "1")); got != ":1\r\n" {
+				t.Fatalf("connection %d, SPEND %d while another waits on the Spender: %q", i, j, got)
+			}
+		}
+		if got := c.do(t, resp("PING")); got != "+PONG\r\n" {
+			t.Fatalf("connection %d: PING = %q", i, got)
+		}
+	}
+	close(sp.release)
+	released = true
+	if got, err := stuck.reply(); got != ":1\r\n" {
+		t.Fatalf("the slow SPEND = %q, %v", got, err)
+	}
+	if got := stuck.do(t, resp("PING")); got != "+PONG\r\n" {
+		t.Fatalf("PING after the slow SPEND = %q", got)
 	}
 }

@@ -181,6 +181,7 @@ func serverConfig(cfg config.Daemon, d *daemon.Daemon, log *zap.Logger) transpor
 		return out
 	}
 	sc := transport.ServerConfig{
+		Server:          transport.SocketServer(cfg.SocketServer),
 		MaxAmountMicros: cfg.MaxAmountMicros,
 		MaxClients:      cfg.MaxClients,
 		IdleTimeout:     never(cfg.ClientIdleTimeout),

@@ -1,0 +1,160 @@
+// Command respfloor is the floor pacerd's socket server is measured
+// against (scripts/bench-resp.sh): a bare echo server on a Unix socket that
+// writes back every byte it reads, built the same two ways as pacerd's
+// server, so that the difference is pacerd's own work. An echoed RESP
+// request is a valid RESP reply (an array of bulk strings), so
+// redis-benchmark and the load generator can drive it like any server.
+//
+//	respfloor -socket /tmp/floor.sock -server epoll|goroutines
+//
+// goroutines: a goroutine per connection, read then write, through Go's
+// netpoller. epoll: one loop per GOMAXPROCS on its own epoll set; a wake-up
+// reads each ready connection once and writes back what it read.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	sock := flag.String("socket", "", "Unix socket path to listen on")
+	kind := flag.String("server", "epoll", "epoll or goroutines")
+	flag.Parse()
+	if *sock == "" {
+		fmt.Fprintln(os.Stderr, "respfloor: -socket is required")
+		os.Exit(2)
+	}
+	os.Remove(*sock)
+	ln, err := net.Listen("unix", *sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "respfloor:", err)
+		os.Exit(1)
+	}
+	go func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT, syscall.SIGTERM)
+		<-c
+		ln.Close()
+		os.Exit(0)
+	}()
+	switch *kind {
+	case "goroutines":
+		err = serveGoroutines(ln)
+	case "epoll":
+		err = serveEpoll(ln)
+	default:
+		err = fmt.Errorf("unknown -server %q", *kind)
+	}
+	fmt.Fprintln(os.Stderr, "respfloor:", err)
+	os.Exit(1)
+}
+
+func serveGoroutines(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 16<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 {
+					if _, werr := c.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+func serveEpoll(ln net.Listener) error {
+	loops := make([]int, runtime.GOMAXPROCS(0))
+	for i := range loops {
+		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			return err
+		}
+		loops[i] = epfd
+		go loop(epfd)
+	}
+	for next := 0; ; next++ {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		raw, err := c.(*net.UnixConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		fd := -1
+		raw.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) })
+		c.Close()
+		if err != nil {
+			return err
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
+		if err := unix.EpollCtl(loops[next%len(loops)], unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			return err
+		}
+	}
+}
+
+func loop(epfd int) {
+	events := make([]unix.EpollEvent, 256)
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := unix.EpollWait(epfd, events, -1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			panic(err)
+		}
+		for _, ev := range events[:max(n, 0)] {
+			fd := int(ev.Fd)
+			if err := echo(fd, buf); err != nil {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+// echo reads once and writes back all of it. The descriptor is
+// non-blocking; a full socket is retried at once (spinning), which the
+// benchmark's clients, which read their replies, never cause for long.
+func echo(fd int, buf []byte) error {
+	n, err := unix.Read(fd, buf)
+	if err == unix.EAGAIN {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return io.EOF
+	}
+	for off := 0; off < n; {
+		w, err := unix.Write(fd, buf[off:n])
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		off += w
+	}
+	return nil
+}
