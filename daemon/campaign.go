@@ -521,7 +521,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 // day exhausted for this host, once nothing that could come back unused is
 // leased out either; until then the next settings refresh has the shards
 // looked at again (refill loop).
-func (c *campaign) shardDrained(now time.Time, ds *dayState, shard int) {
+func (c *campaign) shardDrained(ctx context.Context, now time.Time, ds *dayState, shard int) {
 	ds.shardEmpty[shard] = true
 	if slices.Contains(ds.shardEmpty, false) || c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) >= max(c.minAmount.Load(), 1) {
 		return
@@ -529,8 +529,25 @@ func (c *campaign) shardDrained(now time.Time, ds *dayState, shard int) {
 	if !ds.exhausted.Swap(true) {
 		ds.checkedAt = now
 		c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
-		c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
+		c.publishExhausted(ctx, ds)
 	}
+}
+
+// publishExhausted broadcasts that the day is exhausted if this daemon is
+// the fleet's first to find it (one event per campaign-day, not one per
+// daemon); if the ledger cannot say, it broadcasts anyway: a duplicate hint
+// costs a shard read, a missing one only a later look (refill loop).
+func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
+	if c.d.cfg.Publisher == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	first, err := c.d.ledger.ClaimExhausted(cctx, c.id, ds.day.Key, c.d.cfg.Holder)
+	cancel()
+	if err == nil && !first {
+		return
+	}
+	c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 }
 
 // lastHourCatchUpPermille bounds catch-up in the last hour of a campaign's
@@ -993,7 +1010,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	ds.shardUnspent[shard] = g.Shard.Unspent()
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
-			c.shardDrained(now, ds, shard)
+			c.shardDrained(ctx, now, ds, shard)
 		} else if standing {
 			// Paced, and sparse: the fleet holds what the curve allows. Ask
 			// again a lease window later, not every few seconds all day.
@@ -1010,7 +1027,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		// SPEND it has seen: as good as empty for a busy campaign (renewing
 		// them would only pass them from host to host, a ledger call a
 		// window, all day).
-		c.shardDrained(now, ds, shard)
+		c.shardDrained(ctx, now, ds, shard)
 	}
 	end := expiry.Add(-cfg.SkewBound)
 	dripFrom, dripEnd := now, end

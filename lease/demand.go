@@ -184,3 +184,14 @@ func parseWeights(s string) ([]float64, error) {
 	}
 	return w, nil
 }
+
+// ClaimExhausted records that holder found campaign's day exhausted, and
+// reports whether it was the first to: the fleet broadcasts the fact once,
+// not once per daemon (every daemon still learns it from the shards).
+func (l *Ledger) ClaimExhausted(ctx context.Context, campaign, day, holder string) (bool, error) {
+	ok, err := l.rdb.HSetNX(ctx, daysKey(campaign), day+":exhausted", holder).Result()
+	if err != nil {
+		return false, fmt.Errorf("ledger %s/%s: exhausted claim: %w", campaign, day, err)
+	}
+	return ok, nil
+}
