@@ -60,7 +60,12 @@ func TestBroadcastRoundTrip(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("event not received")
 	}
-	if s := sub.Stats(); s.Dropped != 2 || s.Received != 1 {
-		t.Fatalf("stats %+v: want 2 dropped, 1 received", s)
+	// The counters are updated after the handler returns: give them a moment.
+	deadline := time.Now().Add(5 * time.Second)
+	for s := sub.Stats(); s.Dropped != 2 || s.Received != 1; s = sub.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v: want 2 dropped, 1 received", s)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
