@@ -90,8 +90,15 @@ type Daemon struct {
 	Lease            Lease `yaml:"lease"`
 	// TickInterval is how often the refill loop runs.
 	TickInterval time.Duration `yaml:"tick_interval"`
-	// CampaignRefresh is how often campaign settings are re-read.
+	// CampaignRefresh is how often the ledger's campaign change stream is
+	// read (one read for every campaign) and the settings it names re-read.
 	CampaignRefresh time.Duration `yaml:"campaign_refresh"`
+	// CampaignReread is how often each campaign's settings are read in full
+	// anyway (a safety net for a change record lost in a failover).
+	CampaignReread time.Duration `yaml:"campaign_reread"`
+	// CampaignIdle: a campaign unused this long is dropped from memory and
+	// loaded again on its next use; 0: never.
+	CampaignIdle time.Duration `yaml:"campaign_idle"`
 	// LedgerTimeout bounds one ledger call.
 	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
 	Log           Log           `yaml:"log"`
@@ -195,6 +202,8 @@ func DefaultDaemon() Daemon {
 		},
 		TickInterval:    100 * time.Millisecond,
 		CampaignRefresh: 30 * time.Second,
+		CampaignReread:  30 * time.Minute,
+		CampaignIdle:    6*time.Hour + 10*time.Minute,
 		LedgerTimeout:   2 * time.Second,
 		Log:             Log{Format: "json", Level: "info"},
 		Ledger:          Ledger{Durability: "fsync", CheckInterval: 10 * time.Second},
@@ -405,6 +414,10 @@ func (d Daemon) Validate() error {
 	}
 	okTick := positive("tick_interval", d.TickInterval)
 	positive("campaign_refresh", d.CampaignRefresh)
+	positive("campaign_reread", d.CampaignReread)
+	if d.CampaignIdle < 0 {
+		bad("campaign_idle: %v: must be 0 (never drop an unused campaign) or positive", d.CampaignIdle)
+	}
 	positive("ledger_timeout", d.LedgerTimeout)
 	if okSkew && okGrace && l.Grace <= l.SkewBound {
 		bad("lease.grace: %v must exceed lease.skew_bound %v, or the reconciler could settle a lease its holder may still spend", l.Grace, l.SkewBound)

@@ -67,7 +67,20 @@ type campaign struct {
 	cutCheck         atomic.Bool
 	lastEventRefresh time.Time // refill loop only: the last read an event triggered
 
+	// Scheduling (see Daemon.Step): the refill loop steps a campaign when
+	// it was used since its last step (active: a SPEND, REFUND or BALANCE),
+	// when something asked it to (wake: a broadcast, a settings change), or
+	// at nextStep: the earliest time something falls due (a lease ends, the
+	// next lease is due, the day ends), at most idleStep after its last step.
+	active   atomic.Bool
+	wake     atomic.Bool
+	stale    atomic.Bool  // the change stream named it: re-read its settings
+	nextStep atomic.Int64 // unix nanoseconds
+	retired  atomic.Bool  // dropped from the daemon for idleness (refill loop sets it)
+
 	loopMu        sync.Mutex
+	lastActive    time.Time // the step that last found it active (or its load)
+	lastLook      time.Time // when shardEmpty was last cleared
 	lastRefresh   time.Time
 	lastTick      time.Time
 	lastRequested int64
@@ -85,6 +98,8 @@ type campaign struct {
 	shareSlot  int
 	shareAsked int64
 	flushed    bucket.Stats // demand counts at the last flush to the ledger
+	bidSent    int64        // the bid size the last flush that carried one sent
+	bidSentDay string       // the day it was sent for
 	lastFlush  time.Time
 	pending    []release
 	seenDays   map[string]bool
@@ -166,7 +181,12 @@ type release struct {
 func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
 	cp.settings.Store(d.settingsOf(c))
-	cp.lastRefresh = d.cfg.Clock.Now()
+	now := d.cfg.Clock.Now()
+	// The full re-read that backs up the change stream is spread over
+	// CampaignReread by id, so campaigns loaded together do not all read
+	// again in the same tick.
+	cp.lastRefresh = now.Add(-time.Duration(hash(c.ID) % uint64(d.cfg.CampaignReread/10+1)))
+	cp.lastActive, cp.lastLook = now, now
 	cp.salt = newSalt()
 	return cp
 }
@@ -185,7 +205,16 @@ func (d *Daemon) settingsOf(c lease.Campaign) *settings {
 	return &settings{Campaign: c, loc: c.Location(), curve: curve}
 }
 
+// touch marks the campaign used since the refill loop's last step (a load
+// and, after the first use in a tick, no write: the hot path stays shared).
+func (c *campaign) touch() {
+	if !c.active.Load() {
+		c.active.Store(true)
+	}
+}
+
 func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
+	c.touch()
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
 	}
@@ -252,6 +281,7 @@ func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *day
 }
 
 func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
+	c.touch()
 	c.refundMu.Lock()
 	defer c.refundMu.Unlock()
 	ds := c.day.Load()
@@ -285,6 +315,7 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 }
 
 func (c *campaign) balance(now time.Time) transport.Balance {
+	c.touch()
 	ds := c.day.Load()
 	if ds == nil {
 		return transport.Balance{State: c.state(nil)}
@@ -322,12 +353,32 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	defer c.loopMu.Unlock()
 	cfg := &c.d.cfg
 
+	if c.active.Swap(false) {
+		c.lastActive = now
+	}
+	c.wake.Store(false)
+	defer c.schedule(now)
 	if c.recheck.Load() && (c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
 		c.eventRefresh(ctx, now)
-	} else if now.Sub(c.lastRefresh) >= cfg.CampaignRefresh {
-		c.refresh(ctx, now)
+	} else if (c.stale.Load() && now.Sub(c.lastRefresh) >= cfg.EventRecheck) || now.Sub(c.lastRefresh) >= cfg.CampaignReread {
+		c.stale.Store(false)
+		if !c.refresh(ctx, now) {
+			c.stale.Store(true)
+		}
+	}
+	if now.Sub(c.lastLook) >= cfg.CampaignRefresh {
+		c.lastLook = now
+		if ds := c.day.Load(); ds != nil {
+			for i := range ds.shardEmpty {
+				ds.shardEmpty[i] = false // a rebalance may have refilled them: look again
+			}
+		}
 	}
 	c.retryReleases(ctx, now)
+	if c.idle(now) {
+		c.retire(ctx, now)
+		return
+	}
 
 	s := c.settings.Load()
 	ds := c.day.Load()
@@ -461,6 +512,7 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 			ds.shardEmpty[i] = false // a rebalance may have refilled them: look again
 		}
 	}
+	c.lastLook = now
 	if fresh.Version == old.Version {
 		return true
 	}
@@ -782,7 +834,13 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		Allowed:     st.Allows - c.flushed.Allows,
 		Denied:      st.Denials - c.flushed.Denials,
 		MicrosAsked: st.Requested - c.flushed.Requested,
-		BidMicros:   c.seenUnit(),
+	}
+	// The bid only when it moved by more than an eighth since this host
+	// last sent it, or on the day's first flush: it sizes the shard counts
+	// of days to come, which need no precision, and an unchanged write
+	// every flush would double the flush's commands.
+	if u := c.seenUnit(); c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8 {
+		d.BidMicros = u
 	}
 	d.Requests = d.Allowed + d.Denied
 	if d.Requests <= 0 {
@@ -791,12 +849,20 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
 	defer cancel()
+	start := time.Now()
 	fleet, err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
+	c.d.observeLedger("demand", start, err)
 	if err != nil {
 		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
+		// Again in an eighth of a lease window, not every tick: a ledger
+		// that is down gets no flood of flushes from every campaign.
+		c.lastFlush = now.Add(c.d.cfg.LeaseWindow/8 - demandFlush)
 		return
 	}
 	c.flushed, c.lastFlush = st, now
+	if d.BidMicros > 0 {
+		c.bidSent, c.bidSentDay = d.BidMicros, ds.day.Key
+	}
 	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
 }
 
@@ -1215,6 +1281,10 @@ func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, 
 	}
 	c.reassertAll(ctx, now, ds)
 	c.d.publish(transport.Event{Kind: transport.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
+	// A failover that lost these writes may have lost change records too:
+	// every campaign reads its settings again rather than wait for its
+	// periodic full read (CampaignReread).
+	c.d.campaigns.each(func(o *campaign) { o.markStale() })
 }
 
 // reassertAll re-asserts every lease the day holds, and the releases not yet

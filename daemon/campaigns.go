@@ -64,3 +64,44 @@ func (s *campaignSet) all() []*campaign {
 	}
 	return out
 }
+
+// each calls f for every campaign, without copying the set.
+func (s *campaignSet) each(f func(*campaign)) {
+	m := s.m.Load()
+	if m == nil {
+		return
+	}
+	for _, c := range *m {
+		f(c)
+	}
+}
+
+// removeAll removes each of cs (and not another campaign stored under its id
+// since), in one copy of the set, and returns those it removed.
+func (s *campaignSet) removeAll(cs []*campaign) []*campaign {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.m.Load()
+	if old == nil || len(cs) == 0 {
+		return nil
+	}
+	gone := make(map[string]*campaign, len(cs))
+	var removed []*campaign
+	for _, c := range cs {
+		if (*old)[c.id] == c {
+			gone[c.id] = c
+			removed = append(removed, c)
+		}
+	}
+	if len(removed) == 0 {
+		return nil
+	}
+	next := make(map[string]*campaign, len(*old)-len(removed))
+	for k, v := range *old {
+		if gone[k] != v {
+			next[k] = v
+		}
+	}
+	s.m.Store(&next)
+	return removed
+}

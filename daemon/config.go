@@ -65,12 +65,25 @@ type Config struct {
 	BurstWindow time.Duration
 	// TickInterval is how often the refill loop runs (default 100ms).
 	TickInterval time.Duration
-	// CampaignRefresh is how often campaign settings are re-read from the
-	// ledger (default: LeaseWindow, so a daemon that missed a broadcast learns
-	// of a pause within a lease window), and how often a campaign-day this
+	// CampaignRefresh is how often the daemon reads the ledger's stream of
+	// campaign changes, one read for all its campaigns, and re-reads the
+	// settings of those it names (default: LeaseWindow, so a daemon that
+	// missed a broadcast learns of a pause within a lease window); how often
+	// a campaign's shards found empty are tried again; and how often a campaign-day this
 	// daemon found exhausted has its shards read again (budget released by
 	// other daemons comes back to them).
 	CampaignRefresh time.Duration
+	// CampaignReread is how often each campaign's settings are read in full
+	// whether or not the change stream named it (default 30m): a safety net
+	// for a change record lost with a Redis failover and a broadcast lost
+	// with it.
+	CampaignReread time.Duration
+	// CampaignIdle: a campaign without SPEND, REFUND or BALANCE for this
+	// long is dropped from memory once its leases are released, and loaded
+	// again on its next use (default StandingIdle + 10m, so a sparse
+	// campaign's standing lease has lapsed first; negative: never). It must
+	// exceed DedupWindow, so no remembered auction outlives its campaign.
+	CampaignIdle time.Duration
 	// EventRecheck is the least time between two ledger reads a broadcast
 	// triggers for one campaign (default LeaseWindow/8). The first event
 	// after a quiet spell is acted on at the next tick; a flood of events
@@ -148,8 +161,12 @@ func (c *Config) setDefaults() error {
 	def(&c.TickInterval, 100*time.Millisecond)
 	def(&c.CampaignRefresh, c.LeaseWindow)
 	def(&c.EventRecheck, c.LeaseWindow/8)
+	def(&c.CampaignReread, 30*time.Minute)
 	def(&c.LedgerTimeout, 2*time.Second)
 	def(&c.DedupWindow, 10*time.Minute)
+	if c.CampaignIdle == 0 {
+		c.CampaignIdle = max(c.StandingIdle, 0) + 10*time.Minute
+	}
 	def(&c.UnknownCampaignTTL, 10*time.Second)
 	if c.MaxCampaignLoads <= 0 {
 		c.MaxCampaignLoads = 64
@@ -180,6 +197,8 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("catch-up %d: want 1 to %d (a multiple of the curve's pace)", c.CatchUp, lease.MaxCatchUp)
 	case c.StandingWindow < c.LeaseWindow:
 		return fmt.Errorf("standing lease window %v must be at least the lease window %v", c.StandingWindow, c.LeaseWindow)
+	case c.CampaignIdle > 0 && c.CampaignIdle <= c.DedupWindow:
+		return fmt.Errorf("campaign idle time %v must exceed the dedup window %v (or be negative: never drop)", c.CampaignIdle, c.DedupWindow)
 	case len(c.Holder) > 100:
 		return errors.New("holder name longer than 100 bytes")
 	case c.DedupMemoryBytes < MinDedupMemoryBytes || c.DedupMemoryBytes > MaxDedupMemoryBytes:

@@ -37,6 +37,15 @@ type Daemon struct {
 	loadSlots chan struct{}
 	unknown   *unknownCampaigns
 
+	// The refill loop (Step): its schedule, the change stream it follows,
+	// and the campaigns it dropped for idleness.
+	stepMu        sync.Mutex
+	dueBuf        []*campaign
+	changes       changeFollower
+	retiredMu     sync.Mutex
+	retiring      []*campaign
+	retiredCounts decisionCounts // SPEND answers of campaigns dropped
+
 	leaseSeq atomic.Uint64
 	counters counters
 	opCounts opCounts
@@ -50,6 +59,7 @@ type counters struct {
 	ledgerCalls, ledgerErrors     atomic.Int64
 	leasesGranted, leasesReleased atomic.Int64
 	lostWrites, leasesReasserted  atomic.Int64
+	campaignsDropped              atomic.Int64
 }
 
 // New returns a Daemon using ledger.
@@ -170,6 +180,15 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	}
 	c := newCampaign(d, settings)
 	c.maxAmount.Store(firstAmount)
+	// The change stream's position is read once, after the first campaign
+	// that exists (unknown ids cost no more than their one read): a change
+	// stored between that campaign's read and the position would be missed,
+	// so that campaign reads its settings again on its first step. Every
+	// campaign loaded later reads its settings after the position, and a
+	// change stored after its read is found by followChanges.
+	if fresh, _ := d.startPosition(ctx); fresh {
+		c.markStale()
+	}
 	l.c = d.campaigns.add(c)
 	// Prime the first lease now, so the first SPEND finds tokens.
 	l.c.step(ctx, d.cfg.Clock.Now())
@@ -197,7 +216,11 @@ func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (trans
 type decisionCounts struct{ allowed, paced, exhausted int64 }
 
 func (d *Daemon) decisions() decisionCounts {
-	var n decisionCounts
+	// Under retiredMu, so that a campaign being dropped is counted once:
+	// either loaded or in retiredCounts.
+	d.retiredMu.Lock()
+	defer d.retiredMu.Unlock()
+	n := d.retiredCounts
 	now := d.cfg.Clock.Now()
 	for _, c := range d.campaigns.all() {
 		n.allowed += c.allows(now)
@@ -260,20 +283,26 @@ func (d *Daemon) Info() []transport.InfoField {
 		i("leases_released", d.counters.leasesReleased.Load()),
 		i("ledger_lost_writes", d.counters.lostWrites.Load()),
 		i("leases_reasserted", d.counters.leasesReasserted.Load()),
+		i("campaigns_dropped", d.counters.campaignsDropped.Load()),
 	}
 }
 
-// Step runs one round of the refill loop for every campaign at the clock's
-// current time: settings refresh, day rollover, lease renewal and release.
-// Campaigns run concurrently, so one campaign stuck on a slow shard does not
-// hold the others back.
+// Step runs one round of the refill loop at the clock's current time: every
+// CampaignRefresh, one read of the ledger's change stream for all campaigns;
+// then settings refresh, day rollover, lease renewal and release for every
+// campaign that is due (see schedule.go). Due campaigns run concurrently, on
+// a bounded number of goroutines, so one campaign stuck on a slow shard does
+// not hold the others back. Campaigns unused for CampaignIdle are dropped.
 func (d *Daemon) Step(ctx context.Context) {
+	d.stepMu.Lock()
+	defer d.stepMu.Unlock()
 	now := d.cfg.Clock.Now()
-	var wg sync.WaitGroup
-	for _, c := range d.campaigns.all() {
-		wg.Go(func() { c.step(ctx, now) })
+	if d.changes.last.IsZero() || now.Sub(d.changes.last) >= d.cfg.CampaignRefresh {
+		d.changes.last = now
+		d.followChanges(ctx)
 	}
-	wg.Wait()
+	d.runDue(ctx, now)
+	d.removeRetired(now)
 	d.metrics.lastStep.Store(time.Now().UnixNano())
 }
 

@@ -360,6 +360,16 @@ func TestRedisPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed = true
+	// The client's pool, after a burst of failed dials, waits to dial again
+	// in its own (real) time: wait for the ledger to answer before moving
+	// the clock on.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := f.ledger.GetCampaign(ctx, "c"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the ledger does not answer after the cut healed: %v", err)
+		}
+	}
 	var after int64
 	for range 30 {
 		f.clock.Add(time.Second)

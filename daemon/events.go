@@ -62,4 +62,5 @@ func (d *Daemon) HandleEvent(e transport.Event) {
 			ds.reassertHint.Store(true)
 		}
 	}
+	c.wake.Store(true) // whatever it asked, the next tick looks
 }

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,13 @@ import (
 // ledgerReads is how many shard reads d made, from its metrics.
 func ledgerReads(t *testing.T, d *daemon.Daemon) float64 {
 	t.Helper()
+	return ledgerOpCalls(t, d, "read")
+}
+
+// ledgerOpCalls sums the daemon's ledger calls of the given kinds
+// (pacer_lease_calls_total's op label), succeeded or failed.
+func ledgerOpCalls(t *testing.T, d *daemon.Daemon, ops ...string) float64 {
+	t.Helper()
 	var n float64
 	for _, mf := range gather(t, d) {
 		if mf.GetName() != "pacer_lease_calls_total" {
@@ -19,7 +27,7 @@ func ledgerReads(t *testing.T, d *daemon.Daemon) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "op" && l.GetValue() == "read" {
+				if l.GetName() == "op" && slices.Contains(ops, l.GetValue()) {
 					n += m.GetCounter().GetValue()
 				}
 			}

@@ -524,6 +524,9 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 	if m.healAt > 0 {
 		return false // the daemons are cut off from Redis: nobody can find anything
 	}
+	if m.quiet[history.DayKey{Campaign: id, Day: day.Key}] {
+		return false // the model sends no more SPENDs for the day: the probe's would not be made
+	}
 	b, berr := n.d.Balance(id)
 	if berr != nil || b.State != "exhausted" {
 		return false

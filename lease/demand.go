@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -32,34 +33,42 @@ type Demand struct {
 	BidMicros int64
 }
 
+//go:embed lua/demand.lua
+var luaDemand string
+
+var demandScript = redis.NewScript(luaDemand)
+
 // AddDemand adds a daemon's counts to the campaign-day's demand hash in one
-// round trip (daemons call it in batches, never per SPEND). It returns the
-// fleet's micros asked so far in the last count's slot, this call's
-// included: a daemon's share of that is its share of the campaign's demand.
+// script call (daemons call it in batches, never per SPEND), plus one write
+// of the bid if a count carries one (daemons send it only when it changed).
+// It returns the fleet's micros asked so far in the last count's slot, this
+// call's included: a daemon's share of that is its share of the campaign's
+// demand. Not retried: a count whose reply was lost may have been added.
 func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (int64, error) {
-	key := DemandKey(campaign, day)
-	var slotAsked *redis.IntCmd
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, d := range ds {
-			s := strconv.Itoa(d.Slot)
-			p.HIncrBy(ctx, key, "req:"+s, d.Requests)
-			p.HIncrBy(ctx, key, "ok:"+s, d.Allowed)
-			p.HIncrBy(ctx, key, "no:"+s, d.Denied)
-			slotAsked = p.HIncrBy(ctx, key, "reqm:"+s, d.MicrosAsked)
-			if d.BidMicros > 0 {
-				p.HSet(ctx, daysKey(campaign), bidField, min(d.BidMicros, MaxBudgetMicros))
-			}
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 1+5*len(ds))
+	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli())
+	var bid int64
+	for _, d := range ds {
+		args = append(args, d.Slot, d.Requests, d.Allowed, d.Denied, d.MicrosAsked)
+		if d.BidMicros > 0 {
+			bid = min(d.BidMicros, MaxBudgetMicros)
 		}
-		p.PExpireAt(ctx, key, dayStart.Add(48*time.Hour+l.cfg.Retention))
-		return nil
-	})
+	}
+	// The bid first: it is idempotent, the counts are not, so a failure
+	// between the two leaves nothing a retry would add twice.
+	if bid > 0 {
+		if err := l.rdb.HSet(ctx, daysKey(campaign), bidField, bid).Err(); err != nil {
+			return 0, fmt.Errorf("ledger %s: bid: %w", campaign, err)
+		}
+	}
+	asked, err := demandScript.Run(ctx, l.rdb, []string{DemandKey(campaign, day)}, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
-	if slotAsked == nil {
-		return 0, nil
-	}
-	return slotAsked.Val(), nil
+	return asked, nil
 }
 
 // SetBid records campaign's bid size (micros per SPEND, such as the bidder's

@@ -354,6 +354,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		StandingIdle:     standingIdle(cfg.Lease.StandingIdle),
 		TickInterval:     cfg.TickInterval,
 		CampaignRefresh:  cfg.CampaignRefresh,
+		CampaignReread:   cfg.CampaignReread,
+		CampaignIdle:     campaignIdle(cfg.CampaignIdle),
 		LedgerTimeout:    cfg.LedgerTimeout,
 		Curves:           curves,
 		Logger:           log,
@@ -486,6 +488,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // standingIdle maps the config's 0 (no standing leases) onto the daemon's
 // negative "never"; the daemon reads 0 as "the default".
 func standingIdle(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// campaignIdle maps the file's campaign_idle (0: never drop) onto
+// daemon.Config's (negative: never; 0: the default).
+func campaignIdle(d time.Duration) time.Duration {
 	if d == 0 {
 		return -1
 	}
