@@ -436,6 +436,20 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
+	if want > 0 && standing && len(closed) == 0 && ds.b.Stats(now).OpenFeeds >= bucket.MaxFeeds-2 {
+		// A standing lease of one bid, spent whole, keeps its feed open
+		// until its end: one top-up per SPEND would fill the bucket's feeds
+		// within minutes, and every grant after that be refused and given
+		// back. Renew the oldest instead (what it still holds is withdrawn
+		// with it, so the new one is that much larger).
+		if id, ok := ds.oldestLease(); ok {
+			if cl, ok := ds.b.CloseFeed(now, id); ok {
+				closed = append(closed, cl)
+				want += cl.Unused
+				ds.shardFilled[ds.leases[id].shard] = true // renew on its shard
+			}
+		}
+	}
 	// The tokens of a lease that ended are withdrawn with it (they were
 	// spendable only until its end); its successor credits as much at once,
 	// so a renewal does not empty the bucket under a slow campaign every
@@ -930,8 +944,11 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 		return 0, false
 	}
 	if c.lastDemandAt.IsZero() || now.Sub(c.lastDemandAt) > 2*cfg.LeaseWindow {
-		if len(ds.leases) > 0 || !c.lastDemandAt.IsZero() {
-			return 0, false // idle: let held leases run out, keep no budget from busier hosts
+		// Idle: let held leases run out, keep no budget from busier hosts.
+		// A campaign never used here (loaded by Warm at start) gets one
+		// lease a day to start from, not one every half window for ever.
+		if len(ds.leases) > 0 || !c.lastDemandAt.IsZero() || !ds.lastGrantAt.IsZero() {
+			return 0, false
 		}
 	}
 	// The most one lease may take: a window of the campaign's pace along the
@@ -1143,6 +1160,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
+		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // not again next tick
 		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
 		return
 	}
@@ -1243,6 +1261,20 @@ func hash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// oldestLease returns the held lease that ends first (refill loop).
+func (ds *dayState) oldestLease() (string, bool) {
+	var (
+		best string
+		end  time.Time
+	)
+	for id, h := range ds.leases {
+		if best == "" || h.end.Before(end) || (h.end.Equal(end) && id < best) {
+			best, end = id, h.end
+		}
+	}
+	return best, best != ""
 }
 
 // leaseExpiry returns a held lease's expiry, or def if it is not held.

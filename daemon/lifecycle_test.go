@@ -23,6 +23,9 @@ import (
 type cmdKinds struct {
 	mu sync.Mutex
 	n  map[string]int64
+	// class, if set, names the class of a script's first key's campaign:
+	// scripts are then counted as "lease:<class>" and "demand:<class>" too.
+	class func(key string) string
 }
 
 func (c *cmdKinds) count(cmd redis.Cmder) {
@@ -35,6 +38,9 @@ func (c *cmdKinds) count(cmd redis.Cmder) {
 	}
 	c.mu.Lock()
 	c.n[kind]++
+	if args := cmd.Args(); c.class != nil && (kind == "lease" || kind == "demand") && len(args) > 3 {
+		c.n[kind+":"+c.class(fmt.Sprint(args[3]))]++
+	}
 	if args := cmd.Args(); kind == "hgetall" && len(args) > 1 {
 		c.n[kind+" "+fmt.Sprint(args[1])]++
 	}
