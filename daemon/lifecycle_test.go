@@ -261,3 +261,33 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 		t.Fatal("campaign not loaded again by its SPEND")
 	}
 }
+
+// A sparse campaign (a SPEND every 30 s here) keeps a standing lease of one
+// bid and tops it up after each SPEND. Each bid spent whole kept its feed
+// open to its end, so within minutes the bucket's feeds were full and every
+// top-up was granted, refused by the bucket and given back, over and over:
+// 730 lease calls for 20 SPENDs. A top-up now renews the oldest lease.
+func TestSparseCampaignTopUpsDoNotChurn(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "w", 86_400_000_000, 8)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d := f.daemon(t, "h")
+	d.Warm([]string{"w"})
+	var spends, allowed int64
+	for tick := range 6000 { // 10 minutes of 100 ms ticks
+		f.clock.Add(100 * time.Millisecond)
+		d.Step(ctx)
+		if tick%300 == 0 {
+			spends++
+			allowed += spendAttempts(t, d, "w", 1000, 1) / 1000
+		}
+	}
+	calls := ledgerOpCalls(t, d, "grant", "renew", "release")
+	t.Logf("%d SPENDs, %d allowed, %v lease calls", spends, allowed, calls)
+	if calls > 2*float64(spends)+4 {
+		t.Fatalf("%v lease calls for %d sparse SPENDs; want about one per SPEND", calls, spends)
+	}
+	if allowed < spends-1 {
+		t.Fatalf("%d of %d sparse SPENDs allowed with budget to spare", allowed, spends)
+	}
+}
