@@ -144,7 +144,7 @@ type modelRun struct {
 	rng     *rand.Rand // picks the step kinds
 	opRng   *rand.Rand // the current step's own choices (seeded per step)
 	clock   *manualClock
-	ledgers []*lease.Ledger
+	clients []redis.UniversalClient
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
@@ -188,15 +188,14 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-		m.ledgers = append(m.ledgers, l)
-		return l
+		m.clients = append(m.clients, rdb)
+		return lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	}
 	dLedger := ledger("daemon")
 	m.opLedger, m.rcLedger = ledger("operator"), ledger("reconciler")
 	defer func() {
-		for _, l := range m.ledgers {
-			l.Client().Close()
+		for _, c := range m.clients {
+			c.Close()
 		}
 	}()
 	r := m.rng
@@ -760,7 +759,7 @@ func (m *modelRun) check() (history.Report, modelStats) {
 	}
 	rep.Violations = append(rep.Violations, m.stuck...)
 	if os.Getenv("PACER_MODEL_AUDIT") != "" { // a violating day's audit streams, for triage
-		rdb := m.env.direct.Client()
+		rdb := m.env.rdb
 		for _, v := range rep.Violations {
 			keys, _ := rdb.Keys(ctx, "pacer:{"+v.Day.Campaign+"/*:audit").Result()
 			slices.Sort(keys)

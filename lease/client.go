@@ -37,6 +37,15 @@ type ClientOptions struct {
 	TLS *tls.Config
 	// DialTimeout bounds one connection attempt; zero keeps go-redis's (5s).
 	DialTimeout time.Duration
+	// PoolSize is the most connections kept to each node; zero keeps
+	// go-redis's (10 per CPU). The simulator, which runs a fleet in one
+	// process, raises it.
+	PoolSize int
+	// Hooks are added to the client ahead of the ledger's retry hook
+	// (redisretry.Reads), so they see each command once however often it is
+	// retried, and may fail it without a retry (the simulator counts and
+	// pauses Redis this way).
+	Hooks []redis.Hook
 }
 
 // Target is a parsed list of ledger addresses: what NewClient connects to.
@@ -223,6 +232,9 @@ func NewClientWith(addrs []string, opt ClientOptions) (redis.UniversalClient, er
 	if err != nil {
 		return nil, err
 	}
+	for _, h := range opt.Hooks {
+		rdb.AddHook(h)
+	}
 	rdb.AddHook(redisretry.Reads{})
 	return rdb, nil
 }
@@ -252,13 +264,13 @@ func newClient(addrs []string, opt ClientOptions) (redis.UniversalClient, error)
 			MasterName: t.MasterName, SentinelAddrs: t.Addrs,
 			Username: user, Password: pass,
 			SentinelUsername: opt.SentinelUsername, SentinelPassword: opt.SentinelPassword,
-			TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout,
+			TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout, PoolSize: opt.PoolSize,
 			ContextTimeoutEnabled: true, MaxRetries: -1,
 		}), nil
 	case "cluster":
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: t.Addrs, Username: user, Password: pass, TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout,
-			ContextTimeoutEnabled: true, MaxRetries: -1,
+			PoolSize: opt.PoolSize, ContextTimeoutEnabled: true, MaxRetries: -1,
 		}), nil
 	}
 	network := "tcp"
@@ -267,7 +279,7 @@ func newClient(addrs []string, opt ClientOptions) (redis.UniversalClient, error)
 	}
 	return redis.NewClient(&redis.Options{
 		Network: network, Addr: t.Addrs[0], Username: user, Password: pass, TLSConfig: tlsCfg,
-		DialTimeout: opt.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: opt.DialTimeout, PoolSize: opt.PoolSize, ContextTimeoutEnabled: true, MaxRetries: -1,
 	}), nil
 }
 

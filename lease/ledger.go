@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer/pacer/internal/redisretry"
@@ -123,8 +124,42 @@ func New(rdb redis.UniversalClient, cfg Config, log *zap.Logger) *Ledger {
 	return &Ledger{rdb: rdb, log: log.Named("lease"), cfg: cfg, cluster: cluster}
 }
 
-// Client returns the Redis client the ledger uses.
-func (l *Ledger) Client() redis.UniversalClient { return l.rdb }
+// Ping checks that the ledger's Redis answers (a readiness probe; it also
+// tells a test when the client's pool has reconnected after a restart).
+func (l *Ledger) Ping(ctx context.Context) error {
+	if err := l.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ledger: ping: %w", err)
+	}
+	return nil
+}
+
+// ClockOffset measures now's offset to the ledger's Redis TIME (see
+// MeasureClockOffset).
+func (l *Ledger) ClockOffset(ctx context.Context, now func() time.Time) (ClockOffset, error) {
+	return MeasureClockOffset(ctx, l.rdb, now)
+}
+
+// CountKeys counts the ledger's keys (pacer:*) on every master, with KEYS:
+// for tools that must start from an empty Redis (the simulator), never for
+// a production ledger.
+func (l *Ledger) CountKeys(ctx context.Context) (int, error) {
+	var n atomic.Int64
+	count := func(ctx context.Context, c redis.Cmdable) error {
+		keys, err := c.Keys(ctx, keyPrefix+"*").Result()
+		n.Add(int64(len(keys)))
+		return err
+	}
+	var err error
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return count(ctx, c) })
+	} else {
+		err = count(ctx, l.rdb)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger: keys: %w", err)
+	}
+	return int(n.Load()), nil
+}
 
 // Shard is one shard's balances, in micros. Spent includes Lost.
 type Shard struct {

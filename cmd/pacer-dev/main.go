@@ -25,7 +25,6 @@ import (
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -162,7 +161,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: redisSock})
+	rdb, err := lease.NewClient([]string{redisSock})
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	ledger := lease.New(rdb, lease.Config{}, nil)
 	// 86,400 currency units a day: a pace of 1,000,000 micros (1 unit) a second.

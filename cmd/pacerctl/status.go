@@ -8,14 +8,12 @@ import (
 	"math/bits"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -236,40 +234,19 @@ func ppbOf(part, whole int64) int64 {
 }
 
 // scanLeases calls fn for every outstanding lease of every open day of a
-// campaign. Lease records are "amount|holder|expiry_ms" (lease/keys.go).
+// campaign.
 func scanLeases(ctx context.Context, l *lease.Ledger, id string, now time.Time, fn func(holder string, micros int64, expired bool)) error {
 	days, err := l.OpenDays(ctx, id)
 	if err != nil {
 		return err
 	}
-	rdb := l.Client()
 	for _, day := range days {
-		n, err := l.DayShards(ctx, id, day)
+		recs, err := l.DayLeases(ctx, id, day)
 		if err != nil {
 			return err
 		}
-		cmds := make([]*redis.MapStringStringCmd, n)
-		// Not a transaction: under Cluster each shard is its own slot.
-		pipe := rdb.Pipeline()
-		for i := range n {
-			cmds[i] = pipe.HGetAll(ctx, "pacer:{"+id+"/"+day+"/"+strconv.Itoa(i)+"}:leases")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("leases of %s/%s: %w", id, day, err)
-		}
-		for i, cmd := range cmds {
-			for leaseID, rec := range cmd.Val() {
-				parts := strings.Split(rec, "|")
-				if len(parts) != 3 {
-					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
-				}
-				amount, err1 := strconv.ParseInt(parts[0], 10, 64)
-				expiry, err2 := strconv.ParseInt(parts[2], 10, 64)
-				if err1 != nil || err2 != nil {
-					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
-				}
-				fn(parts[1], amount, expiry < now.UnixMilli())
-			}
+		for _, r := range recs {
+			fn(r.Holder, r.Amount, r.Expiry.UnixMilli() < now.UnixMilli())
 		}
 	}
 	return nil
