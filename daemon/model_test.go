@@ -18,6 +18,7 @@ import (
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -148,7 +149,7 @@ type modelRun struct {
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
-	rc, old  *daemon.Reconciler
+	rc, old  *reconcile.Reconciler
 	fence    int64
 	oldFence int64
 	rcLedger *lease.Ledger
@@ -285,9 +286,9 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	return m.check()
 }
 
-func (m *modelRun) reconciler() *daemon.Reconciler {
+func (m *modelRun) reconciler() *reconcile.Reconciler {
 	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
-	return daemon.NewReconciler(m.rcLedger, daemon.ReconcilerConfig{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
+	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
 }
 
 func (m *modelRun) note(campaign, format string, args ...any) {
@@ -331,7 +332,7 @@ func (m *modelRun) opRngOrDefault() *rand.Rand {
 	return m.rng
 }
 
-func (m *modelRun) pass(rc *daemon.Reconciler, fence int64, who string) {
+func (m *modelRun) pass(rc *reconcile.Reconciler, fence int64, who string) {
 	if err := rc.Pass(ctx, fence); err != nil {
 		m.note("", "%s pass (fence %d): %v", who, fence, err)
 	}

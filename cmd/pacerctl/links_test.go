@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/config"
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -84,7 +84,7 @@ func TestStatusOverEtcdTLS(t *testing.T) {
 	t.Cleanup(func() { cli.Close() })
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := daemon.NewEtcdElector(cli, "host-a", 5).Campaign(cctx); err != nil {
+	if _, err := reconcile.NewEtcdElector(cli, "host-a", 5).Campaign(cctx); err != nil {
 		t.Fatal(err)
 	}
 	out := h.ok("--etcd", e.Endpoint, "--etcd-ca", certs.CA, "--etcd-cert", certs.ClientCert, "--etcd-key", certs.ClientKey, "status")

@@ -14,14 +14,10 @@ import (
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// electionPrefix is the etcd key prefix of the reconciler election,
-// daemon.ElectionPrefix (a test checks they agree): pacerctl reads it
-// without linking the daemon.
-const electionPrefix = "/pacer/reconciler"
 
 // statusView is status's JSON.
 type statusView struct {
@@ -148,8 +144,8 @@ func (a *app) status(ctx context.Context, args []string) error {
 	return nil
 }
 
-// reconciler reads the election from etcd: the candidate with the oldest
-// key leads (concurrency.Election's rule), the others stand by.
+// reconciler reads the election from etcd (reconcile.Candidates): the
+// leader and the standbys.
 func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 	r := reconcilerView{Standby: []string{}}
 	var eps []string
@@ -178,17 +174,13 @@ func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, electionPrefix+"/", clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	names, err := reconcile.Candidates(ctx, cli)
 	if err != nil {
 		return r, err
 	}
-	for i, kv := range resp.Kvs {
-		if i == 0 {
-			r.Leader = string(kv.Value)
-		} else {
-			r.Standby = append(r.Standby, string(kv.Value))
-		}
+	if len(names) > 0 {
+		r.Leader = names[0]
+		r.Standby = append(r.Standby, names[1:]...)
 	}
 	return r, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -403,9 +404,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
-	var rc *daemon.Reconciler
+	var rc *reconcile.Reconciler
 	if etcd != nil {
-		rc = daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
+		rc = reconcile.New(ledger, reconcile.Config{
 			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
 			Gate: gate.Err,
 		})
@@ -427,7 +428,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
 	if rc != nil {
-		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
+		go func() { reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, 5)) }()
 	} else {
 		reconcilerDone <- nil
 	}

@@ -19,6 +19,7 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -167,7 +168,7 @@ func listenAdmin(o adminOptions) (net.Listener, error) {
 // on the admin listener.
 // rc, if not nil, is this host's reconciler candidate: its pass metrics are
 // served too (they move only while it leads).
-func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *daemon.Reconciler, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
+func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcile.Reconciler, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector(), socketCollector{srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if rc != nil {
