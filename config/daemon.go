@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"gopkg.in/yaml.v3"
@@ -288,7 +289,7 @@ func (d Daemon) Validate() error {
 	if d.NATS != "" {
 		for _, u := range strings.Split(d.NATS, ",") {
 			// Redacted: a password in the URL must not reach an error message.
-			if err := checkURL(transport.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
+			if err := checkURL(broadcast.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
 				bad("nats: %v", err)
 			}
 		}

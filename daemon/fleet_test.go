@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
@@ -30,9 +31,9 @@ func startNATS(t testing.TB) *embedded.NATS {
 
 // fleetDaemon is a daemon wired to NATS as pacerd wires it: it publishes what
 // it learns first and applies what others broadcast.
-func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *transport.Broadcaster) {
+func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *broadcast.Broadcaster) {
 	t.Helper()
-	b, err := transport.Connect(natsURL, holder, nil)
+	b, err := broadcast.Connect(natsURL, holder, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	f.clock.Set(midnight.Add(13 * time.Hour))
 	cfg := daemon.Config{Curves: map[string]*bucket.Curve{"morning": curve}}
 	var ds []*daemon.Daemon
-	var bs []*transport.Broadcaster
+	var bs []*broadcast.Broadcaster
 	for _, h := range []string{"a", "b", "c"} {
 		d, b := f.fleetDaemon(t, h, n.URL, cfg)
 		ds, bs = append(ds, d), append(bs, b)
@@ -208,7 +209,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 			f.campaign(t, "c", 8_640_000_000, 4)
 			f.clock.Set(midnight.Add(12 * time.Hour))
 			var ds []*daemon.Daemon
-			var bcs []*transport.Broadcaster
+			var bcs []*broadcast.Broadcaster
 			for _, h := range []string{"a", "b", "c"} {
 				d, b := f.fleetDaemon(t, h, n.URL, daemon.Config{})
 				ds, bcs = append(ds, d), append(bcs, b)
@@ -227,7 +228,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 				t.Fatal(err)
 			}
 			if withNATS {
-				pub, err := transport.Connect(n.URL, "pacerctl", nil)
+				pub, err := broadcast.Connect(n.URL, "pacerctl", nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
@@ -23,7 +24,7 @@ func TestBroadcast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	sub, err := transport.Connect(n.URL, "test", nil)
+	sub, err := broadcast.Connect(n.URL, "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

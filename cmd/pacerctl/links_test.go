@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
@@ -112,7 +113,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 	if err := os.WriteFile(keyFile, append(key, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{key}, MaxAge: 10 * time.Second,
+	sub, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{key}, MaxAge: 10 * time.Second,
 		Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 		t.Fatal("the signed pause did not arrive")
 	}
 	sub.Flush(5 * time.Second)
-	if got := sub.Stats().Rejected[transport.RejectUnsigned]; got != 1 {
+	if got := sub.Stats().Rejected[broadcast.RejectUnsigned]; got != 1 {
 		t.Fatalf("%d unsigned events rejected, want the one pause sent without the key", got)
 	}
 	if r := h.run("--nats", n.URL, "--broadcast-key-file", filepath.Join(t.TempDir(), "missing"), "campaign", "pause", "c1"); r.code != exitFailure ||

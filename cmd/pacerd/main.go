@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
@@ -308,7 +309,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ledger := lease.New(rdb, lease.Config{Durability: durability}, log)
 	gate := newLedgerGate(cfg, rdb, durability, assume, log)
-	var bc *transport.Broadcaster
+	var bc *broadcast.Broadcaster
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
 	} else {
@@ -324,7 +325,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if nopt.Keys == nil {
 			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
 		}
-		if bc, err = transport.ConnectWith(cfg.NATS, nopt); err != nil {
+		if bc, err = broadcast.ConnectWith(cfg.NATS, nopt); err != nil {
 			return err
 		}
 		defer bc.Close()
