@@ -432,12 +432,6 @@ func (d Daemon) Validate() error {
 	return errors.Join(errs...)
 }
 
-// IsUnixPath reports whether a redis address is a Unix socket path rather
-// than host:port: it starts with / or . as in the config file's comment.
-func IsUnixPath(addr string) bool {
-	return strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".")
-}
-
 // CheckRedis reports what is wrong with a list of Redis addresses: it must
 // be one Unix socket path, one sentinel://master-name@host:port[,host:port]
 // address, one or more distinct host:port addresses, or redis://, rediss://

@@ -84,7 +84,7 @@ func ParseTarget(addrs []string) (Target, error) {
 	}
 	if len(addrs) > 1 {
 		for _, a := range addrs {
-			if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") || strings.HasPrefix(a, "unix:") {
+			if IsSocketPath(a) || strings.HasPrefix(a, "unix:") {
 				return Target{}, fmt.Errorf("%q: a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)", Redact(a))
 			}
 		}
@@ -118,8 +118,15 @@ func ParseTarget(addrs []string) (Target, error) {
 // maxSocketPath is the longest Unix socket path Linux accepts.
 const maxSocketPath = 107
 
+// IsSocketPath reports whether a ledger address is a Unix socket path
+// rather than host:port or a URL: it starts with / or . (a unix:// URL is
+// a socket too, see ParseTarget).
+func IsSocketPath(addr string) bool {
+	return strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".")
+}
+
 func parseOne(a string) (Target, error) {
-	if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") {
+	if IsSocketPath(a) {
 		if len(a) > maxSocketPath {
 			return Target{}, fmt.Errorf("%q: path is %d bytes; Unix socket paths are limited to %d", a, len(a), maxSocketPath)
 		}

@@ -961,7 +961,8 @@ func parseShard(v []any) (Shard, error) {
 	return Shard{Budget: f[0], Locked: f[1], Available: f[2], Leased: f[3], Spent: f[4], Lost: f[5], Owed: f[6], Seq: f[7], Tip: f[8], Closed: f[9] == 1}, nil
 }
 
-// DayTotals sums a campaign-day's shards.
+// DayTotals sums a campaign-day's shards, read in one pipeline. A day not
+// (completely) opened is ErrDayNotOpen.
 func (l *Ledger) DayTotals(ctx context.Context, campaign, day string) (Shard, error) {
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil {
@@ -970,15 +971,25 @@ func (l *Ledger) DayTotals(ctx context.Context, campaign, day string) (Shard, er
 	if n == 0 {
 		return Shard{}, fmt.Errorf("ledger %s/%s: %w", campaign, day, ErrDayNotOpen)
 	}
+	shards, err := l.ReadShards(ctx, campaign, day, n)
+	if err != nil {
+		return Shard{}, err
+	}
 	var total Shard
-	for i := range n {
-		s, err := l.ReadShard(ctx, ShardKey{campaign, day, i})
-		if err != nil {
-			return Shard{}, err
-		}
+	for _, s := range shards {
 		total = total.Add(s)
 	}
 	return total, nil
+}
+
+// OpenDayTotals is DayTotals for tools that show a day not yet opened as
+// zeros: open is false, and err nil, for such a day.
+func (l *Ledger) OpenDayTotals(ctx context.Context, campaign, day string) (total Shard, open bool, err error) {
+	total, err = l.DayTotals(ctx, campaign, day)
+	if errors.Is(err, ErrDayNotOpen) {
+		return Shard{}, false, nil
+	}
+	return total, err == nil, err
 }
 
 // Freeze stops grants on a shard that lost acknowledged writes until until

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer/pacer/internal/child"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
@@ -360,12 +361,4 @@ func start(c *exec.Cmd) (*proc, error) {
 }
 
 // stop sends SIGTERM and waits, with SIGKILL after 10 s.
-func (p *proc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proc) stop() { child.Stop(p.cmd.Process, syscall.SIGTERM, p.done, 10*time.Second) }

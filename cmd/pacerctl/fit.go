@@ -181,7 +181,7 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 		return usagef("curve fit: --min %v: want 0 < min <= 1", *minF)
 	case !(*maxF >= 1) || math.IsInf(*maxF, 0):
 		return usagef("curve fit: --max %v: want a number >= 1", *maxF)
-	case *name != "" && !curveNamePattern.MatchString(*name):
+	case *name != "" && !bucket.ValidCurveName(*name):
 		return usagef("curve fit: --name %q: want 1 to 64 characters from [a-z0-9_-]", *name)
 	case *name == config.FlatCurve:
 		return usagef("curve fit: --name %s is the built-in constant-rate curve; choose another name", config.FlatCurve)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -63,12 +62,8 @@ type campaignStatus struct {
 }
 
 func (a *app) status(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("status"), args, "")
-	if err != nil {
+	if err := a.noArgs("status", args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usagef("status: takes no arguments, got %q", pos)
 	}
 	now := a.now()
 	v := statusView{At: now.UTC().Format(time.RFC3339), Daemons: []holderView{}, Campaigns: []campaignStatus{}}
@@ -83,11 +78,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 		v.Reconciler = &r
 	}
 
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	cs, err := l.ListCampaigns(ctx)
+	l, cs, err := a.campaigns(ctx)
 	if err != nil {
 		return err
 	}
@@ -192,11 +183,8 @@ func (a *app) campaignStatus(ctx context.Context, l *lease.Ledger, c lease.Campa
 		t := curve.AtTime(now, day)
 		s.TargetPPB = &t
 	}
-	t, err := l.DayTotals(ctx, c.ID, day.Key)
-	if errors.Is(err, lease.ErrDayNotOpen) {
-		return s, nil
-	}
-	if err != nil {
+	t, open, err := l.OpenDayTotals(ctx, c.ID, day.Key)
+	if err != nil || !open {
 		return s, err
 	}
 	s.DayOpen = true
