@@ -13,6 +13,14 @@
 // curve, so adding daemons never multiplies spend. Callers pass their clock's
 // reading and the curve's cumulative share at that instant; the ledger keeps no
 // clock of its own.
+//
+// It is the only code that knows the ledger's keys and record formats (see
+// keys.go): tools read through typed, pipelined calls (DayTotals,
+// OpenDayTotals, DayLeases, ReadDemand, CountKeys, KeyCampaign), never
+// through a raw client; and the Redis clients of pacerd, pacerctl, the dev
+// fleet and the simulator all come from NewClientWith, with one set of
+// options (context deadlines honoured, go-redis's retries off, safe reads
+// retried).
 package lease
 
 import (
