@@ -63,7 +63,7 @@ bench-tail: deps ## The long tail: sparse scenarios and a generated family of 50
 
 .PHONY: bench-scale
 bench-scale: deps ## The reconciler at 1,000 and 10,000 campaigns: commands and time per pass (docs/BENCHMARKS.md, Scale; ~5 min).
-	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench ReconcilerScale -benchtime 5x -timeout 40m ./daemon/
+	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench ReconcilerScale -benchtime 5x -timeout 40m ./reconcile/
 
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.

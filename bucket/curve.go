@@ -124,6 +124,11 @@ func NewCurve(name string, weights []float64) (*Curve, error) {
 	return &Curve{name: name, weights: normalised, cumulative: cumulative}, nil
 }
 
+// ValidCurveName reports whether name can name a curve: 1 to 64 bytes of
+// [a-z0-9_-]. It is the one rule for curve names: NewCurve's, the ledger's
+// for a campaign's curve, and pacerctl's.
+func ValidCurveName(name string) bool { return checkCurveName(name) == nil }
+
 func checkCurveName(name string) error {
 	if name == "" {
 		return &CurveError{Name: name, Slot: -1, Reason: "empty name"}

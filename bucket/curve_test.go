@@ -365,3 +365,27 @@ func equalInts(a, b []int64) bool {
 	}
 	return true
 }
+
+// ValidCurveName is NewCurve's rule, the one the ledger and pacerctl check
+// campaigns' curves by.
+func TestValidCurveName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"flat": true, "evening-peak_2": true, strings.Repeat("a", 64): true,
+		"": false, strings.Repeat("a", 65): false, "Bad": false, "a.b": false, "a/b": false, "é": false,
+	} {
+		if got := ValidCurveName(name); got != want {
+			t.Errorf("ValidCurveName(%q) = %v, want %v", name, got, want)
+		}
+		if _, err := NewCurve(name, make24()); (err == nil) != want {
+			t.Errorf("NewCurve(%q): %v, want valid %v", name, err, want)
+		}
+	}
+}
+
+func make24() []float64 {
+	w := make([]float64, 24)
+	for i := range w {
+		w[i] = 1
+	}
+	return w
+}

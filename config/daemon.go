@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"gopkg.in/yaml.v3"
@@ -297,7 +298,7 @@ func (d Daemon) Validate() error {
 	if d.NATS != "" {
 		for _, u := range strings.Split(d.NATS, ",") {
 			// Redacted: a password in the URL must not reach an error message.
-			if err := checkURL(transport.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
+			if err := checkURL(broadcast.RedactURLs(strings.TrimSpace(u)), "nats", "tls", "ws", "wss"); err != nil {
 				bad("nats: %v", err)
 			}
 		}
@@ -442,12 +443,6 @@ func (d Daemon) Validate() error {
 		bad("log.level: %q: want debug, info, warn or error", d.Log.Level)
 	}
 	return errors.Join(errs...)
-}
-
-// IsUnixPath reports whether a redis address is a Unix socket path rather
-// than host:port: it starts with / or . as in the config file's comment.
-func IsUnixPath(addr string) bool {
-	return strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".")
 }
 
 // CheckRedis reports what is wrong with a list of Redis addresses: it must

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // TLS is the TLS section of one link (redis_tls, etcd_tls, nats_tls). The
@@ -245,8 +245,8 @@ func EtcdClientOptions(endpoints []string, auth EtcdAuth, t TLS, s Secrets) (Etc
 // NATSClientOptions resolves the broadcasts' credentials and TLS: it reads
 // nats_auth's file (creds, nkey seed or password) and nats_tls's files. The
 // caller sets Name and Logger.
-func NATSClientOptions(auth NATSAuth, t TLS, s Secrets) (transport.BroadcastOptions, error) {
-	var opt transport.BroadcastOptions
+func NATSClientOptions(auth NATSAuth, t TLS, s Secrets) (broadcast.Options, error) {
+	var opt broadcast.Options
 	var err error
 	switch {
 	case auth.CredsFile != "":
@@ -254,7 +254,7 @@ func NATSClientOptions(auth NATSAuth, t TLS, s Secrets) (transport.BroadcastOpti
 		if err != nil {
 			return opt, fmt.Errorf("nats_auth.creds_file: %w", err)
 		}
-		if opt.JWT, opt.Seed, err = transport.ParseCreds(b); err != nil {
+		if opt.JWT, opt.Seed, err = broadcast.ParseCreds(b); err != nil {
 			return opt, fmt.Errorf("nats_auth.creds_file %s: %w", auth.CredsFile, err)
 		}
 	case auth.NkeyFile != "":

@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-
-	"github.com/pacer/pacer/lease"
 )
 
 // CheckClock measures this daemon's clock (Config.Clock) against Redis TIME,
@@ -12,7 +10,7 @@ import (
 // trip) is beyond SkewBound. pacerd adds it to its LedgerGate, so a daemon
 // whose clock drifts stops taking leases until it is fixed.
 func (d *Daemon) CheckClock(ctx context.Context) error {
-	o, err := lease.MeasureClockOffset(ctx, d.ledger.Client(), d.cfg.Clock.Now)
+	o, err := d.ledger.ClockOffset(ctx, d.cfg.Clock.Now)
 	if err != nil {
 		return err
 	}

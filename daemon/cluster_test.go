@@ -9,6 +9,7 @@ import (
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 )
 
@@ -56,7 +57,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 		}
 		ds = append(ds, d)
 	}
-	rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{Clock: clock})
+	rc := reconcile.New(ledger, reconcile.Config{Clock: clock})
 	allowed := map[string]int64{}
 	var total int64
 	step := func(i int, dt time.Duration) {

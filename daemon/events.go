@@ -1,16 +1,17 @@
 package daemon
 
 import (
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
 
-// Publisher sends fleet broadcasts; *transport.Broadcaster satisfies it.
+// Publisher sends fleet broadcasts; *broadcast.Broadcaster satisfies it.
 type Publisher interface {
 	Publish(transport.Event) error
 }
 
-var _ Publisher = (*transport.Broadcaster)(nil)
+var _ Publisher = (*broadcast.Broadcaster)(nil)
 
 func (d *Daemon) publish(e transport.Event) {
 	if d.cfg.Publisher == nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -173,8 +174,8 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	f.campaign(t, "c", 8_640_000_000, 4)
 	f.clock.Set(midnight.Add(12 * time.Hour))
 	key := []byte("the fleet's broadcast key, 32 bytes or more")
-	connect := func(k []byte) *transport.Broadcaster {
-		b, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{k}, MaxAge: 10 * time.Second, Now: f.clock.Now})
+	connect := func(k []byte) *broadcast.Broadcaster {
+		b, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{k}, MaxAge: 10 * time.Second, Now: f.clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +202,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	before := ledgerCalls(t, d)
 
 	mallory := connect([]byte("mallory's key, also 32 bytes or more"))
-	unsigned, err := transport.Connect(n.URL, "unsigned", nil)
+	unsigned, err := broadcast.Connect(n.URL, "unsigned", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +215,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	unsigned.Flush(5 * time.Second)
 	waitFor(t, "the forgeries to be rejected", func() bool {
 		r := bc.Stats().Rejected
-		return r[transport.RejectForged] == 50 && r[transport.RejectUnsigned] == 50
+		return r[broadcast.RejectForged] == 50 && r[broadcast.RejectUnsigned] == 50
 	})
 	f.clock.Add(100 * time.Millisecond)
 	d.Step(ctx)

@@ -11,6 +11,7 @@ import (
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 )
 
@@ -48,7 +49,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 		defer d.Close(ctx)
 		nodes = append(nodes, d)
 	}
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
 
 	var rec history.Recorder
 	var denied atomic.Int64

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -22,12 +23,12 @@ func BenchmarkRevokePropagation(b *testing.B) {
 	f.campaign(b, "c", 8_640_000_000, 4)
 	f.clock.Set(midnight.Add(12 * time.Hour))
 	var ds []*daemon.Daemon
-	var bcs []*transport.Broadcaster
+	var bcs []*broadcast.Broadcaster
 	for _, h := range []string{"a", "b", "c"} {
 		d, bc := f.fleetDaemon(b, h, n.URL, daemon.Config{})
 		ds, bcs = append(ds, d), append(bcs, bc)
 	}
-	pub, err := transport.Connect(n.URL, "bench", nil)
+	pub, err := broadcast.Connect(n.URL, "bench", nil)
 	if err != nil {
 		b.Fatal(err)
 	}

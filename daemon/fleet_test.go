@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -29,9 +31,9 @@ func startNATS(t testing.TB) *embedded.NATS {
 
 // fleetDaemon is a daemon wired to NATS as pacerd wires it: it publishes what
 // it learns first and applies what others broadcast.
-func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *transport.Broadcaster) {
+func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *broadcast.Broadcaster) {
 	t.Helper()
-	b, err := transport.Connect(natsURL, holder, nil)
+	b, err := broadcast.Connect(natsURL, holder, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	f.clock.Set(midnight.Add(13 * time.Hour))
 	cfg := daemon.Config{Curves: map[string]*bucket.Curve{"morning": curve}}
 	var ds []*daemon.Daemon
-	var bs []*transport.Broadcaster
+	var bs []*broadcast.Broadcaster
 	for _, h := range []string{"a", "b", "c"} {
 		d, b := f.fleetDaemon(t, h, n.URL, cfg)
 		ds, bs = append(ds, d), append(bs, b)
@@ -216,7 +218,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 			f.campaign(t, "c", 8_640_000_000, 4)
 			f.clock.Set(midnight.Add(12 * time.Hour))
 			var ds []*daemon.Daemon
-			var bcs []*transport.Broadcaster
+			var bcs []*broadcast.Broadcaster
 			for _, h := range []string{"a", "b", "c"} {
 				d, b := f.fleetDaemon(t, h, n.URL, daemon.Config{})
 				ds, bcs = append(ds, d), append(bcs, b)
@@ -235,7 +237,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 				t.Fatal(err)
 			}
 			if withNATS {
-				pub, err := transport.Connect(n.URL, "pacerctl", nil)
+				pub, err := broadcast.Connect(n.URL, "pacerctl", nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -320,17 +322,17 @@ func TestReconcilerFailover(t *testing.T) {
 	var members []*member
 	for _, name := range []string{"r1", "r2"} {
 		m := &member{name: name, client: etcdClient(t, e.Endpoint), done: make(chan error, 1)}
-		rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Holder: name, Interval: 20 * time.Millisecond, Grace: 4 * time.Second, Clock: f.clock})
+		rc := reconcile.New(f.ledger, reconcile.Config{Holder: name, Interval: 20 * time.Millisecond, Grace: 4 * time.Second, Clock: f.clock})
 		var rctx context.Context
 		rctx, m.cancel = context.WithCancel(ctx)
-		go func() { m.done <- rc.Run(rctx, daemon.NewEtcdElector(m.client, name, 1)) }()
+		go func() { m.done <- rc.Run(rctx, reconcile.NewEtcdElector(m.client, name, 1)) }()
 		members = append(members, m)
 		defer func() { m.cancel(); <-m.done; m.client.Close() }()
 	}
 	obs := etcdClient(t, e.Endpoint)
 	defer obs.Close()
 	var first string
-	waitFor(t, "a reconciler leader", func() bool { first, _ = daemon.Leader(ctx, obs); return first != "" })
+	waitFor(t, "a reconciler leader", func() bool { first, _ = reconcile.Leader(ctx, obs); return first != "" })
 	var leader, other *member
 	for _, m := range members {
 		if m.name == first {
@@ -345,7 +347,7 @@ func TestReconcilerFailover(t *testing.T) {
 	<-leader.done
 	leader.done <- nil
 	waitFor(t, "the other reconciler to lead", func() bool {
-		l, _ := daemon.Leader(ctx, obs)
+		l, _ := reconcile.Leader(ctx, obs)
 		return l == other.name
 	})
 	// The crashed daemon's leases expire; the new leader settles them.
@@ -397,12 +399,12 @@ func TestEtcdOutage(t *testing.T) {
 
 	client := etcdClient(t, e.Endpoint)
 	defer client.Close()
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Holder: "r", Interval: 20 * time.Millisecond, Clock: f.clock})
+	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r", Interval: 20 * time.Millisecond, Clock: f.clock})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- rc.Run(rctx, daemon.NewEtcdElector(client, "r", 1)) }()
+	go func() { done <- rc.Run(rctx, reconcile.NewEtcdElector(client, "r", 1)) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "a leader", func() bool { l, _ := daemon.Leader(ctx, client); return l == "r" })
+	waitFor(t, "a leader", func() bool { l, _ := reconcile.Leader(ctx, client); return l == "r" })
 
 	e.Close()
 	// A leader keeps its role until its session's TTL runs out: wait for that,
@@ -465,7 +467,7 @@ func TestClockSkewWithinBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close(ctx)
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: offsetClock{f.clock, 900 * time.Millisecond}, Grace: 2100 * time.Millisecond})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: offsetClock{f.clock, 900 * time.Millisecond}, Grace: 2100 * time.Millisecond})
 	var allowed int64
 	for now := f.clock.Now(); now.Before(midnight.Add(24*time.Hour + time.Minute)); now = now.Add(time.Second) {
 		f.clock.Set(now)

@@ -18,6 +18,7 @@ import (
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -144,11 +145,11 @@ type modelRun struct {
 	rng     *rand.Rand // picks the step kinds
 	opRng   *rand.Rand // the current step's own choices (seeded per step)
 	clock   *manualClock
-	ledgers []*lease.Ledger
+	clients []redis.UniversalClient
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
-	rc, old  *daemon.Reconciler
+	rc, old  *reconcile.Reconciler
 	fence    int64
 	oldFence int64
 	rcLedger *lease.Ledger
@@ -188,15 +189,14 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-		m.ledgers = append(m.ledgers, l)
-		return l
+		m.clients = append(m.clients, rdb)
+		return lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	}
 	dLedger := ledger("daemon")
 	m.opLedger, m.rcLedger = ledger("operator"), ledger("reconciler")
 	defer func() {
-		for _, l := range m.ledgers {
-			l.Client().Close()
+		for _, c := range m.clients {
+			c.Close()
 		}
 	}()
 	r := m.rng
@@ -286,9 +286,9 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	return m.check()
 }
 
-func (m *modelRun) reconciler() *daemon.Reconciler {
+func (m *modelRun) reconciler() *reconcile.Reconciler {
 	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
-	return daemon.NewReconciler(m.rcLedger, daemon.ReconcilerConfig{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
+	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
 }
 
 func (m *modelRun) note(campaign, format string, args ...any) {
@@ -332,7 +332,7 @@ func (m *modelRun) opRngOrDefault() *rand.Rand {
 	return m.rng
 }
 
-func (m *modelRun) pass(rc *daemon.Reconciler, fence int64, who string) {
+func (m *modelRun) pass(rc *reconcile.Reconciler, fence int64, who string) {
 	if err := rc.Pass(ctx, fence); err != nil {
 		m.note("", "%s pass (fence %d): %v", who, fence, err)
 	}
@@ -763,7 +763,7 @@ func (m *modelRun) check() (history.Report, modelStats) {
 	}
 	rep.Violations = append(rep.Violations, m.stuck...)
 	if os.Getenv("PACER_MODEL_AUDIT") != "" { // a violating day's audit streams, for triage
-		rdb := m.env.direct.Client()
+		rdb := m.env.rdb
 		for _, v := range rep.Violations {
 			keys, _ := rdb.Keys(ctx, "pacer:{"+v.Day.Campaign+"/*:audit").Result()
 			slices.Sort(keys)

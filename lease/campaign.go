@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,8 +30,6 @@ const (
 	StateActive = "active"
 	StatePaused = "paused"
 )
-
-var curveNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 // Campaign is a campaign's settings as the ledger's campaign store holds them.
 type Campaign struct {
@@ -65,7 +63,7 @@ func (c Campaign) validate(loadLocation func(string) (*time.Location, error)) er
 	if _, err := loadLocation(c.TZ); err != nil || c.TZ == "" || c.TZ == "Local" {
 		return fmt.Errorf("campaign %s: time zone %q is not an IANA zone such as Europe/Paris", c.ID, c.TZ)
 	}
-	if !curveNamePattern.MatchString(c.Curve) {
+	if !bucket.ValidCurveName(c.Curve) {
 		return fmt.Errorf("campaign %s: curve name %q: want [a-z0-9_-]{1,64}", c.ID, c.Curve)
 	}
 	if c.Shards < 1 || c.Shards > MaxShards {

@@ -187,6 +187,38 @@ func (l *Ledger) Leases(ctx context.Context, k ShardKey) ([]LeaseRecord, error) 
 	if err != nil {
 		return nil, fmt.Errorf("ledger %s: leases: %w", k, err)
 	}
+	return parseLeases(k, m)
+}
+
+// DayLeases lists the outstanding leases of every shard of a campaign-day,
+// in one pipelined round trip (not a transaction: under Cluster each shard
+// is its own slot). A day not (completely) opened has none.
+func (l *Ledger) DayLeases(ctx context.Context, campaign, day string) ([]LeaseRecord, error) {
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	cmds := make([]*redis.MapStringStringCmd, n)
+	pipe := l.rdb.Pipeline()
+	for i := range n {
+		cmds[i] = pipe.HGetAll(ctx, ShardKey{Campaign: campaign, Day: day, Shard: i}.keys()[1])
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("ledger %s/%s: leases: %w", campaign, day, err)
+	}
+	var out []LeaseRecord
+	for i, cmd := range cmds {
+		recs, err := parseLeases(ShardKey{Campaign: campaign, Day: day, Shard: i}, cmd.Val())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+// parseLeases parses a shard's lease hash: lease id -> "amount|holder|expiry_ms".
+func parseLeases(k ShardKey, m map[string]string) ([]LeaseRecord, error) {
 	out := make([]LeaseRecord, 0, len(m))
 	for id, rec := range m {
 		f := strings.Split(rec, "|")

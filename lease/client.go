@@ -37,6 +37,15 @@ type ClientOptions struct {
 	TLS *tls.Config
 	// DialTimeout bounds one connection attempt; zero keeps go-redis's (5s).
 	DialTimeout time.Duration
+	// PoolSize is the most connections kept to each node; zero keeps
+	// go-redis's (10 per CPU). The simulator, which runs a fleet in one
+	// process, raises it.
+	PoolSize int
+	// Hooks are added to the client ahead of the ledger's retry hook
+	// (redisretry.Reads), so they see each command once however often it is
+	// retried, and may fail it without a retry (the simulator counts and
+	// pauses Redis this way).
+	Hooks []redis.Hook
 }
 
 // Target is a parsed list of ledger addresses: what NewClient connects to.
@@ -75,7 +84,7 @@ func ParseTarget(addrs []string) (Target, error) {
 	}
 	if len(addrs) > 1 {
 		for _, a := range addrs {
-			if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") || strings.HasPrefix(a, "unix:") {
+			if IsSocketPath(a) || strings.HasPrefix(a, "unix:") {
 				return Target{}, fmt.Errorf("%q: a Unix socket path must be the only address (several addresses are Cluster seeds, host:port)", Redact(a))
 			}
 		}
@@ -109,8 +118,15 @@ func ParseTarget(addrs []string) (Target, error) {
 // maxSocketPath is the longest Unix socket path Linux accepts.
 const maxSocketPath = 107
 
+// IsSocketPath reports whether a ledger address is a Unix socket path
+// rather than host:port or a URL: it starts with / or . (a unix:// URL is
+// a socket too, see ParseTarget).
+func IsSocketPath(addr string) bool {
+	return strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".")
+}
+
 func parseOne(a string) (Target, error) {
-	if strings.HasPrefix(a, "/") || strings.HasPrefix(a, ".") {
+	if IsSocketPath(a) {
 		if len(a) > maxSocketPath {
 			return Target{}, fmt.Errorf("%q: path is %d bytes; Unix socket paths are limited to %d", a, len(a), maxSocketPath)
 		}
@@ -223,6 +239,9 @@ func NewClientWith(addrs []string, opt ClientOptions) (redis.UniversalClient, er
 	if err != nil {
 		return nil, err
 	}
+	for _, h := range opt.Hooks {
+		rdb.AddHook(h)
+	}
 	rdb.AddHook(redisretry.Reads{})
 	return rdb, nil
 }
@@ -252,13 +271,13 @@ func newClient(addrs []string, opt ClientOptions) (redis.UniversalClient, error)
 			MasterName: t.MasterName, SentinelAddrs: t.Addrs,
 			Username: user, Password: pass,
 			SentinelUsername: opt.SentinelUsername, SentinelPassword: opt.SentinelPassword,
-			TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout,
+			TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout, PoolSize: opt.PoolSize,
 			ContextTimeoutEnabled: true, MaxRetries: -1,
 		}), nil
 	case "cluster":
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: t.Addrs, Username: user, Password: pass, TLSConfig: tlsCfg, DialTimeout: opt.DialTimeout,
-			ContextTimeoutEnabled: true, MaxRetries: -1,
+			PoolSize: opt.PoolSize, ContextTimeoutEnabled: true, MaxRetries: -1,
 		}), nil
 	}
 	network := "tcp"
@@ -267,7 +286,7 @@ func newClient(addrs []string, opt ClientOptions) (redis.UniversalClient, error)
 	}
 	return redis.NewClient(&redis.Options{
 		Network: network, Addr: t.Addrs[0], Username: user, Password: pass, TLSConfig: tlsCfg,
-		DialTimeout: opt.DialTimeout, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: opt.DialTimeout, PoolSize: opt.PoolSize, ContextTimeoutEnabled: true, MaxRetries: -1,
 	}), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // Key layout. Each shard of a campaign-day keeps all its keys under one hash tag,
@@ -69,3 +70,26 @@ func daysKey(id string) string     { return keyPrefix + "days:{" + id + "}" }
 func dayOpsKey(id string) string   { return keyPrefix + "dayops:{" + id + "}" }
 
 const campaignsKey = keyPrefix + "campaigns"
+
+// KeyCampaign returns the campaign a ledger key belongs to, for tools that
+// attribute Redis commands to campaigns (the simulator's counters): the
+// shard keys pacer:{c/day/shard}:…, and pacer:campaign:{c}, pacer:days:{c},
+// pacer:dayops:{c}. Other keys (the indexes, the demand hashes, the
+// campaign set) give "".
+func KeyCampaign(key string) string {
+	rest, ok := strings.CutPrefix(key, keyPrefix)
+	if !ok {
+		return ""
+	}
+	if tag, ok := strings.CutPrefix(rest, "{"); ok {
+		id, _, _ := strings.Cut(tag, "/")
+		return id
+	}
+	for _, p := range []string{"campaign:{", "days:{", "dayops:{"} {
+		if tag, ok := strings.CutPrefix(rest, p); ok {
+			id, _, _ := strings.Cut(tag, "}")
+			return id
+		}
+	}
+	return ""
+}

@@ -13,6 +13,14 @@
 // curve, so adding daemons never multiplies spend. Callers pass their clock's
 // reading and the curve's cumulative share at that instant; the ledger keeps no
 // clock of its own.
+//
+// It is the only code that knows the ledger's keys and record formats (see
+// keys.go): tools read through typed, pipelined calls (DayTotals,
+// OpenDayTotals, DayLeases, ReadDemand, CountKeys, KeyCampaign), never
+// through a raw client; and the Redis clients of pacerd, pacerctl, the dev
+// fleet and the simulator all come from NewClientWith, with one set of
+// options (context deadlines honoured, go-redis's retries off, safe reads
+// retried).
 package lease
 
 import (
@@ -27,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pacer/pacer/internal/redisretry"
@@ -123,8 +132,42 @@ func New(rdb redis.UniversalClient, cfg Config, log *zap.Logger) *Ledger {
 	return &Ledger{rdb: rdb, log: log.Named("lease"), cfg: cfg, cluster: cluster}
 }
 
-// Client returns the Redis client the ledger uses.
-func (l *Ledger) Client() redis.UniversalClient { return l.rdb }
+// Ping checks that the ledger's Redis answers (a readiness probe; it also
+// tells a test when the client's pool has reconnected after a restart).
+func (l *Ledger) Ping(ctx context.Context) error {
+	if err := l.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ledger: ping: %w", err)
+	}
+	return nil
+}
+
+// ClockOffset measures now's offset to the ledger's Redis TIME (see
+// MeasureClockOffset).
+func (l *Ledger) ClockOffset(ctx context.Context, now func() time.Time) (ClockOffset, error) {
+	return MeasureClockOffset(ctx, l.rdb, now)
+}
+
+// CountKeys counts the ledger's keys (pacer:*) on every master, with KEYS:
+// for tools that must start from an empty Redis (the simulator), never for
+// a production ledger.
+func (l *Ledger) CountKeys(ctx context.Context) (int, error) {
+	var n atomic.Int64
+	count := func(ctx context.Context, c redis.Cmdable) error {
+		keys, err := c.Keys(ctx, keyPrefix+"*").Result()
+		n.Add(int64(len(keys)))
+		return err
+	}
+	var err error
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return count(ctx, c) })
+	} else {
+		err = count(ctx, l.rdb)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger: keys: %w", err)
+	}
+	return int(n.Load()), nil
+}
 
 // Shard is one shard's balances, in micros. Spent includes Lost.
 type Shard struct {
@@ -926,7 +969,8 @@ func parseShard(v []any) (Shard, error) {
 	return Shard{Budget: f[0], Locked: f[1], Available: f[2], Leased: f[3], Spent: f[4], Lost: f[5], Owed: f[6], Seq: f[7], Tip: f[8], Closed: f[9] == 1}, nil
 }
 
-// DayTotals sums a campaign-day's shards.
+// DayTotals sums a campaign-day's shards, read in one pipeline. A day not
+// (completely) opened is ErrDayNotOpen.
 func (l *Ledger) DayTotals(ctx context.Context, campaign, day string) (Shard, error) {
 	n, err := l.DayShards(ctx, campaign, day)
 	if err != nil {
@@ -935,15 +979,25 @@ func (l *Ledger) DayTotals(ctx context.Context, campaign, day string) (Shard, er
 	if n == 0 {
 		return Shard{}, fmt.Errorf("ledger %s/%s: %w", campaign, day, ErrDayNotOpen)
 	}
+	shards, err := l.ReadShards(ctx, campaign, day, n)
+	if err != nil {
+		return Shard{}, err
+	}
 	var total Shard
-	for i := range n {
-		s, err := l.ReadShard(ctx, ShardKey{campaign, day, i})
-		if err != nil {
-			return Shard{}, err
-		}
+	for _, s := range shards {
 		total = total.Add(s)
 	}
 	return total, nil
+}
+
+// OpenDayTotals is DayTotals for tools that show a day not yet opened as
+// zeros: open is false, and err nil, for such a day.
+func (l *Ledger) OpenDayTotals(ctx context.Context, campaign, day string) (total Shard, open bool, err error) {
+	total, err = l.DayTotals(ctx, campaign, day)
+	if errors.Is(err, ErrDayNotOpen) {
+		return Shard{}, false, nil
+	}
+	return total, err == nil, err
 }
 
 // Freeze stops grants on a shard that lost acknowledged writes until until

@@ -6,15 +6,16 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
 
-// newClient returns a client for addr: a Unix socket path or host:port.
-func newClient(addr string) *redis.Client {
-	if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
-		return redis.NewClient(&redis.Options{Network: "unix", Addr: addr, PoolSize: 64})
-	}
-	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+// newClient returns a client for addr (a Unix socket path or host:port) with
+// the ledger's options (lease.NewClientWith), the baselines' too, so every
+// strategy meets Redis through the same client. cnt sees each command once,
+// ahead of the retry hook, and fails it at once while Redis is paused.
+func newClient(addr string, cnt *counter) (redis.UniversalClient, error) {
+	return lease.NewClientWith([]string{addr}, lease.ClientOptions{PoolSize: 64, Hooks: []redis.Hook{cnt}})
 }
 
 // errRedisPaused is what every command gets while the scenario has Redis
@@ -96,26 +97,6 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// pacerKeyID returns the campaign a ledger key belongs to:
-// pacer:{c/day/shard}:..., pacer:campaign:{c}, pacer:days:{c}, pacer:dayops:{c}.
-func pacerKeyID(k string) string {
-	rest, ok := strings.CutPrefix(k, "pacer:")
-	if !ok {
-		return ""
-	}
-	if tag, ok := strings.CutPrefix(rest, "{"); ok {
-		id, _, _ := strings.Cut(tag, "/")
-		return id
-	}
-	for _, p := range []string{"campaign:{", "days:{", "dayops:{"} {
-		if tag, ok := strings.CutPrefix(rest, p); ok {
-			id, _, _ := strings.Cut(tag, "}")
-			return id
-		}
-	}
-	return ""
 }
 
 // baselineKeyID returns the campaign of a baseline key: sim:lua:{c},

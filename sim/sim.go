@@ -160,7 +160,7 @@ type runner struct {
 	notes   []string
 	faults  []FaultRecord
 
-	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB *redis.Client
+	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB redis.UniversalClient
 	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
 	ledger, reconLedger, obsLedger               *lease.Ledger
 	luaScript                                    *redis.Script
@@ -213,7 +213,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
 }
 
 func (r *runner) close() {
-	for _, c := range []*redis.Client{r.pacerRDB, r.reconRDB, r.luaRDB, r.batchRDB, r.obsRDB} {
+	for _, c := range []redis.UniversalClient{r.pacerRDB, r.reconRDB, r.luaRDB, r.batchRDB, r.obsRDB} {
 		if c != nil {
 			c.Close()
 		}
@@ -227,22 +227,22 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		ids[i] = c.ID
 	}
 	never := new(atomic.Bool)
-	r.pacerRDB, r.reconRDB, r.obsRDB = newClient(addr), newClient(addr), newClient(addr)
-	r.luaRDB, r.batchRDB = newClient(addr), newClient(addr)
-	r.pacerCnt = newCounter(ids, &r.paused, pacerKeyID)
-	r.reconCnt = newCounter(ids, &r.paused, pacerKeyID)
+	r.pacerCnt = newCounter(ids, &r.paused, lease.KeyCampaign)
+	r.reconCnt = newCounter(ids, &r.paused, lease.KeyCampaign)
 	r.luaCnt = newCounter(ids, &r.paused, baselineKeyID)
 	r.batchCnt = newCounter(ids, &r.paused, baselineKeyID)
-	r.pacerRDB.AddHook(r.pacerCnt)
-	r.reconRDB.AddHook(r.reconCnt)
-	r.luaRDB.AddHook(r.luaCnt)
-	r.batchRDB.AddHook(r.batchCnt)
-	r.obsRDB.AddHook(newCounter(nil, never, pacerKeyID))
+	for _, c := range []struct {
+		rdb *redis.UniversalClient
+		cnt *counter
+	}{{&r.pacerRDB, r.pacerCnt}, {&r.reconRDB, r.reconCnt}, {&r.luaRDB, r.luaCnt}, {&r.batchRDB, r.batchCnt},
+		{&r.obsRDB, newCounter(nil, never, lease.KeyCampaign)}} {
+		var err error
+		if *c.rdb, err = newClient(addr, c.cnt); err != nil {
+			return fmt.Errorf("redis at %s: %w", addr, err)
+		}
+	}
 	if err := r.obsRDB.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
-	}
-	if n, err := r.obsRDB.Keys(ctx, "pacer:*").Result(); err == nil && len(n) > 0 && r.opt.RedisAddr != "" {
-		return fmt.Errorf("redis at %s already holds %d pacer:* keys; give the simulator an empty Redis", addr, len(n))
 	}
 	// The scenario's day is simulated, often in the past of Redis's own clock:
 	// keep its keys from expiring the moment they are written.
@@ -250,6 +250,9 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	r.ledger = lease.New(r.pacerRDB, lcfg, r.log)
 	r.reconLedger = lease.New(r.reconRDB, lcfg, r.log)
 	r.obsLedger = lease.New(r.obsRDB, lcfg, r.log)
+	if n, err := r.obsLedger.CountKeys(ctx); err == nil && n > 0 && r.opt.RedisAddr != "" {
+		return fmt.Errorf("redis at %s already holds %d pacer:* keys; give the simulator an empty Redis", addr, n)
+	}
 
 	for _, s := range strategies {
 		r.enabled[strategyIndex(s)] = true

@@ -22,10 +22,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer/pacer/internal/child"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -162,7 +162,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: redisSock})
+	rdb, err := lease.NewClient([]string{redisSock})
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	ledger := lease.New(rdb, lease.Config{}, nil)
 	// 86,400 currency units a day: a pace of 1,000,000 micros (1 unit) a second.
@@ -358,12 +361,4 @@ func start(c *exec.Cmd) (*proc, error) {
 }
 
 // stop sends SIGTERM and waits, with SIGKILL after 10 s.
-func (p *proc) stop() {
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proc) stop() { child.Stop(p.cmd.Process, syscall.SIGTERM, p.done, 10*time.Second) }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -35,7 +36,7 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 	if err != nil {
 		return err
 	}
-	b, err := transport.ConnectWith(a.natsURL, opt)
+	b, err := broadcast.ConnectWith(a.natsURL, opt)
 	if err != nil {
 		return fmt.Errorf("broadcast %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), err)
 	}
@@ -44,7 +45,7 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 		return fmt.Errorf("broadcast: %w (the change is in the ledger: daemons learn of it within a lease window)", err)
 	}
 	if err := b.Flush(flushTimeout); err != nil {
-		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), transport.RedactURLs(a.natsURL), err)
+		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), broadcast.RedactURLs(a.natsURL), err)
 	}
 	if !a.json {
 		fmt.Fprintf(a.stdout, "broadcast %s (version %d)\n", e.Subject(), e.Version)
@@ -53,11 +54,11 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 }
 
 // natsOptions resolves the --nats-* flags: credentials and TLS.
-func (a *app) natsOptions() (transport.BroadcastOptions, error) {
+func (a *app) natsOptions() (broadcast.Options, error) {
 	t := a.natsTLS
 	t.Enabled = t.CAFile != "" || t.CertFile != ""
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		return transport.BroadcastOptions{}, usagef("--nats-cert and --nats-key go together")
+		return broadcast.Options{}, usagef("--nats-cert and --nats-key go together")
 	}
 	n := 0
 	for _, s := range []string{a.natsAuth.CredsFile, a.natsAuth.NkeyFile, a.natsAuth.Username} {
@@ -66,7 +67,7 @@ func (a *app) natsOptions() (transport.BroadcastOptions, error) {
 		}
 	}
 	if n > 1 || (a.natsAuth.Username == "") != (a.natsAuth.PasswordFile == "") {
-		return transport.BroadcastOptions{}, usagef("give one of --nats-creds, --nats-nkey or --nats-user with --nats-password-file")
+		return broadcast.Options{}, usagef("give one of --nats-creds, --nats-nkey or --nats-user with --nats-password-file")
 	}
 	opt, err := config.NATSClientOptions(a.natsAuth, t, config.Secrets{ReadFile: os.ReadFile})
 	if err != nil {
@@ -78,7 +79,7 @@ func (a *app) natsOptions() (transport.BroadcastOptions, error) {
 		if err != nil {
 			return opt, fmt.Errorf("--broadcast-key-file: %w", err)
 		}
-		if opt.Keys, err = transport.ParseKeys(b); err != nil {
+		if opt.Keys, err = broadcast.ParseKeys(b); err != nil {
 			return opt, fmt.Errorf("--broadcast-key-file %s: %w", a.keyFile, err)
 		}
 		// Only signs: pacerctl receives nothing. The daemons' max_age applies.

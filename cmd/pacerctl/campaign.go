@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -43,11 +42,8 @@ func (a *app) today(c lease.Campaign) string {
 // view reads c's balances for today.
 func (a *app) view(ctx context.Context, l *lease.Ledger, c lease.Campaign) (campaignView, error) {
 	v := campaignView{Campaign: c, Day: a.today(c)}
-	t, err := l.DayTotals(ctx, c.ID, v.Day)
-	if errors.Is(err, lease.ErrDayNotOpen) {
-		return v, nil
-	}
-	if err != nil {
+	t, open, err := l.OpenDayTotals(ctx, c.ID, v.Day)
+	if err != nil || !open {
 		return v, err
 	}
 	v.DayOpen = true
@@ -280,9 +276,6 @@ func (a *app) adjustToday(ctx context.Context, l *lease.Ledger, id string, t *to
 	return err
 }
 
-// curveNamePattern is bucket.NewCurve's rule for curve names.
-var curveNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-
 // checkCurveName refuses a curve the --curves directory does not define. If
 // the directory cannot be loaded, pacerctl may be running on a host without
 // it: it warns and lets the name through.
@@ -290,7 +283,7 @@ func (a *app) checkCurveName(name string) error {
 	if name == config.FlatCurve || name == daemon.AutoCurve {
 		return nil // built in; "auto" is refitted every day from recorded demand
 	}
-	if !curveNamePattern.MatchString(name) {
+	if !bucket.ValidCurveName(name) {
 		return usagef("campaign set: curve name %q: want 1 to 64 characters from [a-z0-9_-]", name)
 	}
 	curves, unreadable, err := a.loadCurves()
@@ -331,18 +324,10 @@ func (a *app) campaignGet(ctx context.Context, args []string) error {
 }
 
 func (a *app) campaignList(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("campaign list"), args, "")
-	if err != nil {
+	if err := a.noArgs("campaign list", args); err != nil {
 		return err
 	}
-	if len(pos) != 0 {
-		return usagef("campaign list: takes no arguments, got %q", pos)
-	}
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	cs, err := l.ListCampaigns(ctx)
+	l, cs, err := a.campaigns(ctx)
 	if err != nil {
 		return err
 	}

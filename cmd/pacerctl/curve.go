@@ -73,12 +73,8 @@ func summarize(c *bucket.Curve) curveSummary {
 }
 
 func (a *app) curveList(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("curve list"), args, "")
-	if err != nil {
+	if err := a.noArgs("curve list", args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usagef("curve list: takes no arguments, got %q", pos)
 	}
 	curves, err := a.curvesOrFlat()
 	if err != nil {

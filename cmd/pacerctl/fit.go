@@ -18,16 +18,6 @@ import (
 	"github.com/pacer/pacer/lease"
 )
 
-// demandSlots is how many slots of a local day the daemons count demand in:
-// 15 minutes each on a 24-hour day, stretched or shrunk on DST days as
-// curves are.
-const demandSlots = 96
-
-// demandKey is the Redis hash where daemons flush a campaign-day's observed
-// demand: fields req:<slot> (SPEND requests), ok:<slot> (allowed),
-// no:<slot> (denied) and reqm:<slot> (micros requested), slot 0 to 95.
-func demandKey(campaign, day string) string { return lease.DemandKey(campaign, day) }
-
 // fitOptions and fitCurve: the fitting lives in bucket (pacerd fits curves
 // too, for campaigns whose curve is "auto").
 type fitOptions = bucket.FitOptions
@@ -136,7 +126,7 @@ type observedDemand struct {
 // readDemand sums the demand hashes of the days complete local days before
 // now's (days without a hash are skipped).
 func readDemand(ctx context.Context, l *lease.Ledger, c lease.Campaign, now time.Time, days int) (observedDemand, error) {
-	obs := observedDemand{Req: make([]float64, demandSlots)}
+	obs := observedDemand{Req: make([]float64, lease.DemandSlots)}
 	loc := c.Location()
 	day := bucket.DayOf(now, loc)
 	for range days {
@@ -191,7 +181,7 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 		return usagef("curve fit: --min %v: want 0 < min <= 1", *minF)
 	case !(*maxF >= 1) || math.IsInf(*maxF, 0):
 		return usagef("curve fit: --max %v: want a number >= 1", *maxF)
-	case *name != "" && !curveNamePattern.MatchString(*name):
+	case *name != "" && !bucket.ValidCurveName(*name):
 		return usagef("curve fit: --name %q: want 1 to 64 characters from [a-z0-9_-]", *name)
 	case *name == config.FlatCurve:
 		return usagef("curve fit: --name %s is the built-in constant-rate curve; choose another name", config.FlatCurve)
@@ -231,7 +221,7 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("no demand recorded for campaign %s %s (%s, days in %s): a curve is fitted from whole local days before today, "+
 				"so a campaign started today has none yet; come back tomorrow, or fit from a file with --from-csv",
-				id, span, demandKey(id, "<day>"), c.TZ)
+				id, span, lease.DemandKey(id, "<day>"), c.TZ)
 		}
 		if obs.Requests == 0 {
 			return fmt.Errorf("campaign %s had no SPEND requests on %s", id, strings.Join(obs.Days, ", "))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/lease"
 )
 
 // curveShares returns a curve's shares as fractions of the day.
@@ -247,7 +248,7 @@ func TestCurveFitFromRedis(t *testing.T) {
 	rdb := h.redis.Client()
 	for _, day := range []string{"2099-03-07", "2099-03-04", "2099-03-08"} {
 		f := map[string]any{}
-		for s := range demandSlots {
+		for s := range lease.DemandSlots {
 			n := 10
 			if s >= 48 || day == "2099-03-08" {
 				n = 30
@@ -257,7 +258,7 @@ func TestCurveFitFromRedis(t *testing.T) {
 			f[fmt.Sprintf("no:%d", s)] = 1
 			f[fmt.Sprintf("reqm:%d", s)] = n * 1000
 		}
-		if err := rdb.HSet(ctx, demandKey("c1", day), f).Err(); err != nil {
+		if err := rdb.HSet(ctx, lease.DemandKey("c1", day), f).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,7 +297,7 @@ func TestCurveFitFromRedis(t *testing.T) {
 			"a curve is fitted from whole local days before today, so a campaign started today has none yet") {
 		t.Errorf("no demand: %+v", r)
 	}
-	rdb.HSet(ctx, demandKey("c2", "2099-03-07"), "req:96", 1)
+	rdb.HSet(ctx, lease.DemandKey("c2", "2099-03-07"), "req:96", 1)
 	if r := h.run("curve", "fit", "c2"); r.code != 1 || !strings.Contains(r.stderr, `field "req:96"`) {
 		t.Errorf("bad slot: %+v", r)
 	}

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -23,7 +24,7 @@ func TestBroadcast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
-	sub, err := transport.Connect(n.URL, "test", nil)
+	sub, err := broadcast.Connect(n.URL, "test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,9 +211,6 @@ func TestYesterdayAcrossDST(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	if electionPrefix != daemon.ElectionPrefix {
-		t.Fatalf("electionPrefix %q, daemon.ElectionPrefix %q", electionPrefix, daemon.ElectionPrefix)
-	}
 	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -233,12 +231,12 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	if _, err := daemon.NewEtcdElector(cli, "host-a", 5).Campaign(ctx); err != nil {
+	if _, err := reconcile.NewEtcdElector(cli, "host-a", 5).Campaign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	standby := make(chan error, 1)
 	go func() {
-		_, err := daemon.NewEtcdElector(cli, "host-b", 5).Campaign(ctx)
+		_, err := reconcile.NewEtcdElector(cli, "host-b", 5).Campaign(ctx)
 		standby <- err
 	}()
 	t.Cleanup(func() {

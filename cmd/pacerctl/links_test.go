@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -84,7 +85,7 @@ func TestStatusOverEtcdTLS(t *testing.T) {
 	t.Cleanup(func() { cli.Close() })
 	cctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := daemon.NewEtcdElector(cli, "host-a", 5).Campaign(cctx); err != nil {
+	if _, err := reconcile.NewEtcdElector(cli, "host-a", 5).Campaign(cctx); err != nil {
 		t.Fatal(err)
 	}
 	out := h.ok("--etcd", e.Endpoint, "--etcd-ca", certs.CA, "--etcd-cert", certs.ClientCert, "--etcd-key", certs.ClientKey, "status")
@@ -112,7 +113,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 	if err := os.WriteFile(keyFile, append(key, '\n'), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{key}, MaxAge: 10 * time.Second,
+	sub, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{key}, MaxAge: 10 * time.Second,
 		Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 		t.Fatal("the signed pause did not arrive")
 	}
 	sub.Flush(5 * time.Second)
-	if got := sub.Stats().Rejected[transport.RejectUnsigned]; got != 1 {
+	if got := sub.Stats().Rejected[broadcast.RejectUnsigned]; got != 1 {
 		t.Fatalf("%d unsigned events rejected, want the one pause sent without the key", got)
 	}
 	if r := h.run("--nats", n.URL, "--broadcast-key-file", filepath.Join(t.TempDir(), "missing"), "campaign", "pause", "c1"); r.code != exitFailure ||

@@ -41,36 +41,30 @@ type spendResult struct {
 }
 
 func (a *app) spend(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("spend"), args, "<campaign> <MONEY> [auction-id]")
-	if err != nil {
+	return a.amountCall(ctx, "spend", args, func(c *transport.Client, r *spendResult, auction string) error {
+		d, err := c.Spend(ctx, r.Campaign, r.AmountMicros, auction)
+		r.Decision, r.Reply = d.String(), int(d)
 		return err
-	}
-	campaign, micros, auction, err := amountArgs("spend", pos)
-	if err != nil {
-		return err
-	}
-	c, err := a.dialDaemon(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	d, err := c.Spend(ctx, campaign, micros, auction)
-	if err != nil {
-		return err
-	}
-	if a.json {
-		return a.printJSON(spendResult{campaign, micros, d.String(), int(d)})
-	}
-	fmt.Fprintf(a.stdout, "%s %d\n", d, int(d))
-	return nil
+	}, func(r spendResult) string { return fmt.Sprintf("%s %d", r.Decision, r.Reply) })
 }
 
 func (a *app) refund(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("refund"), args, "<campaign> <MONEY> [auction-id]")
+	return a.amountCall(ctx, "refund", args, func(c *transport.Client, r *spendResult, auction string) error {
+		r.Decision, r.Reply = "refunded", 1
+		return c.Refund(ctx, r.Campaign, r.AmountMicros, auction)
+	}, func(r spendResult) string { return fmt.Sprintf("refunded %d", r.AmountMicros) })
+}
+
+// amountCall is what spend and refund share: parse "<campaign> <MONEY>
+// [auction-id]", dial pacerd, make the call, print its result as JSON or
+// as text's line.
+func (a *app) amountCall(ctx context.Context, cmd string, args []string,
+	call func(c *transport.Client, r *spendResult, auction string) error, text func(spendResult) string) error {
+	pos, err := a.parseArgs(newFlagSet(cmd), args, "<campaign> <MONEY> [auction-id]")
 	if err != nil {
 		return err
 	}
-	campaign, micros, auction, err := amountArgs("refund", pos)
+	campaign, micros, auction, err := amountArgs(cmd, pos)
 	if err != nil {
 		return err
 	}
@@ -79,13 +73,14 @@ func (a *app) refund(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	if err := c.Refund(ctx, campaign, micros, auction); err != nil {
+	r := spendResult{Campaign: campaign, AmountMicros: micros}
+	if err := call(c, &r, auction); err != nil {
 		return err
 	}
 	if a.json {
-		return a.printJSON(spendResult{campaign, micros, "refunded", 1})
+		return a.printJSON(r)
 	}
-	fmt.Fprintf(a.stdout, "refunded %d\n", micros)
+	fmt.Fprintln(a.stdout, text(r))
 	return nil
 }
 

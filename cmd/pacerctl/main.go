@@ -449,6 +449,19 @@ func (a *app) parseArgs(fs *flag.FlagSet, args []string, synopsis string) ([]str
 	}
 }
 
+// noArgs parses the flags of a command that takes no arguments (its -h
+// among them) and refuses any argument.
+func (a *app) noArgs(cmd string, args []string) error {
+	pos, err := a.parseArgs(newFlagSet(cmd), args, "")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return usagef("%s: takes no arguments, got %q", cmd, pos)
+	}
+	return nil
+}
+
 // campaignArg checks that a command got exactly the one campaign id it needs.
 func campaignArg(cmd string, pos []string) (string, error) {
 	if len(pos) != 1 {
@@ -500,6 +513,16 @@ func (a *app) getLedger() (*lease.Ledger, error) {
 	a.rdb = rdb
 	a.ledger = lease.New(rdb, lease.Config{}, nil)
 	return a.ledger, nil
+}
+
+// campaigns opens the ledger and lists every campaign in it.
+func (a *app) campaigns(ctx context.Context) (*lease.Ledger, []lease.Campaign, error) {
+	l, err := a.getLedger()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := l.ListCampaigns(ctx)
+	return l, cs, err
 }
 
 func (a *app) close() {

@@ -2,28 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
-	"github.com/redis/go-redis/v9"
+	"github.com/pacer/pacer/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// electionPrefix is the etcd key prefix of the reconciler election,
-// daemon.ElectionPrefix (a test checks they agree): pacerctl reads it
-// without linking the daemon.
-const electionPrefix = "/pacer/reconciler"
 
 // statusView is status's JSON.
 type statusView struct {
@@ -69,12 +62,8 @@ type campaignStatus struct {
 }
 
 func (a *app) status(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("status"), args, "")
-	if err != nil {
+	if err := a.noArgs("status", args); err != nil {
 		return err
-	}
-	if len(pos) != 0 {
-		return usagef("status: takes no arguments, got %q", pos)
 	}
 	now := a.now()
 	v := statusView{At: now.UTC().Format(time.RFC3339), Daemons: []holderView{}, Campaigns: []campaignStatus{}}
@@ -89,11 +78,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 		v.Reconciler = &r
 	}
 
-	l, err := a.getLedger()
-	if err != nil {
-		return err
-	}
-	cs, err := l.ListCampaigns(ctx)
+	l, cs, err := a.campaigns(ctx)
 	if err != nil {
 		return err
 	}
@@ -150,8 +135,8 @@ func (a *app) status(ctx context.Context, args []string) error {
 	return nil
 }
 
-// reconciler reads the election from etcd: the candidate with the oldest
-// key leads (concurrency.Election's rule), the others stand by.
+// reconciler reads the election from etcd (reconcile.Candidates): the
+// leader and the standbys.
 func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 	r := reconcilerView{Standby: []string{}}
 	var eps []string
@@ -180,17 +165,13 @@ func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := cli.Get(ctx, electionPrefix+"/", clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	names, err := reconcile.Candidates(ctx, cli)
 	if err != nil {
 		return r, err
 	}
-	for i, kv := range resp.Kvs {
-		if i == 0 {
-			r.Leader = string(kv.Value)
-		} else {
-			r.Standby = append(r.Standby, string(kv.Value))
-		}
+	if len(names) > 0 {
+		r.Leader = names[0]
+		r.Standby = append(r.Standby, names[1:]...)
 	}
 	return r, nil
 }
@@ -202,11 +183,8 @@ func (a *app) campaignStatus(ctx context.Context, l *lease.Ledger, c lease.Campa
 		t := curve.AtTime(now, day)
 		s.TargetPPB = &t
 	}
-	t, err := l.DayTotals(ctx, c.ID, day.Key)
-	if errors.Is(err, lease.ErrDayNotOpen) {
-		return s, nil
-	}
-	if err != nil {
+	t, open, err := l.OpenDayTotals(ctx, c.ID, day.Key)
+	if err != nil || !open {
 		return s, err
 	}
 	s.DayOpen = true
@@ -236,40 +214,19 @@ func ppbOf(part, whole int64) int64 {
 }
 
 // scanLeases calls fn for every outstanding lease of every open day of a
-// campaign. Lease records are "amount|holder|expiry_ms" (lease/keys.go).
+// campaign.
 func scanLeases(ctx context.Context, l *lease.Ledger, id string, now time.Time, fn func(holder string, micros int64, expired bool)) error {
 	days, err := l.OpenDays(ctx, id)
 	if err != nil {
 		return err
 	}
-	rdb := l.Client()
 	for _, day := range days {
-		n, err := l.DayShards(ctx, id, day)
+		recs, err := l.DayLeases(ctx, id, day)
 		if err != nil {
 			return err
 		}
-		cmds := make([]*redis.MapStringStringCmd, n)
-		// Not a transaction: under Cluster each shard is its own slot.
-		pipe := rdb.Pipeline()
-		for i := range n {
-			cmds[i] = pipe.HGetAll(ctx, "pacer:{"+id+"/"+day+"/"+strconv.Itoa(i)+"}:leases")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("leases of %s/%s: %w", id, day, err)
-		}
-		for i, cmd := range cmds {
-			for leaseID, rec := range cmd.Val() {
-				parts := strings.Split(rec, "|")
-				if len(parts) != 3 {
-					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
-				}
-				amount, err1 := strconv.ParseInt(parts[0], 10, 64)
-				expiry, err2 := strconv.ParseInt(parts[2], 10, 64)
-				if err1 != nil || err2 != nil {
-					return fmt.Errorf("leases of %s/%s/%d: lease %s: malformed record %q", id, day, i, leaseID, rec)
-				}
-				fn(parts[1], amount, expiry < now.UnixMilli())
-			}
+		for _, r := range recs {
+			fn(r.Holder, r.Amount, r.Expiry.UnixMilli() < now.UnixMilli())
 		}
 	}
 	return nil

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/config"
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
+	"github.com/pacer/pacer/reconcile"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -49,7 +49,7 @@ func secureEtcd(t *testing.T) (*embedded.Etcd, testcerts.Set) {
 		func(ctx context.Context) error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
 		func(ctx context.Context) error { _, err := admin.RoleAdd(ctx, "pacer"); return err },
 		func(ctx context.Context) error {
-			_, err := admin.RoleGrantPermission(ctx, "pacer", daemon.ElectionPrefix, clientv3.GetPrefixRangeEnd(daemon.ElectionPrefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			_, err := admin.RoleGrantPermission(ctx, "pacer", reconcile.ElectionPrefix, clientv3.GetPrefixRangeEnd(reconcile.ElectionPrefix), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		},
 		func(ctx context.Context) error { _, err := admin.UserAdd(ctx, "pacerd", "etcd-pw"); return err },
@@ -88,7 +88,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		_, err = c.Put(cctx, key, "x")
 		return err
 	}
-	key := daemon.ElectionPrefix + "/probe"
+	key := reconcile.ElectionPrefix + "/probe"
 	if err := put(goodTLS, config.EtcdAuth{Username: "pacerd", PasswordFile: pw}, key); err != nil {
 		t.Fatalf("client certificate and password: %v", err)
 	}

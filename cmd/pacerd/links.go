@@ -5,8 +5,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
-	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -40,7 +40,7 @@ func broadcastKeys(cfg config.Daemon) ([][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broadcast.key_file: %w", err)
 	}
-	keys, err := transport.ParseKeys(b)
+	keys, err := broadcast.ParseKeys(b)
 	if err != nil {
 		return nil, fmt.Errorf("broadcast.key_file %s: %w", cfg.Broadcast.KeyFile, err)
 	}

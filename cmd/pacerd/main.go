@@ -19,10 +19,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -307,7 +309,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ledger := lease.New(rdb, lease.Config{Durability: durability}, log)
 	gate := newLedgerGate(cfg, rdb, durability, assume, log)
-	var bc *transport.Broadcaster
+	var bc *broadcast.Broadcaster
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
 	} else {
@@ -323,7 +325,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if nopt.Keys == nil {
 			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
 		}
-		if bc, err = transport.ConnectWith(cfg.NATS, nopt); err != nil {
+		if bc, err = broadcast.ConnectWith(cfg.NATS, nopt); err != nil {
 			return err
 		}
 		defer bc.Close()
@@ -405,9 +407,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
-	var rc *daemon.Reconciler
+	var rc *reconcile.Reconciler
 	if etcd != nil {
-		rc = daemon.NewReconciler(ledger, daemon.ReconcilerConfig{
+		rc = reconcile.New(ledger, reconcile.Config{
 			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
 			Gate: gate.Err,
 		})
@@ -429,7 +431,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
 	if rc != nil {
-		go func() { reconcilerDone <- rc.Run(loopCtx, daemon.NewEtcdElector(etcd, cfg.Holder, 5)) }()
+		go func() { reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, 5)) }()
 	} else {
 		reconcilerDone <- nil
 	}

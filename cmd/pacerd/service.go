@@ -17,8 +17,10 @@ import (
 
 	"github.com/coreos/go-systemd/v22/activation"
 	sd "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/pacer/pacer/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -167,7 +169,7 @@ func listenAdmin(o adminOptions) (net.Listener, error) {
 // on the admin listener.
 // rc, if not nil, is this host's reconciler candidate: its pass metrics are
 // served too (they move only while it leads).
-func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *daemon.Reconciler, ready *atomic.Bool, bc *transport.Broadcaster, log *zap.Logger) (*http.Server, error) {
+func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcile.Reconciler, ready *atomic.Bool, bc *broadcast.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d.Collector(), socketCollector{srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if rc != nil {
@@ -294,7 +296,7 @@ func (c *limitConn) Close() error {
 	return err
 }
 
-type broadcastCollector struct{ bc *transport.Broadcaster }
+type broadcastCollector struct{ bc *broadcast.Broadcaster }
 
 var (
 	descSent     = prometheus.NewDesc("pacer_broadcasts_sent_total", "NATS events published.", nil, nil)
@@ -319,7 +321,7 @@ func (b broadcastCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(s.Received))
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.Dropped))
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(s.Refused))
-	for _, r := range transport.RejectReasons {
+	for _, r := range broadcast.RejectReasons {
 		if n, ok := s.Rejected[r]; ok {
 			ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(n), r)
 		}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pacer/pacer/internal/child"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -259,13 +260,7 @@ func (s *Server) Restart(ctx context.Context) error {
 // directory if Start made it.
 func (s *Server) Stop() {
 	if s.cmd != nil {
-		s.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-s.done:
-		case <-time.After(5 * time.Second):
-			s.cmd.Process.Kill()
-			<-s.done
-		}
+		child.Stop(s.cmd.Process, os.Interrupt, s.done, 5*time.Second)
 		s.cmd = nil
 	}
 	if s.ownsDir {

@@ -1,4 +1,4 @@
-package transport_test
+package broadcast_test
 
 import (
 	"crypto/tls"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/testcerts"
@@ -80,12 +81,12 @@ func caConfig(t *testing.T, certs testcerts.Set) *tls.Config {
 // refuses the daemon's attempt to publish revoked, so no subscriber sees it.
 func TestNATSPermissionsAndTLS(t *testing.T) {
 	n, certs, opSeed := secureNATS(t)
-	daemon, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Name: "pacerd", Username: "pacerd", Password: "daemon-pw", TLS: caConfig(t, certs)})
+	daemon, err := broadcast.ConnectWith(n.URL, broadcast.Options{Name: "pacerd", Username: "pacerd", Password: "daemon-pw", TLS: caConfig(t, certs)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer daemon.Close()
-	op, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Name: "pacerctl", NkeySeed: opSeed, TLS: caConfig(t, certs)})
+	op, err := broadcast.ConnectWith(n.URL, broadcast.Options{Name: "pacerctl", NkeySeed: opSeed, TLS: caConfig(t, certs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,16 +152,16 @@ func TestNATSRefusedAndRedacted(t *testing.T) {
 	port := n.URL[strings.LastIndex(n.URL, ":")+1:]
 	for name, tc := range map[string]struct {
 		url  string
-		opt  transport.BroadcastOptions
+		opt  broadcast.Options
 		want string
 	}{
-		"wrong password": {"nats://pacerd:wrong-pw@127.0.0.1:" + port, transport.BroadcastOptions{TLS: caConfig(t, certs)}, "Authorization Violation"},
-		"system roots":   {"tls://pacerd:daemon-pw@127.0.0.1:" + port, transport.BroadcastOptions{}, "certificate"},
-		"no TLS":         {n.URL, transport.BroadcastOptions{Username: "pacerd", Password: "daemon-pw"}, "TLS"},
+		"wrong password": {"nats://pacerd:wrong-pw@127.0.0.1:" + port, broadcast.Options{TLS: caConfig(t, certs)}, "Authorization Violation"},
+		"system roots":   {"tls://pacerd:daemon-pw@127.0.0.1:" + port, broadcast.Options{}, "certificate"},
+		"no TLS":         {n.URL, broadcast.Options{Username: "pacerd", Password: "daemon-pw"}, "TLS"},
 	} {
 		core, logs := observer.New(zap.DebugLevel)
 		tc.opt.Logger = zap.New(core)
-		b, err := transport.ConnectWith(tc.url, tc.opt)
+		b, err := broadcast.ConnectWith(tc.url, tc.opt)
 		if err != nil {
 			// Connect retries in the background; an error here is only for
 			// what can never work.
@@ -195,7 +196,7 @@ func TestNATSRefusedAndRedacted(t *testing.T) {
 	// A password in the URL is never logged, also not when reconnecting.
 	core, logs := observer.New(zap.DebugLevel)
 	url := "tls://pacerd:daemon-pw@127.0.0.1:" + port
-	b, err := transport.ConnectWith(url, transport.BroadcastOptions{TLS: caConfig(t, certs), Logger: zap.New(core)})
+	b, err := broadcast.ConnectWith(url, broadcast.Options{TLS: caConfig(t, certs), Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestNATSRefusedAndRedacted(t *testing.T) {
 			t.Errorf("reconnect line without the (redacted) URL: %s", line)
 		}
 	}
-	if got := transport.RedactURLs("nats://u:p@h:1, tls://tok@h:2,nats://h:3"); got != "nats://xxxxx@h:1,tls://xxxxx@h:2,nats://h:3" {
+	if got := broadcast.RedactURLs("nats://u:p@h:1, tls://tok@h:2,nats://h:3"); got != "nats://xxxxx@h:1,tls://xxxxx@h:2,nats://h:3" {
 		t.Errorf("RedactURLs = %q", got)
 	}
 }
@@ -292,12 +293,12 @@ func TestNATSCredsFile(t *testing.T) {
 	}
 	defer n.Close()
 
-	connect := func(credsFile string) *transport.Broadcaster {
+	connect := func(credsFile string) *broadcast.Broadcaster {
 		opt, err := config.NATSClientOptions(config.NATSAuth{CredsFile: credsFile}, config.TLS{}, config.Secrets{ReadFile: os.ReadFile})
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := transport.ConnectWith(n.URL, opt)
+		b, err := broadcast.ConnectWith(n.URL, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +327,7 @@ func TestNATSCredsFile(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the operator's event did not arrive")
 	}
-	if _, _, err := transport.ParseCreds([]byte("not a creds file")); err == nil {
+	if _, _, err := broadcast.ParseCreds([]byte("not a creds file")); err == nil {
 		t.Error("ParseCreds accepted garbage")
 	}
 }

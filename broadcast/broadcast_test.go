@@ -1,10 +1,11 @@
-package transport_test
+package broadcast_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/transport"
 )
@@ -15,12 +16,12 @@ func TestBroadcastRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	pub, err := transport.Connect(n.URL, "pub", nil)
+	pub, err := broadcast.Connect(n.URL, "pub", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	sub, err := transport.Connect(n.URL, "sub", nil)
+	sub, err := broadcast.Connect(n.URL, "sub", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,11 @@
-package daemon_test
+package reconcile_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 )
 
 // One shard drained by a busy daemon must not make the campaign look
@@ -14,7 +14,7 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 	f := newFixture(t)
 	f.campaign(t, "c", 8_000_000, 4)
 	f.clock.Set(midnight.Add(time.Hour))
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
 	if err := rc.Pass(ctx, 7); err != nil { // opens today
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 		t.Fatalf("day budget %d after a move, want 8,000,000", tot.Budget)
 	}
 	// A reconciler with an older fence is refused on the shards it touches.
-	if err := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock}).Pass(ctx, 6); err == nil {
+	if err := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock}).Pass(ctx, 6); err == nil {
 		t.Fatal("a pass with a stale fence went through")
 	}
 }
@@ -61,7 +61,7 @@ func TestReconcilerClosesTheDay(t *testing.T) {
 		spendAttempts(t, d, "c", 1000, 5)
 	}
 	// The daemon dies just before midnight, holding leases.
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
 	f.clock.Set(midnight.Add(24*time.Hour + 2*time.Second)) // leases end by midnight+1s, settle after +grace
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestReconcilerCarriesOver(t *testing.T) {
 	if left == 0 || closed.Spent == 0 {
 		t.Fatalf("want a day both spent from and with budget left: %+v", closed)
 	}
-	rc := daemon.NewReconciler(f.ledger, daemon.ReconcilerConfig{Clock: f.clock})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
 	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
 	for range 2 { // a second pass moves nothing more
 		if err := rc.Pass(ctx, 1); err != nil {

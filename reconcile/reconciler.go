@@ -1,4 +1,16 @@
-package daemon
+// Package reconcile is the fleet's housekeeping and the election that picks
+// the one daemon to run it. The Reconciler finishes the moves and budget
+// changes a dead leader left pending, settles expired leases, rebalances
+// shards, opens each campaign-day at its local midnight and closes and
+// reports the day before; every pass is idempotent, and each leader's writes
+// carry a fencing token (Leadership.Fence) so a deposed leader's late writes
+// are refused by the ledger. The election is etcd's (EtcdElector, under
+// ElectionPrefix), or Trivial for one host and for tests; Leader and
+// Candidates read it for tools such as pacerctl status.
+//
+// It sits beside package daemon, not inside it: a daemon serves SPENDs
+// whether or not it leads, and cmd/pacerd wires the two together.
+package reconcile
 
 import (
 	"context"
@@ -16,8 +28,24 @@ import (
 	"go.uber.org/zap"
 )
 
-// ReconcilerConfig tunes a Reconciler. Zero fields take the defaults.
-type ReconcilerConfig struct {
+// Publisher sends fleet broadcasts (the day's exhaustion);
+// *broadcast.Broadcaster satisfies it, as it does the daemon's.
+type Publisher interface {
+	Publish(transport.Event) error
+}
+
+// Clock tells the time; daemon.Clock satisfies it, so one test clock drives
+// the daemons and the reconciler.
+type Clock interface {
+	Now() time.Time
+}
+
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+// Config tunes a Reconciler. Zero fields take the defaults.
+type Config struct {
 	Holder string
 	// Interval between passes (default 1s).
 	Interval time.Duration
@@ -56,9 +84,9 @@ type ReconcilerConfig struct {
 // each closed day's report.
 type Reconciler struct {
 	ledger *lease.Ledger
-	cfg    ReconcilerConfig
+	cfg    Config
 	log    *zap.Logger
-	stats  reconcilerMetrics
+	stats  metrics
 
 	mu        sync.Mutex
 	exhausted map[string]bool // campaign/day exhaustion already broadcast by this leader
@@ -103,8 +131,8 @@ func opened(t *termState) map[string]string   { return t.opened }
 func shut(t *termState) map[string]string     { return t.shut }
 func reported(t *termState) map[string]string { return t.reported }
 
-// NewReconciler returns a Reconciler over ledger.
-func NewReconciler(ledger *lease.Ledger, cfg ReconcilerConfig) *Reconciler {
+// New returns a Reconciler over ledger.
+func New(ledger *lease.Ledger, cfg Config) *Reconciler {
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
@@ -115,7 +143,7 @@ func NewReconciler(ledger *lease.Ledger, cfg ReconcilerConfig) *Reconciler {
 		cfg.PoorShare = 0.25
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock
+		cfg.Clock = clockFunc(time.Now)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -127,7 +155,7 @@ func NewReconciler(ledger *lease.Ledger, cfg ReconcilerConfig) *Reconciler {
 		cfg.SweepPeriod = 5 * time.Minute
 	}
 	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{},
-		term: newTermState(), stats: newReconcilerMetrics()}
+		term: newTermState(), stats: newMetrics()}
 }
 
 // Run campaigns with el and, while leading, runs a pass every Interval. It

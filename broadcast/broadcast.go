@@ -1,4 +1,14 @@
-package transport
+// Package broadcast is the fleet's fast path: pacer events (transport.Event:
+// a campaign-day exhausted, a campaign revoked or changed, lost ledger
+// writes) published and received over NATS, on subjects
+// "pacer.<kind>.<campaign>", optionally signed with the fleet's keys (see
+// ParseKeys) so a receiver ignores forged, stale and replayed events.
+//
+// NATS is never the source of truth: an event only makes a daemon ask the
+// ledger sooner, and a daemon that misses one learns the same fact from the
+// ledger within a lease window. A Broadcaster reconnects forever, so a NATS
+// outage only delays events.
+package broadcast
 
 import (
 	"crypto/tls"
@@ -12,60 +22,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
-
-// Event kinds broadcast over NATS, each on subject "pacer.<kind>.<campaign>".
-const (
-	// EventExhausted: the campaign-day has no budget left to grant, says
-	// the sender. Daemons read the shards sooner; only the ledger's answer
-	// makes them answer -1 and stop lease calls.
-	EventExhausted = "exhausted"
-	// EventRevoked: paused or budget cut, says the sender (an operator).
-	// Daemons re-read the campaign at once; a pause the ledger confirms
-	// makes them deny and release their leases, a confirmed cut makes them
-	// release their leases.
-	EventRevoked = "revoked"
-	// EventChanged: settings changed (curve, budget raise, resume): re-read.
-	EventChanged = "changed"
-	// EventLostWrites: a daemon found that the ledger lost acknowledged
-	// writes on a shard of the campaign-day (Day). Daemons re-assert the
-	// leases they hold on the day; the ledger ignores ones it knows.
-	EventLostWrites = "lost-writes"
-)
-
-// SubjectPrefix is the root of every pacer subject.
-const SubjectPrefix = "pacer."
-
-// Event is one broadcast. NATS is a fast path, never the source of truth: a
-// daemon that misses an event learns the same fact from the ledger within a
-// lease window.
-type Event struct {
-	Kind     string `json:"kind"`
-	Campaign string `json:"campaign"`
-	Day      string `json:"day,omitempty"`     // for exhausted: the campaign-day
-	Version  int64  `json:"version,omitempty"` // campaign settings version, when known
-	From     string `json:"from,omitempty"`    // the daemon or tool that sent it
-	AtMillis int64  `json:"at_ms"`             // sender's clock: propagation measurements, and staleness of signed events
-	// Nonce is random, set by Publish when broadcasts are signed: a
-	// receiver acts on a nonce once.
-	Nonce string `json:"nonce,omitempty"`
-}
-
-// Subject returns the event's NATS subject.
-func (e Event) Subject() string { return SubjectPrefix + e.Kind + "." + e.Campaign }
-
-func (e Event) validate() error {
-	switch e.Kind {
-	case EventExhausted, EventRevoked, EventChanged, EventLostWrites:
-	default:
-		return fmt.Errorf("unknown event kind %q", e.Kind)
-	}
-	if e.Campaign == "" || strings.ContainsAny(e.Campaign, ". *>\t\r\n") {
-		return fmt.Errorf("campaign %q cannot be part of a subject", e.Campaign)
-	}
-	return nil
-}
 
 // Broadcaster publishes and receives pacer events over NATS. It reconnects
 // forever: a NATS outage only delays events. Safe for concurrent use.
@@ -82,7 +41,7 @@ type Broadcaster struct {
 }
 
 // BroadcastStats counts events.
-type BroadcastStats struct {
+type Stats struct {
 	Sent, Received, Dropped int64
 	// Refused counts permissions violations the server sent back: this
 	// client published or subscribed where its NATS user may not.
@@ -96,7 +55,7 @@ type BroadcastStats struct {
 // BroadcastOptions are how a Broadcaster connects. The zero value connects
 // anonymously, in clear unless a URL is tls://. Secrets come from the caller
 // (cmd reads the files); they are never logged.
-type BroadcastOptions struct {
+type Options struct {
 	// Name is the connection's name on the server (monitoring).
 	Name   string
 	Logger *zap.Logger
@@ -123,14 +82,14 @@ type BroadcastOptions struct {
 // Connect connects to NATS at url (comma-separated URLs for a cluster) with
 // no credentials. See ConnectWith.
 func Connect(url, name string, log *zap.Logger) (*Broadcaster, error) {
-	return ConnectWith(url, BroadcastOptions{Name: name, Logger: log})
+	return ConnectWith(url, Options{Name: name, Logger: log})
 }
 
 // ConnectWith connects to NATS at url (comma-separated URLs for a cluster)
 // as opt says. If the server is down at start, it keeps retrying in the
 // background. URLs are redacted (user info hidden) in its log lines and
 // errors.
-func ConnectWith(url string, opt BroadcastOptions) (*Broadcaster, error) {
+func ConnectWith(url string, opt Options) (*Broadcaster, error) {
 	log := opt.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -257,8 +216,8 @@ func ParseCreds(contents []byte) (jwt, seed string, err error) {
 
 // Publish sends e. A disconnected client buffers it until it reconnects.
 // With keys, it sets e's nonce (and AtMillis, if zero) and signs it.
-func (b *Broadcaster) Publish(e Event) error {
-	if err := e.validate(); err != nil {
+func (b *Broadcaster) Publish(e transport.Event) error {
+	if err := e.Validate(); err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: e.Subject()}
@@ -288,11 +247,11 @@ func (b *Broadcaster) Flush(timeout time.Duration) error { return b.nc.FlushTime
 
 // Subscribe calls handle for every pacer event, from one goroutine, in order.
 // Malformed messages are counted and dropped.
-func (b *Broadcaster) Subscribe(handle func(Event)) error {
+func (b *Broadcaster) Subscribe(handle func(transport.Event)) error {
 	if b.sub != nil {
 		return errors.New("already subscribed")
 	}
-	sub, err := b.nc.Subscribe(SubjectPrefix+">", func(m *nats.Msg) {
+	sub, err := b.nc.Subscribe(transport.SubjectPrefix+">", func(m *nats.Msg) {
 		if len(m.Data) > maxPayload {
 			b.dropped.Add(1)
 			return
@@ -303,8 +262,8 @@ func (b *Broadcaster) Subscribe(handle func(Event)) error {
 				return
 			}
 		}
-		var e Event
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.validate() != nil || e.Subject() != m.Subject {
+		var e transport.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.Validate() != nil || e.Subject() != m.Subject {
 			b.dropped.Add(1)
 			return
 		}
@@ -335,8 +294,8 @@ func (b *Broadcaster) reject(why, subject string) {
 func (b *Broadcaster) Signed() bool { return b.trust != nil }
 
 // Stats returns the event counters.
-func (b *Broadcaster) Stats() BroadcastStats {
-	s := BroadcastStats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Refused: b.refused.Load(),
+func (b *Broadcaster) Stats() Stats {
+	s := Stats{Sent: b.sent.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(), Refused: b.refused.Load(),
 		Connected: b.nc.IsConnected()}
 	if b.rejected != nil {
 		s.Rejected = make(map[string]int64, len(b.rejected))

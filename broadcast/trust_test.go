@@ -1,4 +1,4 @@
-package transport_test
+package broadcast_test
 
 import (
 	"strconv"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/transport"
 )
@@ -27,7 +28,7 @@ func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return 
 func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 func TestParseKeys(t *testing.T) {
-	keys, err := transport.ParseKeys([]byte("# fleet key\n" + string(key1) + "\r\n\n" + string(key2) + "  \n"))
+	keys, err := broadcast.ParseKeys([]byte("# fleet key\n" + string(key1) + "\r\n\n" + string(key2) + "  \n"))
 	if err != nil || len(keys) != 2 || string(keys[0]) != string(key1) || string(keys[1]) != string(key2) {
 		t.Fatalf("ParseKeys = %q, %v", keys, err)
 	}
@@ -37,7 +38,7 @@ func TestParseKeys(t *testing.T) {
 		"short\n":            "line 1: key of 5 bytes; at least 32 needed",
 		string(key1) + "\nx": "line 2: key of 1 bytes",
 	} {
-		if _, err := transport.ParseKeys([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := broadcast.ParseKeys([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseKeys(%q) = %v, want %q", in, err, want)
 		}
 	}
@@ -54,16 +55,16 @@ func TestSignedBroadcasts(t *testing.T) {
 	}
 	defer n.Close()
 	clk := &clock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
-	opt := func(keys ...[]byte) transport.BroadcastOptions {
-		return transport.BroadcastOptions{Keys: keys, MaxAge: 10 * time.Second, Now: clk.Now}
+	opt := func(keys ...[]byte) broadcast.Options {
+		return broadcast.Options{Keys: keys, MaxAge: 10 * time.Second, Now: clk.Now}
 	}
-	pub, err := transport.ConnectWith(n.URL, opt(key1))
+	pub, err := broadcast.ConnectWith(n.URL, opt(key1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
 	// The receiver is mid-rotation: it verifies with key2 or key1.
-	sub, err := transport.ConnectWith(n.URL, opt(key2, key1))
+	sub, err := broadcast.ConnectWith(n.URL, opt(key2, key1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +95,14 @@ func TestSignedBroadcasts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if signed.Header.Get(transport.SignatureHeader) == "" || !strings.Contains(string(signed.Data), `"nonce":"`) {
+	if signed.Header.Get(broadcast.SignatureHeader) == "" || !strings.Contains(string(signed.Data), `"nonce":"`) {
 		t.Fatalf("published message not signed: %s %v", signed.Data, signed.Header)
 	}
-	sig := signed.Header.Get(transport.SignatureHeader)
+	sig := signed.Header.Get(broadcast.SignatureHeader)
 	send := func(subject string, data []byte, sig string) {
 		m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 		if sig != "" {
-			m.Header.Set(transport.SignatureHeader, sig)
+			m.Header.Set(broadcast.SignatureHeader, sig)
 		}
 		if err := raw.PublishMsg(m); err != nil {
 			t.Fatal(err)
@@ -110,7 +111,7 @@ func TestSignedBroadcasts(t *testing.T) {
 	// Unsigned.
 	send("pacer.revoked.c1", []byte(`{"kind":"revoked","campaign":"c1","from":"unsigned","at_ms":`+strconv.FormatInt(clk.Now().UnixMilli(), 10)+`}`), "")
 	// Signed with a key the receiver does not hold.
-	mallory, err := transport.ConnectWith(n.URL, opt([]byte("mallory's key, 32 bytes or more.....")))
+	mallory, err := broadcast.ConnectWith(n.URL, opt([]byte("mallory's key, 32 bytes or more.....")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestSignedBroadcasts(t *testing.T) {
 	if strings.Join(got, ",") != "operator,operator-again" {
 		t.Fatalf("acted on %v; want only operator,operator-again", got)
 	}
-	want := map[string]int64{transport.RejectUnsigned: 1, transport.RejectForged: 4, transport.RejectReplayed: 1, transport.RejectStale: 3, transport.RejectFull: 0}
+	want := map[string]int64{broadcast.RejectUnsigned: 1, broadcast.RejectForged: 4, broadcast.RejectReplayed: 1, broadcast.RejectStale: 3, broadcast.RejectFull: 0}
 	s := sub.Stats()
 	for r, w := range want {
 		if s.Rejected[r] != w {
@@ -188,9 +189,9 @@ func TestUnsignedBroadcastsStillWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	pub, _ := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{key1}, MaxAge: time.Second})
+	pub, _ := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{key1}, MaxAge: time.Second})
 	defer pub.Close()
-	sub, _ := transport.Connect(n.URL, "sub", nil)
+	sub, _ := broadcast.Connect(n.URL, "sub", nil)
 	defer sub.Close()
 	got := make(chan transport.Event, 2)
 	sub.Subscribe(func(e transport.Event) { got <- e })
@@ -208,7 +209,7 @@ func TestUnsignedBroadcastsStillWork(t *testing.T) {
 	if sub.Stats().Rejected != nil || sub.Signed() || !pub.Signed() {
 		t.Fatal("an unkeyed receiver counts rejections or claims to verify")
 	}
-	if _, err := transport.ConnectWith(n.URL, transport.BroadcastOptions{Keys: [][]byte{[]byte("short")}, MaxAge: time.Second}); err == nil {
+	if _, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{[]byte("short")}, MaxAge: time.Second}); err == nil {
 		t.Fatal("a short key accepted")
 	}
 }

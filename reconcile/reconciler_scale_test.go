@@ -1,12 +1,12 @@
-package daemon_test
+package reconcile_test
 
 import (
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -32,7 +32,7 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	const n = 300
 	f, counter, ledger := scaleFixture(t, n)
 	f.clock.Set(midnight.Add(12 * time.Hour))
-	rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{Clock: f.clock, Grace: 4 * time.Second, SweepPeriod: 24 * time.Hour})
+	rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second, SweepPeriod: 24 * time.Hour})
 	if err := rc.Step(ctx, 1); err != nil { // the term's first pass: a full one
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package daemon
+package reconcile
 
 import (
 	"context"
@@ -77,14 +77,31 @@ func (e *EtcdElector) Resign(ctx context.Context) error {
 
 // Leader returns the current leader's holder name, or "" if there is none.
 func Leader(ctx context.Context, client *clientv3.Client) (string, error) {
-	resp, err := client.Get(ctx, ElectionPrefix+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
-	if err != nil {
+	c, err := candidates(ctx, client, clientv3.WithLimit(1))
+	if err != nil || len(c) == 0 {
 		return "", err
 	}
-	if len(resp.Kvs) == 0 {
-		return "", nil
+	return c[0], nil
+}
+
+// Candidates returns the holder names campaigning, the leader first and
+// then the standbys in the order they would take over: the candidate with
+// the oldest key leads (concurrency.Election's rule).
+func Candidates(ctx context.Context, client *clientv3.Client) ([]string, error) {
+	return candidates(ctx, client)
+}
+
+func candidates(ctx context.Context, client *clientv3.Client, opts ...clientv3.OpOption) ([]string, error) {
+	opts = append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
+	resp, err := client.Get(ctx, ElectionPrefix+"/", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("election %s: %w", ElectionPrefix, err)
 	}
-	return string(resp.Kvs[0].Value), nil
+	out := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		out[i] = string(kv.Value)
+	}
+	return out, nil
 }
 
 // Trivial is an Elector that always leads with a fixed fence, like doorman's

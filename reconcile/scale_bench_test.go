@@ -1,4 +1,4 @@
-package daemon_test
+package reconcile_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +84,7 @@ func BenchmarkReconcilerScale(b *testing.B) {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			f, counter, ledger := scaleFixture(b, n)
 			f.clock.Set(midnight.Add(12 * time.Hour))
-			rc := daemon.NewReconciler(ledger, daemon.ReconcilerConfig{Clock: f.clock})
+			rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock})
 			// The first pass of a term does what there is: closes yesterday.
 			if err := rc.Pass(ctx, 1); err != nil {
 				b.Fatal(err)
