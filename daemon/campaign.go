@@ -900,6 +900,21 @@ func (c *campaign) updateShare(day string, slot int, asked, fleet int64) {
 	c.share += 0.3 * (inst - c.share)
 }
 
+// fairDemand is what a grant tells the shard of this host's demand (micros
+// a second, rounded up: a sparse host's counts too) and how long the shard
+// should remember it: several times the host's mean interval between
+// visits to one shard (it asks a random shard about every half window), so
+// that a host is not forgotten between its visits while it is busy
+// (refill loop).
+func (c *campaign) fairDemand(ds *dayState) (int64, time.Duration) {
+	rate, _ := c.demand()
+	if rate <= 0 {
+		return 0, 0
+	}
+	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.d.cfg.LeaseWindow / 2
+	return int64(min(math.Ceil(rate), float64(lease.MaxBudgetMicros))), min(ttl, lease.MaxDemandTTL)
+}
+
 // demandTau is the EWMA's time constant: long enough to smooth Poisson
 // arrivals, short enough to follow a traffic ramp within a lease window.
 const demandTau = 10 * time.Second
@@ -1031,6 +1046,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
+	req.Demand, req.DemandTTL = c.fairDemand(ds)
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
 	var g lease.Grant

@@ -49,7 +49,7 @@ const (
 // scripts expect (the index keys are KEYS[8] and KEYS[9]).
 func (l *Ledger) scriptKeys(k ShardKey) []string {
 	due, low := l.indexKeys(k)
-	return append(k.keys(), due, low)
+	return append(append(k.keys(), due, low), k.fairKeys()...)
 }
 
 func (l *Ledger) indexKeys(k ShardKey) (due, low string) {

@@ -19,6 +19,8 @@ import (
 //	pacer:{c/d/s}:audit   stream every change to money on the shard
 //	pacer:{c/d/s}:moves   hash   move id -> "out|amount|peer|pending|done" or "in|amount|peer" (rebalancing)
 //	pacer:{c/d/s}:ops     hash   op id -> "applied|owed" (budget changes, exactly once)
+//	pacer:{c/d/s}:fair    zset   holder by its recent demand (micros/s), for fair shares
+//	pacer:{c/d/s}:fairexp zset   holder by when its demand is forgotten (expiry_ms)
 //	pacer:campaign:{<id>} hash   campaign settings
 //	pacer:campaigns       set    campaign ids
 //	pacer:campaigns:changes stream ids of campaigns stored, in order (the reconciler follows it)
@@ -58,9 +60,17 @@ func (k ShardKey) keys() []string {
 	return []string{t + "state", t + "leases", t + "exp", t + "done", t + "audit", t + "moves", t + "ops"}
 }
 
+// fairKeys are the shard's record of its holders' demand (prelude.lua's
+// fair_cap): passed after the reconciler's indexes, so scripts that do not
+// use them are unchanged.
+func (k ShardKey) fairKeys() []string {
+	t := k.tag()
+	return []string{t + "fair", t + "fairexp"}
+}
+
 // RedisKeys returns the shard's Redis keys (for tools and tests that copy or
 // inspect a shard as a whole).
-func (k ShardKey) RedisKeys() []string { return k.keys() }
+func (k ShardKey) RedisKeys() []string { return append(k.keys(), k.fairKeys()...) }
 
 // AuditKey is the shard's audit stream.
 func (k ShardKey) AuditKey() string { return k.tag() + "audit" }

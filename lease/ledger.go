@@ -459,7 +459,22 @@ type GrantRequest struct {
 	// (zero: none). If the shard no longer has it, nothing is granted and
 	// the error wraps ErrLedgerDiverged.
 	Known History
+	// Demand is the holder's recent demand for the campaign, in micros a
+	// second (0: not known, and no fair share applies to this call). The
+	// shard remembers it for DemandTTL and caps each holder's grant at its
+	// demand over the largest live holder's times what is available (never
+	// below Pace.Unit), so that hosts that ask as often get budget in
+	// proportion to their demand when the shard cannot give everyone what
+	// it asks (prelude.lua's fair_cap). It should outlast the holder's
+	// visits to the shard: a holder forgotten between visits no longer caps
+	// the others.
+	Demand    int64
+	DemandTTL time.Duration
 }
+
+// MaxDemandTTL bounds GrantRequest.DemandTTL: a campaign-day's shard is
+// kept two days.
+const MaxDemandTTL = 48 * time.Hour
 
 // Grant is a ledger call's outcome.
 type Grant struct {
@@ -483,6 +498,10 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("pace unit %d micros out of range", r.Pace.Unit)
 	case r.Pace.CatchUpPermille != 0 && (r.Pace.CatchUpPermille < 1000 || r.Pace.CatchUpPermille > 1000*MaxCatchUp):
 		return fmt.Errorf("catch-up %d per mille: want 0 (pro rata) or 1000 to %d", r.Pace.CatchUpPermille, 1000*MaxCatchUp)
+	case r.Demand < 0 || r.Demand > MaxBudgetMicros:
+		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
+	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
+		return fmt.Errorf("demand ttl %v: want 1ms to %v", r.DemandTTL, MaxDemandTTL)
 	}
 	return nil
 }
@@ -497,7 +516,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds())
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -531,7 +550,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds())
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

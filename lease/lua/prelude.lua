@@ -186,6 +186,10 @@ end
 -- a bid per host that holds one ahead of its curve at most.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released.
+-- Returns the cap on available; nil in the curve's last FAIR_END cap
+-- windows (a fair split there would strand at the day's end what holders
+-- leave for each other).
+local FAIR_END = 3
 local function release_by_curve(s, c_now, c_cap, unit, k)
   unit = unit or 0
   k = k or 0
@@ -220,7 +224,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
       s.available = s.available + s.locked
       s.locked = 0
     end
-    return
+    return nil
   end
   local plan_locked = plan - muldiv(plan, s.cppb, PPB) -- what the plan keeps locked from here
   local cap
@@ -246,6 +250,8 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
       s.available = s.available + x
     end
   end
+  if PPB - s.cppb <= FAIR_END * (c_cap - s.cppb) then return nil end -- the curve's last cap windows: no split
+  return cap
 end
 
 -- Lease records: "amount|holder|expiry_ms".
@@ -339,6 +345,105 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', str(g), 'expiry', str(expiry), 'ms', str(now))
   return g
+end
+
+-- Fair shares of a supply-constrained shard (issue 10). Grants are first
+-- come, first served, and every busy host asks about as often (once per half
+-- lease window), so each would take about the same from what the shard
+-- accrued between visits, whatever its demand. Each grant and renewal
+-- therefore carries its holder's recent demand (micros a second) and how
+-- long to remember it, and the shard keeps the live holders' records
+-- (KEYS[10]: holder -> "demand|epoch|supply at its last grant", KEYS[11]:
+-- holder by expiry_ms; on the state: fair_sum, the sum of their demands,
+-- fair_supply, what became available on the shard so far, counted at each
+-- grant as the rise of available since the last one, fair_avail, available
+-- after the last grant, and fair_epoch, raised when fair_supply restarts
+-- from 0 to stay far below 2^53).
+--
+-- While the shard is supply-constrained, a holder with share p = its demand
+-- over the sum may take the larger of p x what is available now and p x
+-- what became available since its own last grant here: the first is its
+-- part of what is there (which the others, coming in any order, leave for
+-- it), the second its part of what the shard released while it was away,
+-- which holds whatever order the holders come in (a holder coming right
+-- after a small one finds more left). Constrained: available is below the
+-- cap window (release_by_curve's cap), so the fleet takes about what the
+-- curve releases; once available reaches the cap, the fleet takes less than
+-- that and everyone gets what it asks. Nor is there a split in the curve's
+-- last FAIR_END cap windows: a split keeps more available between visits
+-- (each holder's part until it comes), which first come, first served
+-- drains before the day's end. Never below one unit (a bid), so a
+-- sparse holder still gets its standing bid. This only caps a grant: what
+-- the shard releases and the money arithmetic are unchanged.
+local FAIR_EXPIRE = 16                 -- stale records dropped per call, at most
+local FAIR_SCALE = 1073741824          -- 2^30: muldiv's bound on its ratio
+local FAIR_MAX_DEMAND = 1099511627776  -- 2^40 micros/s: sums of 8,192 stay below 2^53
+local FAIR_REBASE = 1125899906842624   -- 2^50: fair_supply restarts above this
+
+local function fair_record(rec)
+  if not rec then return nil end
+  local d, e, sup = string.match(rec, '^(%d+)|(%d+)|(%d+)$')
+  return tonumber(d), tonumber(e), tonumber(sup)
+end
+
+-- fair_cap records holder's demand until now + ttl and returns the most it
+-- may take from s.available, or nil for no cap (no demand given, no record
+-- keys, the shard not constrained, or the holder the only one live). Every
+-- grant and renewal calls it, with a demand or not, so fair_supply counts
+-- what every grant found; fair_granted follows the grant.
+local function fair_cap(holder, demand, ttl, now, retain, s, cap, unit)
+  local fk, fe = KEYS[10], KEYS[11]
+  if not fe then return nil end
+  local st = redis.call('HMGET', KEYS[1], 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch')
+  local sum, supply, last_avail, epoch = num(st[1]), num(st[2]), num(st[3]), num(st[4])
+  if s.available > last_avail then supply = supply + (s.available - last_avail) end
+  if supply > FAIR_REBASE then
+    supply = 0
+    epoch = epoch + 1
+  end
+  local out = nil
+  if demand and ttl and demand >= 1 and ttl >= 1 then
+    demand = math.min(math.floor(demand), FAIR_MAX_DEMAND)
+    local gone = redis.call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', 0, FAIR_EXPIRE)
+    for _, h in ipairs(gone) do
+      sum = sum - (fair_record(redis.call('HGET', fk, h)) or 0)
+      redis.call('HDEL', fk, h)
+      redis.call('ZREM', fe, h)
+    end
+    local old_d, old_e, old_s = fair_record(redis.call('HGET', fk, holder))
+    sum = sum - (old_d or 0) + demand
+    if sum < demand then
+      -- Cannot happen while the records and the sum are written together;
+      -- recount rather than trust it.
+      sum = 0
+      local all = redis.call('HVALS', fk)
+      for _, rec in ipairs(all) do sum = sum + (fair_record(rec) or 0) end
+      sum = sum - (old_d or 0) + demand
+    end
+    redis.call('HSET', fk, holder, str(demand) .. '|' .. str(epoch) .. '|' .. str(supply))
+    redis.call('ZADD', fe, str(now + ttl), holder)
+    redis.call('PEXPIREAT', fk, retain)
+    redis.call('PEXPIREAT', fe, retain)
+    if cap and s.available < cap and sum > demand then
+      local d, total = demand, sum
+      if total > FAIR_SCALE then
+        local q = math.floor(total / FAIR_SCALE) + 1
+        d = math.floor(d / q)
+        total = math.floor(total / q)
+      end
+      local away = 0
+      if old_e == epoch and old_s and supply > old_s then away = supply - old_s end
+      out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), unit or 0)
+    end
+  end
+  redis.call('HSET', KEYS[1], 'fair_sum', str(sum), 'fair_supply', str(supply), 'fair_epoch', str(epoch))
+  return out
+end
+
+-- fair_granted notes what a grant left available: the next grant counts
+-- the supply from there.
+local function fair_granted(s)
+  if KEYS[11] then redis.call('HSET', KEYS[1], 'fair_avail', str(s.available)) end
 end
 
 -- release_lease closes an active lease: unused micros go back to available, the

@@ -1,8 +1,8 @@
 -- renew: in one atomic call, releases an ending lease (its unused micros back to
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
--- KEYS: state leases exp done audit
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up]]
+-- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms]]]
 -- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, new_status};
 -- new_status as grant's status.
 local K = keys_of(KEYS)
@@ -13,7 +13,7 @@ local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
 local s = load_shard(K.state)
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14]))
-local st = release_lease(K, s, old_id, unused, now, maxlen)
+local st, credited = release_lease(K, s, old_id, unused, now, maxlen)
 if type(st) == 'table' then return st end
 local new_status, g = 0, 0
 local cur = redis.call('HGET', K.leases, id)
@@ -30,8 +30,17 @@ elseif now < num(redis.call('HGET', K.state, 'frozen_until')) then
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
-  release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]))
-  g = grant_new(K, s, id, holder, want, expiry, now, maxlen)
+  local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]))
+  -- A fair share of what is available, plus what the ending lease just gave
+  -- back: it was this holder's, fairly granted, and its tokens are carried.
+  local take = want
+  local cap = fair_cap(holder, tonumber(ARGV[17]), tonumber(ARGV[18]), now, retain, s, window, tonumber(ARGV[15]))
+  if cap then
+    if st == 0 then cap = cap + credited end
+    if cap < take then take = cap end
+  end
+  g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
+  fair_granted(s)
   index_low(s, want, now)
 end
 store_shard(K.state, s)
