@@ -62,8 +62,10 @@ bench-tail: deps ## The long tail: sparse scenarios and a generated family of 50
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
 .PHONY: bench-scale
-bench-scale: deps ## The reconciler at 1,000 and 10,000 campaigns: commands and time per pass (docs/BENCHMARKS.md, Scale; ~5 min).
+bench-scale: deps ## The reconciler and one daemon at 1,000 and 10,000 campaigns: commands, time, CPU (docs/BENCHMARKS.md, Scale; ~15 min).
 	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench ReconcilerScale -benchtime 5x -timeout 40m ./reconcile/
+	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench DaemonScale -benchtime 300x -timeout 40m ./daemon/
+	$(GO) test -run '^$$' -bench LeaseCallRedisCPU -benchtime 3000x -count 3 ./lease/
 
 .PHONY: clean
 clean: ## Remove build output and the dev stack's state.
