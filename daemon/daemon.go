@@ -51,6 +51,15 @@ type Daemon struct {
 	opCounts opCounts
 	metrics  *metrics
 	closed   atomic.Bool
+
+	// The daemon's lifetime: first-use loads and Warm run on life, which
+	// Close cancels, and Close waits for them (work) before it releases
+	// leases, so a load finishing late cannot leave a lease nobody
+	// releases. workMu orders work.Add against Close's closed.Store.
+	life    context.Context
+	endLife context.CancelFunc
+	workMu  sync.Mutex
+	work    sync.WaitGroup
 }
 
 type counters struct {
@@ -76,6 +85,7 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		bootID:   strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
 	}
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
+	d.life, d.endLife = context.WithCancel(context.Background())
 	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
 	return d, nil
 }
@@ -126,19 +136,7 @@ func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool)
 	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
 		l = other.(*load)
 	} else {
-		if waitSlot {
-			d.loadSlots <- struct{}{} // loads end within their ledger timeouts
-			go d.load(id, l, firstAmount)
-		} else {
-			select {
-			case d.loadSlots <- struct{}{}:
-				go d.load(id, l, firstAmount)
-			default:
-				d.loads.Delete(id)
-				l.err = fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots))
-				close(l.done)
-			}
-		}
+		d.startLoad(id, l, firstAmount, waitSlot)
 	}
 	select {
 	case <-l.done:
@@ -148,13 +146,60 @@ func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool)
 	}
 }
 
+// startLoad starts the load l of campaign id on a goroutine Close waits
+// for, once a load slot is free (waitSlot) or if one is free now; otherwise,
+// or once Close has begun, it ends l with an error.
+func (d *Daemon) startLoad(id string, l *load, firstAmount int64, waitSlot bool) {
+	fail := func(err error) {
+		d.loads.Delete(id)
+		l.err = err
+		close(l.done)
+	}
+	if waitSlot {
+		select {
+		case d.loadSlots <- struct{}{}: // loads end within their ledger timeouts
+		case <-d.life.Done():
+			fail(errors.New("pacerd is shutting down"))
+			return
+		}
+	} else {
+		select {
+		case d.loadSlots <- struct{}{}:
+		default:
+			fail(fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots)))
+			return
+		}
+	}
+	if !d.track() {
+		<-d.loadSlots
+		fail(errors.New("pacerd is shutting down"))
+		return
+	}
+	go func() {
+		defer d.work.Done()
+		d.load(id, l, firstAmount)
+	}()
+}
+
+// track counts one more goroutine Close must wait for, and reports false
+// (counting nothing) once Close has begun.
+func (d *Daemon) track() bool {
+	d.workMu.Lock()
+	defer d.workMu.Unlock()
+	if d.closed.Load() {
+		return false
+	}
+	d.work.Add(1)
+	return true
+}
+
 // load reads the campaign's settings and primes its first lease, sized for
 // at least a few SPENDs of firstAmount (the call that triggered the load).
 func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	defer func() { <-d.loadSlots }()
 	defer d.loads.Delete(id)
 	defer close(l.done)
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(d.life, d.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
 	settings, err := d.ledger.GetCampaign(ctx, id)
@@ -320,12 +365,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops taking new campaigns, drops every bucket and releases every
-// lease, returning unused micros to the ledger at once. It returns the first
-// release error; leases it could not release are settled by the ledger after
-// their expiry.
+// Close stops taking new campaigns, cancels the loads and Warm in flight and
+// waits for them, then drops every bucket and releases every lease, returning
+// unused micros to the ledger at once. It returns the first release error;
+// leases it could not release are settled by the ledger after their expiry.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.workMu.Lock()
 	d.closed.Store(true)
+	d.workMu.Unlock()
+	d.endLife()
+	d.work.Wait()
 	now := d.cfg.Clock.Now()
 	var (
 		mu    sync.Mutex
@@ -357,8 +406,13 @@ func (d *Daemon) Campaigns() []string {
 }
 
 // Warm loads the given campaigns and primes their first leases (pacerd calls it
-// at start with the campaigns of its last run, before it reports ready).
+// at start with the campaigns of its last run, before it reports ready). Close
+// cancels it and waits for it to return.
 func (d *Daemon) Warm(ids []string) {
+	if !d.track() {
+		return
+	}
+	defer d.work.Done()
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() { _, _ = d.campaignForWaiting(id, 0, true) })
