@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
 
@@ -151,7 +151,7 @@ func (c *campaign) touch() {
 	}
 }
 
-func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
+func (c *campaign) spend(now time.Time, amount int64, auctionID string) pacer.Decision {
 	c.touch()
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
@@ -168,11 +168,11 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 
 // countDenial counts a SPEND the bucket did not allow (allowed ones are
 // counted by the bucket).
-func (c *campaign) countDenial(dec transport.Decision) {
+func (c *campaign) countDenial(dec pacer.Decision) {
 	switch dec {
-	case transport.Paced:
+	case pacer.Paced:
 		c.paced.Add(1)
-	case transport.Exhausted:
+	case pacer.Exhausted:
 		c.exhausted.Add(1)
 	}
 }
@@ -198,24 +198,24 @@ func (c *campaign) allows(now time.Time) int64 {
 
 // decide answers a SPEND from the bucket, and returns the campaign-day that
 // answered (nil if none).
-func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
+func (c *campaign) decide(now time.Time, amount int64) (pacer.Decision, *dayState) {
 	if c.settings.Load().State == lease.StatePaused {
-		return transport.Exhausted, nil
+		return pacer.Exhausted, nil
 	}
 	ds := c.day.Load()
 	if ds == nil || now.Before(ds.day.Start) || !now.Before(ds.day.End) {
-		return transport.Paced, nil // the refill loop opens the day on its next tick
+		return pacer.Paced, nil // the refill loop opens the day on its next tick
 	}
 	if ds.refused.Load() {
-		return transport.Exhausted, ds
+		return pacer.Exhausted, ds
 	}
 	if ds.b.Spend(now, amount) {
-		return transport.Allowed, ds
+		return pacer.Allowed, ds
 	}
 	if ds.exhausted.Load() {
-		return transport.Exhausted, ds
+		return pacer.Exhausted, ds
 	}
-	return transport.Paced, ds
+	return pacer.Paced, ds
 }
 
 func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
@@ -252,14 +252,14 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 	return ds.b.Refund(now, amount), nil
 }
 
-func (c *campaign) balance(now time.Time) transport.Balance {
+func (c *campaign) balance(now time.Time) pacer.Balance {
 	c.touch()
 	ds := c.day.Load()
 	if ds == nil {
-		return transport.Balance{State: c.state(nil)}
+		return pacer.Balance{State: c.state(nil)}
 	}
 	st := ds.b.Stats(now)
-	return transport.Balance{Tokens: st.Tokens, Reserve: st.Reserve, PacePerSecond: st.DripPerSecond, State: c.state(ds)}
+	return pacer.Balance{Tokens: st.Tokens, Reserve: st.Reserve, PacePerSecond: st.DripPerSecond, State: c.state(ds)}
 }
 
 func (c *campaign) state(ds *dayState) string {

@@ -55,10 +55,10 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
-// A campaign's first-use load still reading the ledger when Close is called
-// must not finish afterwards and take a lease nobody releases: Close cancels
-// it and waits for it, and leaves no daemon goroutine running.
-func TestCloseWaitsForLoadInFlight(t *testing.T) {
+// gatedDaemon returns a fixture with campaign "c" and a daemon "h1" whose
+// ledger commands pass through the returned gate.
+func gatedDaemon(t *testing.T) (*fixture, *daemon.Daemon, *gate) {
+	t.Helper()
 	f := newFixture(t)
 	f.campaign(t, "c", 86_400_000_000, 2)
 	g := newGate()
@@ -69,6 +69,14 @@ func TestCloseWaitsForLoadInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f, d, g
+}
+
+// A campaign's first-use load still reading the ledger when Close is called
+// must not finish afterwards and take a lease nobody releases: Close cancels
+// it and waits for it, and leaves no daemon goroutine running.
+func TestCloseWaitsForLoadInFlight(t *testing.T) {
+	f, d, g := gatedDaemon(t)
 	before := goleak.IgnoreCurrent()
 
 	spent := make(chan error, 1)
@@ -85,31 +93,13 @@ func TestCloseWaitsForLoadInFlight(t *testing.T) {
 		t.Error("a SPEND whose load Close cancelled was answered without error")
 	}
 	goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-	held, err := f.ledger.DayLeases(ctx, "c", day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, lr := range held {
-		if lr.Holder == "h1" {
-			t.Errorf("lease %s of %d micros held by the closed daemon", lr.ID, lr.Amount)
-		}
-	}
-	f.check(t, "c")
+	noLeasesOf(t, f, "c", "h1")
 }
 
 // Warm still loading when Close is called has returned by the time Close
 // does (pacerd runs it on a goroutine and may be stopped before it ends).
 func TestCloseWaitsForWarm(t *testing.T) {
-	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 2)
-	g := newGate()
-	c := f.redis.Client()
-	c.AddHook(g)
-	ledger := lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h1", Clock: f.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, d, g := gatedDaemon(t)
 	warmed := make(chan struct{})
 	go func() {
 		d.Warm([]string{"c"})
@@ -129,4 +119,20 @@ func TestCloseWaitsForWarm(t *testing.T) {
 	if ids := d.Campaigns(); len(ids) != 0 {
 		t.Errorf("campaigns loaded after Close: %v", ids)
 	}
+	noLeasesOf(t, f, "c", "h1")
+}
+
+// noLeasesOf fails the test if holder holds a lease on campaign id today.
+func noLeasesOf(t *testing.T, f *fixture, id, holder string) {
+	t.Helper()
+	held, err := f.ledger.DayLeases(ctx, id, day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lr := range held {
+		if lr.Holder == holder {
+			t.Errorf("lease %s of %d micros held by the closed daemon %s", lr.ID, lr.Amount, holder)
+		}
+	}
+	f.check(t, id)
 }

@@ -5,6 +5,15 @@
 // The hot path (Spend) touches only memory: a lock-free campaign lookup and the
 // campaign-day's bucket. Everything that talks to Redis runs in Step, which Run
 // calls every TickInterval and tests call directly with an injected clock.
+//
+// A campaign's code is split by job: campaign.go is the hot path (SPEND,
+// REFUND, BALANCE), refill.go the refill and lease loop, demand.go demand
+// accounting, day.go the campaign-day's state; schedule.go decides which
+// campaigns step when. A Daemon's goroutines (first-use loads, Warm) run on
+// its lifetime, which Close ends and waits for before releasing leases. The
+// reconciler and the election live in package reconcile, the broadcasts in
+// package broadcast, the domain words (Decision, Balance, Event) in package
+// pacer.
 package daemon
 
 import (
@@ -16,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
@@ -242,16 +252,16 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 // Spend implements transport.Spender: may the campaign spend amount micros on
 // this auction? It never waits on the network, except for the first SPEND of
 // a campaign this daemon has not seen, which waits for the campaign's settings.
-func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (transport.Decision, error) {
+func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (pacer.Decision, error) {
 	c, err := d.campaignFor(campaignID, amount)
 	if err != nil {
 		d.counters.spendErrors.Add(1)
-		return transport.Paced, err
+		return pacer.Paced, err
 	}
 	// No shared state on this path: the bucket counts allowed SPENDs under
 	// its lock; latency is sampled by the socket server (ObserveSpend).
 	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
-	if dec != transport.Allowed {
+	if dec != pacer.Allowed {
 		c.countDenial(dec)
 	}
 	return dec, nil
@@ -293,10 +303,10 @@ func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error
 }
 
 // Balance implements transport.Spender.
-func (d *Daemon) Balance(campaignID string) (transport.Balance, error) {
+func (d *Daemon) Balance(campaignID string) (pacer.Balance, error) {
 	c, err := d.campaignFor(campaignID, 0)
 	if err != nil {
-		return transport.Balance{}, err
+		return pacer.Balance{}, err
 	}
 	return c.balance(d.cfg.Clock.Now()), nil
 }

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
 
@@ -298,7 +298,7 @@ func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
 	if err == nil && !first {
 		return
 	}
-	c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
+	c.d.publish(pacer.Event{Kind: pacer.EventExhausted, Campaign: c.id, Day: ds.day.Key})
 }
 
 // lastHourCatchUpPermille bounds catch-up in the last hour of a campaign's
@@ -767,7 +767,7 @@ func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, 
 		ds.nextGrantAt = until
 	}
 	c.reassertAll(ctx, now, ds)
-	c.d.publish(transport.Event{Kind: transport.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
+	c.d.publish(pacer.Event{Kind: pacer.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
 	// A failover that lost these writes may have lost change records too:
 	// every campaign reads its settings again rather than wait for its
 	// periodic full read (CampaignReread).
