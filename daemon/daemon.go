@@ -311,29 +311,46 @@ func (d *Daemon) Balance(campaignID string) (pacer.Balance, error) {
 	return c.balance(d.cfg.Clock.Now()), nil
 }
 
+// Status is the daemon's headline totals, for a one-line status such as
+// systemd's STATUS= (INFO and the metrics say more).
+type Status struct {
+	Campaigns, LeasesHeld    int
+	SpendAllowed, SpendPaced int64
+	SpendExhausted           int64
+	LedgerErrors             int64
+}
+
+// Status returns the daemon's headline totals now. It takes each campaign's
+// loop lock in turn (for its lease count): cheap, but not for the hot path.
+func (d *Daemon) Status() Status {
+	dec := d.decisions()
+	st := Status{SpendAllowed: dec.allowed, SpendPaced: dec.paced, SpendExhausted: dec.exhausted,
+		LedgerErrors: d.counters.ledgerErrors.Load()}
+	for _, c := range d.campaigns.all() {
+		st.Campaigns++
+		st.LeasesHeld += c.leaseCount()
+	}
+	return st
+}
+
 // Info implements transport.Spender.
 func (d *Daemon) Info() []transport.InfoField {
-	var campaigns, leases int
-	dec := d.decisions()
-	for _, c := range d.campaigns.all() {
-		campaigns++
-		leases += c.leaseCount()
-	}
+	st := d.Status()
 	i := func(k string, v int64) transport.InfoField {
 		return transport.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
 	}
 	return []transport.InfoField{
 		{Key: "holder", Value: d.cfg.Holder},
-		i("campaigns", int64(campaigns)),
-		i("leases_held", int64(leases)),
-		i("spend_allowed", dec.allowed),
-		i("spend_paced", dec.paced),
-		i("spend_exhausted", dec.exhausted),
+		i("campaigns", int64(st.Campaigns)),
+		i("leases_held", int64(st.LeasesHeld)),
+		i("spend_allowed", st.SpendAllowed),
+		i("spend_paced", st.SpendPaced),
+		i("spend_exhausted", st.SpendExhausted),
 		i("spend_errors", d.counters.spendErrors.Load()),
 		i("refunds", d.counters.refunds.Load()),
 		i("refunds_unbacked_micros", d.counters.refundsUnbacked.Load()),
 		i("ledger_calls", d.counters.ledgerCalls.Load()),
-		i("ledger_errors", d.counters.ledgerErrors.Load()),
+		i("ledger_errors", st.LedgerErrors),
 		i("leases_granted", d.counters.leasesGranted.Load()),
 		i("leases_released", d.counters.leasesReleased.Load()),
 		i("ledger_lost_writes", d.counters.lostWrites.Load()),
