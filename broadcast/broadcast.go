@@ -1,4 +1,4 @@
-// Package broadcast is the fleet's fast path: pacer events (transport.Event:
+// Package broadcast is the fleet's fast path: pacer events (pacer.Event:
 // a campaign-day exhausted, a campaign revoked or changed, lost ledger
 // writes) published and received over NATS, on subjects
 // "pacer.<kind>.<campaign>", optionally signed with the fleet's keys (see
@@ -22,9 +22,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
-	"github.com/pacer/pacer/transport"
+	"github.com/pacer/pacer"
 	"go.uber.org/zap"
 )
+
+// SubjectPrefix is the root of every pacer subject.
+const SubjectPrefix = "pacer."
+
+// Subject returns the NATS subject an event is published on,
+// "pacer.<kind>.<campaign>": receivers subscribe by kind or campaign with
+// NATS wildcards, and drop an event whose payload names another subject.
+func Subject(e pacer.Event) string { return SubjectPrefix + e.Kind + "." + e.Campaign }
 
 // Broadcaster publishes and receives pacer events over NATS. It reconnects
 // forever: a NATS outage only delays events. Safe for concurrent use.
@@ -216,11 +224,11 @@ func ParseCreds(contents []byte) (jwt, seed string, err error) {
 
 // Publish sends e. A disconnected client buffers it until it reconnects.
 // With keys, it sets e's nonce (and AtMillis, if zero) and signs it.
-func (b *Broadcaster) Publish(e transport.Event) error {
+func (b *Broadcaster) Publish(e pacer.Event) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: e.Subject()}
+	msg := &nats.Msg{Subject: Subject(e)}
 	if b.trust != nil {
 		e.Nonce = newNonce()
 		if e.AtMillis == 0 {
@@ -236,7 +244,7 @@ func (b *Broadcaster) Publish(e transport.Event) error {
 		msg.Header = nats.Header{SignatureHeader: []string{b.trust.sign(msg.Subject, data)}}
 	}
 	if err := b.nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("publish %s: %w", e.Subject(), err)
+		return fmt.Errorf("publish %s: %w", Subject(e), err)
 	}
 	b.sent.Add(1)
 	return nil
@@ -247,11 +255,11 @@ func (b *Broadcaster) Flush(timeout time.Duration) error { return b.nc.FlushTime
 
 // Subscribe calls handle for every pacer event, from one goroutine, in order.
 // Malformed messages are counted and dropped.
-func (b *Broadcaster) Subscribe(handle func(transport.Event)) error {
+func (b *Broadcaster) Subscribe(handle func(pacer.Event)) error {
 	if b.sub != nil {
 		return errors.New("already subscribed")
 	}
-	sub, err := b.nc.Subscribe(transport.SubjectPrefix+">", func(m *nats.Msg) {
+	sub, err := b.nc.Subscribe(SubjectPrefix+">", func(m *nats.Msg) {
 		if len(m.Data) > maxPayload {
 			b.dropped.Add(1)
 			return
@@ -262,8 +270,8 @@ func (b *Broadcaster) Subscribe(handle func(transport.Event)) error {
 				return
 			}
 		}
-		var e transport.Event
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.Validate() != nil || e.Subject() != m.Subject {
+		var e pacer.Event
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.Validate() != nil || Subject(e) != m.Subject {
 			b.dropped.Add(1)
 			return
 		}

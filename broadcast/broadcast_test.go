@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/internal/embedded"
-	"github.com/pacer/pacer/transport"
 )
 
 func TestBroadcastRoundTrip(t *testing.T) {
@@ -26,15 +26,15 @@ func TestBroadcastRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got := make(chan transport.Event, 10)
-	if err := sub.Subscribe(func(e transport.Event) { got <- e }); err != nil {
+	got := make(chan pacer.Event, 10)
+	if err := sub.Subscribe(func(e pacer.Event) { got <- e }); err != nil {
 		t.Fatal(err)
 	}
 	if err := sub.Flush(time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// Bad events are refused at the sender.
-	for _, e := range []transport.Event{{Kind: "nuke", Campaign: "c"}, {Kind: transport.EventRevoked, Campaign: "a.b"}, {Kind: transport.EventRevoked}} {
+	for _, e := range []pacer.Event{{Kind: "nuke", Campaign: "c"}, {Kind: pacer.EventRevoked, Campaign: "a.b"}, {Kind: pacer.EventRevoked}} {
 		if err := pub.Publish(e); err == nil {
 			t.Errorf("Publish(%+v) accepted", e)
 		}
@@ -49,7 +49,7 @@ func TestBroadcastRoundTrip(t *testing.T) {
 	raw.Publish("pacer.revoked.c", []byte(`{"kind":"revoked","campaign":"other"}`))
 	raw.Flush()
 
-	want := transport.Event{Kind: transport.EventExhausted, Campaign: "c", Day: "2026-11-21", From: "h1", AtMillis: 42}
+	want := pacer.Event{Kind: pacer.EventExhausted, Campaign: "c", Day: "2026-11-21", From: "h1", AtMillis: 42}
 	if err := pub.Publish(want); err != nil {
 		t.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/jwt/v2"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/testcerts"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -91,15 +91,15 @@ func TestNATSPermissionsAndTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer op.Close()
-	got := make(chan transport.Event, 10)
-	if err := daemon.Subscribe(func(e transport.Event) { got <- e }); err != nil {
+	got := make(chan pacer.Event, 10)
+	if err := daemon.Subscribe(func(e pacer.Event) { got <- e }); err != nil {
 		t.Fatal(err)
 	}
 	if err := daemon.Flush(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 
-	forged := transport.Event{Kind: transport.EventRevoked, Campaign: "c1", From: "daemon"}
+	forged := pacer.Event{Kind: pacer.EventRevoked, Campaign: "c1", From: "daemon"}
 	if err := daemon.Publish(forged); err != nil {
 		t.Fatal(err)
 	}
@@ -111,15 +111,15 @@ func TestNATSPermissionsAndTLS(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for _, e := range []transport.Event{
-		{Kind: transport.EventRevoked, Campaign: "c1", From: "operator"},
+	for _, e := range []pacer.Event{
+		{Kind: pacer.EventRevoked, Campaign: "c1", From: "operator"},
 	} {
 		if err := op.Publish(e); err != nil {
 			t.Fatal(err)
 		}
 		op.Flush(5 * time.Second)
 	}
-	if err := daemon.Publish(transport.Event{Kind: transport.EventExhausted, Campaign: "c1", Day: "2026-11-23", From: "daemon"}); err != nil {
+	if err := daemon.Publish(pacer.Event{Kind: pacer.EventExhausted, Campaign: "c1", Day: "2026-11-23", From: "daemon"}); err != nil {
 		t.Fatal(err)
 	}
 	daemon.Flush(5 * time.Second)
@@ -310,14 +310,14 @@ func TestNATSCredsFile(t *testing.T) {
 	}
 	daemon := connect(user("pacer.exhausted.>"))
 	op := connect(user("pacer.>"))
-	got := make(chan transport.Event, 10)
-	if err := daemon.Subscribe(func(e transport.Event) { got <- e }); err != nil {
+	got := make(chan pacer.Event, 10)
+	if err := daemon.Subscribe(func(e pacer.Event) { got <- e }); err != nil {
 		t.Fatal(err)
 	}
 	daemon.Flush(5 * time.Second)
-	daemon.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c", From: "daemon"})
+	daemon.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", From: "daemon"})
 	daemon.Flush(5 * time.Second)
-	op.Publish(transport.Event{Kind: transport.EventChanged, Campaign: "c", From: "operator"})
+	op.Publish(pacer.Event{Kind: pacer.EventChanged, Campaign: "c", From: "operator"})
 	op.Flush(5 * time.Second)
 	select {
 	case e := <-got:

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pacer/pacer/transport"
+	"github.com/pacer/pacer"
 )
 
 // Trusted broadcasts. With keys, every event is signed by its sender:
@@ -147,7 +147,7 @@ func (t *trust) verify(subject string, data []byte, sig string) string {
 
 // admit checks a verified event's age and nonce, and remembers the nonce;
 // "" if the event may be acted on.
-func (t *trust) admit(e transport.Event) string {
+func (t *trust) admit(e pacer.Event) string {
 	now := t.now().UnixMilli()
 	age := now - e.AtMillis
 	if e.AtMillis <= 0 || age > t.maxAge.Milliseconds() || -age > t.maxAge.Milliseconds() {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/internal/embedded"
-	"github.com/pacer/pacer/transport"
 )
 
 var (
@@ -71,7 +71,7 @@ func TestSignedBroadcasts(t *testing.T) {
 	defer sub.Close()
 	var mu sync.Mutex
 	var got []string
-	if err := sub.Subscribe(func(e transport.Event) { mu.Lock(); got = append(got, e.From); mu.Unlock() }); err != nil {
+	if err := sub.Subscribe(func(e pacer.Event) { mu.Lock(); got = append(got, e.From); mu.Unlock() }); err != nil {
 		t.Fatal(err)
 	}
 	sub.Flush(5 * time.Second)
@@ -87,7 +87,7 @@ func TestSignedBroadcasts(t *testing.T) {
 	}
 	raw.Flush()
 
-	if err := pub.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c1", From: "operator"}); err != nil {
+	if err := pub.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c1", From: "operator"}); err != nil {
 		t.Fatal(err)
 	}
 	pub.Flush(5 * time.Second)
@@ -116,7 +116,7 @@ func TestSignedBroadcasts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mallory.Close()
-	mallory.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c1", From: "mallory"})
+	mallory.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c1", From: "mallory"})
 	mallory.Flush(5 * time.Second)
 	// Tampered: the operator's signature on another campaign's payload, and
 	// on another subject.
@@ -145,12 +145,12 @@ func TestSignedBroadcasts(t *testing.T) {
 	// max_age, and a fresh one from a sender whose clock is far behind.
 	clk.Add(11 * time.Second)
 	send("pacer.revoked.c1", signed.Data, sig)
-	late := transport.Event{Kind: transport.EventChanged, Campaign: "c1", From: "late", AtMillis: clk.Now().Add(-time.Minute).UnixMilli()}
+	late := pacer.Event{Kind: pacer.EventChanged, Campaign: "c1", From: "late", AtMillis: clk.Now().Add(-time.Minute).UnixMilli()}
 	pub.Publish(late)
-	early := transport.Event{Kind: transport.EventChanged, Campaign: "c1", From: "early", AtMillis: clk.Now().Add(time.Minute).UnixMilli()}
+	early := pacer.Event{Kind: pacer.EventChanged, Campaign: "c1", From: "early", AtMillis: clk.Now().Add(time.Minute).UnixMilli()}
 	pub.Publish(early)
 	// And the barrier: a good event after all of them.
-	pub.Publish(transport.Event{Kind: transport.EventChanged, Campaign: "c1", From: "operator-again"})
+	pub.Publish(pacer.Event{Kind: pacer.EventChanged, Campaign: "c1", From: "operator-again"})
 	pub.Flush(5 * time.Second)
 
 	deadline := time.Now().Add(5 * time.Second)
@@ -193,10 +193,10 @@ func TestUnsignedBroadcastsStillWork(t *testing.T) {
 	defer pub.Close()
 	sub, _ := broadcast.Connect(n.URL, "sub", nil)
 	defer sub.Close()
-	got := make(chan transport.Event, 2)
-	sub.Subscribe(func(e transport.Event) { got <- e })
+	got := make(chan pacer.Event, 2)
+	sub.Subscribe(func(e pacer.Event) { got <- e })
 	sub.Flush(5 * time.Second)
-	pub.Publish(transport.Event{Kind: transport.EventChanged, Campaign: "c", From: "x"})
+	pub.Publish(pacer.Event{Kind: pacer.EventChanged, Campaign: "c", From: "x"})
 	pub.Flush(5 * time.Second)
 	select {
 	case e := <-got:

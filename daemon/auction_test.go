@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/transport"
 )
 
 // auctionFixture is a daemon with campaign "c" loaded and tokens in its
@@ -45,7 +45,7 @@ func tokens(t *testing.T, d *daemon.Daemon, id string) int64 {
 	return b.Tokens
 }
 
-func mustSpend(t *testing.T, d *daemon.Daemon, amount int64, auction string, want transport.Decision) {
+func mustSpend(t *testing.T, d *daemon.Daemon, amount int64, auction string, want pacer.Decision) {
 	t.Helper()
 	dec, err := d.Spend("c", amount, auction)
 	if err != nil || dec != want {
@@ -63,8 +63,8 @@ func TestSpendAfterRefundChargesAgain(t *testing.T) {
 		t.Fatalf("bucket holds %d micros; the test needs %d", t0, 6*amount)
 	}
 
-	mustSpend(t, d, amount, "a1", transport.Allowed)
-	mustSpend(t, d, amount, "a1", transport.Allowed) // retry: replayed
+	mustSpend(t, d, amount, "a1", pacer.Allowed)
+	mustSpend(t, d, amount, "a1", pacer.Allowed) // retry: replayed
 	if got := tokens(t, d, "c"); got != t0-amount {
 		t.Fatalf("after SPEND a1 twice (a retry): tokens %d, want %d (charged once)", got, t0-amount)
 	}
@@ -74,7 +74,7 @@ func TestSpendAfterRefundChargesAgain(t *testing.T) {
 	if got := tokens(t, d, "c"); got != t0 {
 		t.Fatalf("after REFUND a1: tokens %d, want %d", got, t0)
 	}
-	mustSpend(t, d, amount, "a1", transport.Allowed)
+	mustSpend(t, d, amount, "a1", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != t0-amount {
 		t.Fatalf("SPEND a1 after REFUND a1: tokens %d, want %d: the :1 was not charged", got, t0-amount)
 	}
@@ -87,18 +87,18 @@ func TestSpendAfterRefundChargesAgain(t *testing.T) {
 	}
 
 	// A partial refund counts too; so does a retry asking for more.
-	mustSpend(t, d, amount, "a2", transport.Allowed)
+	mustSpend(t, d, amount, "a2", pacer.Allowed)
 	if err := d.Refund("c", amount/2, "a2"); err != nil {
 		t.Fatal(err)
 	}
 	before := tokens(t, d, "c")
-	mustSpend(t, d, amount, "a2", transport.Allowed)
+	mustSpend(t, d, amount, "a2", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != before-amount {
 		t.Fatalf("SPEND a2 after a partial REFUND: tokens %d, want %d", got, before-amount)
 	}
-	mustSpend(t, d, amount, "a3", transport.Allowed)
+	mustSpend(t, d, amount, "a3", pacer.Allowed)
 	before = tokens(t, d, "c")
-	mustSpend(t, d, 2*amount, "a3", transport.Allowed)
+	mustSpend(t, d, 2*amount, "a3", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != before-2*amount {
 		t.Fatalf("SPEND a3 for more than its first charge: tokens %d, want %d", got, before-2*amount)
 	}
@@ -119,7 +119,7 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 		f.clock.Add(time.Second)
 		d.Step(ctx)
 	}
-	mustSpend(t, d, 1_000, "late", transport.Allowed)
+	mustSpend(t, d, 1_000, "late", pacer.Allowed)
 
 	// Past midnight: the loop rolls the day over and leases from the new one.
 	for f.clock.Now().Before(midnight.Add(24*time.Hour + 2*time.Second)) { // 00:00:02
@@ -149,8 +149,8 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 		f.clock.Add(500 * time.Millisecond)
 		d.Step(ctx)
 	}
-	mustSpend(t, d, 1_000, "early", transport.Allowed)
-	mustSpend(t, d, 1_000, "early2", transport.Allowed)
+	mustSpend(t, d, 1_000, "early", pacer.Allowed)
+	mustSpend(t, d, 1_000, "early2", pacer.Allowed)
 	refuse()
 	// Without an id, a refund is credited against the current campaign-day
 	// only, never beyond what this daemon allowed on it (2,000).
@@ -180,7 +180,7 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 		d.Step(ctx)
 	}
 	for i := 0; ; i++ { // demand again, after ten idle minutes: a lease comes
-		if dec, err := d.Spend("c", 1_000, ""); err != nil || dec == transport.Allowed {
+		if dec, err := d.Spend("c", 1_000, ""); err != nil || dec == pacer.Allowed {
 			break
 		}
 		if i == 30 {
@@ -203,19 +203,19 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 func TestPacedAuctionIsDecidedAgain(t *testing.T) {
 	f, d := auctionFixture(t, daemon.Config{})
 	big := tokens(t, d, "c") + 1
-	mustSpend(t, d, big, "p1", transport.Paced)
+	mustSpend(t, d, big, "p1", pacer.Paced)
 	// Spend the bucket down to less than 5,000, so a SPEND of 5,000 is paced.
 	n, _ := spendUntilDenied(t, d, "c", 1_000)
 	if n == 0 {
 		t.Fatal("no tokens to spend")
 	}
-	mustSpend(t, d, 5_000, "p2", transport.Paced)
+	mustSpend(t, d, 5_000, "p2", pacer.Paced)
 	for tokens(t, d, "c") < 5_000 {
 		f.clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	before := tokens(t, d, "c")
-	mustSpend(t, d, 5_000, "p2", transport.Allowed)
+	mustSpend(t, d, 5_000, "p2", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != before-5_000 {
 		t.Fatalf("retry of a paced SPEND, allowed now: tokens %d, want %d (charged)", got, before-5_000)
 	}
@@ -241,7 +241,7 @@ func TestAuctionMemoryForgetsOldestFirst(t *testing.T) {
 	// 1,000 ids at one instant: 16 KiB keeps a few hundred.
 	const ids = 1_000
 	for i := range ids {
-		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), transport.Allowed)
+		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), pacer.Allowed)
 	}
 	if n := gauge(t, d, "pacer_auction_ids_remembered"); n >= ids || n < 100 {
 		t.Fatalf("%v ids remembered of %d within 16 KiB", n, ids)
@@ -251,12 +251,12 @@ func TestAuctionMemoryForgetsOldestFirst(t *testing.T) {
 	}
 	before := tokens(t, d, "c")
 	for i := ids - 100; i < ids; i++ { // the newest are remembered: replayed
-		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), transport.Allowed)
+		mustSpend(t, d, 1, "id-"+strconv.Itoa(i), pacer.Allowed)
 	}
 	if got := tokens(t, d, "c"); got != before {
 		t.Fatalf("retries of the newest ids were charged: tokens %d, want %d", got, before)
 	}
-	mustSpend(t, d, 1, "id-0", transport.Allowed) // the oldest is forgotten: charged again
+	mustSpend(t, d, 1, "id-0", pacer.Allowed) // the oldest is forgotten: charged again
 	if got := tokens(t, d, "c"); got != before-1 {
 		t.Fatalf("retry of the oldest (forgotten) id: tokens %d, want %d", got, before-1)
 	}
@@ -277,17 +277,17 @@ func TestAuctionMemoryForgetsOldestFirst(t *testing.T) {
 // Ids are remembered for DedupWindow at most: a retry after it is charged.
 func TestAuctionWindowExpires(t *testing.T) {
 	f, d := auctionFixture(t, daemon.Config{DedupWindow: time.Minute})
-	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	mustSpend(t, d, 1_000, "w1", pacer.Allowed)
 	for range 61 {
 		f.clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	before := tokens(t, d, "c")
-	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	mustSpend(t, d, 1_000, "w1", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != before-1_000 {
 		t.Fatalf("retry after the window: tokens %d, want %d (charged)", got, before-1_000)
 	}
-	mustSpend(t, d, 1_000, "w1", transport.Allowed)
+	mustSpend(t, d, 1_000, "w1", pacer.Allowed)
 	if got := tokens(t, d, "c"); got != before-1_000 {
 		t.Fatalf("retry within the window: tokens %d, want %d (not charged)", got, before-1_000)
 	}

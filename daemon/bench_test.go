@@ -7,10 +7,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // benchDaily is the largest daily budget (1e15 micros, about 1.16e10 micros/s
@@ -50,7 +50,7 @@ func warmDaemon(b *testing.B, clock daemon.Clock) *daemon.Daemon {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if dec == transport.Allowed {
+		if dec == pacer.Allowed {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -184,7 +184,7 @@ func BenchmarkSpendAuctionID(b *testing.B) {
 func BenchmarkSpendAuctionIDRetry(b *testing.B) {
 	d := warmDaemon(b, fixedClock())
 	before := notAllowed(d)
-	if dec, err := d.Spend("demo", 1, "auction-retried"); err != nil || dec != transport.Allowed {
+	if dec, err := d.Spend("demo", 1, "auction-retried"); err != nil || dec != pacer.Allowed {
 		b.Fatalf("first SPEND = %v, %v", dec, err)
 	}
 	b.ReportAllocs()

@@ -1,23 +1,21 @@
 package daemon
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
-	"math/rand/v2"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
+
+// The hot path: SPEND, REFUND and BALANCE answer from the campaign's local
+// bucket without a ledger call; they read settings and the day through atomic
+// pointers and never take loopMu, so they never wait for the refill loop.
 
 // campaign is one campaign's local state. The hot path reads settings and day
 // through atomic pointers; everything else belongs to the refill loop (step),
@@ -105,79 +103,17 @@ type campaign struct {
 	seenDays   map[string]bool
 }
 
+// settings is one version of the campaign as the ledger holds it, with its
+// location and curve resolved; replaced whole, never mutated, so the hot path
+// reads it through an atomic pointer.
 type settings struct {
 	lease.Campaign
 	loc   *time.Location
 	curve *bucket.Curve
 }
 
-// dayState is the campaign-day this daemon is spending from.
-type dayState struct {
-	day bucket.Day
-	// curve is the pacing curve of this day: the campaign's, or the one
-	// fitted for the day if its curve is "auto".
-	curve  *bucket.Curve
-	b      *bucket.Bucket
-	shards int
-
-	// exhausted: the ledger said every shard is empty. A hint, not a verdict:
-	// SPEND answers -1 once the bucket is dry and the loop stops leasing, but
-	// asks the ledger again every CampaignRefresh, since budget released by
-	// other daemons or moved by a rebalance comes back to the shards.
-	exhausted atomic.Bool
-	// confirm: an exhausted broadcast arrived. It only makes the loop ask the
-	// ledger sooner; a broadcast never makes this daemon answer -1.
-	confirm atomic.Bool
-	refused atomic.Bool // the ledger lost this day's state: never grant
-	// reassert: the ledger lost writes on a shard of this day (we found
-	// it): re-assert every lease held, next tick. reassertHint: a broadcast
-	// said so; acted on at most once per Config.EventRecheck.
-	reassert     atomic.Bool
-	reassertHint atomic.Bool
-
-	// Refill loop only.
-	leases      map[string]heldLease
-	rng         *rand.Rand
-	nextGrantAt time.Time
-	lastGrantAt time.Time
-	shardEmpty  []bool
-	shardFilled []bool  // the last grant on the shard was all we asked for
-	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
-	// shardUnspent is shardLeft plus what is leased out (to any host) and
-	// may come back: a day whose shards are all empty is exhausted only
-	// when this is zero too; until then, its bids are paced.
-	shardUnspent []int64
-	checkedAt    time.Time
-	hintAt       time.Time // the last re-assert a broadcast triggered
-	// known is each shard's history as of our last reply from it: the
-	// ledger checks it on every grant, renewal and release, and tells us
-	// if it lost writes we saw.
-	known []lease.History
-	// closed: the ledger closed the day (it is over there): no more grants.
-	closed bool
-	// carry: micros withdrawn from the bucket with the leases that ended
-	// this tick, for their successors to credit at once (refill loop only).
-	carry int64
-}
-
-type heldLease struct {
-	shard  int
-	amount int64
-	expiry time.Time
-	end    time.Time // spendable until: expiry - skew bound
-}
-
-// release is a lease release not yet acknowledged by the ledger; retried every
-// tick (releases are idempotent) until the ledger answers or the lease is
-// long past settlement.
-type release struct {
-	key            lease.ShardKey
-	id             string
-	amount, unused int64
-	expiry         time.Time // the lease's, for re-asserting it
-	until          time.Time
-}
-
+// newCampaign returns the local state of a campaign just loaded; its day
+// opens on the refill loop's first step.
 func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
 	cp.settings.Store(d.settingsOf(c))
@@ -191,6 +127,8 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	return cp
 }
 
+// settingsOf resolves a campaign's curve by name; an unknown name paces flat
+// rather than refusing the campaign: a bad name costs pacing shape, not spend.
 func (d *Daemon) settingsOf(c lease.Campaign) *settings {
 	curve, ok := d.cfg.Curves[c.Curve]
 	if c.Curve == AutoCurve {
@@ -213,7 +151,7 @@ func (c *campaign) touch() {
 	}
 }
 
-func (c *campaign) spend(now time.Time, amount int64, auctionID string) transport.Decision {
+func (c *campaign) spend(now time.Time, amount int64, auctionID string) pacer.Decision {
 	c.touch()
 	if amount > c.maxAmount.Load() {
 		c.maxAmount.Store(amount) // a lost race only delays the capacity bump by a tick
@@ -230,11 +168,11 @@ func (c *campaign) spend(now time.Time, amount int64, auctionID string) transpor
 
 // countDenial counts a SPEND the bucket did not allow (allowed ones are
 // counted by the bucket).
-func (c *campaign) countDenial(dec transport.Decision) {
+func (c *campaign) countDenial(dec pacer.Decision) {
 	switch dec {
-	case transport.Paced:
+	case pacer.Paced:
 		c.paced.Add(1)
-	case transport.Exhausted:
+	case pacer.Exhausted:
 		c.exhausted.Add(1)
 	}
 }
@@ -260,24 +198,24 @@ func (c *campaign) allows(now time.Time) int64 {
 
 // decide answers a SPEND from the bucket, and returns the campaign-day that
 // answered (nil if none).
-func (c *campaign) decide(now time.Time, amount int64) (transport.Decision, *dayState) {
+func (c *campaign) decide(now time.Time, amount int64) (pacer.Decision, *dayState) {
 	if c.settings.Load().State == lease.StatePaused {
-		return transport.Exhausted, nil
+		return pacer.Exhausted, nil
 	}
 	ds := c.day.Load()
 	if ds == nil || now.Before(ds.day.Start) || !now.Before(ds.day.End) {
-		return transport.Paced, nil // the refill loop opens the day on its next tick
+		return pacer.Paced, nil // the refill loop opens the day on its next tick
 	}
 	if ds.refused.Load() {
-		return transport.Exhausted, ds
+		return pacer.Exhausted, ds
 	}
 	if ds.b.Spend(now, amount) {
-		return transport.Allowed, ds
+		return pacer.Allowed, ds
 	}
 	if ds.exhausted.Load() {
-		return transport.Exhausted, ds
+		return pacer.Exhausted, ds
 	}
-	return transport.Paced, ds
+	return pacer.Paced, ds
 }
 
 func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64, error) {
@@ -314,14 +252,14 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 	return ds.b.Refund(now, amount), nil
 }
 
-func (c *campaign) balance(now time.Time) transport.Balance {
+func (c *campaign) balance(now time.Time) pacer.Balance {
 	c.touch()
 	ds := c.day.Load()
 	if ds == nil {
-		return transport.Balance{State: c.state(nil)}
+		return pacer.Balance{State: c.state(nil)}
 	}
 	st := ds.b.Stats(now)
-	return transport.Balance{Tokens: st.Tokens, Reserve: st.Reserve, PacePerSecond: st.DripPerSecond, State: c.state(ds)}
+	return pacer.Balance{Tokens: st.Tokens, Reserve: st.Reserve, PacePerSecond: st.DripPerSecond, State: c.state(ds)}
 }
 
 func (c *campaign) state(ds *dayState) string {
@@ -338,6 +276,8 @@ func (c *campaign) state(ds *dayState) string {
 	return "active"
 }
 
+// leaseCount is the number of leases held for the current day (for status
+// and tests); it takes loopMu, so never call it from the hot path.
 func (c *campaign) leaseCount() int {
 	c.loopMu.Lock()
 	defer c.loopMu.Unlock()
@@ -347,1029 +287,10 @@ func (c *campaign) leaseCount() int {
 	return 0
 }
 
-// step is one round of the refill loop at now.
-func (c *campaign) step(ctx context.Context, now time.Time) {
-	c.loopMu.Lock()
-	defer c.loopMu.Unlock()
-	cfg := &c.d.cfg
-
-	if c.active.Swap(false) {
-		c.lastActive = now
-	}
-	c.wake.Store(false)
-	defer c.schedule(now)
-	if c.recheck.Load() && (c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
-		c.eventRefresh(ctx, now)
-	} else if (c.stale.Load() && now.Sub(c.lastRefresh) >= cfg.EventRecheck) || now.Sub(c.lastRefresh) >= cfg.CampaignReread {
-		c.stale.Store(false)
-		if !c.refresh(ctx, now) {
-			c.stale.Store(true)
-		}
-	}
-	if now.Sub(c.lastLook) >= cfg.CampaignRefresh {
-		c.lastLook = now
-		if ds := c.day.Load(); ds != nil {
-			for i := range ds.shardEmpty {
-				ds.shardEmpty[i] = false // a rebalance may have refilled them: look again
-			}
-		}
-	}
-	c.retryReleases(ctx, now)
-	if c.idle(now) {
-		c.retire(ctx, now)
-		return
-	}
-
-	s := c.settings.Load()
-	ds := c.day.Load()
-	if s.State == lease.StatePaused {
-		if ds != nil {
-			c.dropDay(ctx, now, ds)
-			c.day.Store(nil)
-		}
-		return
-	}
-	day := bucket.DayOf(now, s.loc)
-	if ds != nil && ds.day.Key != day.Key {
-		c.dropDay(ctx, now, ds)
-		c.day.Store(nil)
-		ds = nil
-	}
-	if ds == nil {
-		if ds = c.openDay(ctx, now, s, day); ds == nil {
-			return
-		}
-		c.day.Store(ds)
-	}
-	if ds.refused.Load() {
-		return
-	}
-	hinted := ds.reassertHint.Load() && (ds.hintAt.IsZero() || now.Sub(ds.hintAt) >= cfg.EventRecheck)
-	if hinted {
-		ds.reassertHint.Store(false)
-		ds.hintAt = now
-	}
-	if ds.reassert.Swap(false) || hinted {
-		c.reassertAll(ctx, now, ds)
-	}
-
-	c.recheckExhaustion(ctx, now, ds)
-	closed := ds.b.Expire(now)
-	c.rotateLargestSpend(now)
-	c.updateDemand(now, ds)
-	flushEvery := demandFlush
-	if c.sparse() {
-		flushEvery = sparseDemandFlush
-	}
-	if now.Sub(c.lastFlush) >= flushEvery {
-		c.flushDemand(ctx, now, ds)
-	}
-	// Size the bucket after this tick's grants, from the drip they set up.
-	defer func() { ds.b.SetCapacity(c.capacity(ds.b.Stats(now).DripPerSecond)) }()
-
-	// A new lease is due half a window after the last grant, so two drip at a
-	// time. A lease closing this tick is renewed in the same ledger call if the
-	// next one would be due within a quarter window anyway: one round trip, not
-	// two.
-	due := ds.lastGrantAt.Add(cfg.LeaseWindow / 2)
-	if len(closed) > 0 {
-		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
-	}
-	want, standing := c.want(now, s, ds, due)
-	if want > 0 && standing && len(closed) == 0 && ds.b.Stats(now).OpenFeeds >= bucket.MaxFeeds-2 {
-		// A standing lease of one bid, spent whole, keeps its feed open
-		// until its end: one top-up per SPEND would fill the bucket's feeds
-		// within minutes, and every grant after that be refused and given
-		// back. Renew the oldest instead (what it still holds is withdrawn
-		// with it, so the new one is that much larger).
-		if id, ok := ds.oldestLease(); ok {
-			if cl, ok := ds.b.CloseFeed(now, id); ok {
-				closed = append(closed, cl)
-				want += cl.Unused
-				ds.shardFilled[ds.leases[id].shard] = true // renew on its shard
-			}
-		}
-	}
-	// The tokens of a lease that ended are withdrawn with it (they were
-	// spendable only until its end); its successor credits as much at once,
-	// so a renewal does not empty the bucket under a slow campaign every
-	// half window. What this tick's grants do not take is not carried on.
-	ds.carry = 0
-	for _, cl := range closed {
-		ds.carry += cl.Unused
-	}
-	defer func() { ds.carry = 0 }()
-	for _, cl := range closed {
-		h := ds.leases[cl.ID]
-		delete(ds.leases, cl.ID)
-		key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
-		// Renew on the same shard only if it filled our last ask there: a shard
-		// that could not is running dry, and the next lease should come from
-		// another one, or budget would strand on shards nobody visits.
-		if want > 0 && ds.shardFilled[h.shard] {
-			c.grant(ctx, now, s, ds, h.shard, want, standing, &cl)
-			want = 0
-			continue
-		}
-		c.releaseLease(ctx, now, release{key: key, id: cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(cfg.Grace + time.Minute)})
-	}
-	if want > 0 {
-		if shard, ok := ds.pickShard(); ok {
-			c.grant(ctx, now, s, ds, shard, want, standing, nil)
-		}
-	}
-}
-
-// eventRefresh re-reads the settings because a broadcast asked to, at most
-// once per EventRecheck (step checks). A revoke whose cut the ledger
-// confirms (a new version with a smaller daily budget) gives back the
-// tokens and leases held, as a pause does; a forged or stale one costs this
-// one read. A ledger that cannot be read leaves the request pending.
-func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
-	c.lastEventRefresh = now
-	c.recheck.Store(false)
-	revoked := c.cutCheck.Swap(false)
-	old := c.settings.Load()
-	if !c.refresh(ctx, now) {
-		c.recheck.Store(true)
-		if revoked {
-			c.cutCheck.Store(true)
-		}
-		return
-	}
-	fresh := c.settings.Load()
-	if revoked && fresh.Version != old.Version && fresh.State == lease.StateActive && fresh.DailyMicros < old.DailyMicros {
-		if ds := c.day.Load(); ds != nil {
-			c.log.Info("budget cut confirmed by the ledger; giving back the leases held", zap.Int64("daily_micros", fresh.DailyMicros))
-			c.dropDay(ctx, now, ds)
-			c.day.Store(nil)
-		}
-	}
-}
-
-// refresh re-reads the campaign's settings from the ledger and reports
-// whether it could.
-func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
-	c.lastRefresh = now
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	defer cancel()
-	start := time.Now()
-	fresh, err := c.d.ledger.GetCampaign(ctx, c.id)
-	c.d.observeLedger("refresh", start, err)
-	if err != nil {
-		c.log.Warn("campaign refresh failed; keeping the settings we have", zap.Error(err))
-		return false
-	}
-	old := c.settings.Load()
-	if ds := c.day.Load(); ds != nil {
-		for i := range ds.shardEmpty {
-			ds.shardEmpty[i] = false // a rebalance may have refilled them: look again
-		}
-	}
-	c.lastLook = now
-	if fresh.Version == old.Version {
-		return true
-	}
-	c.settings.Store(c.d.settingsOf(fresh))
-	if ds := c.day.Load(); ds != nil && ds.exhausted.Swap(false) {
-		// A raise, a resume: whatever changed, lease again; the shards say
-		// again if they are empty.
-		c.log.Info("campaign settings changed; asking the ledger for budget again", zap.String("day", ds.day.Key))
-	}
-	c.log.Info("campaign settings changed", zap.Int64("version", fresh.Version), zap.String("state", fresh.State),
-		zap.Int64("daily_micros", fresh.DailyMicros), zap.String("curve", fresh.Curve))
-	return true
-}
-
-// openDay opens (or joins) the campaign-day in the ledger and returns a fresh
-// local state for it; nil when the ledger could not be reached (retried next
-// tick).
-func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	defer cancel()
-	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}, curve: s.curve}
-	start := time.Now()
-	n, err := c.d.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
-	c.d.observeLedger("open", start, err)
-	switch {
-	case errors.Is(err, lease.ErrLedgerLost):
-		c.log.Error("ledger lost this campaign-day's state; refusing to spend from it", zap.String("day", day.Key), zap.Error(err))
-		ds.refused.Store(true)
-		return ds
-	case err != nil:
-		c.log.Warn("cannot open campaign-day", zap.String("day", day.Key), zap.Error(err))
-		return nil
-	}
-	c.seenDays[day.Key] = true
-	if s.Curve == AutoCurve {
-		ds.curve = c.autoCurve(ctx, s, day)
-	}
-	if bid, err := c.d.ledger.Bid(ctx, c.id); err == nil {
-		c.fleetUnit = bid
-	} else {
-		c.log.Debug("cannot read the campaign's bid size; using what this host saw", zap.Error(err))
-	}
-	ds.shards = n
-	ds.shardEmpty = make([]bool, n)
-	ds.shardFilled = make([]bool, n)
-	ds.shardLeft = make([]int64, n)
-	ds.shardUnspent = make([]int64, n)
-	ds.known = make([]lease.History, n)
-	for i, part := range lease.Split(s.DailyMicros, n) {
-		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
-		ds.shardUnspent[i] = part
-	}
-	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
-	return ds
-}
-
-// shardDrained marks a shard of the day empty and, when every shard is, the
-// day exhausted for this host, once nothing that could come back unused is
-// leased out either; until then the next settings refresh has the shards
-// looked at again (refill loop).
-func (c *campaign) shardDrained(ctx context.Context, now time.Time, ds *dayState, shard int) {
-	ds.shardEmpty[shard] = true
-	if slices.Contains(ds.shardEmpty, false) || c.heldElsewhere(now, ds, ds.unspent()-ds.remaining()) >= max(c.minAmount.Load(), 1) {
-		return
-	}
-	if !ds.exhausted.Swap(true) {
-		ds.checkedAt = now
-		c.log.Info("campaign-day exhausted", zap.String("day", ds.day.Key))
-		c.publishExhausted(ctx, ds)
-	}
-}
-
-// publishExhausted broadcasts that the day is exhausted if this daemon is
-// the fleet's first to find it (one event per campaign-day, not one per
-// daemon); if the ledger cannot say, it broadcasts anyway: a duplicate hint
-// costs a shard read, a missing one only a later look (refill loop).
-func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
-	if c.d.cfg.Publisher == nil {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	first, err := c.d.ledger.ClaimExhausted(cctx, c.id, ds.day.Key, c.d.cfg.Holder)
-	cancel()
-	if err == nil && !first {
-		return
-	}
-	c.d.publish(transport.Event{Kind: transport.EventExhausted, Campaign: c.id, Day: ds.day.Key})
-}
-
-// lastHourCatchUpPermille bounds catch-up in the last hour of a campaign's
-// local day: a campaign still behind then under-delivers a little rather
-// than ending its day in a burst.
-const lastHourCatchUpPermille = 1500
-
-// catchUpPermille is how fast, in parts per thousand of the curve's pace, the
-// campaign may catch up now: CatchUp, or less in the day's last hour.
-func (c *campaign) catchUpPermille(now time.Time, ds *dayState) int64 {
-	k := c.d.cfg.CatchUp * 1000
-	if ds.day.End.Sub(now) <= time.Hour {
-		k = min(k, lastHourCatchUpPermille)
-	}
-	return max(k, 1000)
-}
-
-// heldElsewhere estimates how much of leasedOut (the day's leased budget, as
-// the shards last said) other hosts hold, for a sparse campaign: standing
-// bids that may come back unused. Such a day whose shards are empty is
-// exhausted for this host only when less than one of its SPENDs is held
-// elsewhere; until then its bids are paced. A busy campaign's day is
-// exhausted when its shards are (0): what other hosts hold at its end is
-// theirs to spend, and passing crumbs around would only cost ledger calls.
-func (c *campaign) heldElsewhere(now time.Time, ds *dayState, leasedOut int64) int64 {
-	if !c.sparse() {
-		return 0
-	}
-	st := ds.b.Stats(now)
-	return max(leasedOut-st.Tokens-st.Reserve, 0)
-}
-
-// unspent estimates the campaign-day's budget not yet spent, leased out or
-// not.
-func (ds *dayState) unspent() int64 {
-	var sum int64
-	for _, r := range ds.shardUnspent {
-		sum += r
-	}
-	return sum
-}
-
-// remaining estimates the campaign-day's budget not yet leased or spent.
-func (ds *dayState) remaining() int64 {
-	var sum int64
-	for _, r := range ds.shardLeft {
-		sum += r
-	}
-	return sum
-}
-
-// pickShard returns a shard to ask, at random among those not known to be
-// empty. Random, not round robin: daemons rotating in lockstep would always
-// reach a shard in the same order, and the first would drain what the shard
-// accrued for the whole fleet.
-func (ds *dayState) pickShard() (int, bool) {
-	open := 0
-	for _, empty := range ds.shardEmpty {
-		if !empty {
-			open++
-		}
-	}
-	if open == 0 {
-		return 0, false
-	}
-	k := ds.rng.IntN(open)
-	for s, empty := range ds.shardEmpty {
-		if !empty {
-			if k == 0 {
-				return s, true
-			}
-			k--
-		}
-	}
-	return 0, false
-}
-
-// recheckExhaustion asks the ledger whether the campaign-day has budget left,
-// when this daemon believes it has none (every CampaignRefresh, while bids
-// for the campaign keep coming: a bidder that stops on -1 stops the reads
-// too) or a broadcast says so (at most every Config.EventRecheck, so a flood of broadcasts
-// costs a few reads, never a -1). Only the ledger's answer sets or clears
-// exhausted. It reads the shards (HMGET: no script, no audit entry) rather
-// than asking one shard for a grant: budget released by another daemon sits
-// on the shard its lease came from, which a grant on a random shard would
-// find one time in N.
-func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *dayState) {
-	cfg := &c.d.cfg
-	switch {
-	case ds.exhausted.Load():
-		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh || !c.lastDemandAt.After(ds.checkedAt) {
-			return
-		}
-	case ds.confirm.Load():
-		if now.Sub(ds.checkedAt) < cfg.EventRecheck {
-			return
-		}
-	default:
-		return
-	}
-	ds.confirm.Store(false)
-	ds.checkedAt = now
-	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
-	defer cancel()
-	left := make([]int64, ds.shards)
-	unspent := int64(0)
-	for i := range left {
-		start := time.Now()
-		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
-		c.d.observeLedger("read", start, err)
-		if err != nil {
-			c.log.Warn("cannot read the campaign-day's shards; keeping what we believe", zap.Error(err))
-			return
-		}
-		left[i] = sh.Remaining()
-		ds.shardUnspent[i] = sh.Unspent()
-		unspent += sh.Unspent() - sh.Remaining()
-	}
-	// A shard's leftover smaller than any SPEND this daemon has seen cannot
-	// be spent from one lease: leasing it would only pass it from daemon to
-	// daemon, one lease window at a time. Such crumbs count as nothing (the
-	// reconciler's rebalance can gather them).
-	spendable := int64(0)
-	smallest := max(c.minAmount.Load(), 1)
-	for i, r := range left {
-		ds.shardLeft[i], ds.shardEmpty[i] = r, r == 0
-		if r >= smallest {
-			spendable += r
-		}
-	}
-	// Budget leased out may come back unused (a sparse campaign's standing
-	// bids, the last leases of a day): until it is spent, bids are paced,
-	// not told the day is over.
-	elsewhere := c.heldElsewhere(now, ds, unspent)
-	switch {
-	case (spendable > 0 || elsewhere >= smallest) && ds.exhausted.Swap(false):
-		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key),
-			zap.Int64("spendable_micros", spendable), zap.Int64("leased_elsewhere_micros", elsewhere))
-	case spendable == 0 && elsewhere < smallest && !ds.exhausted.Swap(true):
-		c.log.Info("campaign-day exhausted (read from the ledger)", zap.String("day", ds.day.Key))
-	}
-}
-
-// largestSpendWindow is how long the largest SPEND seen keeps sizing the
-// campaign's leases and bucket (between one and two windows).
-const largestSpendWindow = 5 * time.Minute
-
-// largestSpend is the largest SPEND of this window and the one before.
-func (c *campaign) largestSpend() int64 { return max(c.maxAmount.Load(), c.prevMaxAmount) }
-
-// rotateLargestSpend starts a new window for the largest SPEND (refill loop).
-func (c *campaign) rotateLargestSpend(now time.Time) {
-	if c.maxSince.IsZero() {
-		c.maxSince = now
-	}
-	if now.Sub(c.maxSince) >= largestSpendWindow {
-		c.prevMaxAmount = c.maxAmount.Swap(0)
-		if c.prevMaxAmount > 0 {
-			c.unitHistory[c.unitNext] = c.prevMaxAmount
-			c.unitNext = (c.unitNext + 1) % unitWindows
-		}
-		c.maxSince = now
-	}
-}
-
-// unitWindows is how many windows with SPENDs the bid size is taken over.
-const unitWindows = 8
-
-// seenUnit is the campaign's bid size as this host saw it (refill loop): the
-// largest SPEND of this window and of the last unitWindows that had any; 0
-// before any.
-func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
-
-// unit is the bid size that sizes standing leases and the ledger's one-bid
-// advance: what this host saw, or the fleet's if larger.
-func (c *campaign) unit() int64 { return max(c.seenUnit(), c.fleetUnit) }
-
-// updateDemand folds the SPEND demand since the last tick into the EWMAs.
-func (c *campaign) updateDemand(now time.Time, ds *dayState) {
-	st := ds.b.Stats(now)
-	req := c.requestedBase + st.Requested
-	calls := st.Allows + st.Denials
-	if calls < c.lastCalls {
-		c.lastCalls = 0 // a new day's bucket counts from zero
-	}
-	if req != c.lastRequested {
-		c.lastDemandAt = now
-	}
-	if !c.lastTick.IsZero() {
-		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
-			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
-			c.rate += alpha * (float64(req-c.lastRequested)/dt - c.rate)
-			c.callRate += alpha * (float64(calls-c.lastCalls)/dt - c.callRate)
-			c.rateWeight += alpha * (1 - c.rateWeight)
-		}
-	}
-	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
-}
-
-// demand returns the EWMAs of demand (micros a second) and of SPENDs a
-// second, corrected for their start at zero (refill loop): a fresh daemon's
-// first leases are sized from what it has seen, not from a tenth of it.
-func (c *campaign) demand() (microsPerSecond, callsPerSecond float64) {
-	if c.rateWeight <= 0 {
-		return 0, 0
-	}
-	return c.rate / c.rateWeight, c.callRate / c.rateWeight
-}
-
-// sparse reports whether the campaign's SPENDs on this host are too few to
-// keep leases dripping: fewer than two per half lease window (refill loop).
-func (c *campaign) sparse() bool {
-	_, calls := c.demand()
-	return calls*c.d.cfg.LeaseWindow.Seconds()/2 < 2
-}
-
-// demandFlush is how often a campaign's observed demand goes to the ledger
-// (for pacerctl curve fit, its bid size and the host's share of its demand):
-// batched, never a write per SPEND; sparseDemandFlush, a sparse campaign's.
-const (
-	demandFlush       = time.Minute
-	sparseDemandFlush = 5 * time.Minute
-)
-
-// flushDemand adds the demand seen since the last flush to the current slot
-// of the day.
-func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState) {
-	st := ds.b.Stats(now)
-	slot := int(int64(now.Sub(ds.day.Start)) * lease.DemandSlots / int64(ds.day.Length()))
-	d := lease.Demand{
-		Slot:        min(max(slot, 0), lease.DemandSlots-1),
-		Allowed:     st.Allows - c.flushed.Allows,
-		Denied:      st.Denials - c.flushed.Denials,
-		MicrosAsked: st.Requested - c.flushed.Requested,
-	}
-	// The bid only when it moved by more than an eighth since this host
-	// last sent it, or on the day's first flush: it sizes the shard counts
-	// of days to come, which need no precision, and an unchanged write
-	// every flush would double the flush's commands.
-	if u := c.seenUnit(); c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8 {
-		d.BidMicros = u
-	}
-	d.Requests = d.Allowed + d.Denied
-	if d.Requests <= 0 {
-		c.lastFlush = now
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	defer cancel()
-	start := time.Now()
-	fleet, err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
-	c.d.observeLedger("demand", start, err)
-	if err != nil {
-		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
-		// Again in an eighth of a lease window, not every tick: a ledger
-		// that is down gets no flood of flushes from every campaign.
-		c.lastFlush = now.Add(c.d.cfg.LeaseWindow/8 - demandFlush)
-		return
-	}
-	c.flushed, c.lastFlush = st, now
-	if d.BidMicros > 0 {
-		c.bidSent, c.bidSentDay = d.BidMicros, ds.day.Key
-	}
-	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
-}
-
-// updateShare folds this host's share of the campaign's demand in the
-// current demand slot (its micros asked over the fleet's, as the demand
-// flush just returned) into an EWMA across flushes (refill loop only).
-// Other hosts' counts are up to a flush behind, so the share errs high.
-func (c *campaign) updateShare(day string, slot int, asked, fleet int64) {
-	if day != c.shareDay || slot != c.shareSlot {
-		c.shareDay, c.shareSlot, c.shareAsked = day, slot, 0
-	}
-	c.shareAsked += asked
-	if fleet <= 0 || c.shareAsked <= 0 {
-		return
-	}
-	inst := min(float64(c.shareAsked)/float64(fleet), 1)
-	if c.share == 0 {
-		c.share = inst
-		return
-	}
-	c.share += 0.3 * (inst - c.share)
-}
-
-// fairDemand is what a grant tells the shard of this host's demand (micros
-// a second, rounded up: a sparse host's counts too) and how long the shard
-// should remember it: several times the host's mean interval between
-// visits to one shard (it asks a random shard about every half window), so
-// that a host is not forgotten between its visits while it is busy
-// (refill loop).
-func (c *campaign) fairDemand(ds *dayState) (int64, time.Duration) {
-	rate, _ := c.demand()
-	if rate <= 0 {
-		return 0, 0
-	}
-	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.d.cfg.LeaseWindow / 2
-	return int64(min(math.Ceil(rate), float64(lease.MaxBudgetMicros))), min(ttl, lease.MaxDemandTTL)
-}
-
-// demandTau is the EWMA's time constant: long enough to smooth Poisson
-// arrivals, short enough to follow a traffic ramp within a lease window.
-const demandTau = 10 * time.Second
-
-func (c *campaign) capacity(dripPerSecond int64) int64 {
-	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
-	// Room for a burst of the largest recent SPENDs: a slow campaign's
-	// random arrivals bunch (a bucket of four bids lost 15% of the SPENDs of
-	// a campaign at 1 a second whose drip was 1.2x its demand; sixteen, 2%),
-	// and for two bids of a sparse campaign (its standing lease and a bid
-	// more), whose largest recent SPEND may be long forgotten. The fleet's
-	// pace is the ledger's to keep: this bounds only one host's burst.
-	return max(int64(burst), 16*c.largestSpend(), 2*c.unit(), 1)
-}
-
-// want sizes the next lease, or returns 0 when no lease is needed now. Leases
-// last LeaseWindow and a new one starts every half window, so two drip at a
-// time: a lease of demand x window/2 matches demand. It is capped at the whole
-// campaign's pace over a window (or its catch-up pace), so one host cannot
-// hoard the day.
-//
-// A campaign too sparse on this host for that (fewer than two SPENDs per
-// half window) is given a standing lease instead: one bid, held for a
-// StandingWindow and renewed, for as long as StandingIdle after its last
-// SPEND here, so its next SPEND finds a bid in the bucket rather than an
-// empty one (standing is then true).
-func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) (int64, bool) {
-	cfg := &c.d.cfg
-	if ds.exhausted.Load() || ds.closed || now.Before(ds.nextGrantAt) {
-		return 0, false
-	}
-	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
-		return 0, false // too close to midnight for a lease worth having
-	}
-	unit := c.unit()
-	if unit > 0 && cfg.StandingIdle > 0 && !c.lastDemandAt.IsZero() && now.Sub(c.lastDemandAt) < cfg.StandingIdle &&
-		c.sparse() {
-		st := ds.b.Stats(now)
-		if held := st.Tokens + st.Reserve; held < unit {
-			return unit - held, true
-		}
-		return 0, false
-	}
-	if c.lastDemandAt.IsZero() || now.Sub(c.lastDemandAt) > 2*cfg.LeaseWindow {
-		// Idle: let held leases run out, keep no budget from busier hosts.
-		// A campaign never used here (loaded by Warm at start) gets one
-		// lease a day to start from, not one every half window for ever.
-		if len(ds.leases) > 0 || !c.lastDemandAt.IsZero() || !ds.lastGrantAt.IsZero() {
-			return 0, false
-		}
-	}
-	// The most one lease may take: a window of the campaign's pace along the
-	// curve (two leases drip at once, so one host with unbounded demand can
-	// drip twice that), or half a window of the catch-up pace when the
-	// campaign is behind: what is left beyond the curve's plan, recovered at
-	// up to CatchUp x the pace, so that one host never drips faster than
-	// that; and at least what is left spread over what is left of the curve.
-	// The ledger's shards bound what the fleet takes together. Past the
-	// curve's end, all that is left.
-	cNow, cNext := ds.curve.AtTime(now, ds.day), ds.curve.AtTime(now.Add(cfg.LeaseWindow), ds.day)
-	remaining := ds.remaining()
-	pace := int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
-	maxWant := remaining
-	if cNow < bucket.PPB {
-		proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
-		behind := remaining - int64(float64(s.DailyMicros)*float64(bucket.PPB-cNow)/float64(bucket.PPB))
-		catchUp := min(pace+max(behind, 0), pace*c.catchUpPermille(now, ds)/1000)
-		maxWant = max(pace, proRata, catchUp/2)
-	}
-	// At least a few of the largest SPENDs, and a sliver of the curve's pace
-	// (so a campaign whose demand is still unknown gets going), but never
-	// the catch-up's sliver: an idle campaign behind its curve must not
-	// hoard what other hosts could spend.
-	floor := max(4*c.largestSpend(), pace/16)
-	// Headroom over the demand: a lease's tokens last only until its end, so
-	// a campaign with few SPENDs per half window needs more in hand to ride
-	// out the bunching of random arrivals (1.25x for thousands, ~2x for a
-	// dozen); what is not spent goes back when the lease ends.
-	rate, calls := c.demand()
-	n := max(calls*cfg.LeaseWindow.Seconds()/2, 1)
-	headroom := min(1.25+4/math.Sqrt(n), 2.5)
-	w := int64(rate * cfg.LeaseWindow.Seconds() / 2 * headroom)
-	if c.share > 0 && c.share < 1 {
-		// This host's share of what the fleet may take per half window, with
-		// the same headroom: it binds only when the campaign's demand is
-		// above its pace, and then hosts that ask as often get budget in
-		// proportion to their demand, not in equal parts.
-		maxWant = int64(float64(maxWant) / 2 * c.share * headroom)
-	}
-	w = max(min(max(w, floor), max(maxWant, floor)), 1)
-	if len(ds.leases) > 0 && now.Before(due) {
-		// Not due yet, unless this is a start (one lease, at least a second
-		// old) and what this host holds is under a quarter of what its
-		// demand now asks for: a fresh daemon's first lease was sized before
-		// it had seen its demand, and waiting half a window for the next one
-		// would leave it at a sliver of the pace for that long.
-		st := ds.b.Stats(now)
-		if len(ds.leases) != 1 || now.Sub(ds.lastGrantAt) < time.Second || st.Tokens+st.Reserve >= w/4 {
-			return 0, false
-		}
-	}
-	return w, false
-}
-
-// grant asks the ledger for a new lease on shard; with ending set, it renews:
-// the ending lease is released in the same call.
-func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, standing bool, ending *bucket.Closed) {
-	cfg := &c.d.cfg
-	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
-	expiry := now.Add(cfg.LeaseWindow)
-	if standing {
-		expiry = now.Add(cfg.StandingWindow)
-	}
-	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
-		expiry = lastSpend // spendable until midnight at the latest
-	}
-	if c.d.ledgerRefusal(ctx) != nil { // the gate logs why; retried next tick, from memory
-		if ending != nil { // the ending lease's unused micros still go back
-			h := ds.leases[ending.ID]
-			c.releaseLease(ctx, now, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: h.expiry,
-				until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
-		}
-		return
-	}
-	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
-	req := lease.GrantRequest{
-		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
-		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
-			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds)},
-		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
-	}
-	req.Demand, req.DemandTTL = c.fairDemand(ds)
-	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
-	defer cancel()
-	var g lease.Grant
-	var err error
-	start := time.Now()
-	if ending != nil {
-		g, err = c.d.ledger.Renew(cctx, ending.ID, ending.Unused, req)
-		c.d.observeLedger("renew", start, err)
-		if errors.Is(err, lease.ErrUnknownLease) || g.Shard.Diverged {
-			// The ending lease was ours and unsettled (it was in our bucket
-			// until now): the ledger forgot it, or our history.
-			c.lostWrites(ctx, now, ds, shard, fmt.Sprintf("renewal of %s: %v", ending.ID, err))
-		}
-		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) || errors.Is(err, lease.ErrNotDurable) ||
-			errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged) {
-			// The release half happened (one script) whatever became of the grant.
-			c.d.counters.leasesReleased.Add(1)
-			c.d.journalClosed(ending.ID)
-			if errors.Is(err, lease.ErrLeaseSettled) {
-				c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
-			}
-			if errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
-				err = nil
-			}
-		} else {
-			// Neither half happened (one script); release on its own later.
-			c.pending = append(c.pending, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: ds.leaseExpiry(ending.ID, now.Add(cfg.LeaseWindow)), until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
-		}
-	} else {
-		g, err = c.d.ledger.Grant(cctx, req)
-		c.d.observeLedger("grant", start, err)
-	}
-	if errors.Is(err, lease.ErrNotDurable) && g.Granted > 0 {
-		c.log.Warn("lease not acknowledged by the replicas; releasing it unspent", zap.String("lease", id), zap.Error(err))
-		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
-	}
-	switch {
-	case errors.Is(err, lease.ErrLedgerDiverged):
-		c.lostWrites(ctx, now, ds, shard, err.Error())
-		return
-	case errors.Is(err, lease.ErrDayClosed):
-		c.log.Info("the ledger has closed this campaign-day; no more leases from it", zap.String("day", ds.day.Key))
-		ds.closed = true
-		return
-	case g.Shard.Seq > 0 && !g.Shard.Diverged:
-		ds.known[shard] = g.Shard.History()
-	}
-	if errors.Is(err, lease.ErrDayNotOpen) && c.seenDays[ds.day.Key] {
-		c.log.Error("ledger lost an open campaign-day; refusing to spend from it", zap.String("day", ds.day.Key))
-		ds.refused.Store(true)
-		return
-	}
-	if err != nil {
-		c.log.Warn("lease grant failed", zap.Stringer("shard", key), zap.Error(err))
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
-		return
-	}
-	ds.shardFilled[shard] = g.Granted == want
-	ds.shardLeft[shard] = g.Shard.Remaining()
-	ds.shardUnspent[shard] = g.Shard.Unspent()
-	if g.Granted == 0 {
-		if g.Shard.Remaining() == 0 {
-			c.shardDrained(ctx, now, ds, shard)
-		} else if standing {
-			// Paced, and sparse: the fleet holds what the curve allows. Ask
-			// again a lease window later, not every few seconds all day.
-			ds.nextGrantAt = now.Add(cfg.LeaseWindow)
-		} else {
-			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // paced: nothing available on this shard yet
-		}
-		return
-	}
-	c.d.counters.leasesGranted.Add(1)
-	if held := ds.b.Stats(now); !standing && !c.sparse() &&
-		g.Granted+g.Shard.Remaining()+held.Tokens+held.Reserve < max(c.minAmount.Load(), 1) {
-		// The shard's last crumbs, with what this host holds less than any
-		// SPEND it has seen: as good as empty for a busy campaign (renewing
-		// them would only pass them from host to host, a ledger call a
-		// window, all day).
-		c.shardDrained(ctx, now, ds, shard)
-	}
-	end := expiry.Add(-cfg.SkewBound)
-	dripFrom, dripEnd := now, end
-	if len(ds.leases) == 0 {
-		// A campaign with no lease dripping (first use, or after a gap) gets a
-		// burst window's worth at once, so its first SPENDs are not all paced.
-		dripFrom = now.Add(-cfg.BurstWindow)
-	}
-	// A lease dripping until its end is never all spendable: its last micros
-	// go back to the ledger, unused, to be leased again. That is only a
-	// delay while the shard has more, but it strands a lease no larger than
-	// a SPEND (no SPEND ever fits before the feed closes) and a shard's last
-	// lease (nothing comes after it). The first is credited at once: it is
-	// within the bucket's capacity (four of the largest SPENDs), so no burst
-	// beyond what capacity allows anyway; the second drips in full a quarter
-	// window before its end. Either way the tokens come from the lease and
-	// are spendable only until its end.
-	if carry := min(ds.carry, g.Granted); carry > 0 && dripEnd.After(now) {
-		// Credit what the ended lease took away at once: the drip starts as
-		// far back as puts that share of the lease before now.
-		ds.carry -= carry
-		if f := float64(carry) / float64(g.Granted); f < 0.99 {
-			dripFrom = now.Add(-time.Duration(f / (1 - f) * float64(dripEnd.Sub(now))))
-		} else {
-			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-		}
-	}
-	switch {
-	case g.Granted <= c.unit():
-		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-	case g.Shard.Remaining() == 0:
-		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
-			dripEnd = full
-		} else {
-			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-		}
-	}
-	// Size the bucket for the new drip before it starts: what arrives while
-	// the bucket is full is forgone, so a capacity still sized for the old
-	// drip (or the first lease's capacity of one) would forgo the burst.
-	st := ds.b.Stats(now)
-	rate := float64(g.Granted) / dripEnd.Sub(dripFrom).Seconds()
-	ds.b.SetCapacity(max(st.Capacity, c.capacity(st.DripPerSecond+int64(min(rate, math.MaxInt64/2)))))
-	// Journal the lease before its tokens become spendable, so that a crash
-	// from here on gives back what was not dripped (Reclaim).
-	c.d.journalGranted(JournalLease{ID: id, Key: key, Amount: g.Granted, DripStart: dripFrom, DripEnd: dripEnd, Expiry: expiry})
-	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
-		// Cannot happen with a well-formed grant; give the lease straight back.
-		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // not again next tick
-		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
-		return
-	}
-	ds.leases[id] = heldLease{shard: shard, amount: g.Granted, expiry: expiry, end: end}
-	ds.lastGrantAt = now
-	if standing && g.Granted < want {
-		// Part of a bid: the rest is not there yet. Ask again half a window
-		// later, not every tick.
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 2)
-	}
-}
-
-func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
-	if !c.tryRelease(ctx, now, r) {
-		c.pending = append(c.pending, r)
-	}
-}
-
-// tryRelease reports whether the release is done with (acknowledged, or
-// pointless to retry).
-func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) bool {
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	defer cancel()
-	start := time.Now()
-	_, err := c.d.ledger.Release(ctx, r.key, r.id, r.unused, now)
-	c.d.observeLedger("release", start, err)
-	switch {
-	case err == nil:
-		c.d.counters.leasesReleased.Add(1)
-		c.d.journalClosed(r.id)
-		return true
-	case errors.Is(err, lease.ErrUnknownLease):
-		// A lease we held and never released: the ledger forgot its grant.
-		// Re-assert it, then release it, so its spent part stays counted.
-		if ds := c.day.Load(); ds != nil && ds.day.Key == r.key.Day {
-			c.lostWrites(ctx, now, ds, r.key.Shard, fmt.Sprintf("release of %s: %v", r.id, err))
-		}
-		if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
-			return now.After(r.until)
-		}
-		return false // released on the next retry, now that the ledger has it again
-	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrDayNotOpen):
-		c.log.Warn("lease release refused by the ledger", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
-		c.d.journalClosed(r.id)
-		return true
-	case now.After(r.until):
-		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
-		return true
-	}
-	return false
-}
-
-func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
-	kept := c.pending[:0]
-	for _, r := range c.pending {
-		if !c.tryRelease(ctx, now, r) {
-			kept = append(kept, r)
-		}
-	}
-	c.pending = kept
-}
-
-// dropDay revokes the day's bucket and releases every lease it held.
-func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
-	c.flushDemand(ctx, now, ds) // the day's last minute of demand
-	closed := ds.b.Revoke(now)
-	st := ds.b.Stats(now)
-	c.requestedBase += st.Requested
-	c.allowsBase.Add(st.Allows)
-	c.flushed = bucket.Stats{} // the next day's bucket counts from zero
-	for _, cl := range closed {
-		h := ds.leases[cl.ID]
-		delete(ds.leases, cl.ID)
-		c.releaseLease(ctx, now, release{
-			key: lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard},
-			id:  cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.d.cfg.Grace + time.Minute),
-		})
-	}
-}
-
-// shutdown drops the campaign's day and releases its leases, returning the
-// first release that did not go through.
-func (c *campaign) shutdown(ctx context.Context, now time.Time) error {
-	c.loopMu.Lock()
-	defer c.loopMu.Unlock()
-	if ds := c.day.Load(); ds != nil {
-		c.dropDay(ctx, now, ds)
-		c.day.Store(nil)
-	}
-	c.retryReleases(ctx, now)
-	if n := len(c.pending); n > 0 {
-		return fmt.Errorf("campaign %q: %d lease releases not acknowledged; the ledger settles them after expiry", c.id, n)
-	}
-	return nil
-}
-
+// hash spreads per-campaign and per-host work (re-read offsets, shard
+// choice seeds) deterministically, so a test run is repeatable.
 func hash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
-}
-
-// oldestLease returns the held lease that ends first (refill loop).
-func (ds *dayState) oldestLease() (string, bool) {
-	var (
-		best string
-		end  time.Time
-	)
-	for id, h := range ds.leases {
-		if best == "" || h.end.Before(end) || (h.end.Equal(end) && id < best) {
-			best, end = id, h.end
-		}
-	}
-	return best, best != ""
-}
-
-// leaseExpiry returns a held lease's expiry, or def if it is not held.
-func (ds *dayState) leaseExpiry(id string, def time.Time) time.Time {
-	if h, ok := ds.leases[id]; ok {
-		return h.expiry
-	}
-	return def
-}
-
-// lostWrites handles a shard of the day that lost writes the ledger had
-// acknowledged (Redis restarted from an older AOF or snapshot, or failed
-// over to a lagging replica): our history is not the shard's, or it forgot
-// a lease we hold. We freeze the shard for a lease window plus grace, so
-// that nothing is granted from it while leases it forgot may still be
-// spent; re-assert every lease we hold, so their budget comes out of what
-// it can grant; take no new lease for the day meanwhile (we keep spending
-// what we hold); and tell the fleet, so every daemon re-asserts its own.
-func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, shard int, reason string) {
-	cfg := &c.d.cfg
-	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
-	c.d.counters.lostWrites.Add(1)
-	c.log.Error("the ledger lost acknowledged writes: freezing the shard and re-asserting the leases held",
-		zap.Stringer("shard", key), zap.String("detail", reason))
-	until := now.Add(cfg.LeaseWindow + cfg.Grace)
-	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
-	sh, err := c.d.ledger.Freeze(cctx, key, until, now, reason)
-	cancel()
-	if err != nil {
-		c.log.Warn("cannot freeze the shard; re-asserting anyway", zap.Stringer("shard", key), zap.Error(err))
-	} else {
-		ds.known[shard] = sh.History()
-	}
-	if ds.nextGrantAt.Before(until) {
-		ds.nextGrantAt = until
-	}
-	c.reassertAll(ctx, now, ds)
-	c.d.publish(transport.Event{Kind: transport.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
-	// A failover that lost these writes may have lost change records too:
-	// every campaign reads its settings again rather than wait for its
-	// periodic full read (CampaignReread).
-	c.d.campaigns.each(func(o *campaign) { o.markStale() })
-}
-
-// reassertAll re-asserts every lease the day holds, and the releases not yet
-// acknowledged; a failure makes the next tick try again.
-func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState) {
-	for id, h := range ds.leases {
-		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
-		if !c.reassertOne(ctx, now, k, lease.LeaseRecord{ID: id, Amount: h.amount, Holder: c.d.cfg.Holder, Expiry: h.expiry}) {
-			ds.reassert.Store(true)
-		}
-	}
-	for _, r := range c.pending {
-		if r.key.Day == ds.day.Key && r.amount > 0 {
-			if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
-				ds.reassert.Store(true)
-			}
-		}
-	}
-}
-
-// reassertOne re-asserts one lease and reports whether the ledger answered.
-func (c *campaign) reassertOne(ctx context.Context, now time.Time, k lease.ShardKey, lr lease.LeaseRecord) bool {
-	if lr.Amount <= 0 {
-		return true
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	defer cancel()
-	start := time.Now()
-	got, _, err := c.d.ledger.Reassert(cctx, k, lr, now)
-	c.d.observeLedger("reassert", start, err)
-	switch {
-	case err != nil:
-		c.log.Warn("cannot re-assert a lease; retrying", zap.Stringer("shard", k), zap.String("lease", lr.ID), zap.Error(err))
-		return false
-	case got == lease.Rerecorded:
-		c.d.counters.leasesReasserted.Add(1)
-		c.log.Warn("re-asserted a lease the ledger had forgotten", zap.Stringer("shard", k), zap.String("lease", lr.ID), zap.Int64("amount", lr.Amount))
-	}
-	return true
 }

@@ -5,12 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 )
 
 // A real Redis Cluster of 3 masters and 3 replicas, given as one seed
@@ -70,7 +70,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if dec == transport.Allowed {
+					if dec == pacer.Allowed {
 						allowed[id] += 1_000
 						total += 1_000
 					}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer/transport"
+	"github.com/pacer/pacer"
 )
 
 // Issue 10: a fresh daemon under saturating demand reaches at least 80% of
@@ -29,7 +29,7 @@ func TestColdStartReachesPaceWithinTwoSeconds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if dec == transport.Allowed {
+			if dec == pacer.Allowed {
 				allowed += bid
 			}
 		}

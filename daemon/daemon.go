@@ -5,6 +5,15 @@
 // The hot path (Spend) touches only memory: a lock-free campaign lookup and the
 // campaign-day's bucket. Everything that talks to Redis runs in Step, which Run
 // calls every TickInterval and tests call directly with an injected clock.
+//
+// A campaign's code is split by job: campaign.go is the hot path (SPEND,
+// REFUND, BALANCE), refill.go the refill and lease loop, demand.go demand
+// accounting, day.go the campaign-day's state; schedule.go decides which
+// campaigns step when. A Daemon's goroutines (first-use loads, Warm) run on
+// its lifetime, which Close ends and waits for before releasing leases. The
+// reconciler and the election live in package reconcile, the broadcasts in
+// package broadcast, the domain words (Decision, Balance, Event) in package
+// pacer.
 package daemon
 
 import (
@@ -16,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
@@ -51,6 +61,15 @@ type Daemon struct {
 	opCounts opCounts
 	metrics  *metrics
 	closed   atomic.Bool
+
+	// The daemon's lifetime: first-use loads and Warm run on life, which
+	// Close cancels, and Close waits for them (work) before it releases
+	// leases, so a load finishing late cannot leave a lease nobody
+	// releases. workMu orders work.Add against Close's closed.Store.
+	life    context.Context
+	endLife context.CancelFunc
+	workMu  sync.Mutex
+	work    sync.WaitGroup
 }
 
 type counters struct {
@@ -76,6 +95,7 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		bootID:   strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
 	}
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
+	d.life, d.endLife = context.WithCancel(context.Background())
 	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
 	return d, nil
 }
@@ -126,19 +146,7 @@ func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool)
 	if other, loaded := d.loads.LoadOrStore(id, l); loaded {
 		l = other.(*load)
 	} else {
-		if waitSlot {
-			d.loadSlots <- struct{}{} // loads end within their ledger timeouts
-			go d.load(id, l, firstAmount)
-		} else {
-			select {
-			case d.loadSlots <- struct{}{}:
-				go d.load(id, l, firstAmount)
-			default:
-				d.loads.Delete(id)
-				l.err = fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots))
-				close(l.done)
-			}
-		}
+		d.startLoad(id, l, firstAmount, waitSlot)
 	}
 	select {
 	case <-l.done:
@@ -148,13 +156,60 @@ func (d *Daemon) campaignForWaiting(id string, firstAmount int64, waitSlot bool)
 	}
 }
 
+// startLoad starts the load l of campaign id on a goroutine Close waits
+// for, once a load slot is free (waitSlot) or if one is free now; otherwise,
+// or once Close has begun, it ends l with an error.
+func (d *Daemon) startLoad(id string, l *load, firstAmount int64, waitSlot bool) {
+	fail := func(err error) {
+		d.loads.Delete(id)
+		l.err = err
+		close(l.done)
+	}
+	if waitSlot {
+		select {
+		case d.loadSlots <- struct{}{}: // loads end within their ledger timeouts
+		case <-d.life.Done():
+			fail(errors.New("pacerd is shutting down"))
+			return
+		}
+	} else {
+		select {
+		case d.loadSlots <- struct{}{}:
+		default:
+			fail(fmt.Errorf("campaign %q: %d campaigns being loaded already; retry", id, cap(d.loadSlots)))
+			return
+		}
+	}
+	if !d.track() {
+		<-d.loadSlots
+		fail(errors.New("pacerd is shutting down"))
+		return
+	}
+	go func() {
+		defer d.work.Done()
+		d.load(id, l, firstAmount)
+	}()
+}
+
+// track counts one more goroutine Close must wait for, and reports false
+// (counting nothing) once Close has begun.
+func (d *Daemon) track() bool {
+	d.workMu.Lock()
+	defer d.workMu.Unlock()
+	if d.closed.Load() {
+		return false
+	}
+	d.work.Add(1)
+	return true
+}
+
 // load reads the campaign's settings and primes its first lease, sized for
 // at least a few SPENDs of firstAmount (the call that triggered the load).
 func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	defer func() { <-d.loadSlots }()
 	defer d.loads.Delete(id)
 	defer close(l.done)
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(d.life, d.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
 	settings, err := d.ledger.GetCampaign(ctx, id)
@@ -197,16 +252,16 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 // Spend implements transport.Spender: may the campaign spend amount micros on
 // this auction? It never waits on the network, except for the first SPEND of
 // a campaign this daemon has not seen, which waits for the campaign's settings.
-func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (transport.Decision, error) {
+func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (pacer.Decision, error) {
 	c, err := d.campaignFor(campaignID, amount)
 	if err != nil {
 		d.counters.spendErrors.Add(1)
-		return transport.Paced, err
+		return pacer.Paced, err
 	}
 	// No shared state on this path: the bucket counts allowed SPENDs under
 	// its lock; latency is sampled by the socket server (ObserveSpend).
 	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
-	if dec != transport.Allowed {
+	if dec != pacer.Allowed {
 		c.countDenial(dec)
 	}
 	return dec, nil
@@ -248,37 +303,54 @@ func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error
 }
 
 // Balance implements transport.Spender.
-func (d *Daemon) Balance(campaignID string) (transport.Balance, error) {
+func (d *Daemon) Balance(campaignID string) (pacer.Balance, error) {
 	c, err := d.campaignFor(campaignID, 0)
 	if err != nil {
-		return transport.Balance{}, err
+		return pacer.Balance{}, err
 	}
 	return c.balance(d.cfg.Clock.Now()), nil
 }
 
+// Status is the daemon's headline totals, for a one-line status such as
+// systemd's STATUS= (INFO and the metrics say more).
+type Status struct {
+	Campaigns, LeasesHeld    int
+	SpendAllowed, SpendPaced int64
+	SpendExhausted           int64
+	LedgerErrors             int64
+}
+
+// Status returns the daemon's headline totals now. It takes each campaign's
+// loop lock in turn (for its lease count): cheap, but not for the hot path.
+func (d *Daemon) Status() Status {
+	dec := d.decisions()
+	st := Status{SpendAllowed: dec.allowed, SpendPaced: dec.paced, SpendExhausted: dec.exhausted,
+		LedgerErrors: d.counters.ledgerErrors.Load()}
+	for _, c := range d.campaigns.all() {
+		st.Campaigns++
+		st.LeasesHeld += c.leaseCount()
+	}
+	return st
+}
+
 // Info implements transport.Spender.
 func (d *Daemon) Info() []transport.InfoField {
-	var campaigns, leases int
-	dec := d.decisions()
-	for _, c := range d.campaigns.all() {
-		campaigns++
-		leases += c.leaseCount()
-	}
+	st := d.Status()
 	i := func(k string, v int64) transport.InfoField {
 		return transport.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
 	}
 	return []transport.InfoField{
 		{Key: "holder", Value: d.cfg.Holder},
-		i("campaigns", int64(campaigns)),
-		i("leases_held", int64(leases)),
-		i("spend_allowed", dec.allowed),
-		i("spend_paced", dec.paced),
-		i("spend_exhausted", dec.exhausted),
+		i("campaigns", int64(st.Campaigns)),
+		i("leases_held", int64(st.LeasesHeld)),
+		i("spend_allowed", st.SpendAllowed),
+		i("spend_paced", st.SpendPaced),
+		i("spend_exhausted", st.SpendExhausted),
 		i("spend_errors", d.counters.spendErrors.Load()),
 		i("refunds", d.counters.refunds.Load()),
 		i("refunds_unbacked_micros", d.counters.refundsUnbacked.Load()),
 		i("ledger_calls", d.counters.ledgerCalls.Load()),
-		i("ledger_errors", d.counters.ledgerErrors.Load()),
+		i("ledger_errors", st.LedgerErrors),
 		i("leases_granted", d.counters.leasesGranted.Load()),
 		i("leases_released", d.counters.leasesReleased.Load()),
 		i("ledger_lost_writes", d.counters.lostWrites.Load()),
@@ -320,12 +392,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 }
 
-// Close stops taking new campaigns, drops every bucket and releases every
-// lease, returning unused micros to the ledger at once. It returns the first
-// release error; leases it could not release are settled by the ledger after
-// their expiry.
+// Close stops taking new campaigns, cancels the loads and Warm in flight and
+// waits for them, then drops every bucket and releases every lease, returning
+// unused micros to the ledger at once. It returns the first release error;
+// leases it could not release are settled by the ledger after their expiry.
 func (d *Daemon) Close(ctx context.Context) error {
+	d.workMu.Lock()
 	d.closed.Store(true)
+	d.workMu.Unlock()
+	d.endLife()
+	d.work.Wait()
 	now := d.cfg.Clock.Now()
 	var (
 		mu    sync.Mutex
@@ -357,8 +433,13 @@ func (d *Daemon) Campaigns() []string {
 }
 
 // Warm loads the given campaigns and primes their first leases (pacerd calls it
-// at start with the campaigns of its last run, before it reports ready).
+// at start with the campaigns of its last run, before it reports ready). Close
+// cancels it and waits for it to return.
 func (d *Daemon) Warm(ids []string) {
+	if !d.track() {
+		return
+	}
+	defer d.work.Done()
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() { _, _ = d.campaignForWaiting(id, 0, true) })

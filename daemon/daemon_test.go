@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/goleak"
 )
 
@@ -104,7 +104,7 @@ func (f *fixture) checkDay(t *testing.T, id, day string) lease.Shard {
 
 // spendUntilDenied spends amount until the daemon says no, and returns what it
 // allowed and its last answer: unbounded demand.
-func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (int64, transport.Decision) {
+func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (int64, pacer.Decision) {
 	t.Helper()
 	var allowed int64
 	for {
@@ -112,7 +112,7 @@ func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dec != transport.Allowed {
+		if dec != pacer.Allowed {
 			return allowed, dec
 		}
 		allowed += amount
@@ -128,7 +128,7 @@ func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
 	f.clock.Set(midnight.Add(10 * time.Minute))
 	d := f.daemon(t, "h1")
 	dec, err := d.Spend("demo", 1000, "")
-	if err != nil || dec != transport.Allowed {
+	if err != nil || dec != pacer.Allowed {
 		t.Fatalf("first SPEND = %v, %v; want allowed", dec, err)
 	}
 	// Far above pace: most calls are paced, and over a minute the allowed
@@ -144,9 +144,9 @@ func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch dec {
-			case transport.Allowed:
+			case pacer.Allowed:
 				allowed += 1000
-			case transport.Paced:
+			case pacer.Paced:
 				paced++
 			default:
 				t.Fatalf("SPEND = %v, want allowed or paced", dec)
@@ -250,7 +250,7 @@ func TestRedisOutageThenRestart(t *testing.T) {
 	if allowed+during > held {
 		t.Fatalf("allowed %d while the ledger had granted this daemon %d: overspend", allowed+during, held)
 	}
-	if dec, _ := d.Spend("c", 1000, ""); dec == transport.Allowed {
+	if dec, _ := d.Spend("c", 1000, ""); dec == pacer.Allowed {
 		t.Fatal("still allowing after every lease's spendable end with Redis down")
 	}
 	f.redis.Restart()
@@ -291,7 +291,7 @@ func TestDemandIsFlushedPerSlot(t *testing.T) {
 				t.Fatal(err)
 			}
 			calls++
-			if dec == transport.Allowed {
+			if dec == pacer.Allowed {
 				allowed++
 			}
 		}
@@ -353,7 +353,7 @@ func TestRedisPartition(t *testing.T) {
 	if allowed+during > granted.Spent+granted.Leased {
 		t.Fatalf("allowed %d while the ledger had granted %d: overspend", allowed+during, granted.Spent+granted.Leased)
 	}
-	if dec, _ := d.Spend("c", 1000, ""); dec == transport.Allowed {
+	if dec, _ := d.Spend("c", 1000, ""); dec == pacer.Allowed {
 		t.Fatal("still allowing after every lease's spendable end with Redis unreachable")
 	}
 	if err := f.redis.Resume(); err != nil {

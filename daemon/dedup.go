@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
-	"github.com/pacer/pacer/transport"
 )
 
 // auctionMemory remembers, for the whole daemon, the auction ids of SPENDs it
@@ -140,7 +140,7 @@ func (m *auctionMemory) stripe(k auctionKey) *auctionStripe {
 // spend answers a SPEND with an auction id: ":1" from memory for a retry of
 // an allowed SPEND never refunded and asking no more than was charged, else
 // decide's answer, remembered if allowed.
-func (m *auctionMemory) spend(c *campaign, now time.Time, amount int64, id string) transport.Decision {
+func (m *auctionMemory) spend(c *campaign, now time.Time, amount int64, id string) pacer.Decision {
 	k := m.key(c.salt, id)
 	s := m.stripe(k)
 	t := now.UnixNano()
@@ -154,13 +154,13 @@ func (m *auctionMemory) spend(c *campaign, now time.Time, amount int64, id strin
 	if found {
 		if r := &s.ring[pos]; r.left == r.charged && amount <= r.charged {
 			c.replayedAllows.Add(1) // a retry: answered "allowed" without a second charge
-			return transport.Allowed
+			return pacer.Allowed
 		}
 	}
 	// Decided under the stripe's lock, so two concurrent retries of one id
 	// are not both charged.
 	dec, ds := c.decide(now, amount)
-	if dec != transport.Allowed {
+	if dec != pacer.Allowed {
 		return dec
 	}
 	rec := auctionRecord{key: k, at: t, charged: amount, left: amount}
@@ -174,7 +174,7 @@ func (m *auctionMemory) spend(c *campaign, now time.Time, amount int64, id strin
 		s.drop(pos)
 	}
 	s.insert(t, m.window, rec)
-	return transport.Allowed
+	return pacer.Allowed
 }
 
 // errAuctionUnknown: a refund names an auction id not remembered as allowed.

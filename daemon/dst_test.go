@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // Campaign-days open at local midnight in the campaign's zone; DST days are
@@ -94,7 +94,7 @@ func spendAttempts(t *testing.T, d *daemon.Daemon, id string, amount int64, n in
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dec == transport.Allowed {
+		if dec == pacer.Allowed {
 			allowed += amount
 		}
 	}

@@ -1,19 +1,19 @@
 package daemon
 
 import (
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
 
 // Publisher sends fleet broadcasts; *broadcast.Broadcaster satisfies it.
 type Publisher interface {
-	Publish(transport.Event) error
+	Publish(pacer.Event) error
 }
 
 var _ Publisher = (*broadcast.Broadcaster)(nil)
 
-func (d *Daemon) publish(e transport.Event) {
+func (d *Daemon) publish(e pacer.Event) {
 	if d.cfg.Publisher == nil {
 		return
 	}
@@ -35,27 +35,27 @@ func (d *Daemon) publish(e transport.Event) {
 // stale one must not stop a campaign that has budget again. The loop reads
 // at most once per campaign per Config.EventRecheck for events, so a flood
 // of them cannot amplify into Redis calls.
-func (d *Daemon) HandleEvent(e transport.Event) {
+func (d *Daemon) HandleEvent(e pacer.Event) {
 	c, ok := d.campaigns.get(e.Campaign)
 	if !ok {
 		return
 	}
 	switch e.Kind {
-	case transport.EventExhausted:
+	case pacer.EventExhausted:
 		// The loop reads the shards on its next tick (rate-limited); only
 		// their answer sets exhausted.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
 			ds.confirm.Store(true)
 		}
-	case transport.EventRevoked:
+	case pacer.EventRevoked:
 		// Paused or cut, says the sender: re-read the settings; a pause
 		// the ledger confirms denies and releases the leases, a confirmed
 		// cut releases them (see campaign.eventRefresh).
 		c.cutCheck.Store(true)
 		c.recheck.Store(true)
-	case transport.EventChanged:
+	case pacer.EventChanged:
 		c.recheck.Store(true)
-	case transport.EventLostWrites:
+	case pacer.EventLostWrites:
 		// Re-asserting is idempotent and costs one call per lease held, so
 		// a forged event costs little; a true one keeps the fleet's leases
 		// out of what the ledger can grant again.

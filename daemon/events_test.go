@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // ledgerCalls returns pacer_lease_calls_total by op.
@@ -42,8 +42,8 @@ func TestEventFloodIsBounded(t *testing.T) {
 		before := ledgerCalls(t, d)
 		for i := range 600 { // 60 s in 100 ms ticks
 			if flood {
-				for _, kind := range []string{transport.EventRevoked, transport.EventChanged, transport.EventExhausted, transport.EventLostWrites} {
-					d.HandleEvent(transport.Event{Kind: kind, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
+				for _, kind := range []string{pacer.EventRevoked, pacer.EventChanged, pacer.EventExhausted, pacer.EventLostWrites} {
+					d.HandleEvent(pacer.Event{Kind: kind, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
 				}
 			}
 			f.clock.Add(100 * time.Millisecond)
@@ -53,7 +53,7 @@ func TestEventFloodIsBounded(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if dec == transport.Exhausted {
+				if dec == pacer.Exhausted {
 					t.Fatalf("SPEND exhausted %v into the flood: events must not deny", time.Duration(i)*100*time.Millisecond)
 				}
 			}
@@ -131,7 +131,7 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	}
 	before := heldIDs()
 	revoke := func() {
-		d.HandleEvent(transport.Event{Kind: transport.EventRevoked, Campaign: "c", From: "op", AtMillis: f.clock.Now().UnixMilli()})
+		d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", From: "op", AtMillis: f.clock.Now().UnixMilli()})
 		f.clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 	}
@@ -159,7 +159,7 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	}
 	f.clock.Add(4 * time.Second)
 	revoke()
-	if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("SPEND after a confirmed pause = %v, want exhausted", dec)
 	}
 }
@@ -208,8 +208,8 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	}
 	t.Cleanup(unsigned.Close)
 	for range 50 {
-		mallory.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c"})
-		unsigned.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c", AtMillis: f.clock.Now().UnixMilli()})
+		mallory.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c"})
+		unsigned.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", AtMillis: f.clock.Now().UnixMilli()})
 	}
 	mallory.Flush(5 * time.Second)
 	unsigned.Flush(5 * time.Second)
@@ -231,14 +231,14 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := connect(key)
-	if err := op.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c", From: "pacerctl"}); err != nil {
+	if err := op.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", From: "pacerctl"}); err != nil {
 		t.Fatal(err)
 	}
 	op.Flush(5 * time.Second)
 	waitFor(t, "the operator's revoke", func() bool { return bc.Stats().Received == 1 })
 	f.clock.Add(100 * time.Millisecond)
 	d.Step(ctx)
-	if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("SPEND after the signed revoke of a paused campaign = %v, want exhausted", dec)
 	}
 }

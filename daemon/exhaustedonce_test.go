@@ -5,20 +5,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/transport"
 )
 
 // countingPublisher records the events a daemon broadcasts (and delivers
 // none, as if NATS were slow): every daemon finds the exhaustion on its own.
 type countingPublisher struct {
 	mu     sync.Mutex
-	events []transport.Event
+	events []pacer.Event
 }
 
 var _ daemon.Publisher = (*countingPublisher)(nil)
 
-func (p *countingPublisher) Publish(e transport.Event) error {
+func (p *countingPublisher) Publish(e pacer.Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events = append(p.events, e)
@@ -50,7 +50,7 @@ func TestExhaustionIsBroadcastOncePerDay(t *testing.T) {
 		for _, d := range ds {
 			d.Step(ctx)
 			spendAttempts(t, d, "c", 1_000, 50)
-			if dec, _ := d.Spend("c", 1_000, ""); dec == transport.Exhausted {
+			if dec, _ := d.Spend("c", 1_000, ""); dec == pacer.Exhausted {
 				exhausted++
 			}
 		}
@@ -62,7 +62,7 @@ func TestExhaustionIsBroadcastOncePerDay(t *testing.T) {
 	defer pub.mu.Unlock()
 	n := 0
 	for _, e := range pub.events {
-		if e.Kind == transport.EventExhausted {
+		if e.Kind == pacer.EventExhausted {
 			n++
 		}
 	}

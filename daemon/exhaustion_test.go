@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // ledgerReads is how many shard reads d made, from its metrics.
@@ -78,7 +78,7 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 					t.Fatalf("a not exhausted after 180 s: allowed %d, ledger %+v", allowed, f.check(t, "c"))
 				}
 				allowed += spendAttempts(t, a, "c", 1_000, 50)
-				if dec, _ := a.Spend("c", 1_000, ""); dec == transport.Exhausted {
+				if dec, _ := a.Spend("c", 1_000, ""); dec == pacer.Exhausted {
 					break
 				}
 				f.clock.Add(time.Second)
@@ -110,7 +110,7 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 				if _, err := f.ledger.SetState(ctx, "c", lease.StateActive); err != nil {
 					t.Fatal(err)
 				}
-				a.HandleEvent(transport.Event{Kind: transport.EventChanged, Campaign: "c"})
+				a.HandleEvent(pacer.Event{Kind: pacer.EventChanged, Campaign: "c"})
 			}
 			var after int64
 			for range 70 { // a looks again within CampaignRefresh; its lease then closes
@@ -124,7 +124,7 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 			if after != 1_000 {
 				t.Fatalf("a allowed %d of the 1,000 micros b released", after)
 			}
-			if dec, _ := a.Spend("c", 1_000, ""); dec != transport.Exhausted {
+			if dec, _ := a.Spend("c", 1_000, ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND with the whole budget spent = %v, want exhausted", dec)
 			}
 			if sh := f.check(t, "c"); sh.Spent+sh.Leased < allowed+after {
@@ -148,7 +148,7 @@ func TestForgedExhaustedEventDoesNotStopSpending(t *testing.T) {
 		spendAttempts(t, d, "c", 1_000, 20)
 	}
 	reads := ledgerReads(t, d)
-	d.HandleEvent(transport.Event{Kind: transport.EventExhausted, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
+	d.HandleEvent(pacer.Event{Kind: pacer.EventExhausted, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
 	var late int64
 	for i := range 90 { // three lease windows: past every lease held at the broadcast
 		f.clock.Add(time.Second)
@@ -161,10 +161,10 @@ func TestForgedExhaustedEventDoesNotStopSpending(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if dec == transport.Exhausted {
+			if dec == pacer.Exhausted {
 				t.Fatalf("SPEND answered exhausted %d s after a forged broadcast; the ledger has budget", i+1)
 			}
-			if dec == transport.Allowed && i >= 60 {
+			if dec == pacer.Allowed && i >= 60 {
 				late += 1_000
 			}
 		}

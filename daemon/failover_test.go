@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // Under ledger.durability replicas:1, the replica falls behind (frozen for
@@ -66,7 +66,7 @@ func replicaFailover(t *testing.T, policy lease.Durability) int64 {
 				for range 10 {
 					if dec, err := d.Spend("c", 2_000, ""); err != nil {
 						t.Fatal(err)
-					} else if dec == transport.Allowed {
+					} else if dec == pacer.Allowed {
 						allowed += 2_000
 					}
 				}

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/transport"
 )
 
 // Issue 10: under supply constraint each host's share of the spend is within
@@ -40,7 +40,7 @@ func TestConstrainedHostsSpendByDemand(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if dec == transport.Allowed && time.Duration(i)*tick >= warmup {
+				if dec == pacer.Allowed && time.Duration(i)*tick >= warmup {
 					allowed[h] += bid
 					total += bid
 				}

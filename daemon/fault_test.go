@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 )
 
 // Redis is SIGKILLed and restarted from its AOF (appendfsync always) again and
@@ -69,8 +69,8 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 			}
 			now := f.clock.Now()
 			dec, err := d.Spend("c", amount, id)
-			ok := err == nil && dec == transport.Allowed
-			if err == nil && dec != transport.Allowed {
+			ok := err == nil && dec == pacer.Allowed
+			if err == nil && dec != pacer.Allowed {
 				denied.Add(1)
 			}
 			ans := dec.String()

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // BenchmarkRevokePropagation measures a pause's broadcast over a real NATS
@@ -43,7 +43,7 @@ func BenchmarkRevokePropagation(b *testing.B) {
 		f.clock.Add(time.Minute)
 		for _, d := range ds {
 			d.Step(ctx)
-			if dec, _ := d.Spend("c", 1, ""); dec == transport.Exhausted {
+			if dec, _ := d.Spend("c", 1, ""); dec == pacer.Exhausted {
 				b.Fatal("daemon still denying before the revoke")
 			}
 		}
@@ -55,7 +55,7 @@ func BenchmarkRevokePropagation(b *testing.B) {
 			seen[i] = bc.Stats().Received
 		}
 		start := time.Now()
-		if err := pub.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c"}); err != nil {
+		if err := pub.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c"}); err != nil {
 			b.Fatal(err)
 		}
 		for i, d := range ds {
@@ -65,7 +65,7 @@ func BenchmarkRevokePropagation(b *testing.B) {
 				}
 			}
 			d.Step(ctx)
-			if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+			if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 				b.Fatalf("SPEND after the revoke and a tick = %v, want exhausted", dec)
 			}
 		}

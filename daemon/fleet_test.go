@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -108,8 +108,8 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	var allowed int64
 	exhausted := func() bool {
 		for _, d := range ds {
-			if dec, _ := d.Spend("c", 1000, ""); dec != transport.Exhausted {
-				if dec == transport.Allowed {
+			if dec, _ := d.Spend("c", 1000, ""); dec != pacer.Exhausted {
+				if dec == pacer.Allowed {
 					allowed += 1000
 				}
 				return false
@@ -196,7 +196,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 		f.clock.Add(time.Second)
 		for _, d := range ds {
 			d.Step(ctx)
-			if dec, _ := d.Spend("c", 1000, ""); dec != transport.Exhausted {
+			if dec, _ := d.Spend("c", 1000, ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND after exhaustion = %v, want exhausted", dec)
 			}
 		}
@@ -242,7 +242,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer pub.Close()
-				if err := pub.Publish(transport.Event{Kind: transport.EventRevoked, Campaign: "c"}); err != nil {
+				if err := pub.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c"}); err != nil {
 					t.Fatal(err)
 				}
 				// The broadcast is a hint: until its refill loop has read
@@ -256,7 +256,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 					return true
 				})
 				for _, d := range ds {
-					if dec, _ := d.Spend("c", 1, ""); dec == transport.Exhausted {
+					if dec, _ := d.Spend("c", 1, ""); dec == pacer.Exhausted {
 						t.Fatal("a broadcast alone made a daemon deny")
 					}
 				}
@@ -268,7 +268,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 			}
 			for _, d := range ds {
 				d.Step(ctx)
-				if dec, _ := d.Spend("c", 1, ""); dec != transport.Exhausted {
+				if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 					t.Fatalf("SPEND after pause = %v, want exhausted", dec)
 				}
 			}
@@ -305,7 +305,7 @@ func TestReconcilerFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec, err := crashed.Spend("c", 1000, ""); dec != transport.Allowed || err != nil {
+	if dec, err := crashed.Spend("c", 1000, ""); dec != pacer.Allowed || err != nil {
 		t.Fatalf("SPEND = %v, %v", dec, err)
 	}
 	held := f.check(t, "c").Leased
@@ -392,7 +392,7 @@ func TestEtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dec, _ := crashed.Spend("dead", 1000, ""); dec != transport.Allowed {
+	if dec, _ := crashed.Spend("dead", 1000, ""); dec != pacer.Allowed {
 		t.Fatalf("SPEND = %v", dec)
 	}
 	live := f.daemon(t, "live")

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/transport"
 )
 
 // A daemon whose clock runs 60 s ahead of Redis takes no lease: its SPENDs
@@ -26,7 +26,7 @@ func TestClockAheadGetsNoLease(t *testing.T) {
 		t.Fatalf("gate: %v", err)
 	}
 	for range 10 {
-		if dec, err := d.Spend("c1", 1000, ""); err != nil || dec == transport.Allowed {
+		if dec, err := d.Spend("c1", 1000, ""); err != nil || dec == pacer.Allowed {
 			t.Fatalf("SPEND with the clock 60s ahead: %v, %v", dec, err)
 		}
 		d.Step(ctx)
@@ -48,7 +48,7 @@ func TestClockAheadGetsNoLease(t *testing.T) {
 	if err := gate2.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if dec, err := d2.Spend("c1", 1000, ""); err != nil || dec != transport.Allowed {
+	if dec, err := d2.Spend("c1", 1000, ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("SPEND with the clock right: %v, %v", dec, err)
 	}
 }

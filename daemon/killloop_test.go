@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // A daemon SIGKILLed 13 times in 5 minutes (each run lives long enough to
@@ -73,7 +73,7 @@ func TestSIGKILLLoopLosesLittle(t *testing.T) {
 				for range 20 {
 					if dec, err := d.Spend("c", 5_000, ""); err != nil {
 						t.Fatal(err)
-					} else if dec == transport.Allowed {
+					} else if dec == pacer.Allowed {
 						allowed += 5_000
 					}
 				}

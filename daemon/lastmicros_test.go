@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // morningCampaign puts a campaign whose pacing curve ends at noon, so that
@@ -59,7 +59,7 @@ func TestLastMicrosAreSpendable(t *testing.T) {
 			if allowed != tc.budget {
 				t.Fatalf("allowed %d of a %d budget in two minutes of SPENDs of %d", allowed, tc.budget, tc.spend)
 			}
-			if dec, _ := d.Spend("c", tc.spend, ""); dec != transport.Exhausted {
+			if dec, _ := d.Spend("c", tc.spend, ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND after the whole budget = %v, want exhausted", dec)
 			}
 			if sh := f.check(t, "c"); sh.Spent+sh.Leased < allowed {

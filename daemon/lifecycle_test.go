@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -171,7 +171,7 @@ func TestSettingsChangeFoundThroughTheChangeStream(t *testing.T) {
 	for s := 1; ; s++ {
 		f.clock.Add(time.Second)
 		d.Step(ctx)
-		if dec, _ := d.Spend("c7", 1000, ""); dec == transport.Exhausted {
+		if dec, _ := d.Spend("c7", 1000, ""); dec == pacer.Exhausted {
 			break
 		}
 		if s > 31 {
@@ -186,7 +186,7 @@ func TestSettingsChangeFoundThroughTheChangeStream(t *testing.T) {
 	if n["xrange"] == 0 {
 		t.Fatalf("the change was not found through the change stream: %v", n)
 	}
-	if dec, _ := d.Spend("c8", 1000, ""); dec == transport.Exhausted {
+	if dec, _ := d.Spend("c8", 1000, ""); dec == pacer.Exhausted {
 		t.Fatal("another campaign paused too")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/faultproxy"
@@ -19,7 +20,6 @@ import (
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -583,7 +583,7 @@ func (m *modelRun) spend(node, ci int, amount int64, id string) {
 	if err != nil {
 		ans = "error: " + err.Error()
 	}
-	ok := err == nil && dec == transport.Allowed
+	ok := err == nil && dec == pacer.Allowed
 	m.rec.Record(history.Call{At: now, Client: n.name, Campaign: c.stored.ID, Day: day, Auction: id, Amount: amount, OK: ok, Answer: ans})
 	m.stats.calls++
 	if !ok {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/transport"
 )
 
 // Issue 10: a campaign of about 100 bids a day, its 150 SPENDs spread at
@@ -51,9 +51,9 @@ func TestSparseCampaignSpendsItsBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch dec {
-			case transport.Allowed:
+			case pacer.Allowed:
 				allowed += bid
-			case transport.Exhausted:
+			case pacer.Exhausted:
 				if allowed < budget {
 					exhaustedWithBudgetLeft++
 				}

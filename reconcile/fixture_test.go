@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/goleak"
 )
 
@@ -113,7 +113,7 @@ func spendAttempts(t *testing.T, d *daemon.Daemon, id string, amount int64, n in
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dec == transport.Allowed {
+		if dec == pacer.Allowed {
 			allowed += amount
 		}
 	}

@@ -22,16 +22,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
 
 // Publisher sends fleet broadcasts (the day's exhaustion);
 // *broadcast.Broadcaster satisfies it, as it does the daemon's.
 type Publisher interface {
-	Publish(transport.Event) error
+	Publish(pacer.Event) error
 }
 
 // Clock tells the time; daemon.Clock satisfies it, so one test clock drives
@@ -675,7 +675,7 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 	}
 	r.log.Info("campaign-day exhausted", zap.String("campaign", campaign), zap.String("day", day))
 	if r.cfg.Publisher != nil {
-		e := transport.Event{Kind: transport.EventExhausted, Campaign: campaign, Day: day, From: r.cfg.Holder, AtMillis: r.cfg.Clock.Now().UnixMilli()}
+		e := pacer.Event{Kind: pacer.EventExhausted, Campaign: campaign, Day: day, From: r.cfg.Holder, AtMillis: r.cfg.Clock.Now().UnixMilli()}
 		if err := r.cfg.Publisher.Publish(e); err != nil {
 			r.log.Warn("broadcast failed", zap.Error(err))
 		}

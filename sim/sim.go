@@ -21,11 +21,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -619,7 +619,7 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
 	// pacer: the production hot path.
 	hc.requests++
-	var dec transport.Decision
+	var dec pacer.Decision
 	var err error
 	if h.latCount[sPacer]++; h.latCount[sPacer]%latencyEvery == 0 {
 		t0 := time.Now()
@@ -631,10 +631,10 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 	switch {
 	case err != nil:
 		hc.errors++
-	case dec == transport.Allowed:
+	case dec == pacer.Allowed:
 		hc.allowed++
 		hc.allowedMicros += amount
-	case dec == transport.Paced:
+	case dec == pacer.Paced:
 		hc.paced++
 	default:
 		hc.exhausted++

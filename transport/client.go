@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,16 +64,16 @@ func Dial(ctx context.Context, socketPath string, opts ClientOptions) (*Client, 
 
 // Spend asks whether campaign may spend amountMicros on an auction.
 // auctionID may be empty.
-func (c *Client) Spend(ctx context.Context, campaign string, amountMicros int64, auctionID string) (Decision, error) {
+func (c *Client) Spend(ctx context.Context, campaign string, amountMicros int64, auctionID string) (pacer.Decision, error) {
 	n, err := c.do(ctx, spendArgs("SPEND", campaign, amountMicros, auctionID)...).Int64()
 	if err != nil {
-		return Paced, wrap(err)
+		return pacer.Paced, wrap(err)
 	}
-	switch d := Decision(n); d {
-	case Allowed, Paced, Exhausted:
+	switch d := pacer.Decision(n); d {
+	case pacer.Allowed, pacer.Paced, pacer.Exhausted:
 		return d, nil
 	}
-	return Paced, fmt.Errorf("transport: unexpected SPEND reply %d", n)
+	return pacer.Paced, fmt.Errorf("transport: unexpected SPEND reply %d", n)
 }
 
 // Refund gives amountMicros back to campaign, e.g. when an allowed auction
@@ -83,15 +84,15 @@ func (c *Client) Refund(ctx context.Context, campaign string, amountMicros int64
 }
 
 // Balance returns the daemon's local view of campaign.
-func (c *Client) Balance(ctx context.Context, campaign string) (Balance, error) {
+func (c *Client) Balance(ctx context.Context, campaign string) (pacer.Balance, error) {
 	vals, err := c.do(ctx, "BALANCE", campaign).Slice()
 	if err != nil {
-		return Balance{}, wrap(err)
+		return pacer.Balance{}, wrap(err)
 	}
 	if len(vals)%2 != 0 {
-		return Balance{}, fmt.Errorf("transport: BALANCE reply has %d elements", len(vals))
+		return pacer.Balance{}, fmt.Errorf("transport: BALANCE reply has %d elements", len(vals))
 	}
-	var b Balance
+	var b pacer.Balance
 	for i := 0; i < len(vals); i += 2 {
 		key, _ := vals[i].(string)
 		var ok bool
@@ -108,7 +109,7 @@ func (c *Client) Balance(ctx context.Context, campaign string) (Balance, error) 
 			ok = true // fields added by a newer daemon
 		}
 		if !ok {
-			return Balance{}, fmt.Errorf("transport: BALANCE field %q has type %T", key, vals[i+1])
+			return pacer.Balance{}, fmt.Errorf("transport: BALANCE field %q has type %T", key, vals[i+1])
 		}
 	}
 	return b, nil

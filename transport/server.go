@@ -1,7 +1,9 @@
 // Package transport owns pacerd's local protocol: a RESP (Redis protocol)
 // server on a Unix socket that answers SPEND, REFUND, BALANCE, PING and INFO
 // from a Spender, and a Go client for bidders. Because the protocol is RESP,
-// any Redis client, redis-cli and redis-benchmark can talk to pacerd.
+// any Redis client, redis-cli and redis-benchmark can talk to pacerd. The
+// words it carries (Decision, Balance) are package pacer's; broadcasts
+// between daemons are package broadcast's.
 package transport
 
 import (
@@ -18,43 +20,25 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 )
 
-// Decision is the answer to a SPEND. Its values are the integers sent on the
-// wire, so a bidder in any language can branch on the reply directly.
-type Decision int
-
-const (
-	// Exhausted: the campaign has no budget left for the day.
-	Exhausted Decision = -1
-	// Paced: the campaign has budget, but spending now would run ahead of
-	// its pacing curve; the bidder should skip this auction.
-	Paced Decision = 0
-	// Allowed: the amount has been taken from the campaign's bucket.
-	Allowed Decision = 1
+// Decision, its values and Balance are pacer's domain words; the aliases
+// keep a bidder's code, which imports only this package (the Go client
+// returns them), working. Code in this module uses package pacer.
+type (
+	Decision = pacer.Decision
+	Balance  = pacer.Balance
 )
 
-func (d Decision) String() string {
-	switch d {
-	case Exhausted:
-		return "exhausted"
-	case Paced:
-		return "paced"
-	case Allowed:
-		return "allowed"
-	}
-	return fmt.Sprintf("Decision(%d)", int(d))
-}
-
-// Balance is a campaign's local state as the daemon sees it.
-type Balance struct {
-	Tokens        int64 // micros spendable now
-	Reserve       int64 // micros leased but not yet dripped into the bucket
-	PacePerSecond int64 // micros per second the bucket refills at
-	State         string
-}
+// The SPEND answers, as package pacer names them.
+const (
+	Exhausted = pacer.Exhausted
+	Paced     = pacer.Paced
+	Allowed   = pacer.Allowed
+)
 
 // InfoField is one "key:value" line of the INFO reply. Keys must not contain
 // ':' and neither may contain line breaks, as in Redis INFO.
@@ -71,9 +55,9 @@ type InfoField struct {
 // per connection (a SPEND of a campaign the connection named before
 // allocates nothing), auction ids are copied out of the read buffer.
 type Spender interface {
-	Spend(campaign string, amountMicros int64, auctionID string) (Decision, error)
+	Spend(campaign string, amountMicros int64, auctionID string) (pacer.Decision, error)
 	Refund(campaign string, amountMicros int64, auctionID string) error
-	Balance(campaign string) (Balance, error)
+	Balance(campaign string) (pacer.Balance, error)
 	Info() []InfoField
 }
 

@@ -5,17 +5,17 @@ import (
 	"os"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // flushTimeout bounds how long a broadcast waits for the NATS server.
 const flushTimeout = 2 * time.Second
 
 // announce tells the daemons that campaign c changed, with an event of kind
-// transport.EventChanged or transport.EventRevoked. With --nats it publishes
+// pacer.EventChanged or pacer.EventRevoked. With --nats it publishes
 // the event and waits until the server has it; without, it says on stderr
 // that the daemons learn of the change from the ledger instead. The ledger
 // was written first: NATS only makes the daemons notice sooner, so a failed
@@ -31,24 +31,24 @@ func (a *app) announce(kind string, c lease.Campaign, changed bool) error {
 		}
 		return nil
 	}
-	e := transport.Event{Kind: kind, Campaign: c.ID, Version: c.Version, From: "pacerctl", AtMillis: a.now().UnixMilli()}
+	e := pacer.Event{Kind: kind, Campaign: c.ID, Version: c.Version, From: "pacerctl", AtMillis: a.now().UnixMilli()}
 	opt, err := a.natsOptions()
 	if err != nil {
 		return err
 	}
 	b, err := broadcast.ConnectWith(a.natsURL, opt)
 	if err != nil {
-		return fmt.Errorf("broadcast %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), err)
+		return fmt.Errorf("broadcast %s: %w (the change is in the ledger: daemons learn of it within a lease window)", broadcast.Subject(e), err)
 	}
 	defer b.Close()
 	if err := b.Publish(e); err != nil {
 		return fmt.Errorf("broadcast: %w (the change is in the ledger: daemons learn of it within a lease window)", err)
 	}
 	if err := b.Flush(flushTimeout); err != nil {
-		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", e.Subject(), broadcast.RedactURLs(a.natsURL), err)
+		return fmt.Errorf("broadcast %s to %s: %w (the change is in the ledger: daemons learn of it within a lease window)", broadcast.Subject(e), broadcast.RedactURLs(a.natsURL), err)
 	}
 	if !a.json {
-		fmt.Fprintf(a.stdout, "broadcast %s (version %d)\n", e.Subject(), e.Version)
+		fmt.Fprintf(a.stdout, "broadcast %s (version %d)\n", broadcast.Subject(e), e.Version)
 	}
 	return nil
 }

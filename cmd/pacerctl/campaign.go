@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 )
 
 // campaignView is a campaign with its balances for one day, as campaign get
@@ -179,7 +179,7 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 
 	// A lower daily budget, or a cut of today's, revokes: daemons drop their
 	// tokens and release their leases, then lease again under the new budget.
-	kind := transport.EventChanged
+	kind := pacer.EventChanged
 	cut := !created && daily.set && daily.micros < old.DailyMicros
 	changed := created || stored != old
 	if t := res.Today; t != nil && t.Open {
@@ -187,7 +187,7 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		changed = changed || t.BudgetAfter != t.BudgetBefore
 	}
 	if cut {
-		kind = transport.EventRevoked
+		kind = pacer.EventRevoked
 	}
 
 	if a.json {
@@ -373,9 +373,9 @@ func (a *app) campaignState(ctx context.Context, verb, state string, args []stri
 			return err
 		}
 	}
-	kind := transport.EventChanged
+	kind := pacer.EventChanged
 	if state == lease.StatePaused {
-		kind = transport.EventRevoked
+		kind = pacer.EventRevoked
 	}
 	if a.json {
 		if err := a.printJSON(c); err != nil {

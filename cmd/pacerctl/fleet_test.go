@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -29,8 +29,8 @@ func TestBroadcast(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Close)
-	events := make(chan transport.Event, 16)
-	if err := sub.Subscribe(func(e transport.Event) { events <- e }); err != nil {
+	events := make(chan pacer.Event, 16)
+	if err := sub.Subscribe(func(e pacer.Event) { events <- e }); err != nil {
 		t.Fatal(err)
 	}
 	if err := sub.Flush(2 * time.Second); err != nil {
@@ -40,7 +40,7 @@ func TestBroadcast(t *testing.T) {
 		t.Helper()
 		select {
 		case e := <-events:
-			want := transport.Event{Kind: kind, Campaign: "c1", Version: version, From: "pacerctl", AtMillis: t0.UnixMilli()}
+			want := pacer.Event{Kind: kind, Campaign: "c1", Version: version, From: "pacerctl", AtMillis: t0.UnixMilli()}
 			if e != want {
 				t.Errorf("%s: event %+v, want %+v", step, e, want)
 			}
@@ -57,21 +57,21 @@ func TestBroadcast(t *testing.T) {
 	if !strings.HasSuffix(out, "broadcast pacer.changed.c1 (version 1)\n") {
 		t.Errorf("set: %q", out)
 	}
-	expect("create", transport.EventChanged, 1)
+	expect("create", pacer.EventChanged, 1)
 	h.openToday("c1")
 	withNATS("campaign", "set", "c1", "--daily", "4u")
-	expect("budget cut", transport.EventRevoked, 2)
+	expect("budget cut", pacer.EventRevoked, 2)
 	withNATS("campaign", "set", "c1", "--daily", "6u")
-	expect("budget raise", transport.EventChanged, 3)
+	expect("budget raise", pacer.EventChanged, 3)
 	withNATS("campaign", "set", "c1", "--curve", "daytime")
-	expect("curve change", transport.EventChanged, 4)
+	expect("curve change", pacer.EventChanged, 4)
 	withNATS("campaign", "pause", "c1")
-	expect("pause", transport.EventRevoked, 5)
+	expect("pause", pacer.EventRevoked, 5)
 	// Pausing again changes nothing but announces the state again.
 	withNATS("--json", "campaign", "pause", "c1")
-	expect("pause again", transport.EventRevoked, 5)
+	expect("pause again", pacer.EventRevoked, 5)
 	withNATS("campaign", "resume", "c1")
-	expect("resume", transport.EventChanged, 6)
+	expect("resume", pacer.EventChanged, 6)
 
 	// Without --nats: one line on stderr, nothing published.
 	r := h.run("campaign", "pause", "c1")

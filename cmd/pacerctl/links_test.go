@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/embedded"
@@ -15,7 +16,6 @@ import (
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/pacer/pacer/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -119,8 +119,8 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Close)
-	events := make(chan transport.Event, 4)
-	if err := sub.Subscribe(func(e transport.Event) { events <- e }); err != nil {
+	events := make(chan pacer.Event, 4)
+	if err := sub.Subscribe(func(e pacer.Event) { events <- e }); err != nil {
 		t.Fatal(err)
 	}
 	sub.Flush(5 * time.Second)
@@ -130,7 +130,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 	h.ok("--nats", n.URL, "--broadcast-key-file", keyFile, "campaign", "pause", "c1")
 	select {
 	case e := <-events:
-		if e.Kind != transport.EventRevoked || e.Campaign != "c1" || e.Nonce == "" {
+		if e.Kind != pacer.EventRevoked || e.Campaign != "c1" || e.Nonce == "" {
 			t.Fatalf("event %+v", e)
 		}
 	case <-time.After(5 * time.Second):

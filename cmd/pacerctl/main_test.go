@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -477,21 +478,21 @@ type fakeSpender struct {
 
 var _ transport.Spender = (*fakeSpender)(nil)
 
-func (f *fakeSpender) Spend(campaign string, amount int64, auctionID string) (transport.Decision, error) {
+func (f *fakeSpender) Spend(campaign string, amount int64, auctionID string) (pacer.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.tokens[campaign]
 	switch {
 	case !ok:
-		return transport.Paced, fmt.Errorf("unknown campaign %q", campaign)
+		return pacer.Paced, fmt.Errorf("unknown campaign %q", campaign)
 	case t == 0:
-		return transport.Exhausted, nil
+		return pacer.Exhausted, nil
 	case t < amount:
-		return transport.Paced, nil
+		return pacer.Paced, nil
 	}
 	f.auction = append(f.auction, auctionID)
 	f.tokens[campaign] = t - amount
-	return transport.Allowed, nil
+	return pacer.Allowed, nil
 }
 
 func (f *fakeSpender) Refund(campaign string, amount int64, auctionID string) error {
@@ -504,14 +505,14 @@ func (f *fakeSpender) Refund(campaign string, amount int64, auctionID string) er
 	return nil
 }
 
-func (f *fakeSpender) Balance(campaign string) (transport.Balance, error) {
+func (f *fakeSpender) Balance(campaign string) (pacer.Balance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.tokens[campaign]
 	if !ok {
-		return transport.Balance{}, fmt.Errorf("unknown campaign %q", campaign)
+		return pacer.Balance{}, fmt.Errorf("unknown campaign %q", campaign)
 	}
-	return transport.Balance{Tokens: t, Reserve: 7, PacePerSecond: 100, State: "active"}, nil
+	return pacer.Balance{Tokens: t, Reserve: 7, PacePerSecond: 100, State: "active"}, nil
 }
 
 func (f *fakeSpender) Info() []transport.InfoField { return nil }

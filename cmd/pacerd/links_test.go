@@ -11,12 +11,12 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -206,8 +206,8 @@ func TestRestrictedRedisACL(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c := dial(t, sock)
-	var dec transport.Decision
-	for deadline := time.Now().Add(10 * time.Second); dec != transport.Allowed; time.Sleep(20 * time.Millisecond) {
+	var dec pacer.Decision
+	for deadline := time.Now().Add(10 * time.Second); dec != pacer.Allowed; time.Sleep(20 * time.Millisecond) {
 		var err error
 		if dec, err = c.Spend(ctx, "c", 1000, "a1"); err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -182,7 +183,7 @@ func spendFor(t *testing.T, c *transport.Client, id string, amount int64, d time
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dec == transport.Allowed {
+		if dec == pacer.Allowed {
 			allowed += amount
 		}
 	}
@@ -195,7 +196,7 @@ func TestSpendAndHostileInput(t *testing.T) {
 	p := s.start("h1")
 	c := dial(t, p.socket)
 	dec, err := c.Spend(ctx, "demo", 1000, "")
-	if err != nil || dec != transport.Allowed {
+	if err != nil || dec != pacer.Allowed {
 		t.Fatalf("SPEND demo 1000 = %v, %v; want allowed", dec, err)
 	}
 	bad := []struct {

@@ -87,15 +87,13 @@ func watchdog(ctx context.Context, d *daemon.Daemon, log *zap.Logger) {
 	}
 }
 
-func status(d *daemon.Daemon) string {
-	var s string
-	for _, f := range d.Info() {
-		switch f.Key {
-		case "campaigns", "leases_held", "spend_allowed", "spend_paced", "ledger_errors":
-			s += f.Key + "=" + f.Value + " "
-		}
-	}
-	return "serving: " + s
+func status(d *daemon.Daemon) string { return statusLine(d.Status()) }
+
+// statusLine formats the daemon's totals for systemd's STATUS= (shown by
+// systemctl status), in INFO's key names.
+func statusLine(st daemon.Status) string {
+	return fmt.Sprintf("serving: campaigns=%d leases_held=%d spend_allowed=%d spend_paced=%d ledger_errors=%d ",
+		st.Campaigns, st.LeasesHeld, st.SpendAllowed, st.SpendPaced, st.LedgerErrors)
 }
 
 // stateFile remembers the campaigns this daemon served, so that after a

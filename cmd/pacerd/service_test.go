@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 )
@@ -122,7 +123,7 @@ func TestSocketActivation(t *testing.T) {
 	}
 	defer c.Close()
 	dec, err := c.Spend(ctx, "c", 1000, "")
-	if err != nil || dec != transport.Allowed {
+	if err != nil || dec != pacer.Allowed {
 		t.Fatalf("SPEND over the activated socket = %v, %v\n%s", dec, err, logs.String())
 	}
 	if _, err := os.Stat(ownSock); err == nil {
@@ -145,7 +146,7 @@ func TestMetricsAgreeWithClient(t *testing.T) {
 	ln.Close()
 	p := s.startWith("h1", []string{"--admin", addr}, nil)
 	c := dial(t, p.socket)
-	counts := map[transport.Decision]int{}
+	counts := map[pacer.Decision]int{}
 	for range 3000 {
 		dec, err := c.Spend(ctx, "c", 1000, "")
 		if err != nil {
@@ -153,11 +154,11 @@ func TestMetricsAgreeWithClient(t *testing.T) {
 		}
 		counts[dec]++
 	}
-	if counts[transport.Allowed] == 0 || counts[transport.Paced] == 0 {
+	if counts[pacer.Allowed] == 0 || counts[pacer.Paced] == 0 {
 		t.Fatalf("want both allowed and paced answers to compare, got %v", counts)
 	}
 	metrics := scrape(t, "http://"+addr+"/metrics")
-	for dec, result := range map[transport.Decision]string{transport.Allowed: "allowed", transport.Paced: "paced", transport.Exhausted: "exhausted"} {
+	for dec, result := range map[pacer.Decision]string{pacer.Allowed: "allowed", pacer.Paced: "paced", pacer.Exhausted: "exhausted"} {
 		got := metrics[`pacer_spend_decisions_total{result="`+result+`"}`]
 		if got != float64(counts[dec]) {
 			t.Errorf("metrics say %v %s, the client counted %d", got, result, counts[dec])

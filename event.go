@@ -1,15 +1,12 @@
-package transport
+package pacer
 
 import (
 	"fmt"
 	"strings"
 )
 
-// Event is a domain word, not the socket's: it stays here, beside Decision
-// and Balance, until the domain package takes them (issue 14); package
-// broadcast carries it over NATS.
-
-// Event kinds broadcast over NATS, each on subject "pacer.<kind>.<campaign>".
+// Event kinds, broadcast by package broadcast (over NATS, each on subject
+// "pacer.<kind>.<campaign>").
 const (
 	// EventExhausted: the campaign-day has no budget left to grant, says
 	// the sender. Daemons read the shards sooner; only the ledger's answer
@@ -28,9 +25,6 @@ const (
 	EventLostWrites = "lost-writes"
 )
 
-// SubjectPrefix is the root of every pacer subject.
-const SubjectPrefix = "pacer."
-
 // Event is one broadcast. NATS is a fast path, never the source of truth: a
 // daemon that misses an event learns the same fact from the ledger within a
 // lease window.
@@ -45,9 +39,6 @@ type Event struct {
 	// receiver acts on a nonce once.
 	Nonce string `json:"nonce,omitempty"`
 }
-
-// Subject returns the event's NATS subject.
-func (e Event) Subject() string { return SubjectPrefix + e.Kind + "." + e.Campaign }
 
 // Validate checks that the event is one a receiver acts on: a known kind,
 // and a campaign that fits in a subject (no '.', '*', '>' or white space).

@@ -1,0 +1,137 @@
+package daemon
+
+import (
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/lease"
+)
+
+// The campaign-day: the state of the one day this daemon spends from, and
+// the small questions the refill loop asks of it.
+
+// dayState is the campaign-day this daemon is spending from.
+type dayState struct {
+	day bucket.Day
+	// curve is the pacing curve of this day: the campaign's, or the one
+	// fitted for the day if its curve is "auto".
+	curve  *bucket.Curve
+	b      *bucket.Bucket
+	shards int
+
+	// exhausted: the ledger said every shard is empty. A hint, not a verdict:
+	// SPEND answers -1 once the bucket is dry and the loop stops leasing, but
+	// asks the ledger again every CampaignRefresh, since budget released by
+	// other daemons or moved by a rebalance comes back to the shards.
+	exhausted atomic.Bool
+	// confirm: an exhausted broadcast arrived. It only makes the loop ask the
+	// ledger sooner; a broadcast never makes this daemon answer -1.
+	confirm atomic.Bool
+	refused atomic.Bool // the ledger lost this day's state: never grant
+	// reassert: the ledger lost writes on a shard of this day (we found
+	// it): re-assert every lease held, next tick. reassertHint: a broadcast
+	// said so; acted on at most once per Config.EventRecheck.
+	reassert     atomic.Bool
+	reassertHint atomic.Bool
+
+	// Refill loop only.
+	leases      map[string]heldLease
+	rng         *rand.Rand
+	nextGrantAt time.Time
+	lastGrantAt time.Time
+	shardEmpty  []bool
+	shardFilled []bool  // the last grant on the shard was all we asked for
+	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
+	// shardUnspent is shardLeft plus what is leased out (to any host) and
+	// may come back: a day whose shards are all empty is exhausted only
+	// when this is zero too; until then, its bids are paced.
+	shardUnspent []int64
+	checkedAt    time.Time
+	hintAt       time.Time // the last re-assert a broadcast triggered
+	// known is each shard's history as of our last reply from it: the
+	// ledger checks it on every grant, renewal and release, and tells us
+	// if it lost writes we saw.
+	known []lease.History
+	// closed: the ledger closed the day (it is over there): no more grants.
+	closed bool
+	// carry: micros withdrawn from the bucket with the leases that ended
+	// this tick, for their successors to credit at once (refill loop only).
+	carry int64
+}
+
+// heldLease is one lease this daemon holds on a shard of the day.
+type heldLease struct {
+	shard  int
+	amount int64
+	expiry time.Time
+	end    time.Time // spendable until: expiry - skew bound
+}
+
+// unspent estimates the campaign-day's budget not yet spent, leased out or
+// not.
+func (ds *dayState) unspent() int64 {
+	var sum int64
+	for _, r := range ds.shardUnspent {
+		sum += r
+	}
+	return sum
+}
+
+// remaining estimates the campaign-day's budget not yet leased or spent.
+func (ds *dayState) remaining() int64 {
+	var sum int64
+	for _, r := range ds.shardLeft {
+		sum += r
+	}
+	return sum
+}
+
+// pickShard returns a shard to ask, at random among those not known to be
+// empty. Random, not round robin: daemons rotating in lockstep would always
+// reach a shard in the same order, and the first would drain what the shard
+// accrued for the whole fleet.
+func (ds *dayState) pickShard() (int, bool) {
+	open := 0
+	for _, empty := range ds.shardEmpty {
+		if !empty {
+			open++
+		}
+	}
+	if open == 0 {
+		return 0, false
+	}
+	k := ds.rng.IntN(open)
+	for s, empty := range ds.shardEmpty {
+		if !empty {
+			if k == 0 {
+				return s, true
+			}
+			k--
+		}
+	}
+	return 0, false
+}
+
+// oldestLease returns the held lease that ends first (refill loop).
+func (ds *dayState) oldestLease() (string, bool) {
+	var (
+		best string
+		end  time.Time
+	)
+	for id, h := range ds.leases {
+		if best == "" || h.end.Before(end) || (h.end.Equal(end) && id < best) {
+			best, end = id, h.end
+		}
+	}
+	return best, best != ""
+}
+
+// leaseExpiry returns a held lease's expiry, or def if it is not held.
+func (ds *dayState) leaseExpiry(id string, def time.Time) time.Time {
+	if h, ok := ds.leases[id]; ok {
+		return h.expiry
+	}
+	return def
+}

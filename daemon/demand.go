@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+	"go.uber.org/zap"
+)
+
+// Demand accounting: what SPENDs on this host ask for (EWMAs, the largest
+// SPEND, the bid size), flushed to the ledger in batches so the fleet can
+// split the day's pace by demand (fairDemand) and size buckets (capacity).
+// Refill loop only, except the atomics the hot path bumps.
+
+// largestSpendWindow is how long the largest SPEND seen keeps sizing the
+// campaign's leases and bucket (between one and two windows).
+const largestSpendWindow = 5 * time.Minute
+
+// largestSpend is the largest SPEND of this window and the one before.
+func (c *campaign) largestSpend() int64 { return max(c.maxAmount.Load(), c.prevMaxAmount) }
+
+// rotateLargestSpend starts a new window for the largest SPEND (refill loop).
+func (c *campaign) rotateLargestSpend(now time.Time) {
+	if c.maxSince.IsZero() {
+		c.maxSince = now
+	}
+	if now.Sub(c.maxSince) >= largestSpendWindow {
+		c.prevMaxAmount = c.maxAmount.Swap(0)
+		if c.prevMaxAmount > 0 {
+			c.unitHistory[c.unitNext] = c.prevMaxAmount
+			c.unitNext = (c.unitNext + 1) % unitWindows
+		}
+		c.maxSince = now
+	}
+}
+
+// unitWindows is how many windows with SPENDs the bid size is taken over.
+const unitWindows = 8
+
+// seenUnit is the campaign's bid size as this host saw it (refill loop): the
+// largest SPEND of this window and of the last unitWindows that had any; 0
+// before any.
+func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
+
+// unit is the bid size that sizes standing leases and the ledger's one-bid
+// advance: what this host saw, or the fleet's if larger.
+func (c *campaign) unit() int64 { return max(c.seenUnit(), c.fleetUnit) }
+
+// updateDemand folds the SPEND demand since the last tick into the EWMAs.
+func (c *campaign) updateDemand(now time.Time, ds *dayState) {
+	st := ds.b.Stats(now)
+	req := c.requestedBase + st.Requested
+	calls := st.Allows + st.Denials
+	if calls < c.lastCalls {
+		c.lastCalls = 0 // a new day's bucket counts from zero
+	}
+	if req != c.lastRequested {
+		c.lastDemandAt = now
+	}
+	if !c.lastTick.IsZero() {
+		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
+			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
+			c.rate += alpha * (float64(req-c.lastRequested)/dt - c.rate)
+			c.callRate += alpha * (float64(calls-c.lastCalls)/dt - c.callRate)
+			c.rateWeight += alpha * (1 - c.rateWeight)
+		}
+	}
+	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
+}
+
+// demand returns the EWMAs of demand (micros a second) and of SPENDs a
+// second, corrected for their start at zero (refill loop): a fresh daemon's
+// first leases are sized from what it has seen, not from a tenth of it.
+func (c *campaign) demand() (microsPerSecond, callsPerSecond float64) {
+	if c.rateWeight <= 0 {
+		return 0, 0
+	}
+	return c.rate / c.rateWeight, c.callRate / c.rateWeight
+}
+
+// sparse reports whether the campaign's SPENDs on this host are too few to
+// keep leases dripping: fewer than two per half lease window (refill loop).
+func (c *campaign) sparse() bool {
+	_, calls := c.demand()
+	return calls*c.d.cfg.LeaseWindow.Seconds()/2 < 2
+}
+
+// demandFlush is how often a campaign's observed demand goes to the ledger
+// (for pacerctl curve fit, its bid size and the host's share of its demand):
+// batched, never a write per SPEND; sparseDemandFlush, a sparse campaign's.
+const (
+	demandFlush       = time.Minute
+	sparseDemandFlush = 5 * time.Minute
+)
+
+// flushDemand adds the demand seen since the last flush to the current slot
+// of the day.
+func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState) {
+	st := ds.b.Stats(now)
+	slot := int(int64(now.Sub(ds.day.Start)) * lease.DemandSlots / int64(ds.day.Length()))
+	d := lease.Demand{
+		Slot:        min(max(slot, 0), lease.DemandSlots-1),
+		Allowed:     st.Allows - c.flushed.Allows,
+		Denied:      st.Denials - c.flushed.Denials,
+		MicrosAsked: st.Requested - c.flushed.Requested,
+	}
+	// The bid only when it moved by more than an eighth since this host
+	// last sent it, or on the day's first flush: it sizes the shard counts
+	// of days to come, which need no precision, and an unchanged write
+	// every flush would double the flush's commands.
+	if u := c.seenUnit(); c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8 {
+		d.BidMicros = u
+	}
+	d.Requests = d.Allowed + d.Denied
+	if d.Requests <= 0 {
+		c.lastFlush = now
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	defer cancel()
+	start := time.Now()
+	fleet, err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
+	c.d.observeLedger("demand", start, err)
+	if err != nil {
+		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
+		// Again in an eighth of a lease window, not every tick: a ledger
+		// that is down gets no flood of flushes from every campaign.
+		c.lastFlush = now.Add(c.d.cfg.LeaseWindow/8 - demandFlush)
+		return
+	}
+	c.flushed, c.lastFlush = st, now
+	if d.BidMicros > 0 {
+		c.bidSent, c.bidSentDay = d.BidMicros, ds.day.Key
+	}
+	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
+}
+
+// updateShare folds this host's share of the campaign's demand in the
+// current demand slot (its micros asked over the fleet's, as the demand
+// flush just returned) into an EWMA across flushes (refill loop only).
+// Other hosts' counts are up to a flush behind, so the share errs high.
+func (c *campaign) updateShare(day string, slot int, asked, fleet int64) {
+	if day != c.shareDay || slot != c.shareSlot {
+		c.shareDay, c.shareSlot, c.shareAsked = day, slot, 0
+	}
+	c.shareAsked += asked
+	if fleet <= 0 || c.shareAsked <= 0 {
+		return
+	}
+	inst := min(float64(c.shareAsked)/float64(fleet), 1)
+	if c.share == 0 {
+		c.share = inst
+		return
+	}
+	c.share += 0.3 * (inst - c.share)
+}
+
+// fairDemand is what a grant tells the shard of this host's demand (micros
+// a second, rounded up: a sparse host's counts too) and how long the shard
+// should remember it: several times the host's mean interval between
+// visits to one shard (it asks a random shard about every half window), so
+// that a host is not forgotten between its visits while it is busy
+// (refill loop).
+func (c *campaign) fairDemand(ds *dayState) (int64, time.Duration) {
+	rate, _ := c.demand()
+	if rate <= 0 {
+		return 0, 0
+	}
+	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.d.cfg.LeaseWindow / 2
+	return int64(min(math.Ceil(rate), float64(lease.MaxBudgetMicros))), min(ttl, lease.MaxDemandTTL)
+}
+
+// demandTau is the EWMA's time constant: long enough to smooth Poisson
+// arrivals, short enough to follow a traffic ramp within a lease window.
+const demandTau = 10 * time.Second
+
+// capacity sizes the local bucket: a burst window of the drip, and room
+// for the largest recent SPENDs.
+func (c *campaign) capacity(dripPerSecond int64) int64 {
+	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
+	// Room for a burst of the largest recent SPENDs: a slow campaign's
+	// random arrivals bunch (a bucket of four bids lost 15% of the SPENDs of
+	// a campaign at 1 a second whose drip was 1.2x its demand; sixteen, 2%),
+	// and for two bids of a sparse campaign (its standing lease and a bid
+	// more), whose largest recent SPEND may be long forgotten. The fleet's
+	// pace is the ledger's to keep: this bounds only one host's burst.
+	return max(int64(burst), 16*c.largestSpend(), 2*c.unit(), 1)
+}

@@ -1,0 +1,44 @@
+// Package pacer holds the domain words every part of pacer speaks: the
+// Decision a SPEND gets, a campaign's Balance, and the Event a daemon or an
+// operator broadcasts to the fleet. It imports nothing but the standard
+// library, so the wire (transport), the fan-out (broadcast), the daemon, the
+// reconciler, the simulator and the commands share these types without
+// importing each other. The parts themselves are packages of their own:
+// bucket, lease, daemon, transport, broadcast, reconcile, config and sim.
+package pacer
+
+import "fmt"
+
+// Decision is the answer to a SPEND. Its values are the integers sent on the
+// wire, so a bidder in any language can branch on the reply directly.
+type Decision int
+
+const (
+	// Exhausted: the campaign has no budget left for the day.
+	Exhausted Decision = -1
+	// Paced: the campaign has budget, but spending now would run ahead of
+	// its pacing curve; the bidder should skip this auction.
+	Paced Decision = 0
+	// Allowed: the amount has been taken from the campaign's bucket.
+	Allowed Decision = 1
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Exhausted:
+		return "exhausted"
+	case Paced:
+		return "paced"
+	case Allowed:
+		return "allowed"
+	}
+	return fmt.Sprintf("Decision(%d)", int(d))
+}
+
+// Balance is a campaign's local state as the daemon sees it.
+type Balance struct {
+	Tokens        int64 // micros spendable now
+	Reserve       int64 // micros leased but not yet dripped into the bucket
+	PacePerSecond int64 // micros per second the bucket refills at
+	State         string
+}
