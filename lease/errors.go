@@ -13,6 +13,9 @@ var (
 	// replica). Re-opening it would grant the day's budget a second time, so the
 	// ledger refuses until an operator intervenes.
 	ErrLedgerLost = errors.New("lease: ledger lost state: day marker present but shard missing; refusing to re-open")
+	// ErrDayExpired: the day's keys are past their retention; it is never
+	// opened again (its budget may have been spent before its keys went).
+	ErrDayExpired = errors.New("lease: campaign-day past its retention; refusing to re-open")
 	// ErrLeaseSettled: the lease was settled as expired before its holder released
 	// it. Its whole amount was counted as spent; nothing is credited.
 	ErrLeaseSettled = errors.New("lease: lease already settled as expired")

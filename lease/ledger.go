@@ -381,6 +381,12 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 	if !ValidCampaignID(c.ID) {
 		return 0, &UnknownCampaignError{ID: c.ID}
 	}
+	// A day whose keys would already have expired is never opened again:
+	// its marker may have been pruned (pruneDays), and its budget may have
+	// been spent before its keys went.
+	if now.After(dayStart.Add(48*time.Hour + l.cfg.Retention)) {
+		return 0, fmt.Errorf("ledger %s/%s: %w", c.ID, day, ErrDayExpired)
+	}
 	plan, err := l.DayPlan(ctx, c.ID, day)
 	if err != nil {
 		return 0, err
@@ -395,9 +401,45 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 	if err := l.rdb.HSetNX(ctx, daysKey(c.ID), day, plan.Shards).Err(); err != nil {
 		return 0, fmt.Errorf("ledger %s/%s: day marker: %w", c.ID, day, err)
 	}
+	if err := l.pruneDays(ctx, c.ID, day); err != nil {
+		l.log.Warn("cannot prune the campaign's old day records; next day's open tries again", zap.String("campaign", c.ID), zap.Error(err))
+	}
 	l.log.Info("opened campaign-day", zap.String("campaign", c.ID), zap.String("day", day),
 		zap.Int64("budget_micros", plan.Budget), zap.Int("shards", plan.Shards))
 	return l.DayShards(ctx, c.ID, day)
+}
+
+// pruneDays removes the campaign's per-day records (the day marker and its
+// ":carry", ":curve", ":exhausted", ":budget"... fields in the days hash) of
+// days whose keys have expired: older than the day's retention (48 h after
+// its start, plus Retention) and two days' margin. Without it the hash grows
+// by a few fields a day for as long as the campaign lives. One HKEYS per
+// campaign-day opened; fields that do not start with a date (the bid) stay.
+func (l *Ledger) pruneDays(ctx context.Context, campaign, day string) error {
+	today, err := time.Parse(time.DateOnly, day)
+	if err != nil {
+		return nil // not a date: nothing to compare with
+	}
+	cutoff := today.Add(-(96*time.Hour + l.cfg.Retention)).Format(time.DateOnly)
+	fields, err := l.rdb.HKeys(ctx, daysKey(campaign)).Result()
+	if err != nil {
+		return fmt.Errorf("ledger %s: days: %w", campaign, err)
+	}
+	var old []string
+	for _, f := range fields {
+		if len(f) >= len(time.DateOnly) {
+			if _, err := time.Parse(time.DateOnly, f[:len(time.DateOnly)]); err == nil && f[:len(time.DateOnly)] < cutoff {
+				old = append(old, f)
+			}
+		}
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	if err := l.rdb.HDel(ctx, daysKey(campaign), old...).Err(); err != nil {
+		return fmt.Errorf("ledger %s: days: %w", campaign, err)
+	}
+	return nil
 }
 
 // Split divides total micros into n parts that differ by at most one micro and
