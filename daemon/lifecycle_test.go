@@ -81,15 +81,12 @@ func countingLedger(f *fixture) (*lease.Ledger, *cmdKinds) {
 	return lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), kinds
 }
 
-// Issue 13: beyond its lease calls, a daemon sends at most about one Redis
-// command per busy campaign per minute: its demand flush (one script), the
-// change stream read shared by all campaigns, and each campaign's full
-// settings read every CampaignReread (30 min). Before, it was 11.4: a
-// settings read every 30 s and five commands per demand flush.
-func TestBusyCampaignCostsOneCommandPerMinute(t *testing.T) {
-	const campaigns, minutes = 20, 10
+// countedDaemon is a daemon at noon over n campaigns c0..c<n-1> whose ledger
+// commands are counted by kind.
+func countedDaemon(t *testing.T, n int) (*fixture, *daemon.Daemon, *cmdKinds) {
+	t.Helper()
 	f := newFixture(t)
-	for i := range campaigns {
+	for i := range n {
 		f.campaign(t, "c"+strconv.Itoa(i), 86_400_000_000, 4)
 	}
 	ledger, kinds := countingLedger(f)
@@ -99,6 +96,17 @@ func TestBusyCampaignCostsOneCommandPerMinute(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
+	return f, d, kinds
+}
+
+// Issue 13: beyond its lease calls, a daemon sends at most about one Redis
+// command per busy campaign per minute: its demand flush (one script), the
+// change stream read shared by all campaigns, and each campaign's full
+// settings read every CampaignReread (30 min). Before, it was 11.4: a
+// settings read every 30 s and five commands per demand flush.
+func TestBusyCampaignCostsOneCommandPerMinute(t *testing.T) {
+	const campaigns, minutes = 20, 10
+	f, d, kinds := countedDaemon(t, campaigns)
 	step := func(seconds int) int64 {
 		var allowed int64
 		for range seconds {
@@ -146,17 +154,7 @@ func TestBusyCampaignCostsOneCommandPerMinute(t *testing.T) {
 // campaign only.
 func TestSettingsChangeFoundThroughTheChangeStream(t *testing.T) {
 	const campaigns = 30
-	f := newFixture(t)
-	for i := range campaigns {
-		f.campaign(t, "c"+strconv.Itoa(i), 86_400_000_000, 4)
-	}
-	ledger, kinds := countingLedger(f)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
+	f, d, kinds := countedDaemon(t, campaigns)
 	for range 40 {
 		f.clock.Add(time.Second)
 		d.Step(ctx)
