@@ -303,8 +303,11 @@ func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
 
 // lastHourCatchUpPermille bounds catch-up in the last hour of a campaign's
 // local day: a campaign still behind then under-delivers a little rather
-// than ending its day in a burst.
-const lastHourCatchUpPermille = 1500
+// than ending its day in a burst. Issue 10 asks for a last hour of at most
+// 1.5x the curve's share; the hour also spends what its first call finds
+// available (up to this multiple of a cap window, or a bid) and the leases
+// already out at its start, so the pace multiple itself stays below 1.5.
+const lastHourCatchUpPermille = 1250
 
 // catchUpPermille is how fast, in parts per thousand of the curve's pace, the
 // campaign may catch up now: CatchUp, or less in the day's last hour.

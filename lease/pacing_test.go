@@ -166,3 +166,73 @@ func TestNoEndOfDayDump(t *testing.T) {
 		t.Errorf("k=0 (pro rata): the last hour released %d; the rule dumps what is behind", got)
 	}
 }
+
+// A shard far behind its plan in the day's last hour releases at most the
+// catch-up multiple of the plan's pace, whatever its bid: the one-bid advance
+// used to refill available at every call while what was spent lay far below
+// the plan, so a campaign that traffic had let fall behind ended its day in a
+// burst (the family's flash-crowd campaign spent 22.6% of its budget in a
+// last hour the curve gives 3.7%; the goal is at most 1.5x). Flat
+// day, 447,100 micros, a bid of 4,000: 77% spent by 23:00 (the plan is at
+// 95.8%), then a holder asks for far more than the pace every 30 s and
+// spends it all.
+func TestFarBehindShardEndsItsDayWithoutBurst(t *testing.T) {
+	const (
+		day       = "2026-11-21"
+		budget    = 447_100
+		unit      = 4_000
+		k         = 1500 // the daemon's bound in a campaign's last hour
+		step      = 30 * time.Second
+		capWindow = 5 * time.Minute
+	)
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", budget, 1), day)
+	key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	curve := func(at time.Time) int64 { return min(ppb, int64(at.Sub(t0)/time.Millisecond)*(ppb/1000)/(24*3600)) }
+	lastHour := t0.Add(23 * time.Hour)
+	var known lease.History
+	var spentBefore, spentAtLastHour int64 // what the shard had spent before the call
+	n := 0
+	for now := t0.Add(10 * time.Minute); now.Before(t0.Add(24*time.Hour - step)); now = now.Add(step) {
+		want := int64(120) // traffic-limited: 77% of the budget by 23:00
+		if !now.Before(lastHour) {
+			want = budget // a flash crowd
+		}
+		if now.Equal(lastHour) {
+			spentAtLastHour = spentBefore
+		}
+		n++
+		r := grantReq(fmt.Sprintf("L%d", n), key, want, now, curve(now))
+		r.Pace = lease.Pace{Now: curve(now), Cap: curve(now.Add(capWindow)), Unit: unit, CatchUpPermille: k}
+		r.Known = known
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		known = g.Shard.History()
+		if g.Granted == 0 {
+			continue
+		}
+		sh, err := l.Release(ctx, key, r.LeaseID, 0, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spentBefore = sh.Spent
+	}
+	mustBalance(t, l, "c", day)
+	end, err := l.ReadShard(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if behind := float64(spentAtLastHour) / budget; behind > 0.80 || behind < 0.70 {
+		t.Fatalf("the setup went wrong: %.1f%% spent by 23:00, want ~77%%", 100*behind)
+	}
+	// The bound: k x the hour's plan, plus what the cap let available hold
+	// at 23:00 (at most k x the cap window's plan, or one bid).
+	hourPlan := int64(budget / 24)
+	bound := hourPlan*k/1000 + max(unit, capWindow.Milliseconds()*budget/(24*3600*1000)*k/1000)
+	if spent := end.Spent - spentAtLastHour; spent > bound {
+		t.Errorf("last hour spent %d micros (%.2fx the hour's plan of %d); want at most %d (%.1fx the pace, and the cap)",
+			spent, float64(spent)/float64(hourPlan), hourPlan, bound, float64(k)/1000)
+	}
+}

@@ -81,8 +81,8 @@ type Quality struct {
 	Smoothness      float64 `json:"smoothness_cv"`
 	RedisCommands   int64   `json:"redis_commands"`
 	CmdsPer1000     float64 `json:"redis_cmds_per_1000_spends"`
-	// SpentByHour is the share of the budget spent in each hour of the
-	// local day (for the under-delivery-versus-burst question).
+	// LastHourShare is the share of the budget spent in the local day's
+	// last hour (the under-delivery-versus-burst question).
 	LastHourShare float64 `json:"last_hour_share"`
 	// LastHourRatio is LastHourShare over the curve's share of the last
 	// hour: above 1, the day ends in a burst.
@@ -93,6 +93,11 @@ type Quality struct {
 	// hour (a budget of 20 bids cannot put less than one bid in an hour).
 	MaxHourRatio    float64 `json:"max_hour_ratio"`
 	MaxHourRatioBid float64 `json:"max_hour_ratio_less_a_bid"`
+	// HourShares and PlanHourShares are, per hour of the local day, the
+	// share of the budget spent and the curve's share: the series behind
+	// the hour ratios, for reading a run rather than a single figure.
+	HourShares     []float64 `json:"hour_shares,omitempty"`
+	PlanHourShares []float64 `json:"plan_hour_shares,omitempty"`
 	// CmdsPerHour is Redis commands per hour of the campaign's day.
 	CmdsPerHour float64 `json:"redis_cmds_per_hour"`
 	// HostShareMaxDev is the largest gap, in points, between a host's share
@@ -360,14 +365,15 @@ func quality(c *campaignRT, si int, budget, allowed int64) *Quality {
 			q.LastHourRatio = q.LastHourShare / last
 		}
 	}
-	q.MaxHourRatio, q.MaxHourRatioBid = hourRatios(c, si, budget, c.maxBid)
+	q.MaxHourRatio, q.MaxHourRatioBid = hourRatios(c, si, budget, c.maxBid, q)
 	return q
 }
 
 // hourRatios returns the largest ratio of an hour's share of the spend to the
 // curve's share of that hour, over the local day's hours with a plan, plain
-// and with one bid of bid micros taken off each hour's spend.
-func hourRatios(c *campaignRT, si int, budget, bid int64) (plain, lessABid float64) {
+// and with one bid of bid micros taken off each hour's spend; it fills q's
+// hour series.
+func hourRatios(c *campaignRT, si int, budget, bid int64, q *Quality) (plain, lessABid float64) {
 	if budget <= 0 || len(c.samples) == 0 {
 		return 0, 0
 	}
@@ -387,10 +393,12 @@ func hourRatios(c *campaignRT, si int, budget, bid int64) (plain, lessABid float
 			end = c.day.End
 		}
 		planShare := float64(c.curve.AtTime(end, c.day)-c.curve.AtTime(h, c.day)) / float64(bucket.PPB)
+		spent := cumAt(end) - cumAt(h)
+		q.HourShares = append(q.HourShares, float64(spent)/float64(budget))
+		q.PlanHourShares = append(q.PlanHourShares, planShare)
 		if planShare <= 0 {
 			continue
 		}
-		spent := cumAt(end) - cumAt(h)
 		plain = max(plain, float64(spent)/float64(budget)/planShare)
 		lessABid = max(lessABid, float64(max(spent-bid, 0))/float64(budget)/planShare)
 	}

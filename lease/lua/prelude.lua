@@ -183,7 +183,9 @@ end
 -- unit: available may hold one unit (the caller's bid size) while the
 -- shard's spent + available stays within one unit of the plan: a campaign
 -- whose cap window is worth less than one bid still gets its bids, on time,
--- a bid per host that holds one ahead of its curve at most.
+-- a bid per host that holds one ahead of its curve at most. Not while the
+-- shard is behind its plan by more than a unit: then only the catch-up rule
+-- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released.
 -- Returns the cap on available; nil in the curve's last FAIR_END cap
@@ -227,11 +229,19 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
     return nil
   end
   local plan_locked = plan - muldiv(plan, s.cppb, PPB) -- what the plan keeps locked from here
+  -- Behind by more than a unit, the catch-up rule alone paces the shard: the
+  -- one-unit advance below would otherwise refill available at every call
+  -- (what the fleet spent is far below the plan), whatever k says, and a
+  -- campaign far behind would end its day in a burst. Its available may
+  -- still fill up to one unit at the catch-up pace, so that a campaign whose
+  -- cap window is worth less than a bid gets its bids, at that pace.
+  local far_behind = k > 0 and unit > 0 and s.locked - plan_locked > unit
   local cap
   if k > 0 then
     local window = muldiv(plan, c_cap - s.cppb, PPB)
     local behind = s.locked + s.available - plan_locked
     cap = math.max(0, math.min(window + behind, scale(window, k)))
+    if far_behind and cap < unit then cap = unit end
   else
     cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
   end
@@ -239,7 +249,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
     s.locked = s.locked + (s.available - cap)
     s.available = cap
   end
-  if unit > 0 and s.available < unit then
+  if unit > 0 and s.available < unit and not far_behind then
     -- After: spent + available <= plan x C + unit. Leased budget is not
     -- counted: a sparse campaign's hosts each hold a bid, unspent until a
     -- SPEND comes to that host, so the fleet runs at most a bid per host (and
