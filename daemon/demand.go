@@ -81,6 +81,16 @@ func (c *campaign) demand() (microsPerSecond, callsPerSecond float64) {
 	return c.rate / c.rateWeight, c.callRate / c.rateWeight
 }
 
+// typicalSpend is the mean SPEND on this host (the demand EWMAs' ratio), or
+// the bid when no SPEND has been seen.
+func (c *campaign) typicalSpend() int64 {
+	rate, calls := c.demand()
+	if calls <= 0 || rate <= 0 {
+		return c.unit()
+	}
+	return max(int64(math.Ceil(rate/calls)), 1)
+}
+
 // sparse reports whether the campaign's SPENDs on this host are too few to
 // keep leases dripping: fewer than two per half lease window (refill loop).
 func (c *campaign) sparse() bool {

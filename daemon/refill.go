@@ -121,12 +121,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
-	if want > 0 && standing && len(closed) == 0 && ds.b.Stats(now).OpenFeeds >= bucket.MaxFeeds-2 {
+	if want > 0 && standing && len(closed) == 0 {
 		// A standing lease of one bid, spent whole, keeps its feed open
-		// until its end: one top-up per SPEND would fill the bucket's feeds
-		// within minutes, and every grant after that be refused and given
-		// back. Renew the oldest instead (what it still holds is withdrawn
-		// with it, so the new one is that much larger).
+		// until its end. A top-up renews the oldest lease rather than
+		// opening another beside it (what it still holds is withdrawn with
+		// it, so the new one is that much larger): the ledger then counts
+		// the spent bid at once. Opening new leases instead, the ledger saw
+		// none of a spike's bids spent until their leases ended and kept
+		// advancing one at every top-up (a 20-bid campaign spent 11 bids in
+		// its first hour), and the bucket's feeds filled within minutes.
 		if id, ok := ds.oldestLease(); ok {
 			if cl, ok := ds.b.CloseFeed(now, id); ok {
 				closed = append(closed, cl)
@@ -517,6 +520,15 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
 	req.Demand, req.DemandTTL = c.fairDemand(ds)
+	if standing {
+		// Enough for a typical SPEND, or nothing: a sliver serves no SPEND,
+		// and slivers held on several hosts would keep a campaign's last
+		// bids where none can be spent (a 20-bid campaign ended its day with
+		// two bids held as three thirds). Not the whole bid: a host's bid is
+		// its largest recent SPEND, often several typical ones, and asking
+		// for all of it or nothing starved hosts the shard could serve.
+		req.Min = min(want, c.typicalSpend())
+	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
 	var g lease.Grant
@@ -625,7 +637,12 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		}
 	}
 	switch {
-	case g.Granted <= c.unit():
+	case g.Granted <= c.unit() || standing:
+		// No larger than a bid, or a standing bid: what the host holds is
+		// then at most a bid (a standing top-up renewing a lease carries
+		// what that lease still held, already spendable here). Dripped, a
+		// renewed standing bid would restart its drip at every top-up and
+		// never hold a whole bid.
 		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
 	case g.Shard.Remaining() == 0:
 		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {

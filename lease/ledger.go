@@ -512,6 +512,12 @@ type GrantRequest struct {
 	// the others.
 	Demand    int64
 	DemandTTL time.Duration
+	// Min, when positive, makes the grant all or nothing below it: a shard
+	// that cannot give at least Min micros grants nothing. A sparse host's
+	// standing bid asks for the rest of a bid this way: part of a bid serves
+	// no SPEND of a bid, and parts spread over several hosts would hold a
+	// campaign's last bids where none can be spent.
+	Min int64
 }
 
 // MaxDemandTTL bounds GrantRequest.DemandTTL: a campaign-day's shard is
@@ -544,6 +550,8 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
 	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
 		return fmt.Errorf("demand ttl %v: want 1ms to %v", r.DemandTTL, MaxDemandTTL)
+	case r.Min < 0 || r.Min > r.Want:
+		return fmt.Errorf("min %d micros: want 0 to the %d wanted", r.Min, r.Want)
 	}
 	return nil
 }
@@ -558,7 +566,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds())
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -592,7 +600,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds())
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

@@ -236,3 +236,75 @@ func TestFarBehindShardEndsItsDayWithoutBurst(t *testing.T) {
 			spent, float64(spent)/float64(hourPlan), hourPlan, bound, float64(k)/1000)
 	}
 }
+
+// A grant with Min gives at least Min micros or nothing, and a renewal with
+// Min still releases its ending lease when it grants nothing: a sparse
+// host's standing bid is whole or not held, so a campaign's last bids are
+// not held as parts on several hosts where no SPEND of a bid fits.
+func TestMinGrantsAllOrNothing(t *testing.T) {
+	const day = "2026-11-21"
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	now, c := t0.Add(3*time.Hour), int64(ppb/8) // 3,000,000 released, the cap 3,000,000 more
+	r := grantReq("a", key, 2_000_000, now, c)
+	g, err := l.Grant(ctx, r)
+	if err != nil || g.Granted != 2_000_000 {
+		t.Fatalf("first grant: %d, %v; want 2,000,000", g.Granted, err)
+	}
+	// 1,000,000 left: asking for 2,000,000 at least gets nothing.
+	r = grantReq("b", key, 2_000_000, now, c)
+	r.Min = 2_000_000
+	if g, err = l.Grant(ctx, r); err != nil || g.Granted != 0 || g.Shard.Available != 1_000_000 {
+		t.Fatalf("all or nothing: granted %d, available %d, %v; want 0 and 1,000,000 left", g.Granted, g.Shard.Available, err)
+	}
+	// Renewing "a" (1,500,000 of it unused) with the same floor: the release
+	// half happens, so 2,500,000 are there and the new lease gets 2,000,000.
+	r = grantReq("a2", key, 2_000_000, now, c)
+	r.Min = 2_000_000
+	if g, err = l.Renew(ctx, "a", 1_500_000, r); err != nil || g.Granted != 2_000_000 {
+		t.Fatalf("renewal: granted %d, %v; want 2,000,000", g.Granted, err)
+	}
+	// Renewing "a2" wholly unused with a floor above what is there: nothing is
+	// granted, and a2's 2,000,000 are back.
+	r = grantReq("a3", key, 2_600_000, now, c)
+	r.Min = 2_600_000
+	if g, err = l.Renew(ctx, "a2", 2_000_000, r); err != nil || g.Granted != 0 || g.Shard.Leased != 0 || g.Shard.Available != 2_500_000 {
+		t.Fatalf("renewal without enough: granted %d, leased %d, available %d, %v; want 0, 0, 2,500,000", g.Granted, g.Shard.Leased, g.Shard.Available, err)
+	}
+	r = grantReq("x", key, 1_000, now, c)
+	r.Min = 1_001
+	if _, err := l.Grant(ctx, r); err == nil {
+		t.Fatal("a Min above Want was accepted")
+	}
+	mustBalance(t, l, "c", day)
+}
+
+// What a renewal's ending lease gives back is not counted against the cap on
+// available: it was released before, so keeping it adds nothing to the
+// fleet's pace, while capping it re-locked what the shard had gathered for
+// other holders (a host renewing an unspent standing bid every few minutes
+// wiped out what the others were waiting for). Flat day, 24,000,000 micros.
+func TestRenewalReturnIsNotRelocked(t *testing.T) {
+	const day = "2026-11-21"
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	// 03:00: 3,000,000 released; "a" takes 1,000,000 and leaves 2,000,000.
+	if g, err := l.Grant(ctx, grantReq("a", key, 1_000_000, t0.Add(3*time.Hour), ppb/8)); err != nil || g.Granted != 1_000_000 {
+		t.Fatalf("grant: %d, %v", g.Granted, err)
+	}
+	// 04:00: the curve releases 1,000,000 more (3,000,000 available, under
+	// the cap of 3,600,000: a cap window of 3 h of what is left, pro rata),
+	// and "a" is renewed wholly unused for as much again. Its 1,000,000 come
+	// back and go out again: 3,000,000 stay available. Capping the returned
+	// micros with the rest left 2,600,000.
+	g, err := l.Renew(ctx, "a", 1_000_000, grantReq("a2", key, 1_000_000, t0.Add(4*time.Hour), ppb/6))
+	if err != nil || g.Granted != 1_000_000 {
+		t.Fatalf("renew: %d, %v", g.Granted, err)
+	}
+	if d := g.Shard.Available - 3_000_000; d < -5 || d > 5 {
+		t.Errorf("available after the renewal: %d; want 3,000,000 ±5 micros of rounding (what the curve released, untouched by the lease's return)", g.Shard.Available)
+	}
+	mustBalance(t, l, "c", day)
+}

@@ -1,7 +1,8 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms]]]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min]]]]
+-- min: grant nothing rather than less than min micros (0: any amount).
 -- Reply: {status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 granted now, 1 already granted (retry), 2 lease already closed,
 -- 3 the day is closed (no more grants), 4 frozen after a loss of state
@@ -27,6 +28,7 @@ local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(AR
 local take = want
 local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[13]))
 if cap and cap < take then take = cap end
+take = all_or_nothing(s, take, tonumber(ARGV[17]))
 local g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
 fair_granted(s)
 index_low(s, want, now)

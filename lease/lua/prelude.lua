@@ -188,13 +188,19 @@ end
 -- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released.
+-- exempt: micros a renewal's ending lease just gave back, left out of the
+-- cap: they were released before, so keeping them adds nothing to the
+-- fleet's pace, while capping them would re-lock what the caps let other
+-- hosts accumulate (a host renewing an unspent standing bid every few
+-- minutes wiped out what the shard had gathered towards the others' bids).
 -- Returns the cap on available; nil in the curve's last FAIR_END cap
 -- windows (a fair split there would strand at the day's end what holders
 -- leave for each other).
 local FAIR_END = 3
-local function release_by_curve(s, c_now, c_cap, unit, k)
+local function release_by_curve(s, c_now, c_cap, unit, k, exempt)
   unit = unit or 0
   k = k or 0
+  exempt = exempt or 0
   if c_now > PPB then c_now = PPB end
   if c_cap > PPB then c_cap = PPB end
   if c_cap < c_now then c_cap = c_now end
@@ -245,9 +251,9 @@ local function release_by_curve(s, c_now, c_cap, unit, k)
   else
     cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
   end
-  if s.available > cap then
-    s.locked = s.locked + (s.available - cap)
-    s.available = cap
+  if s.available - exempt > cap then
+    s.locked = s.locked + (s.available - exempt - cap)
+    s.available = cap + exempt
   end
   if unit > 0 and s.available < unit and not far_behind then
     -- After: spent + available <= plan x C + unit. Leased budget is not
@@ -342,6 +348,13 @@ local function expire_all(K, at)
 end
 
 -- grant_new takes up to want micros from available into a new lease.
+-- all_or_nothing returns take, or 0 if the shard cannot give at least min of
+-- it (min nil or 0: any amount).
+local function all_or_nothing(s, take, min)
+  if min and min > 0 and math.min(take, s.available) < min then return 0 end
+  return take
+end
+
 local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   if s.closed == 1 then return 0 end
   local g = want
