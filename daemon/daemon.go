@@ -83,7 +83,8 @@ type counters struct {
 
 // New returns a Daemon using ledger.
 func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
-	if err := cfg.setDefaults(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
 	d := &Daemon{

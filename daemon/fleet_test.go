@@ -455,7 +455,7 @@ func TestClockSkewWithinBound(t *testing.T) {
 	f.campaign(t, "c", budget, 4)
 	f.clock.Set(midnight.Add(22 * time.Hour))
 	cfg := func(h string, off time.Duration) daemon.Config {
-		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, SkewBound: time.Second, Grace: 2100 * time.Millisecond}
+		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, LeaseTiming: daemon.LeaseTiming{SkewBound: time.Second, Grace: 2100 * time.Millisecond}}
 	}
 	a, err := daemon.New(f.ledger, cfg("ahead", 900*time.Millisecond))
 	if err != nil {

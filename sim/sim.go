@@ -301,8 +301,10 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 
 	tune := sc.Daemon
 	r.daemonCfg = daemon.Config{
-		LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
-		CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
+		LeaseTiming: daemon.LeaseTiming{
+			LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
+			CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
+		},
 	}
 	for i, h := range sc.Hosts {
 		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,

@@ -341,32 +341,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer journal.Close()
-	d, err := daemon.New(ledger, daemon.Config{
-		Journal:          journal,
-		DedupMemoryBytes: cfg.DedupMemoryBytes,
-		Publisher:        publisher,
-		Holder:           cfg.Holder,
-		LeaseWindow:      cfg.Lease.Window,
-		SkewBound:        cfg.Lease.SkewBound,
-		Grace:            cfg.Lease.Grace,
-		CapWindow:        cfg.Lease.CapWindow,
-		BurstWindow:      cfg.Lease.BurstWindow,
-		CatchUp:          cfg.Lease.CatchUp,
-		StandingWindow:   cfg.Lease.StandingWindow,
-		StandingIdle:     standingIdle(cfg.Lease.StandingIdle),
-		TickInterval:     cfg.TickInterval,
-		CampaignRefresh:  cfg.CampaignRefresh,
-		CampaignReread:   cfg.CampaignReread,
-		CampaignIdle:     campaignIdle(cfg.CampaignIdle),
-		LedgerTimeout:    cfg.LedgerTimeout,
-		Curves:           curves,
-		Logger:           log,
-		LedgerGate:       gate.Err,
-
-		// Against floods of unknown campaign ids.
-		UnknownCampaignTTL: cfg.UnknownCampaignTTL,
-		MaxCampaignLoads:   cfg.MaxCampaignLoads,
-	})
+	dcfg := cfg.Config
+	dcfg.Journal, dcfg.Publisher, dcfg.Curves, dcfg.Logger, dcfg.LedgerGate = journal, publisher, curves, log, gate.Err
+	d, err := daemon.New(ledger, dcfg)
 	if err != nil {
 		return err
 	}
@@ -410,7 +387,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var rc *reconcile.Reconciler
 	if etcd != nil {
 		rc = reconcile.New(ledger, reconcile.Config{
-			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
+			Holder: cfg.Holder, Grace: cfg.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
 			Gate: gate.Err,
 		})
 	}
@@ -485,22 +462,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
-}
-
-// standingIdle maps the config's 0 (no standing leases) onto the daemon's
-// negative "never"; the daemon reads 0 as "the default".
-func standingIdle(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-// campaignIdle maps the file's campaign_idle (0: never drop) onto
-// daemon.Config's (negative: never; 0: the default).
-func campaignIdle(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
