@@ -112,6 +112,9 @@ type Config struct {
 	// host's clock is off (see LedgerGate.Err). It must not block. Open
 	// builds one from Links.Durability.
 	LedgerGate func(context.Context) error `yaml:"-"`
+
+	// Links are what Open connects the daemon to; New ignores them.
+	Links Links `yaml:"-"`
 }
 
 // LeaseTiming is the lease section of Config. The fencing rule that keeps a

@@ -70,6 +70,9 @@ type Daemon struct {
 	endLife context.CancelFunc
 	workMu  sync.Mutex
 	work    sync.WaitGroup
+
+	// opened is what Open started beside the daemon (nil after New).
+	opened *opened
 }
 
 type counters struct {
@@ -397,7 +400,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 // waits for them, then drops every bucket and releases every lease, returning
 // unused micros to the ledger at once. It returns the first release error;
 // leases it could not release are settled by the ledger after their expiry.
+// A daemon from Open has its refill loop and ledger gate stopped first, and
+// its journal, broadcaster and Redis client closed last: once Close returns,
+// no goroutine Open started is left.
 func (d *Daemon) Close(ctx context.Context) error {
+	if d.opened != nil {
+		d.opened.stopLoops()
+		defer d.opened.close()
+	}
 	d.workMu.Lock()
 	d.closed.Store(true)
 	d.workMu.Unlock()
