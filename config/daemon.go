@@ -1,6 +1,7 @@
 // Package config owns pacer's configuration files: pacerd's YAML config and
 // the pacing-curve files. It parses and validates bytes it is handed (or the
-// files of an fs.FS), fills defaults, and reports problems by key and line,
+// files of an fs.FS), fills defaults (the daemon's settings take
+// daemon.DefaultConfig's), and reports problems by key and line,
 // so an operator can fix a config file from the error alone. It never reads
 // flags, the environment or a path of its own choosing.
 package config

@@ -9,11 +9,15 @@
 // A campaign's code is split by job: campaign.go is the hot path (SPEND,
 // REFUND, BALANCE), refill.go the refill and lease loop, demand.go demand
 // accounting, day.go the campaign-day's state; schedule.go decides which
-// campaigns step when. A Daemon's goroutines (first-use loads, Warm) run on
-// its lifetime, which Close ends and waits for before releasing leases. The
-// reconciler and the election live in package reconcile, the broadcasts in
-// package broadcast, the domain words (Decision, Balance, Event) in package
-// pacer.
+// campaigns step when. Config (config.go) is pacerd's one daemon
+// configuration, with its defaults and checks; the config file decodes into
+// it. Open (open.go) assembles a running daemon from it, as pacerd, the
+// simulator and the fleet tests use it; New builds one on a ledger the caller
+// owns. A Daemon's goroutines (first-use loads, Warm, and Open's refill loop
+// and ledger gate) run on its lifetime, which Close ends and waits for before
+// releasing leases. The reconciler and the election live in package
+// reconcile, the broadcasts in package broadcast, the domain words (Decision,
+// Balance, Event) in package pacer.
 package daemon
 
 import (
