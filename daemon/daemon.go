@@ -260,8 +260,9 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 // Spend implements transport.Spender: may the campaign spend amount micros on
 // this auction? It never waits on the network, except for the first SPEND of
 // a campaign this daemon has not seen, which waits for the campaign's settings.
-func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (pacer.Decision, error) {
-	c, err := d.campaignFor(campaignID, amount)
+func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, error) {
+	amount := int64(amountMicros)
+	c, err := d.campaignFor(string(campaignID), amount)
 	if err != nil {
 		d.counters.spendErrors.Add(1)
 		return pacer.Paced, err
@@ -294,8 +295,9 @@ func (d *Daemon) decisions() decisionCounts {
 }
 
 // Refund implements transport.Spender.
-func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error {
-	c, err := d.campaignFor(campaignID, 0)
+func (d *Daemon) Refund(campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) error {
+	amount := int64(amountMicros)
+	c, err := d.campaignFor(string(campaignID), 0)
 	if err != nil {
 		return err
 	}
@@ -311,8 +313,8 @@ func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error
 }
 
 // Balance implements transport.Spender.
-func (d *Daemon) Balance(campaignID string) (pacer.Balance, error) {
-	c, err := d.campaignFor(campaignID, 0)
+func (d *Daemon) Balance(campaignID pacer.CampaignID) (pacer.Balance, error) {
+	c, err := d.campaignFor(string(campaignID), 0)
 	if err != nil {
 		return pacer.Balance{}, err
 	}

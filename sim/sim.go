@@ -625,12 +625,13 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 	hc.requests++
 	var dec pacer.Decision
 	var err error
+	id, micros := pacer.CampaignID(c.spec.ID), pacer.Micros(amount)
 	if h.latCount[sPacer]++; h.latCount[sPacer]%latencyEvery == 0 {
 		t0 := time.Now()
-		dec, err = h.d.Spend(c.spec.ID, amount, "")
+		dec, err = h.d.Spend(id, micros, "")
 		h.lat[sPacer] = append(h.lat[sPacer], time.Since(t0))
 	} else {
-		dec, err = h.d.Spend(c.spec.ID, amount, "")
+		dec, err = h.d.Spend(id, micros, "")
 	}
 	switch {
 	case err != nil:
