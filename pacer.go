@@ -1,6 +1,7 @@
 // Package pacer holds the domain words every part of pacer speaks: the
-// Decision a SPEND gets, a campaign's Balance, and the Event a daemon or an
-// operator broadcasts to the fleet. It imports nothing but the standard
+// CampaignID a bidder names and the Micros it spends, the Decision a SPEND
+// gets, a campaign's Balance, and the Event a daemon or an operator
+// broadcasts to the fleet. It imports nothing but the standard
 // library, so the wire (transport), the fan-out (broadcast), the daemon, the
 // reconciler, the simulator and the commands share these types without
 // importing each other. The parts themselves are packages of their own:
@@ -42,3 +43,12 @@ type Balance struct {
 	PacePerSecond int64 // micros per second the bucket refills at
 	State         string
 }
+
+// CampaignID names a campaign as bidders, operators and the ledger do. The
+// socket checks one at its edge (length, no control characters); the ledger
+// knows which ids exist and what characters its keys allow.
+type CampaignID string
+
+// Micros is an amount of money in millionths of the currency unit: the one
+// unit of budgets, SPENDs, REFUNDs and leases, so that sums are exact.
+type Micros int64

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
 )
 
 func TestDefaultDaemonIsValid(t *testing.T) {
@@ -107,27 +108,30 @@ broadcast:
 		AllowedGIDs:        []int64{998},
 		AdminMaxConns:      8,
 		AdminIdleTimeout:   20 * time.Second,
-		UnknownCampaignTTL: time.Minute,
-		MaxCampaignLoads:   16,
 		Redis:              []string{"10.0.0.1:7000", "10.0.0.2:7000"},
 		Etcd:               []string{"https://10.0.0.5:2379", "10.0.0.6:2379"},
 		NATS:               "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
 		Admin:              "[::1]:9000",
-		Holder:             "bidder-17",
 		CurvesDir:          "/srv/curves",
 		StateDir:           "/srv/state",
 		MaxAmountMicros:    5_000_000,
-		DedupMemoryBytes:   256 << 20,
-		Lease: Lease{Window: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
-			CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond,
-			CatchUp: 2, StandingWindow: 2 * time.Minute},
-		TickInterval:    50 * time.Millisecond,
-		CampaignRefresh: time.Minute,
-		CampaignReread:  10 * time.Minute,
-		LedgerTimeout:   750 * time.Millisecond,
-		Log:             Log{Format: "console", Level: "debug"},
-		Ledger:          Ledger{Durability: "replicas:1", DurabilityAssume: "replicas:2", CheckInterval: 3 * time.Second},
-		RedisAuth:       RedisAuth{Username: "pacerd", PasswordFile: "/etc/pacer/redis.password"},
+		Config: daemon.Config{
+			Holder: "bidder-17",
+			LeaseTiming: daemon.LeaseTiming{LeaseWindow: time.Minute, SkewBound: 2 * time.Second, Grace: 5 * time.Second,
+				CapWindow: 10 * time.Minute, BurstWindow: 500 * time.Millisecond,
+				CatchUp: 2, StandingWindow: 2 * time.Minute, StandingIdle: daemon.Never},
+			TickInterval:       50 * time.Millisecond,
+			CampaignRefresh:    time.Minute,
+			CampaignReread:     10 * time.Minute,
+			CampaignIdle:       daemon.Never,
+			LedgerTimeout:      750 * time.Millisecond,
+			DedupMemoryBytes:   256 << 20,
+			UnknownCampaignTTL: time.Minute,
+			MaxCampaignLoads:   16,
+		},
+		Log:       Log{Format: "console", Level: "debug"},
+		Ledger:    Ledger{Durability: "replicas:1", DurabilityAssume: "replicas:2", CheckInterval: 3 * time.Second},
+		RedisAuth: RedisAuth{Username: "pacerd", PasswordFile: "/etc/pacer/redis.password"},
 		RedisTLS: TLS{Enabled: true, CAFile: "/etc/pacer/ca.pem", CertFile: "/etc/pacer/client.pem",
 			KeyFile: "/etc/pacer/client.key", ServerName: "redis.internal"},
 		EtcdAuth:  EtcdAuth{Username: "pacerd", PasswordFile: "/etc/pacer/etcd.password"},
@@ -150,7 +154,7 @@ broadcast:
 		t.Fatal(err)
 	}
 	want = DefaultDaemon()
-	want.Lease.Window = 10 * time.Second
+	want.LeaseWindow = 10 * time.Second
 	want.Redis = []string{"/run/redis/redis.sock"}
 	want.Admin = ""
 	if !reflect.DeepEqual(got, want) {
@@ -162,7 +166,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -229,7 +233,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, unknown_campaign_ttl, max_campaign_loads, holder, curves_dir, state_dir, max_amount_micros, dedup_memory_bytes, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {
@@ -438,9 +442,8 @@ func TestShippedConfigs(t *testing.T) {
 
 func allKeys(t reflect.Type, prefix string) []string {
 	var keys []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	for _, f := range yamlFields(t) {
+		name := yamlName(f)
 		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
 			keys = append(keys, allKeys(f.Type, prefix+name+".")...)
 			continue
@@ -448,4 +451,102 @@ func allKeys(t reflect.Type, prefix string) []string {
 		keys = append(keys, prefix+name)
 	}
 	return keys
+}
+
+// Every key pacerd's config file has documented keeps its name, and each of
+// the daemon's keys reaches the daemon.Config field the daemon runs with,
+// with the file's meaning (0s for "never" included); an empty file means the
+// daemon's own defaults.
+func TestEveryDocumentedKeyMaps(t *testing.T) {
+	// The keys as documented before daemon.Config became the file's daemon
+	// section: none may be lost or renamed.
+	documented := []string{"socket", "socket_mode", "socket_server", "max_clients", "client_idle_timeout",
+		"client_read_timeout", "client_write_timeout", "allowed_uids", "allowed_gids", "redis", "etcd", "nats",
+		"admin", "admin_max_conns", "admin_idle_timeout", "unknown_campaign_ttl", "max_campaign_loads", "holder",
+		"curves_dir", "state_dir", "max_amount_micros", "dedup_memory_bytes",
+		"lease.window", "lease.skew_bound", "lease.grace", "lease.cap_window", "lease.burst_window",
+		"lease.max_catch_up", "lease.standing_window", "lease.standing_idle",
+		"tick_interval", "campaign_refresh", "campaign_reread", "campaign_idle", "ledger_timeout",
+		"log.format", "log.level", "ledger.durability", "ledger.durability_assume", "ledger.check_interval",
+		"redis_auth.username", "redis_auth.password_file", "redis_auth.sentinel_username",
+		"redis_auth.sentinel_password_file", "redis_tls.enabled", "redis_tls.ca_file", "redis_tls.cert_file",
+		"redis_tls.key_file", "redis_tls.server_name", "etcd_auth.username", "etcd_auth.password_file",
+		"etcd_tls.enabled", "etcd_tls.ca_file", "etcd_tls.cert_file", "etcd_tls.key_file", "etcd_tls.server_name",
+		"nats_auth.creds_file", "nats_auth.nkey_file", "nats_auth.username", "nats_auth.password_file",
+		"nats_tls.enabled", "nats_tls.ca_file", "nats_tls.cert_file", "nats_tls.key_file", "nats_tls.server_name",
+		"broadcast.key_file", "broadcast.max_age"}
+	got := allKeys(reflect.TypeFor[Daemon](), "")
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(documented))
+	if !slices.Equal(got, want) {
+		t.Errorf("config keys changed:\n got  %v\nwant %v", got, want)
+	}
+
+	// Each daemon key, set to a value other than its default, is what the
+	// daemon runs with.
+	for _, tc := range []struct {
+		yaml  string
+		field func(daemon.Config) any
+		want  any
+	}{
+		{"holder: bidder-9", func(c daemon.Config) any { return c.Holder }, "bidder-9"},
+		{"lease:\n  window: 1m", func(c daemon.Config) any { return c.LeaseWindow }, time.Minute},
+		{"lease:\n  skew_bound: 2s\n  grace: 6s", func(c daemon.Config) any { return c.SkewBound }, 2 * time.Second},
+		{"lease:\n  grace: 9s", func(c daemon.Config) any { return c.Grace }, 9 * time.Second},
+		{"lease:\n  cap_window: 7m", func(c daemon.Config) any { return c.CapWindow }, 7 * time.Minute},
+		{"lease:\n  burst_window: 3s", func(c daemon.Config) any { return c.BurstWindow }, 3 * time.Second},
+		{"lease:\n  max_catch_up: 5", func(c daemon.Config) any { return c.CatchUp }, int64(5)},
+		{"lease:\n  standing_window: 9m", func(c daemon.Config) any { return c.StandingWindow }, 9 * time.Minute},
+		{"lease:\n  standing_idle: 2h", func(c daemon.Config) any { return c.StandingIdle }, 2 * time.Hour},
+		{"lease:\n  standing_idle: 0s", func(c daemon.Config) any { return c.StandingIdle }, daemon.Never},
+		{"tick_interval: 250ms", func(c daemon.Config) any { return c.TickInterval }, 250 * time.Millisecond},
+		{"campaign_refresh: 45s", func(c daemon.Config) any { return c.CampaignRefresh }, 45 * time.Second},
+		{"campaign_reread: 20m", func(c daemon.Config) any { return c.CampaignReread }, 20 * time.Minute},
+		{"campaign_idle: 1h", func(c daemon.Config) any { return c.CampaignIdle }, time.Hour},
+		{"campaign_idle: 0s", func(c daemon.Config) any { return c.CampaignIdle }, daemon.Never},
+		{"ledger_timeout: 3s", func(c daemon.Config) any { return c.LedgerTimeout }, 3 * time.Second},
+		{"dedup_memory_bytes: 2097152", func(c daemon.Config) any { return c.DedupMemoryBytes }, int64(2 << 20)},
+		{"unknown_campaign_ttl: 30s", func(c daemon.Config) any { return c.UnknownCampaignTTL }, 30 * time.Second},
+		{"max_campaign_loads: 8", func(c daemon.Config) any { return c.MaxCampaignLoads }, 8},
+	} {
+		d, err := ParseDaemon([]byte(tc.yaml))
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		run, err := d.Config.WithDefaults()
+		if err != nil {
+			t.Errorf("%q: daemon config: %v", tc.yaml, err)
+			continue
+		}
+		if got := tc.field(run); got != tc.want {
+			t.Errorf("%q: the daemon runs with %v, want %v", tc.yaml, got, tc.want)
+		}
+	}
+
+	// An empty file means the daemon's defaults, key by key (holder aside:
+	// pacerd names it after the host, the daemon "pacerd").
+	d, err := ParseDaemon(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := daemon.Config{}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compare func(file, dflt reflect.Value, prefix string)
+	compare = func(file, dflt reflect.Value, prefix string) {
+		for _, f := range yamlFields(file.Type()) {
+			key := prefix + yamlName(f)
+			fv, dv := file.FieldByIndex(f.Index), dflt.FieldByIndex(f.Index)
+			switch {
+			case key == "holder":
+			case f.Type.Kind() == reflect.Struct:
+				compare(fv, dv, key+".")
+			case !fv.Equal(dv):
+				t.Errorf("%s: an empty file gives %v, the daemon's default is %v", key, fv, dv)
+			}
+		}
+	}
+	compare(reflect.ValueOf(d.Config), reflect.ValueOf(def), "")
 }

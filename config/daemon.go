@@ -1,6 +1,7 @@
 // Package config owns pacer's configuration files: pacerd's YAML config and
 // the pacing-curve files. It parses and validates bytes it is handed (or the
-// files of an fs.FS), fills defaults, and reports problems by key and line,
+// files of an fs.FS), fills defaults (the daemon's settings take
+// daemon.DefaultConfig's), and reports problems by key and line,
 // so an operator can fix a config file from the error alone. It never reads
 // flags, the environment or a path of its own choosing.
 package config
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/broadcast"
+	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"gopkg.in/yaml.v3"
@@ -27,6 +29,13 @@ import (
 // DefaultDaemon), so an empty file is a valid config; a key the struct does
 // not know is an error, so a typo never silently leaves a default in place.
 // Command-line overrides are applied by cmd/pacerd, not here.
+//
+// The daemon's own settings (holder, the lease section, the refill loop's
+// timings, the auction-id memory, the unknown-campaign cache) are a
+// daemon.Config, decoded straight into it by its yaml tags: their defaults
+// and checks are daemon.Config's. This file keeps what only a process has:
+// the socket, addresses and secrets of Redis, etcd and NATS, the admin
+// listener, logging, and the directories.
 type Daemon struct {
 	// Socket is the Unix socket bidders connect to.
 	Socket string `yaml:"socket"`
@@ -71,39 +80,19 @@ type Daemon struct {
 	AdminMaxConns int `yaml:"admin_max_conns"`
 	// AdminIdleTimeout closes an admin connection idle for this long.
 	AdminIdleTimeout time.Duration `yaml:"admin_idle_timeout"`
-	// UnknownCampaignTTL is how long an id the ledger does not know is
-	// answered "unknown campaign" without asking the ledger again.
-	UnknownCampaignTTL time.Duration `yaml:"unknown_campaign_ttl"`
-	// MaxCampaignLoads bounds first-use campaign loads in flight.
-	MaxCampaignLoads int `yaml:"max_campaign_loads"`
-	// Holder names this daemon in lease records. Empty means the host name,
-	// which the caller fills in.
-	Holder string `yaml:"holder"`
 	// CurvesDir holds the pacing-curve files (*.yaml).
 	CurvesDir string `yaml:"curves_dir"`
 	// StateDir is where the daemon remembers campaigns across restarts.
 	StateDir string `yaml:"state_dir"`
 	// MaxAmountMicros caps one SPEND or REFUND.
 	MaxAmountMicros int64 `yaml:"max_amount_micros"`
-	// DedupMemoryBytes bounds the memory of the auction ids of allowed
-	// SPENDs, for the whole daemon (see daemon.Config.DedupMemoryBytes).
-	DedupMemoryBytes int64 `yaml:"dedup_memory_bytes"`
-	Lease            Lease `yaml:"lease"`
-	// TickInterval is how often the refill loop runs.
-	TickInterval time.Duration `yaml:"tick_interval"`
-	// CampaignRefresh is how often the ledger's campaign change stream is
-	// read (one read for every campaign) and the settings it names re-read.
-	CampaignRefresh time.Duration `yaml:"campaign_refresh"`
-	// CampaignReread is how often each campaign's settings are read in full
-	// anyway (a safety net for a change record lost in a failover).
-	CampaignReread time.Duration `yaml:"campaign_reread"`
-	// CampaignIdle: a campaign unused this long is dropped from memory and
-	// loaded again on its next use; 0: never.
-	CampaignIdle time.Duration `yaml:"campaign_idle"`
-	// LedgerTimeout bounds one ledger call.
-	LedgerTimeout time.Duration `yaml:"ledger_timeout"`
-	Log           Log           `yaml:"log"`
-	Ledger        Ledger        `yaml:"ledger"`
+	// Config holds the daemon's settings, at the file's top level and in its
+	// lease section. Holder empty means the host name, which the caller
+	// fills in. The file writes "never" for lease.standing_idle and
+	// campaign_idle as 0s; ParseDaemon turns that into daemon.Never.
+	daemon.Config `yaml:",inline"`
+	Log           Log    `yaml:"log"`
+	Ledger        Ledger `yaml:"ledger"`
 	// RedisAuth and RedisTLS secure the ledger's connections.
 	RedisAuth RedisAuth `yaml:"redis_auth"`
 	RedisTLS  TLS       `yaml:"redis_tls"`
@@ -115,26 +104,6 @@ type Daemon struct {
 	NATSAuth  NATSAuth  `yaml:"nats_auth"`
 	NATSTLS   TLS       `yaml:"nats_tls"`
 	Broadcast Broadcast `yaml:"broadcast"`
-}
-
-// Lease is the lease timing section of Daemon. The fencing rule that keeps a
-// cut-off daemon from overspending lives in these numbers: a daemon spends a
-// lease only until expiry minus SkewBound, and the reconciler settles it only
-// after expiry plus Grace, so Grace must exceed SkewBound.
-type Lease struct {
-	Window      time.Duration `yaml:"window"`
-	SkewBound   time.Duration `yaml:"skew_bound"`
-	Grace       time.Duration `yaml:"grace"`
-	CapWindow   time.Duration `yaml:"cap_window"`
-	BurstWindow time.Duration `yaml:"burst_window"`
-	// CatchUp is the fastest a campaign behind its curve recovers, as a
-	// multiple of the curve's pace (1 to 8).
-	CatchUp int64 `yaml:"max_catch_up"`
-	// StandingWindow is how long a sparse campaign's standing one-bid lease
-	// lasts; StandingIdle how long after its last SPEND a host keeps one
-	// (0s: never).
-	StandingWindow time.Duration `yaml:"standing_window"`
-	StandingIdle   time.Duration `yaml:"standing_idle"`
 }
 
 // Log is the logging section of Daemon.
@@ -188,29 +157,12 @@ func DefaultDaemon() Daemon {
 		CurvesDir:       "/etc/pacer/curves",
 		StateDir:        "/var/lib/pacer",
 		MaxAmountMicros: 100_000_000,
-		// About 1.25 million auction ids: 10 minutes of ids at 2,000 allowed
-		// SPENDs a second with ids, and about 7 s at 180,000.
-		DedupMemoryBytes: 64 << 20,
-		Lease: Lease{
-			Window:         30 * time.Second,
-			SkewBound:      time.Second,
-			Grace:          4 * time.Second,
-			CapWindow:      5 * time.Minute,
-			BurstWindow:    2 * time.Second,
-			CatchUp:        3,
-			StandingWindow: 5 * time.Minute,
-			StandingIdle:   6 * time.Hour,
-		},
-		TickInterval:    100 * time.Millisecond,
-		CampaignRefresh: 30 * time.Second,
-		CampaignReread:  30 * time.Minute,
-		CampaignIdle:    6*time.Hour + 10*time.Minute,
-		LedgerTimeout:   2 * time.Second,
+		Config:          daemon.DefaultConfig(),
 		Log:             Log{Format: "json", Level: "info"},
 		Ledger:          Ledger{Durability: "fsync", CheckInterval: 10 * time.Second},
 
-		// The bidder socket's limits (transport.ServerConfig's defaults),
-		// the admin listener's, and the unknown-campaign cache's.
+		// The bidder socket's limits (transport.ServerConfig's defaults)
+		// and the admin listener's.
 		MaxClients:         10_000,
 		ClientIdleTimeout:  5 * time.Minute,
 		ClientReadTimeout:  10 * time.Second,
@@ -219,8 +171,6 @@ func DefaultDaemon() Daemon {
 		AllowedGIDs:        []int64{},
 		AdminMaxConns:      64,
 		AdminIdleTimeout:   time.Minute,
-		UnknownCampaignTTL: 10 * time.Second,
-		MaxCampaignLoads:   64,
 		Broadcast:          Broadcast{MaxAge: 10 * time.Second},
 	}
 }
@@ -229,9 +179,10 @@ func DefaultDaemon() Daemon {
 // 108 bytes including the terminating NUL).
 const maxSocketPath = 107
 
-// minDedupMemory and maxDedupMemory bound dedup_memory_bytes: below 1 MiB a
-// busy daemon would remember its auction ids for well under a second; above
-// 64 GiB it is surely a typo.
+// minDedupMemory and maxDedupMemory bound dedup_memory_bytes in a config
+// file, inside the daemon's own bounds: below 1 MiB a busy daemon would
+// remember its auction ids for well under a second; above 64 GiB it is surely
+// a typo. (The daemon accepts less, for tests of its eviction.)
 const (
 	minDedupMemory = 1 << 20
 	maxDedupMemory = 64 << 30
@@ -249,9 +200,6 @@ func AdminUnixPath(addr string) (string, bool) {
 	return addr, strings.HasPrefix(addr, "/")
 }
 
-// maxHolder matches the daemon's own limit on holder names.
-const maxHolder = 100
-
 // ParseDaemon parses a pacerd config file: keys absent from data keep their
 // DefaultDaemon value. Unknown keys, values of the wrong type and settings
 // that do not make sense together are errors; all the problems found are
@@ -261,13 +209,42 @@ func ParseDaemon(data []byte) (Daemon, error) {
 	if err := decodeStrict(data, &d); err != nil {
 		return Daemon{}, err
 	}
+	errs := d.fileNever()
 	if err := d.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return Daemon{}, err
 	}
 	return d, nil
 }
 
-// Validate reports every problem in d, joined, or nil. ParseDaemon calls it;
+// fileNever maps the file's 0s ("never") for lease.standing_idle and
+// campaign_idle onto daemon.Never (a zero daemon.Config field means its
+// default), and refuses a negative duration there, which the file has no use
+// for. It runs once, on what the file said: after it, the fields hold the
+// daemon's meaning.
+func (d *Daemon) fileNever() []error {
+	var errs []error
+	for _, f := range []struct {
+		key, never string
+		v          *time.Duration
+	}{
+		{"lease.standing_idle", "no standing leases", &d.StandingIdle},
+		{"campaign_idle", "never drop an unused campaign", &d.CampaignIdle},
+	} {
+		switch {
+		case *f.v < 0:
+			errs = append(errs, fmt.Errorf("%s: %v: must be 0 (%s) or positive", f.key, *f.v, f.never))
+		case *f.v == 0:
+			*f.v = daemon.Never
+		}
+	}
+	return errs
+}
+
+// Validate reports every problem in d, joined, or nil: the file's own keys
+// checked here, the daemon's by daemon.Config.Validate. ParseDaemon calls it;
 // cmd/pacerd calls it again after applying flag overrides.
 func (d Daemon) Validate() error {
 	var errs []error
@@ -365,19 +342,6 @@ func (d Daemon) Validate() error {
 	}
 	checkIDs("allowed_uids", d.AllowedUIDs)
 	checkIDs("allowed_gids", d.AllowedGIDs)
-	if d.UnknownCampaignTTL <= 0 || d.UnknownCampaignTTL > time.Hour {
-		bad("unknown_campaign_ttl: %v: want more than 0 and at most 1h", d.UnknownCampaignTTL)
-	}
-	if d.MaxCampaignLoads < 1 || d.MaxCampaignLoads > 10_000 {
-		bad("max_campaign_loads: %d: want 1 to 10000", d.MaxCampaignLoads)
-	}
-	switch {
-	case len(d.Holder) > maxHolder:
-		bad("holder: %d bytes; at most %d allowed", len(d.Holder), maxHolder)
-	case strings.ContainsFunc(d.Holder, func(r rune) bool { return r == '|' || r <= ' ' || r == 0x7f }):
-		// Lease records are "amount|holder|expiry".
-		bad("holder: %q must not contain '|', spaces or control characters", d.Holder)
-	}
 	if d.CurvesDir == "" {
 		bad("curves_dir: must not be empty")
 	}
@@ -387,47 +351,19 @@ func (d Daemon) Validate() error {
 	if d.MaxAmountMicros <= 0 || d.MaxAmountMicros > lease.MaxBudgetMicros {
 		bad("max_amount_micros: %d: want 1 to %d", d.MaxAmountMicros, lease.MaxBudgetMicros)
 	}
-	if d.DedupMemoryBytes < minDedupMemory || d.DedupMemoryBytes > maxDedupMemory {
+	// The file's tighter bound on dedup_memory_bytes replaces the daemon's.
+	fileDedup := d.DedupMemoryBytes < minDedupMemory || d.DedupMemoryBytes > maxDedupMemory
+	if fileDedup {
 		bad("dedup_memory_bytes: %d: want %d (1 MiB) to %d (64 GiB)", d.DedupMemoryBytes, int64(minDedupMemory), int64(maxDedupMemory))
 	}
-
-	positive := func(key string, v time.Duration) bool {
-		if v <= 0 {
-			bad("%s: %v: must be positive", key, v)
-			return false
+	if err := d.Config.Validate(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			var ce *daemon.ConfigError
+			if errors.As(e, &ce) && ce.Key == "dedup_memory_bytes" && fileDedup {
+				continue
+			}
+			errs = append(errs, e)
 		}
-		return true
-	}
-	l := d.Lease
-	okWindow := positive("lease.window", l.Window)
-	okSkew := positive("lease.skew_bound", l.SkewBound)
-	okGrace := positive("lease.grace", l.Grace)
-	positive("lease.cap_window", l.CapWindow)
-	positive("lease.burst_window", l.BurstWindow)
-	if l.CatchUp < 1 || l.CatchUp > lease.MaxCatchUp {
-		bad("lease.max_catch_up: %d: want 1 to %d (a multiple of the curve's pace; 1 spreads a deficit over the rest of the day)", l.CatchUp, lease.MaxCatchUp)
-	}
-	if okWindow && l.StandingWindow < l.Window {
-		bad("lease.standing_window: %v must be at least lease.window %v", l.StandingWindow, l.Window)
-	}
-	if l.StandingIdle < 0 {
-		bad("lease.standing_idle: %v: must be 0 (no standing leases) or positive", l.StandingIdle)
-	}
-	okTick := positive("tick_interval", d.TickInterval)
-	positive("campaign_refresh", d.CampaignRefresh)
-	positive("campaign_reread", d.CampaignReread)
-	if d.CampaignIdle < 0 {
-		bad("campaign_idle: %v: must be 0 (never drop an unused campaign) or positive", d.CampaignIdle)
-	}
-	positive("ledger_timeout", d.LedgerTimeout)
-	if okSkew && okGrace && l.Grace <= l.SkewBound {
-		bad("lease.grace: %v must exceed lease.skew_bound %v, or the reconciler could settle a lease its holder may still spend", l.Grace, l.SkewBound)
-	}
-	if okSkew && okWindow && l.Window <= 4*l.SkewBound {
-		bad("lease.window: %v must exceed 4 x lease.skew_bound (%v), or little of each lease is spendable", l.Window, 4*l.SkewBound)
-	}
-	if okTick && okWindow && d.TickInterval >= l.Window {
-		bad("tick_interval: %v must be shorter than lease.window %v", d.TickInterval, l.Window)
 	}
 
 	d.Ledger.validate(bad)

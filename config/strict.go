@@ -98,12 +98,8 @@ func checkMapping(n *yaml.Node, t reflect.Type, path string) []error {
 	}
 	fields := make(map[string]reflect.StructField, t.NumField())
 	var known []string
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
+	for _, f := range yamlFields(t) {
+		name := yamlName(f)
 		fields[name] = f
 		known = append(known, name)
 	}
@@ -130,6 +126,30 @@ func checkMapping(n *yaml.Node, t reflect.Type, path string) []error {
 		errs = append(errs, checkTypes(v, f.Type, key)...)
 	}
 	return errs
+}
+
+// yamlFields returns the fields of struct type t that have a YAML key, in
+// order, with the fields of an inline struct (config.Daemon's daemon.Config)
+// in its place.
+func yamlFields(t reflect.Type) []reflect.StructField {
+	var out []reflect.StructField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "" && opts == "inline" && f.Type.Kind() == reflect.Struct:
+			out = append(out, yamlFields(f.Type)...)
+		case name != "" && name != "-":
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// yamlName is a field's YAML key.
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
 }
 
 func joinPath(path, key string) string {

@@ -38,7 +38,7 @@ func auctionFixture(t *testing.T, cfg daemon.Config) (*fixture, *daemon.Daemon) 
 
 func tokens(t *testing.T, d *daemon.Daemon, id string) int64 {
 	t.Helper()
-	b, err := d.Balance(id)
+	b, err := d.Balance(pacer.CampaignID(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func tokens(t *testing.T, d *daemon.Daemon, id string) int64 {
 
 func mustSpend(t *testing.T, d *daemon.Daemon, amount int64, auction string, want pacer.Decision) {
 	t.Helper()
-	dec, err := d.Spend("c", amount, auction)
+	dec, err := d.Spend("c", pacer.Micros(amount), auction)
 	if err != nil || dec != want {
 		t.Fatalf("SPEND c %d %s = %v, %v; want %v", amount, auction, dec, err, want)
 	}

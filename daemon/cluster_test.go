@@ -66,7 +66,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 			d.Step(ctx)
 			for _, id := range ids {
 				for range 20 { // 60,000 micros a second per campaign: demand far above the budget
-					dec, err := d.Spend(id, 1_000, "")
+					dec, err := d.Spend(pacer.CampaignID(id), 1_000, "")
 					if err != nil {
 						t.Fatal(err)
 					}

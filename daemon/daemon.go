@@ -9,11 +9,15 @@
 // A campaign's code is split by job: campaign.go is the hot path (SPEND,
 // REFUND, BALANCE), refill.go the refill and lease loop, demand.go demand
 // accounting, day.go the campaign-day's state; schedule.go decides which
-// campaigns step when. A Daemon's goroutines (first-use loads, Warm) run on
-// its lifetime, which Close ends and waits for before releasing leases. The
-// reconciler and the election live in package reconcile, the broadcasts in
-// package broadcast, the domain words (Decision, Balance, Event) in package
-// pacer.
+// campaigns step when. Config (config.go) is pacerd's one daemon
+// configuration, with its defaults and checks; the config file decodes into
+// it. Open (open.go) assembles a running daemon from it, as pacerd, the
+// simulator and the fleet tests use it; New builds one on a ledger the caller
+// owns. A Daemon's goroutines (first-use loads, Warm, and Open's refill loop
+// and ledger gate) run on its lifetime, which Close ends and waits for before
+// releasing leases. The reconciler and the election live in package
+// reconcile, the broadcasts in package broadcast, the domain words (Decision,
+// Balance, Event) in package pacer.
 package daemon
 
 import (
@@ -70,6 +74,9 @@ type Daemon struct {
 	endLife context.CancelFunc
 	workMu  sync.Mutex
 	work    sync.WaitGroup
+
+	// opened is what Open started beside the daemon (nil after New).
+	opened *opened
 }
 
 type counters struct {
@@ -83,7 +90,8 @@ type counters struct {
 
 // New returns a Daemon using ledger.
 func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
-	if err := cfg.setDefaults(); err != nil {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("daemon config: %w", err)
 	}
 	d := &Daemon{
@@ -252,8 +260,9 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 // Spend implements transport.Spender: may the campaign spend amount micros on
 // this auction? It never waits on the network, except for the first SPEND of
 // a campaign this daemon has not seen, which waits for the campaign's settings.
-func (d *Daemon) Spend(campaignID string, amount int64, auctionID string) (pacer.Decision, error) {
-	c, err := d.campaignFor(campaignID, amount)
+func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, error) {
+	amount := int64(amountMicros)
+	c, err := d.campaignFor(string(campaignID), amount)
 	if err != nil {
 		d.counters.spendErrors.Add(1)
 		return pacer.Paced, err
@@ -286,8 +295,9 @@ func (d *Daemon) decisions() decisionCounts {
 }
 
 // Refund implements transport.Spender.
-func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error {
-	c, err := d.campaignFor(campaignID, 0)
+func (d *Daemon) Refund(campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) error {
+	amount := int64(amountMicros)
+	c, err := d.campaignFor(string(campaignID), 0)
 	if err != nil {
 		return err
 	}
@@ -303,8 +313,8 @@ func (d *Daemon) Refund(campaignID string, amount int64, auctionID string) error
 }
 
 // Balance implements transport.Spender.
-func (d *Daemon) Balance(campaignID string) (pacer.Balance, error) {
-	c, err := d.campaignFor(campaignID, 0)
+func (d *Daemon) Balance(campaignID pacer.CampaignID) (pacer.Balance, error) {
+	c, err := d.campaignFor(string(campaignID), 0)
 	if err != nil {
 		return pacer.Balance{}, err
 	}
@@ -396,7 +406,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 // waits for them, then drops every bucket and releases every lease, returning
 // unused micros to the ledger at once. It returns the first release error;
 // leases it could not release are settled by the ledger after their expiry.
+// A daemon from Open has its refill loop and ledger gate stopped first, and
+// its journal, broadcaster and Redis client closed last: once Close returns,
+// no goroutine Open started is left.
 func (d *Daemon) Close(ctx context.Context) error {
+	if d.opened != nil {
+		d.opened.stopLoops()
+		defer d.opened.close()
+	}
 	d.workMu.Lock()
 	d.closed.Store(true)
 	d.workMu.Unlock()

@@ -108,7 +108,7 @@ func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (
 	t.Helper()
 	var allowed int64
 	for {
-		dec, err := d.Spend(id, amount, "")
+		dec, err := d.Spend(pacer.CampaignID(id), pacer.Micros(amount), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,7 +43,7 @@ func TestCampaignDaysAcrossTimeZonesAndDST(t *testing.T) {
 			}
 			// The test's bidder spends in bursts every 5 s; a bucket that holds
 			// 10 s of drip keeps those bursts from clipping the drip.
-			dm, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, BurstWindow: 10 * time.Second})
+			dm, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{BurstWindow: 10 * time.Second}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func spendAttempts(t *testing.T, d *daemon.Daemon, id string, amount int64, n in
 	t.Helper()
 	var allowed int64
 	for range n {
-		dec, err := d.Spend(id, amount, "")
+		dec, err := d.Spend(pacer.CampaignID(id), pacer.Micros(amount), "")
 		if err != nil {
 			t.Fatal(err)
 		}

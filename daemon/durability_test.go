@@ -47,7 +47,7 @@ func TestClockAheadRefusesLeases(t *testing.T) {
 		{shift: 0},
 	} {
 		gate := daemon.NewLedgerGate(daemon.GateConfig{})
-		d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: shiftedClock(tc.shift), SkewBound: time.Second, LedgerGate: gate.Err})
+		d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: shiftedClock(tc.shift), LeaseTiming: daemon.LeaseTiming{SkewBound: time.Second}, LedgerGate: gate.Err})
 		if err != nil {
 			t.Fatal(err)
 		}

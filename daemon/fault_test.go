@@ -68,7 +68,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 				ids.Unlock()
 			}
 			now := f.clock.Now()
-			dec, err := d.Spend("c", amount, id)
+			dec, err := d.Spend("c", pacer.Micros(amount), id)
 			ok := err == nil && dec == pacer.Allowed
 			if err == nil && dec != pacer.Allowed {
 				denied.Add(1)
@@ -80,7 +80,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 			rec.Record(history.Call{At: now, Client: "h" + strconv.Itoa(i), Campaign: "c", Day: bucket.DayOf(now, time.UTC).Key,
 				Auction: id, Amount: amount, OK: ok, Answer: ans})
 			if ok && id != "" && k%10 == 0 {
-				err := d.Refund("c", amount, id)
+				err := d.Refund("c", pacer.Micros(amount), id)
 				rec.Record(history.Call{At: now, Client: "h" + strconv.Itoa(i), Campaign: "c", Day: bucket.DayOf(now, time.UTC).Key,
 					Auction: id, Amount: amount, Refund: true, OK: err == nil, Answer: errString(err)})
 			}

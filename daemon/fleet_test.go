@@ -29,26 +29,25 @@ func startNATS(t testing.TB) *embedded.NATS {
 	return n
 }
 
-// fleetDaemon is a daemon wired to NATS as pacerd wires it: it publishes what
-// it learns first and applies what others broadcast.
+// fleetDaemon is a daemon wired to NATS as pacerd wires it (daemon.Open): it
+// publishes what it learns first and applies what others broadcast. The test
+// steps it on the fixture's clock.
 func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *broadcast.Broadcaster) {
 	t.Helper()
-	b, err := broadcast.Connect(natsURL, holder, nil)
+	rdb := f.redis.Client()
+	t.Cleanup(func() { rdb.Close() })
+	cfg.Holder, cfg.Clock = holder, f.clock
+	cfg.Links = daemon.Links{RedisClient: rdb, Ledger: lease.Config{Retention: 100 * 365 * 24 * time.Hour},
+		NATS: natsURL, NATSOptions: broadcast.Options{Name: holder}, ManualStep: true}
+	d, err := daemon.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Holder, cfg.Clock, cfg.Publisher = holder, f.clock, b
-	d, err := daemon.New(f.ledger, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Subscribe(d.HandleEvent); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { d.Close(ctx) })
+	b := d.Broadcaster()
 	if err := b.Flush(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close(); d.Close(ctx) })
 	return d, b
 }
 
@@ -455,7 +454,7 @@ func TestClockSkewWithinBound(t *testing.T) {
 	f.campaign(t, "c", budget, 4)
 	f.clock.Set(midnight.Add(22 * time.Hour))
 	cfg := func(h string, off time.Duration) daemon.Config {
-		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, SkewBound: time.Second, Grace: 2100 * time.Millisecond}
+		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, LeaseTiming: daemon.LeaseTiming{SkewBound: time.Second, Grace: 2100 * time.Millisecond}}
 	}
 	a, err := daemon.New(f.ledger, cfg("ahead", 900*time.Millisecond))
 	if err != nil {

@@ -59,7 +59,7 @@ func TestLastMicrosAreSpendable(t *testing.T) {
 			if allowed != tc.budget {
 				t.Fatalf("allowed %d of a %d budget in two minutes of SPENDs of %d", allowed, tc.budget, tc.spend)
 			}
-			if dec, _ := d.Spend("c", tc.spend, ""); dec != pacer.Exhausted {
+			if dec, _ := d.Spend("c", pacer.Micros(tc.spend), ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND after the whole budget = %v, want exhausted", dec)
 			}
 			if sh := f.check(t, "c"); sh.Spent+sh.Leased < allowed {

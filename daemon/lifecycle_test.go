@@ -198,7 +198,7 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	f.campaign(t, "busy", 86_400_000_000, 4)
 	ledger, kinds := countingLedger(f)
 	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock, StandingIdle: 5 * time.Minute, CampaignIdle: 20 * time.Minute})
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{StandingIdle: 5 * time.Minute}, CampaignIdle: 20 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"github.com/pacer/pacer"
 	"os"
 	"runtime"
 	"strconv"
@@ -105,12 +106,12 @@ func benchDaemonScale(b *testing.B, n int, mix string) {
 		}
 		for i := range hot {
 			for range 20 {
-				d.Spend(ids[i], 1000, "")
+				d.Spend(pacer.CampaignID(ids[i]), 1000, "")
 			}
 		}
 		for i := hot; i < hot+warm; i++ {
 			if (i+t)%300 == 0 {
-				d.Spend(ids[i], 1000, "")
+				d.Spend(pacer.CampaignID(ids[i]), 1000, "")
 			}
 		}
 	}

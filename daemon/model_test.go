@@ -527,7 +527,7 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 	if m.quiet[history.DayKey{Campaign: id, Day: day.Key}] {
 		return false // the model sends no more SPENDs for the day: the probe's would not be made
 	}
-	b, berr := n.d.Balance(id)
+	b, berr := n.d.Balance(pacer.CampaignID(id))
 	if berr != nil || b.State != "exhausted" {
 		return false
 	}
@@ -553,7 +553,7 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 		m.nextID++
 		before := m.stats.calls
 		if os.Getenv("PACER_MODEL_LOG") != "" {
-			b, _ := n.d.Balance(id)
+			b, _ := n.d.Balance(pacer.CampaignID(id))
 			m.t.Logf("PROBE %s %v %+v", n.name, n.clock.Now().Format("15:04:05.000"), b)
 		}
 		m.spend(slices.Index(m.nodes, n), slices.Index(m.camps, c), 1000, "p"+strconv.Itoa(m.nextID))
@@ -578,7 +578,7 @@ func (m *modelRun) spend(node, ci int, amount int64, id string) {
 	if m.quiet[history.DayKey{Campaign: c.stored.ID, Day: day}] {
 		return
 	}
-	dec, err := n.d.Spend(c.stored.ID, amount, id)
+	dec, err := n.d.Spend(pacer.CampaignID(c.stored.ID), pacer.Micros(amount), id)
 	ans := dec.String()
 	if err != nil {
 		ans = "error: " + err.Error()
@@ -601,7 +601,7 @@ func (m *modelRun) spend(node, ci int, amount int64, id string) {
 
 func (m *modelRun) refund(a *auctionRec, amount int64) {
 	n, c := m.nodes[a.node], m.camps[a.campaign]
-	err := n.d.Refund(c.stored.ID, amount, a.id)
+	err := n.d.Refund(pacer.CampaignID(c.stored.ID), pacer.Micros(amount), a.id)
 	ans := "+OK"
 	if err != nil {
 		ans = "error: " + err.Error()

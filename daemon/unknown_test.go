@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"errors"
+	"github.com/pacer/pacer"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +63,7 @@ func floodUnknown(t testing.TB, d *daemon.Daemon, prefix string, n int) {
 	t.Helper()
 	var unknown *lease.UnknownCampaignError
 	for i := range n {
-		if _, err := d.Spend(prefix+strconv.Itoa(i), 1, ""); !errors.As(err, &unknown) {
+		if _, err := d.Spend(pacer.CampaignID(prefix+strconv.Itoa(i)), 1, ""); !errors.As(err, &unknown) {
 			t.Fatalf("SPEND %s%d: %v, want unknown campaign", prefix, i, err)
 		}
 	}
@@ -149,7 +150,7 @@ func TestUnknownCampaignFloodConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 1250 {
 				id := "ghost-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
-				_, err := d.Spend(id, 1, "")
+				_, err := d.Spend(pacer.CampaignID(id), 1, "")
 				var unknown *lease.UnknownCampaignError
 				if !errors.As(err, &unknown) && (err == nil || !strings.Contains(err.Error(), "retry")) {
 					t.Errorf("SPEND %s: %v", id, err)

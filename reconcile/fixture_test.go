@@ -109,7 +109,7 @@ func spendAttempts(t *testing.T, d *daemon.Daemon, id string, amount int64, n in
 	t.Helper()
 	var allowed int64
 	for range n {
-		dec, err := d.Spend(id, amount, "")
+		dec, err := d.Spend(pacer.CampaignID(id), pacer.Micros(amount), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -162,7 +162,7 @@ type runner struct {
 
 	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB redis.UniversalClient
 	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
-	ledger, reconLedger, obsLedger               *lease.Ledger
+	reconLedger, obsLedger                       *lease.Ledger
 	luaScript                                    *redis.Script
 	daemonCfg                                    daemon.Config
 }
@@ -247,7 +247,6 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	// The scenario's day is simulated, often in the past of Redis's own clock:
 	// keep its keys from expiring the moment they are written.
 	lcfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
-	r.ledger = lease.New(r.pacerRDB, lcfg, r.log)
 	r.reconLedger = lease.New(r.reconRDB, lcfg, r.log)
 	r.obsLedger = lease.New(r.obsRDB, lcfg, r.log)
 	if n, err := r.obsLedger.CountKeys(ctx); err == nil && n > 0 && r.opt.RedisAddr != "" {
@@ -301,8 +300,10 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 
 	tune := sc.Daemon
 	r.daemonCfg = daemon.Config{
-		LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
-		CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
+		LeaseTiming: daemon.LeaseTiming{
+			LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
+			CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
+		},
 	}
 	for i, h := range sc.Hosts {
 		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,
@@ -316,7 +317,10 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		for k, v := range sc.curves {
 			cfg.Curves[k] = v
 		}
-		d, err := daemon.New(r.ledger, cfg)
+		// Every host's ledger calls go through one counted client; the
+		// runner steps each daemon itself, on the host's clock.
+		cfg.Links = daemon.Links{RedisClient: r.pacerRDB, Ledger: lcfg, ManualStep: true}
+		d, err := daemon.Open(ctx, cfg)
 		if err != nil {
 			return err
 		}
@@ -621,12 +625,13 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 	hc.requests++
 	var dec pacer.Decision
 	var err error
+	id, micros := pacer.CampaignID(c.spec.ID), pacer.Micros(amount)
 	if h.latCount[sPacer]++; h.latCount[sPacer]%latencyEvery == 0 {
 		t0 := time.Now()
-		dec, err = h.d.Spend(c.spec.ID, amount, "")
+		dec, err = h.d.Spend(id, micros, "")
 		h.lat[sPacer] = append(h.lat[sPacer], time.Since(t0))
 	} else {
-		dec, err = h.d.Spend(c.spec.ID, amount, "")
+		dec, err = h.d.Spend(id, micros, "")
 	}
 	switch {
 	case err != nil:

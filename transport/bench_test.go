@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"github.com/pacer/pacer"
 	"io"
 	"net"
 	"strings"
@@ -48,10 +49,12 @@ func BenchmarkClientSpendParallel(b *testing.B) {
 // nopSpender isolates the server's own cost from the Spender's.
 type nopSpender struct{}
 
-func (nopSpender) Spend(string, int64, string) (Decision, error) { return Allowed, nil }
-func (nopSpender) Refund(string, int64, string) error            { return nil }
-func (nopSpender) Balance(string) (Balance, error)               { return Balance{}, nil }
-func (nopSpender) Info() []InfoField                             { return nil }
+func (nopSpender) Spend(pacer.CampaignID, pacer.Micros, string) (Decision, error) {
+	return Allowed, nil
+}
+func (nopSpender) Refund(pacer.CampaignID, pacer.Micros, string) error { return nil }
+func (nopSpender) Balance(pacer.CampaignID) (Balance, error)           { return Balance{}, nil }
+func (nopSpender) Info() []InfoField                                   { return nil }
 
 // BenchmarkDispatchSpend is the server's per-command work after parsing:
 // validation, the Spender call and the reply.

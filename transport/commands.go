@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/tidwall/redcon"
 )
 
@@ -156,7 +157,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if msg := checkCampaign(args[1]); msg != "" {
 			return msg
 		}
-		b, err := d.s.spender.Balance(d.intern(args[1]))
+		b, err := d.s.spender.Balance(pacer.CampaignID(d.intern(args[1])))
 		if err != nil {
 			return err.Error()
 		}
@@ -192,19 +193,21 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 
 // spendArgs validates `<cmd> <campaign> <micros> [<auction-id>]` before the
 // Spender sees it.
-func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amount int64, auction string, msg string) {
+// spendArgs checks a SPEND's or REFUND's arguments: this is where the
+// wire's bytes become the domain's CampaignID and Micros.
+func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign pacer.CampaignID, amount pacer.Micros, auction string, msg string) {
 	if len(args) != 3 && len(args) != 4 {
 		return "", 0, "", arityError(cmd)
 	}
 	if msg := checkCampaign(args[1]); msg != "" {
 		return "", 0, "", msg
 	}
-	amount, msg = parseAmount(args[2])
+	micros, msg := parseAmount(args[2])
 	if msg != "" {
 		return "", 0, "", msg
 	}
-	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && amount > limit {
-		return "", 0, "", "amount " + strconv.FormatInt(amount, 10) +
+	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && micros > limit {
+		return "", 0, "", "amount " + strconv.FormatInt(micros, 10) +
 			" exceeds the per-call maximum " + strconv.FormatInt(limit, 10)
 	}
 	var auctionID []byte
@@ -218,11 +221,11 @@ func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign string, amou
 		}
 	}
 	if auctionID == nil {
-		return d.intern(args[1]), amount, "", ""
+		return pacer.CampaignID(d.intern(args[1])), pacer.Micros(micros), "", ""
 	}
 	d.ids = append(append(d.ids[:0], args[1]...), auctionID...)
 	both := string(d.ids)
-	return both[:len(args[1])], amount, both[len(args[1]):], ""
+	return pacer.CampaignID(both[:len(args[1])]), pacer.Micros(micros), both[len(args[1]):], ""
 }
 
 // parseAmount accepts only the canonical decimal form of a positive amount:

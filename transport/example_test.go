@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/transport"
 )
 
@@ -18,22 +19,22 @@ type budget struct {
 	tokens int64
 }
 
-func (b *budget) Spend(campaign string, amountMicros int64, _ string) (transport.Decision, error) {
+func (b *budget) Spend(campaign pacer.CampaignID, amount pacer.Micros, _ string) (transport.Decision, error) {
 	if campaign != "demo" {
 		return transport.Paced, fmt.Errorf("unknown campaign %q", campaign)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tokens < amountMicros {
+	if b.tokens < int64(amount) {
 		return transport.Exhausted, nil
 	}
-	b.tokens -= amountMicros
+	b.tokens -= int64(amount)
 	return transport.Allowed, nil
 }
 
-func (b *budget) Refund(string, int64, string) error { return nil }
+func (b *budget) Refund(pacer.CampaignID, pacer.Micros, string) error { return nil }
 
-func (b *budget) Balance(string) (transport.Balance, error) {
+func (b *budget) Balance(pacer.CampaignID) (transport.Balance, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return transport.Balance{Tokens: b.tokens, State: "active"}, nil

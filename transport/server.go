@@ -51,13 +51,16 @@ type InfoField struct {
 // Errors are sent to the client as "-ERR " + err.Error(), so they should
 // read well on their own (e.g. `unknown campaign "x"`).
 //
-// The strings it is given are its own to keep: campaign ids are interned
+// The server turns the wire's bytes into the domain's words here: a
+// checked pacer.CampaignID and a positive pacer.Micros (at most
+// ServerConfig.MaxAmountMicros). The strings it is given are its own to
+// keep: campaign ids are interned
 // per connection (a SPEND of a campaign the connection named before
 // allocates nothing), auction ids are copied out of the read buffer.
 type Spender interface {
-	Spend(campaign string, amountMicros int64, auctionID string) (pacer.Decision, error)
-	Refund(campaign string, amountMicros int64, auctionID string) error
-	Balance(campaign string) (pacer.Balance, error)
+	Spend(campaign pacer.CampaignID, amount pacer.Micros, auctionID string) (pacer.Decision, error)
+	Refund(campaign pacer.CampaignID, amount pacer.Micros, auctionID string) error
+	Balance(campaign pacer.CampaignID) (pacer.Balance, error)
 	Info() []InfoField
 }
 

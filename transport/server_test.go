@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pacer/pacer"
 	"io"
 	"net"
 	"os"
@@ -43,7 +44,8 @@ func newFakeSpender() *fakeSpender {
 	}
 }
 
-func (f *fakeSpender) Spend(campaign string, amountMicros int64, auctionID string) (Decision, error) {
+func (f *fakeSpender) Spend(id pacer.CampaignID, amount pacer.Micros, auctionID string) (Decision, error) {
+	campaign, amountMicros := string(id), int64(amount)
 	if campaign == "slow" {
 		f.entered <- struct{}{}
 		<-f.release
@@ -65,7 +67,8 @@ func (f *fakeSpender) Spend(campaign string, amountMicros int64, auctionID strin
 	return Allowed, nil
 }
 
-func (f *fakeSpender) Refund(campaign string, amountMicros int64, auctionID string) error {
+func (f *fakeSpender) Refund(id pacer.CampaignID, amount pacer.Micros, auctionID string) error {
+	campaign, amountMicros := string(id), int64(amount)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.tokens[campaign]; !ok {
@@ -75,7 +78,8 @@ func (f *fakeSpender) Refund(campaign string, amountMicros int64, auctionID stri
 	return nil
 }
 
-func (f *fakeSpender) Balance(campaign string) (Balance, error) {
+func (f *fakeSpender) Balance(id pacer.CampaignID) (Balance, error) {
+	campaign := string(id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.tokens[campaign]

@@ -478,7 +478,8 @@ type fakeSpender struct {
 
 var _ transport.Spender = (*fakeSpender)(nil)
 
-func (f *fakeSpender) Spend(campaign string, amount int64, auctionID string) (pacer.Decision, error) {
+func (f *fakeSpender) Spend(id pacer.CampaignID, micros pacer.Micros, auctionID string) (pacer.Decision, error) {
+	campaign, amount := string(id), int64(micros)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.tokens[campaign]
@@ -495,7 +496,8 @@ func (f *fakeSpender) Spend(campaign string, amount int64, auctionID string) (pa
 	return pacer.Allowed, nil
 }
 
-func (f *fakeSpender) Refund(campaign string, amount int64, auctionID string) error {
+func (f *fakeSpender) Refund(id pacer.CampaignID, micros pacer.Micros, auctionID string) error {
+	campaign, amount := string(id), int64(micros)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.tokens[campaign]; !ok {
@@ -505,7 +507,8 @@ func (f *fakeSpender) Refund(campaign string, amount int64, auctionID string) er
 	return nil
 }
 
-func (f *fakeSpender) Balance(campaign string) (pacer.Balance, error) {
+func (f *fakeSpender) Balance(id pacer.CampaignID) (pacer.Balance, error) {
+	campaign := string(id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.tokens[campaign]

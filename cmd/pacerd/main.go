@@ -13,13 +13,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/daemon"
@@ -298,18 +296,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rdb, err := lease.NewClientWith(cfg.Redis, ropt)
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	defer rdb.Close()
 	durability, assume, err := durabilityPolicy(cfg)
 	if err != nil {
 		return err
 	}
-	ledger := lease.New(rdb, lease.Config{Durability: durability}, log)
-	gate := newLedgerGate(cfg, rdb, durability, assume, log)
-	var bc *broadcast.Broadcaster
+	dcfg := cfg.Config
+	dcfg.Curves, dcfg.Logger = curves, log
+	dcfg.Links = daemon.Links{
+		Redis: cfg.Redis, RedisOptions: ropt, Ledger: lease.Config{Durability: durability},
+		CheckLedger: true, AssumeDurability: assume, CheckInterval: cfg.Ledger.CheckInterval,
+		StateDir: cfg.StateDir,
+	}
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
 	} else {
@@ -325,64 +322,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if nopt.Keys == nil {
 			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
 		}
-		if bc, err = broadcast.ConnectWith(cfg.NATS, nopt); err != nil {
-			return err
-		}
-		defer bc.Close()
+		dcfg.Links.NATS, dcfg.Links.NATSOptions = cfg.NATS, nopt
 	}
-	var publisher daemon.Publisher
+	d, err := daemon.Open(ctx, dcfg)
+	if err != nil {
+		if errors.Is(err, daemon.ErrRefused) && errors.Is(err, lease.ErrAuth) {
+			return fmt.Errorf("%w (check redis_auth, redis_tls and PACER_REDIS_PASSWORD)", err)
+		}
+		return err
+	}
+	// Closed on the way out below; on an early return, here.
+	daemonClosed := false
+	defer func() {
+		if !daemonClosed {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = d.Close(cctx)
+		}
+	}()
+	bc := d.Broadcaster()
+	var publisher reconcile.Publisher
 	if bc != nil {
 		publisher = bc
-	}
-	// The lease journal: what this run holds, so that the next run gives
-	// back what a crash left unspent.
-	journal, leftover, err := daemon.OpenJournal(filepath.Join(cfg.StateDir, "leases.journal"), log)
-	if err != nil {
-		return err
-	}
-	defer journal.Close()
-	d, err := daemon.New(ledger, daemon.Config{
-		Journal:          journal,
-		DedupMemoryBytes: cfg.DedupMemoryBytes,
-		Publisher:        publisher,
-		Holder:           cfg.Holder,
-		LeaseWindow:      cfg.Lease.Window,
-		SkewBound:        cfg.Lease.SkewBound,
-		Grace:            cfg.Lease.Grace,
-		CapWindow:        cfg.Lease.CapWindow,
-		BurstWindow:      cfg.Lease.BurstWindow,
-		CatchUp:          cfg.Lease.CatchUp,
-		StandingWindow:   cfg.Lease.StandingWindow,
-		StandingIdle:     standingIdle(cfg.Lease.StandingIdle),
-		TickInterval:     cfg.TickInterval,
-		CampaignRefresh:  cfg.CampaignRefresh,
-		CampaignReread:   cfg.CampaignReread,
-		CampaignIdle:     campaignIdle(cfg.CampaignIdle),
-		LedgerTimeout:    cfg.LedgerTimeout,
-		Curves:           curves,
-		Logger:           log,
-		LedgerGate:       gate.Err,
-
-		// Against floods of unknown campaign ids.
-		UnknownCampaignTTL: cfg.UnknownCampaignTTL,
-		MaxCampaignLoads:   cfg.MaxCampaignLoads,
-	})
-	if err != nil {
-		return err
-	}
-	gate.Add("clock", d.CheckClock)
-	if err := firstLedgerCheck(ctx, gate, rdb, durability, assume, cfg.LedgerTimeout, log); err != nil {
-		return err
-	}
-	if len(leftover) > 0 {
-		back, err := d.Reclaim(ctx, journal, leftover)
-		log.Info("gave back what the previous run's leases had not dripped", zap.Int("leases", len(leftover)),
-			zap.Int64("micros", back), zap.Error(err))
-	}
-	if bc != nil {
-		if err := bc.Subscribe(d.HandleEvent); err != nil {
-			return err
-		}
 	}
 	var etcd *clientv3.Client
 	if len(cfg.Etcd) == 0 {
@@ -409,9 +370,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := transport.NewServer(d, serverConfig(cfg, d, log))
 	var rc *reconcile.Reconciler
 	if etcd != nil {
-		rc = reconcile.New(ledger, reconcile.Config{
-			Holder: cfg.Holder, Grace: cfg.Lease.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
-			Gate: gate.Err,
+		rc = reconcile.New(d.Ledger(), reconcile.Config{
+			Holder: cfg.Holder, Grace: cfg.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
+			Gate: d.LedgerCheck(),
 		})
 	}
 	var ready atomic.Bool
@@ -425,10 +386,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer adm.Close()
 	}
 	loopCtx, stopLoop := context.WithCancel(context.Background())
-	loopDone := make(chan error, 1)
-	go func() { loopDone <- d.Run(loopCtx) }()
-	gateDone := make(chan error, 1)
-	go func() { gateDone <- gate.Run(loopCtx) }()
 	reconcilerDone := make(chan error, 1)
 	if rc != nil {
 		go func() { reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, 5)) }()
@@ -469,14 +426,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Warn("socket server shutdown", zap.Error(err))
 	}
 	stopLoop()
-	<-loopDone
-	<-gateDone
 	if err := <-reconcilerDone; err != nil {
 		log.Warn("reconciler resign", zap.Error(err))
 	}
 	if err := saveCampaigns(cfg.StateDir, d.Campaigns()); err != nil {
 		log.Warn("cannot remember this run's campaigns", zap.String("dir", cfg.StateDir), zap.Error(err))
 	}
+	daemonClosed = true
 	if err := d.Close(shutCtx); err != nil {
 		log.Warn("some leases were not released; the ledger settles them after expiry", zap.Error(err))
 	}
@@ -485,22 +441,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
-}
-
-// standingIdle maps the config's 0 (no standing leases) onto the daemon's
-// negative "never"; the daemon reads 0 as "the default".
-func standingIdle(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-// campaignIdle maps the file's campaign_idle (0: never drop) onto
-// daemon.Config's (negative: never; 0: the default).
-func campaignIdle(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
 }
