@@ -3,6 +3,7 @@ package lease_test
 import (
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,9 +48,51 @@ func TestEveryDayKeyExpires(t *testing.T) {
 	if _, err := l.Move(ctx, "c", day, 2, 3, 1000, "m1", 0, now.Add(3*time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	// Keys deleted when they empty, then created again by a later call: a
+	// shard's leases and exp keys (its last lease released, then a new
+	// grant), its fair-share records (all of them forgotten, then a new
+	// one) and keys a reassert creates. The ledger sets a key's expiry when
+	// a call may have created it, not on every call.
+	k3 := lease.ShardKey{Campaign: "c", Day: day, Shard: 3}
+	if _, err := l.Release(ctx, k3, "l3r", 0, now.Add(4*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := srv.Client().Exists(ctx, "pacer:{c/"+day+"/3}:leases", "pacer:{c/"+day+"/3}:fair").Result(); n != 1 {
+		t.Fatalf("shard 3 after its last release: %d of its leases and fair keys exist, want 1 (the fair records)", n)
+	}
+	r := grantReq("l3b", k3, 1_000_000, now.Add(5*time.Minute), ppb/2+ppb/100)
+	r.Demand, r.DemandTTL = 1000, time.Minute // the shard's records expired at now+1m15s and are dropped
+	if _, err := l.Grant(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	if got, _, err := l.Reassert(ctx, k0, lease.LeaseRecord{ID: "kept", Amount: 500, Holder: "h2", Expiry: now.Add(6 * time.Minute)}, now.Add(5*time.Minute)); err != nil || got != lease.Rerecorded {
+		t.Fatalf("reassert on shard 0 (no lease left) = %v, %v; want re-recorded", got, err)
+	}
 	if _, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 48, Requests: 10, Allowed: 9, Denied: 1, MicrosAsked: 10_000, BidMicros: 1000}); err != nil {
 		t.Fatal(err)
 	}
+	// A done key first written by a renewal (shard 0) and by a grant that
+	// settles an expired lease (shard 1), with no call after that would
+	// look at every key.
+	mustOpen(t, l, campaign("d", 86_400_000_000, 2), day)
+	d0, d1 := lease.ShardKey{Campaign: "d", Day: day, Shard: 0}, lease.ShardKey{Campaign: "d", Day: day, Shard: 1}
+	if _, err := l.Grant(ctx, grantReq("a", d0, 1000, now, ppb/2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Renew(ctx, "a", 0, grantReq("b", d0, 1000, now.Add(15*time.Second), ppb/2+ppb/1000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grant(ctx, grantReq("x", d1, 1000, now, ppb/2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grant(ctx, grantReq("y", d1, 1000, now.Add(2*time.Minute), ppb/2+ppb/100)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := srv.Client().HLen(ctx, "pacer:{d/"+day+"/1}:done").Result(); n != 1 {
+		t.Fatalf("shard d/1: %d leases settled by the grant, want 1", n)
+	}
+	permanentD := []string{"pacer:campaign:{d}", "pacer:days:{d}"}
 	keys, err := srv.Client().Keys(ctx, "*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +103,9 @@ func TestEveryDayKeyExpires(t *testing.T) {
 	// pruned as new days open: TestOldDayRecordsArePruned).
 	permanent := map[string]bool{"pacer:campaign:{c}": true, "pacer:campaigns": true, "pacer:campaigns:changes": true,
 		"pacer:days:{c}": true, "pacer:idx:due": true, "pacer:idx:low": true}
+	for _, k := range permanentD {
+		permanent[k] = true
+	}
 	checked := 0
 	for _, key := range keys {
 		if permanent[key] || !strings.HasPrefix(key, "pacer:") {
@@ -129,4 +175,49 @@ func TestOldDayRecordsArePruned(t *testing.T) {
 	if _, err := l.OpenDay(ctx, c, "2026-11-01", start, start.Add(17*24*time.Hour)); !errors.Is(err, lease.ErrDayExpired) {
 		t.Fatalf("re-opening a day past its retention: err = %v, want ErrDayExpired", err)
 	}
+}
+
+// A key a writer failed to give its expiry (here: PERSIST) gets it back
+// within EXPIRY_SWEEP (64) writes of its shard: the ledger re-asserts every
+// key's expiry on every 64th write, not on every call.
+func TestExpirySweepRestoresAMissingExpiry(t *testing.T) {
+	l, srv := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 86_400_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	now := t0.Add(12 * time.Hour)
+	// Two leases: one is renewed, the other (held for an hour) keeps the
+	// leases key from emptying, which would delete it.
+	for _, id := range []string{"held", "l0"} {
+		r := grantReq(id, k, 1000, now, ppb/2)
+		r.Expiry = now.Add(time.Hour)
+		if _, err := l.Grant(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := "pacer:{c/" + day + "/0}:leases"
+	if ok, err := srv.Client().Persist(ctx, key).Result(); err != nil || !ok {
+		t.Fatalf("persist %s: %v %v", key, ok, err)
+	}
+	prev, restored := "l0", 0
+	for i := 1; i <= 64 && restored == 0; i++ {
+		id := "l" + strconv.Itoa(i)
+		now = now.Add(time.Second)
+		if _, err := l.Renew(ctx, prev, 0, grantReq(id, k, 1000, now, ppb/2+int64(i))); err != nil {
+			t.Fatal(err)
+		}
+		prev = id
+		if ttl, err := srv.Client().PTTL(ctx, key).Result(); err != nil {
+			t.Fatal(err)
+		} else if ttl > 0 {
+			restored = i
+		}
+	}
+	if restored == 0 {
+		t.Fatalf("%s has no expiry after 64 writes", key)
+	}
+	if restored == 1 {
+		t.Fatalf("%s got its expiry back at the first renewal: the test no longer shows the sweep", key)
+	}
+	t.Logf("expiry restored at renewal %d", restored)
 }

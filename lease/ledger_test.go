@@ -89,6 +89,26 @@ return str(muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])))`)
 	}
 }
 
+// The Lua str writes every number as %.0f did: integers below 2^53 by
+// their cheaper %d path, anything else by %.0f.
+func TestLuaStrMatchesPercentF(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	s := redis.NewScript(lease.LuaPreludeForTest + `
+local x = tonumber(ARGV[1])
+return {str(x), string.format('%.0f', x)}`)
+	for _, x := range []string{"0", "7", "-7", "1000000000000000", "-1000000000000000", "9007199254740991",
+		"-9007199254740991", "9007199254740992", "1e20", "-1e20", "1.5", "2.5", "-0.4", "123456789012345.6"} {
+		got, err := s.Run(ctx, rdb, []string{"k"}, x).StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[0] != got[1] || strings.ContainsAny(got[0], "e.") {
+			t.Errorf("str(%s) = %q, %%.0f gives %q", x, got[0], got[1])
+		}
+	}
+}
+
 func TestCampaignStore(t *testing.T) {
 	l, _ := newLedger(t)
 	bad := []lease.Campaign{

@@ -30,4 +30,5 @@ index_expiry(expiry)
 store_shard(K.state, s)
 audit(K.audit, maxlen, 'ev', 'reassert', 'lease', id, 'holder', holder, 'amount', str(amount),
   'short', str(short), 'expiry', str(expiry), 'ms', str(now))
+inherit_ttl(K) -- the leases and exp keys may be new (rare: every key is looked at)
 return shard_reply(0, amount, s)

@@ -12,5 +12,5 @@ s.diverged = diverged(K, s, tonumber(ARGV[5]), tonumber(ARGV[6]))
 local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
 if type(st) == 'table' then return st end
 store_shard(K.state, s)
-inherit_ttl(K)
+keep_inherited(K, s)
 return shard_reply(st, credited, s)

@@ -46,7 +46,7 @@ else
   index_low(s, want, now)
 end
 store_shard(K.state, s)
-expire_all(K, retain)
+keep_expiry(K, s, retain)
 local reply = shard_reply(st, g, s)
 reply[13] = new_status
 return reply
