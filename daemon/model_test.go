@@ -147,9 +147,9 @@ type modelRun struct {
 	// nil for the regression seeds, which replay the histories they were
 	// found with.
 	sparseRng *rand.Rand
-	opRng   *rand.Rand // the current step's own choices (seeded per step)
-	clock   *manualClock
-	clients []redis.UniversalClient
+	opRng     *rand.Rand // the current step's own choices (seeded per step)
+	clock     *manualClock
+	clients   []redis.UniversalClient
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
