@@ -31,10 +31,10 @@ const (
 // fits it and records it; every other reads it), or flat when the ledger
 // cannot be read or too little demand was recorded (refill loop).
 func (c *campaign) autoCurve(ctx context.Context, s *settings, day bucket.Day) *bucket.Curve {
-	flat := c.d.cfg.Curves["flat"]
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	flat := c.cfg.Curves["flat"]
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
-	w, ok, err := c.d.ledger.DayCurve(ctx, c.id, day.Key)
+	w, ok, err := c.ledger.DayCurve(ctx, c.id, day.Key)
 	if err != nil {
 		c.log.Warn("cannot read the day's fitted curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
 		return flat
@@ -45,7 +45,7 @@ func (c *campaign) autoCurve(ctx context.Context, s *settings, day bucket.Day) *
 			c.log.Info("too little demand recorded to fit the day's curve; pacing flat", zap.String("day", day.Key), zap.Int64("requests", requests))
 			fitted = flat.Weights()
 		}
-		if w, err = c.d.ledger.DecideDayCurve(ctx, c.id, day.Key, fitted); err != nil {
+		if w, err = c.ledger.DecideDayCurve(ctx, c.id, day.Key, fitted); err != nil {
 			c.log.Warn("cannot record the day's fitted curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
 			return flat
 		}
@@ -66,7 +66,7 @@ func (c *campaign) fitDemand(ctx context.Context, s *settings, day bucket.Day) (
 	d := day
 	for range AutoCurveDays {
 		d = bucket.DayOf(d.Start.Add(-time.Hour), s.loc)
-		dd, ok, err := c.d.ledger.ReadDemand(ctx, c.id, d.Key)
+		dd, ok, err := c.ledger.ReadDemand(ctx, c.id, d.Key)
 		if err != nil {
 			c.log.Warn("cannot read recorded demand; fitting without that day", zap.String("day", d.Key), zap.Error(err))
 			continue

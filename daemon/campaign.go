@@ -21,9 +21,13 @@ import (
 // through atomic pointers; everything else belongs to the refill loop (step),
 // serialised by loopMu.
 type campaign struct {
-	d   *Daemon
-	id  string
-	log *zap.Logger
+	// d is the daemon's shared services (metrics, the journal, broadcasts,
+	// the auction table); what the campaign only reads is passed in here.
+	d      *Daemon
+	cfg    *Config       // the daemon's, with defaults applied; never changed
+	ledger *lease.Ledger // the daemon's
+	id     string
+	log    *zap.Logger
 
 	settings atomic.Pointer[settings]
 	day      atomic.Pointer[dayState]
@@ -115,7 +119,7 @@ type settings struct {
 // newCampaign returns the local state of a campaign just loaded; its day
 // opens on the refill loop's first step.
 func newCampaign(d *Daemon, c lease.Campaign) *campaign {
-	cp := &campaign{d: d, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
+	cp := &campaign{d: d, cfg: &d.cfg, ledger: d.ledger, id: c.ID, log: d.log.With(zap.String("campaign", c.ID)), seenDays: map[string]bool{}}
 	cp.settings.Store(d.settingsOf(c))
 	now := d.cfg.Clock.Now()
 	// The full re-read that backs up the change stream is spread over
@@ -246,7 +250,7 @@ func (c *campaign) refund(now time.Time, amount int64, auctionID string) (int64,
 	// before (refunds follow their auction by up to the dedup window):
 	// crediting it to today would let today spend yesterday's money again.
 	// It is accepted, and credited to no bucket (counted as unbacked).
-	if now.Sub(ds.day.Start) < c.d.cfg.DedupWindow {
+	if now.Sub(ds.day.Start) < c.cfg.DedupWindow {
 		return 0, nil
 	}
 	return ds.b.Refund(now, amount), nil

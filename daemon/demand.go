@@ -95,7 +95,7 @@ func (c *campaign) typicalSpend() int64 {
 // keep leases dripping: fewer than two per half lease window (refill loop).
 func (c *campaign) sparse() bool {
 	_, calls := c.demand()
-	return calls*c.d.cfg.LeaseWindow.Seconds()/2 < 2
+	return calls*c.cfg.LeaseWindow.Seconds()/2 < 2
 }
 
 // demandFlush is how often a campaign's observed demand goes to the ledger
@@ -129,16 +129,16 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		c.lastFlush = now
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	fleet, err := c.d.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
+	fleet, err := c.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
 	c.d.observeLedger("demand", start, err)
 	if err != nil {
 		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
 		// Again in an eighth of a lease window, not every tick: a ledger
 		// that is down gets no flood of flushes from every campaign.
-		c.lastFlush = now.Add(c.d.cfg.LeaseWindow/8 - demandFlush)
+		c.lastFlush = now.Add(c.cfg.LeaseWindow/8 - demandFlush)
 		return
 	}
 	c.flushed, c.lastFlush = st, now
@@ -179,7 +179,7 @@ func (c *campaign) fairDemand(ds *dayState) (int64, time.Duration) {
 	if rate <= 0 {
 		return 0, 0
 	}
-	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.d.cfg.LeaseWindow / 2
+	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.cfg.LeaseWindow / 2
 	return int64(min(math.Ceil(rate), float64(lease.MaxBudgetMicros))), min(ttl, lease.MaxDemandTTL)
 }
 
@@ -190,7 +190,7 @@ const demandTau = 10 * time.Second
 // capacity sizes the local bucket: a burst window of the drip, and room
 // for the largest recent SPENDs.
 func (c *campaign) capacity(dripPerSecond int64) int64 {
-	burst := float64(dripPerSecond) * c.d.cfg.BurstWindow.Seconds()
+	burst := float64(dripPerSecond) * c.cfg.BurstWindow.Seconds()
 	// Room for a burst of the largest recent SPENDs: a slow campaign's
 	// random arrivals bunch (a bucket of four bids lost 15% of the SPENDs of
 	// a campaign at 1 a second whose drip was 1.2x its demand; sixteen, 2%),

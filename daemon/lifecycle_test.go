@@ -289,3 +289,33 @@ func TestSparseCampaignTopUpsDoNotChurn(t *testing.T) {
 		t.Fatalf("%d of %d sparse SPENDs allowed with budget to spare", allowed, spends)
 	}
 }
+
+// Issue 13: a warm campaign (a SPEND every 30 s on this host, as in the
+// fleet arithmetic of docs/BENCHMARKS.md) holds a standing lease of several
+// bids, so it tops up every few SPENDs instead of at each: a ledger call per
+// SPEND for such campaigns was most of a large fleet's Redis load. Its
+// SPENDs are all allowed as before.
+func TestWarmCampaignTopsUpEveryFewSpends(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "w", 86_400_000_000, 8)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d := f.daemon(t, "h")
+	d.Warm([]string{"w"})
+	var spends, allowed int64
+	for tick := range 18000 { // 30 minutes of 100 ms ticks
+		f.clock.Add(100 * time.Millisecond)
+		d.Step(ctx)
+		if tick%300 == 0 {
+			spends++
+			allowed += spendAttempts(t, d, "w", 1000, 1) / 1000
+		}
+	}
+	calls := ledgerOpCalls(t, d, "grant", "renew", "release")
+	t.Logf("%d SPENDs, %d allowed, %v lease calls", spends, allowed, calls)
+	if calls > float64(spends)/2 {
+		t.Errorf("%v lease calls for %d SPENDs; want at most one per two (a standing lease of several bids)", calls, spends)
+	}
+	if allowed < spends-2 {
+		t.Errorf("%d of %d SPENDs allowed with budget to spare", allowed, spends)
+	}
+}

@@ -36,7 +36,7 @@ type release struct {
 func (c *campaign) step(ctx context.Context, now time.Time) {
 	c.loopMu.Lock()
 	defer c.loopMu.Unlock()
-	cfg := &c.d.cfg
+	cfg := c.cfg
 
 	if c.active.Swap(false) {
 		c.lastActive = now
@@ -199,10 +199,10 @@ func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
 // whether it could.
 func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 	c.lastRefresh = now
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	fresh, err := c.d.ledger.GetCampaign(ctx, c.id)
+	fresh, err := c.ledger.GetCampaign(ctx, c.id)
 	c.d.observeLedger("refresh", start, err)
 	if err != nil {
 		c.log.Warn("campaign refresh failed; keeping the settings we have", zap.Error(err))
@@ -233,11 +233,11 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 // local state for it; nil when the ledger could not be reached (retried next
 // tick).
 func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}, curve: s.curve}
 	start := time.Now()
-	n, err := c.d.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
+	n, err := c.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
 	c.d.observeLedger("open", start, err)
 	switch {
 	case errors.Is(err, lease.ErrLedgerLost):
@@ -252,7 +252,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	if s.Curve == AutoCurve {
 		ds.curve = c.autoCurve(ctx, s, day)
 	}
-	if bid, err := c.d.ledger.Bid(ctx, c.id); err == nil {
+	if bid, err := c.ledger.Bid(ctx, c.id); err == nil {
 		c.fleetUnit = bid
 	} else {
 		c.log.Debug("cannot read the campaign's bid size; using what this host saw", zap.Error(err))
@@ -267,7 +267,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
 		ds.shardUnspent[i] = part
 	}
-	ds.rng = rand.New(rand.NewPCG(hash(c.d.cfg.Holder), uint64(day.Start.Unix())))
+	ds.rng = rand.New(rand.NewPCG(hash(c.cfg.Holder), uint64(day.Start.Unix())))
 	return ds
 }
 
@@ -292,11 +292,11 @@ func (c *campaign) shardDrained(ctx context.Context, now time.Time, ds *dayState
 // daemon); if the ledger cannot say, it broadcasts anyway: a duplicate hint
 // costs a shard read, a missing one only a later look (refill loop).
 func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
-	if c.d.cfg.Publisher == nil {
+	if c.cfg.Publisher == nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
-	first, err := c.d.ledger.ClaimExhausted(cctx, c.id, ds.day.Key, c.d.cfg.Holder)
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
+	first, err := c.ledger.ClaimExhausted(cctx, c.id, ds.day.Key, c.cfg.Holder)
 	cancel()
 	if err == nil && !first {
 		return
@@ -315,7 +315,7 @@ const lastHourCatchUpPermille = 1250
 // catchUpPermille is how fast, in parts per thousand of the curve's pace, the
 // campaign may catch up now: CatchUp, or less in the day's last hour.
 func (c *campaign) catchUpPermille(now time.Time, ds *dayState) int64 {
-	k := c.d.cfg.CatchUp * 1000
+	k := c.cfg.CatchUp * 1000
 	if ds.day.End.Sub(now) <= time.Hour {
 		k = min(k, lastHourCatchUpPermille)
 	}
@@ -347,7 +347,7 @@ func (c *campaign) heldElsewhere(now time.Time, ds *dayState, leasedOut int64) i
 // on the shard its lease came from, which a grant on a random shard would
 // find one time in N.
 func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *dayState) {
-	cfg := &c.d.cfg
+	cfg := c.cfg
 	switch {
 	case ds.exhausted.Load():
 		if now.Sub(ds.checkedAt) < cfg.CampaignRefresh || !c.lastDemandAt.After(ds.checkedAt) {
@@ -368,7 +368,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	unspent := int64(0)
 	for i := range left {
 		start := time.Now()
-		sh, err := c.d.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
+		sh, err := c.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
 		c.d.observeLedger("read", start, err)
 		if err != nil {
 			c.log.Warn("cannot read the campaign-day's shards; keeping what we believe", zap.Error(err))
@@ -415,7 +415,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 // SPEND here, so its next SPEND finds a bid in the bucket rather than an
 // empty one (standing is then true).
 func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time) (int64, bool) {
-	cfg := &c.d.cfg
+	cfg := c.cfg
 	if ds.exhausted.Load() || ds.closed || now.Before(ds.nextGrantAt) {
 		return 0, false
 	}
@@ -427,7 +427,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 		c.sparse() {
 		st := ds.b.Stats(now)
 		if held := st.Tokens + st.Reserve; held < unit {
-			return unit - held, true
+			return c.standingBids(s, unit)*unit - held, true
 		}
 		return 0, false
 	}
@@ -492,10 +492,27 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	return w, false
 }
 
+// maxStandingBids bounds a standing lease, in bids.
+const maxStandingBids = 4
+
+// standingBids is how many bids a sparse host's standing lease holds: as
+// many as the host expects SPENDs in a quarter of a standing window, from 1
+// to maxStandingBids, and together at most 1% of the day's budget. A top-up
+// comes when less than a bid is left, so a host that sees a SPEND every 30 s
+// calls the ledger about every fourth SPEND rather than at each (issue 13:
+// such warm campaigns' top-ups were most of a large fleet's Redis load); a
+// host that sees one every few minutes, or a budget of a few hundred bids,
+// holds one bid as before, so small budgets keep their smoothness.
+func (c *campaign) standingBids(s *settings, unit int64) int64 {
+	_, calls := c.demand()
+	k := int64(calls * c.cfg.StandingWindow.Seconds() / 4)
+	return max(min(k, maxStandingBids, s.DailyMicros/(100*unit)), 1)
+}
+
 // grant asks the ledger for a new lease on shard; with ending set, it renews:
 // the ending lease is released in the same call.
 func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, standing bool, ending *bucket.Closed) {
-	cfg := &c.d.cfg
+	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	expiry := now.Add(cfg.LeaseWindow)
 	if standing {
@@ -512,7 +529,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		}
 		return
 	}
-	id := c.d.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
+	id := c.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
@@ -535,7 +552,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	var err error
 	start := time.Now()
 	if ending != nil {
-		g, err = c.d.ledger.Renew(cctx, ending.ID, ending.Unused, req)
+		g, err = c.ledger.Renew(cctx, ending.ID, ending.Unused, req)
 		c.d.observeLedger("renew", start, err)
 		if errors.Is(err, lease.ErrUnknownLease) || g.Shard.Diverged {
 			// The ending lease was ours and unsettled (it was in our bucket
@@ -558,7 +575,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 			c.pending = append(c.pending, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: ds.leaseExpiry(ending.ID, now.Add(cfg.LeaseWindow)), until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
 		}
 	} else {
-		g, err = c.d.ledger.Grant(cctx, req)
+		g, err = c.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
 	}
 	if errors.Is(err, lease.ErrNotDurable) && g.Granted > 0 {
@@ -685,10 +702,10 @@ func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
 // tryRelease reports whether the release is done with (acknowledged, or
 // pointless to retry).
 func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) bool {
-	ctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err := c.d.ledger.Release(ctx, r.key, r.id, r.unused, now)
+	_, err := c.ledger.Release(ctx, r.key, r.id, r.unused, now)
 	c.d.observeLedger("release", start, err)
 	switch {
 	case err == nil:
@@ -701,7 +718,7 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 		if ds := c.day.Load(); ds != nil && ds.day.Key == r.key.Day {
 			c.lostWrites(ctx, now, ds, r.key.Shard, fmt.Sprintf("release of %s: %v", r.id, err))
 		}
-		if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
+		if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.cfg.Holder, Expiry: r.expiry}) {
 			return now.After(r.until)
 		}
 		return false // released on the next retry, now that the ledger has it again
@@ -739,7 +756,7 @@ func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
 		delete(ds.leases, cl.ID)
 		c.releaseLease(ctx, now, release{
 			key: lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard},
-			id:  cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.d.cfg.Grace + time.Minute),
+			id:  cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.cfg.Grace + time.Minute),
 		})
 	}
 }
@@ -769,14 +786,14 @@ func (c *campaign) shutdown(ctx context.Context, now time.Time) error {
 // it can grant; take no new lease for the day meanwhile (we keep spending
 // what we hold); and tell the fleet, so every daemon re-asserts its own.
 func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, shard int, reason string) {
-	cfg := &c.d.cfg
+	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	c.d.counters.lostWrites.Add(1)
 	c.log.Error("the ledger lost acknowledged writes: freezing the shard and re-asserting the leases held",
 		zap.Stringer("shard", key), zap.String("detail", reason))
 	until := now.Add(cfg.LeaseWindow + cfg.Grace)
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
-	sh, err := c.d.ledger.Freeze(cctx, key, until, now, reason)
+	sh, err := c.ledger.Freeze(cctx, key, until, now, reason)
 	cancel()
 	if err != nil {
 		c.log.Warn("cannot freeze the shard; re-asserting anyway", zap.Stringer("shard", key), zap.Error(err))
@@ -799,13 +816,13 @@ func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, 
 func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState) {
 	for id, h := range ds.leases {
 		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
-		if !c.reassertOne(ctx, now, k, lease.LeaseRecord{ID: id, Amount: h.amount, Holder: c.d.cfg.Holder, Expiry: h.expiry}) {
+		if !c.reassertOne(ctx, now, k, lease.LeaseRecord{ID: id, Amount: h.amount, Holder: c.cfg.Holder, Expiry: h.expiry}) {
 			ds.reassert.Store(true)
 		}
 	}
 	for _, r := range c.pending {
 		if r.key.Day == ds.day.Key && r.amount > 0 {
-			if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.d.cfg.Holder, Expiry: r.expiry}) {
+			if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.cfg.Holder, Expiry: r.expiry}) {
 				ds.reassert.Store(true)
 			}
 		}
@@ -817,10 +834,10 @@ func (c *campaign) reassertOne(ctx context.Context, now time.Time, k lease.Shard
 	if lr.Amount <= 0 {
 		return true
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.d.cfg.LedgerTimeout)
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	got, _, err := c.d.ledger.Reassert(cctx, k, lr, now)
+	got, _, err := c.ledger.Reassert(cctx, k, lr, now)
 	c.d.observeLedger("reassert", start, err)
 	switch {
 	case err != nil:

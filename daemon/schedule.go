@@ -36,7 +36,7 @@ func (c *campaign) due(now time.Time) bool {
 // schedule sets when the campaign must be stepped next if it is neither used
 // nor woken before (refill loop, at the end of a step).
 func (c *campaign) schedule(now time.Time) {
-	cfg := &c.d.cfg
+	cfg := c.cfg
 	next := now.Add(idleStep)
 	soon := func(t time.Time) {
 		if t.Before(next) {
@@ -79,7 +79,7 @@ func (c *campaign) schedule(now time.Time) {
 // idle reports whether the campaign has gone unused for CampaignIdle (refill
 // loop).
 func (c *campaign) idle(now time.Time) bool {
-	return c.d.cfg.CampaignIdle > 0 && now.Sub(c.lastActive) >= c.d.cfg.CampaignIdle
+	return c.cfg.CampaignIdle > 0 && now.Sub(c.lastActive) >= c.cfg.CampaignIdle
 }
 
 // retire drops an idle campaign: its day's demand is flushed and its leases
