@@ -261,6 +261,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
 	ds.shardLeft = make([]int64, n)
+	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
@@ -514,6 +515,7 @@ func (c *campaign) standingBids(s *settings, unit int64) int64 {
 func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, standing bool, ending *bucket.Closed) {
 	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
+	ds.shardAskedAt[shard] = now
 	expiry := now.Add(cfg.LeaseWindow)
 	if standing {
 		expiry = now.Add(cfg.StandingWindow)

@@ -1,0 +1,70 @@
+package daemon_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/daemon"
+)
+
+// Issue 10's short-term smoothness: under saturating demand (2x the pace,
+// spread over the hosts), the fleet's allowed micros in every 10-second
+// window stay within ±25% of the campaign's pace. The campaign (8 shards,
+// flat curve, 240,000 micros a second as in the issue's measurement) opens
+// at midnight; the first two minutes are its ramp (each shard's first visit
+// finds only what it released since midnight) and are not judged. Before
+// the hosts asked the shard they had left longest, a single daemon's
+// windows ran from 0.25x to 1.67x the pace: each lease took whatever a
+// randomly picked shard had gathered since its last visit.
+func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
+	for _, hosts := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d-hosts", hosts), func(t *testing.T) {
+			f := newFixture(t)
+			const pace = 240_000 // micros a second
+			const bid = 2_000
+			f.campaign(t, "c", pace*86_400, 8)
+			f.clock.Set(midnight)
+			var ds []*daemon.Daemon
+			for i := range hosts {
+				ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
+			}
+			var ratios []float64
+			var window int64
+			const ticks = 10 * 60 * 100 // 10 minutes of 10 ms
+			for i := range ticks {
+				if i%10 == 0 {
+					for _, d := range ds {
+						d.Step(ctx)
+					}
+				}
+				for k := range 2 * pace / bid / 100 { // 2x the pace in 10 ms
+					dec, err := ds[(i+k)%hosts].Spend("c", bid, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if dec == pacer.Allowed {
+						window += bid
+					}
+				}
+				f.clock.Add(10 * time.Millisecond)
+				if (i+1)%1000 == 0 {
+					if i >= 2*6000 {
+						ratios = append(ratios, float64(window)/(10*pace))
+					}
+					window = 0
+				}
+			}
+			lo, hi := ratios[0], ratios[0]
+			for _, r := range ratios {
+				lo, hi = min(lo, r), max(hi, r)
+			}
+			t.Logf("%d 10-second windows after the ramp: %.2fx to %.2fx the pace", len(ratios), lo, hi)
+			if lo < 0.75 || hi > 1.25 {
+				t.Errorf("10-second windows from %.2fx to %.2fx the pace; want within 0.75x to 1.25x: %.2f", lo, hi, ratios)
+			}
+			f.check(t, "c")
+		})
+	}
+}
