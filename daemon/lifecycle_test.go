@@ -319,3 +319,48 @@ func TestWarmCampaignTopsUpEveryFewSpends(t *testing.T) {
 		t.Errorf("%d of %d SPENDs allowed with budget to spare", allowed, spends)
 	}
 }
+
+// A fault the change stream cannot cover: Redis fails over and loses the
+// change record of a pause (and the broadcast is lost with it). The daemon
+// still learns of the pause from its full re-read of each campaign every
+// CampaignReread (30 min, spread by campaign), at one settings read per
+// campaign per re-read, not one per refresh.
+func TestPauseWithLostChangeRecordArrivesByReread(t *testing.T) {
+	const campaigns = 10
+	f, d, kinds := countedDaemon(t, campaigns)
+	for range 10 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		for i := range campaigns {
+			spendAttempts(t, d, "c"+strconv.Itoa(i), 1000, 1)
+		}
+	}
+	if _, err := f.ledger.SetState(ctx, "c7", lease.StatePaused); err != nil {
+		t.Fatal(err)
+	}
+	// The failover: the stream's record of the change is gone.
+	if err := f.redis.Client().Del(ctx, "pacer:campaigns:changes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	kinds.take()
+	const step = 10 * time.Second
+	var took time.Duration
+	for took = step; ; took += step {
+		f.clock.Add(step)
+		d.Step(ctx)
+		if dec, _ := d.Spend("c7", 1000, ""); dec == pacer.Exhausted {
+			break
+		}
+		if took > 31*time.Minute {
+			t.Fatal("a pause whose change record was lost did not reach the daemon within CampaignReread (30 min)")
+		}
+	}
+	n := kinds.take()
+	t.Logf("the pause took effect after %v; commands meanwhile: %v", took, n)
+	if n["hgetall"] > campaigns+1 {
+		t.Errorf("%d settings reads in %v for %d campaigns; want at most one each per CampaignReread", n["hgetall"], took, campaigns)
+	}
+	if dec, _ := d.Spend("c8", 1000, ""); dec == pacer.Exhausted {
+		t.Fatal("another campaign paused too")
+	}
+}
