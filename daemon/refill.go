@@ -493,6 +493,48 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	return w, false
 }
 
+// maxArrivalLead bounds arrivalLead.
+const maxArrivalLead = 30 * time.Minute
+
+// arrivalLead is how far ahead of now a sparse campaign asks the ledger to
+// stand on its curve: the mean interval between SPENDs on this host, at
+// most maxArrivalLead. Released exactly on the curve, a sparse campaign's
+// last bids came out in its last minutes, on hosts whose next SPEND was an
+// hour away, and stayed there at midnight (a 62-bid campaign ended its day
+// with 10% of its budget held that way); asking that far ahead, its curve
+// ends one SPEND interval before midnight. A busy campaign, or one behind
+// its curve, asks at now.
+func (c *campaign) arrivalLead(s *settings, ds *dayState, now time.Time) time.Duration {
+	if !c.sparse() {
+		return 0
+	}
+	// Behind its curve by more than a bid (as the shards last said), the
+	// campaign is paced by catch-up, as any other: led, its curve would
+	// stop a lead short of midnight and hold back what it could still
+	// catch up.
+	rest := int64(float64(s.DailyMicros) * float64(bucket.PPB-ds.curve.AtTime(now, ds.day)) / float64(bucket.PPB))
+	if ds.remaining()-rest > c.unit() {
+		return 0
+	}
+	_, calls := c.demand()
+	if calls <= 0 {
+		return 0
+	}
+	return min(time.Duration(float64(time.Second)/calls), maxArrivalLead)
+}
+
+// curveAhead is where the curve stands lead after now, for the ledger. Led,
+// it stops short of the curve's end (bucket.PPB) until now itself gets
+// there: at its end a shard releases all it still has locked, and a
+// campaign behind its curve would dump its deficit a lead before midnight.
+func (c *campaign) curveAhead(ds *dayState, now time.Time, lead time.Duration) int64 {
+	at := ds.curve.AtTime(now.Add(lead), ds.day)
+	if lead > 0 && at >= bucket.PPB {
+		at = max(bucket.PPB-1, ds.curve.AtTime(now, ds.day))
+	}
+	return at
+}
+
 // maxStandingBids bounds a standing lease, in bids.
 const maxStandingBids = 4
 
@@ -531,10 +573,11 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		}
 		return
 	}
+	lead := c.arrivalLead(s, ds, now)
 	id := c.cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
-		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
+		Pace: lease.Pace{Now: c.curveAhead(ds, now, lead), Cap: ds.curve.AtTime(now.Add(lead+cfg.CapWindow), ds.day),
 			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
