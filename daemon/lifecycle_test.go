@@ -260,28 +260,36 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	}
 }
 
+// spendEvery30s runs one daemon at noon for d of 100 ms refill ticks with a
+// SPEND of 1,000 micros every 30 s on a large campaign, and returns the
+// SPENDs made and allowed and the lease calls (grants, renewals, releases).
+func spendEvery30s(t *testing.T, d time.Duration) (spends, allowed int64, calls float64) {
+	t.Helper()
+	f := newFixture(t)
+	f.campaign(t, "w", 86_400_000_000, 8)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	dm := f.daemon(t, "h")
+	dm.Warm([]string{"w"})
+	for tick := range int(d / (100 * time.Millisecond)) {
+		f.clock.Add(100 * time.Millisecond)
+		dm.Step(ctx)
+		if tick%300 == 0 {
+			spends++
+			allowed += spendAttempts(t, dm, "w", 1000, 1) / 1000
+		}
+	}
+	calls = ledgerOpCalls(t, dm, "grant", "renew", "release")
+	t.Logf("%d SPENDs, %d allowed, %v lease calls", spends, allowed, calls)
+	return spends, allowed, calls
+}
+
 // A sparse campaign (a SPEND every 30 s here) keeps a standing lease of one
 // bid and tops it up after each SPEND. Each bid spent whole kept its feed
 // open to its end, so within minutes the bucket's feeds were full and every
 // top-up was granted, refused by the bucket and given back, over and over:
 // 730 lease calls for 20 SPENDs. A top-up now renews the oldest lease.
 func TestSparseCampaignTopUpsDoNotChurn(t *testing.T) {
-	f := newFixture(t)
-	f.campaign(t, "w", 86_400_000_000, 8)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d := f.daemon(t, "h")
-	d.Warm([]string{"w"})
-	var spends, allowed int64
-	for tick := range 6000 { // 10 minutes of 100 ms ticks
-		f.clock.Add(100 * time.Millisecond)
-		d.Step(ctx)
-		if tick%300 == 0 {
-			spends++
-			allowed += spendAttempts(t, d, "w", 1000, 1) / 1000
-		}
-	}
-	calls := ledgerOpCalls(t, d, "grant", "renew", "release")
-	t.Logf("%d SPENDs, %d allowed, %v lease calls", spends, allowed, calls)
+	spends, allowed, calls := spendEvery30s(t, 10*time.Minute)
 	if calls > 2*float64(spends)+4 {
 		t.Fatalf("%v lease calls for %d sparse SPENDs; want about one per SPEND", calls, spends)
 	}
@@ -296,22 +304,7 @@ func TestSparseCampaignTopUpsDoNotChurn(t *testing.T) {
 // SPEND for such campaigns was most of a large fleet's Redis load. Its
 // SPENDs are all allowed as before.
 func TestWarmCampaignTopsUpEveryFewSpends(t *testing.T) {
-	f := newFixture(t)
-	f.campaign(t, "w", 86_400_000_000, 8)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d := f.daemon(t, "h")
-	d.Warm([]string{"w"})
-	var spends, allowed int64
-	for tick := range 18000 { // 30 minutes of 100 ms ticks
-		f.clock.Add(100 * time.Millisecond)
-		d.Step(ctx)
-		if tick%300 == 0 {
-			spends++
-			allowed += spendAttempts(t, d, "w", 1000, 1) / 1000
-		}
-	}
-	calls := ledgerOpCalls(t, d, "grant", "renew", "release")
-	t.Logf("%d SPENDs, %d allowed, %v lease calls", spends, allowed, calls)
+	spends, allowed, calls := spendEvery30s(t, 30*time.Minute)
 	if calls > float64(spends)/2 {
 		t.Errorf("%v lease calls for %d SPENDs; want at most one per two (a standing lease of several bids)", calls, spends)
 	}
