@@ -146,8 +146,9 @@ type LeaseTiming struct {
 	CatchUp int64 `yaml:"max_catch_up"`
 	// StandingWindow is how long a standing lease lasts (default 5m, at
 	// least LeaseWindow): a campaign too sparse on this host to keep leases
-	// dripping holds one bid's worth, renewed each window, so that its next
-	// SPEND finds it. A crash costs at most that bid.
+	// dripping holds one bid's worth (up to four for a warm one with a large
+	// budget, see standingBids), renewed each window, so that its next SPEND
+	// finds it. A crash costs at most those bids.
 	StandingWindow time.Duration `yaml:"standing_window"`
 	// StandingIdle is how long after its last SPEND on this host a sparse
 	// campaign keeps a standing lease (default 6h; Never: never hold one).
