@@ -91,6 +91,11 @@ type campaign struct {
 	rateWeight    float64 // the EWMAs' weight so far: 1 - exp(-t/tau)
 	callRate      float64 // EWMA of SPENDs per second
 	lastCalls     int64
+	// demandTicks are the last refill ticks that saw a SPEND here (a ring,
+	// demandTickN of them so far): a sparse host's rate, which the
+	// 10-second EWMAs forget between SPENDs that come hours apart.
+	demandTicks [sparseSpends]time.Time
+	demandTickN int
 	// share: this host's share of the fleet's demand for the campaign (0:
 	// not known yet), from the demand flushes; it caps leases when the
 	// campaign is supply-constrained, so hosts get budget in proportion to

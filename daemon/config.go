@@ -151,7 +151,9 @@ type LeaseTiming struct {
 	// finds it. A crash costs at most those bids.
 	StandingWindow time.Duration `yaml:"standing_window"`
 	// StandingIdle is how long after its last SPEND on this host a sparse
-	// campaign keeps a standing lease (default 6h; Never: never hold one).
+	// campaign keeps a standing lease (default 6h; Never: never hold one),
+	// or three of the host's mean intervals between its last four SPENDs if
+	// that is longer (at most 24h); CampaignIdle is extended as much.
 	StandingIdle time.Duration `yaml:"standing_idle"`
 }
 

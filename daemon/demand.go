@@ -59,6 +59,8 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 	}
 	if req != c.lastRequested {
 		c.lastDemandAt = now
+		c.demandTicks[c.demandTickN%sparseSpends] = now
+		c.demandTickN++
 	}
 	if !c.lastTick.IsZero() {
 		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
@@ -79,6 +81,26 @@ func (c *campaign) demand() (microsPerSecond, callsPerSecond float64) {
 		return 0, 0
 	}
 	return c.rate / c.rateWeight, c.callRate / c.rateWeight
+}
+
+// sparseSpends is how many of a host's last SPENDs sparseInterval is taken
+// over.
+const sparseSpends = 4
+
+// sparseInterval is the mean time between the last sparseSpends refill
+// ticks that saw a SPEND on this host (refill loop); 0 before two of them.
+// The 10-second EWMAs of demand fall to nothing between SPENDs an hour
+// apart (the lead computed from them overflowed a Duration into minus 292
+// years); this holds a sparse host's rate across them. A busy host's
+// interval is a tick.
+func (c *campaign) sparseInterval() time.Duration {
+	n := min(c.demandTickN, sparseSpends)
+	if n < 2 {
+		return 0
+	}
+	newest := c.demandTicks[(c.demandTickN-1)%sparseSpends]
+	oldest := c.demandTicks[(c.demandTickN-n)%sparseSpends]
+	return newest.Sub(oldest) / time.Duration(n-1)
 }
 
 // typicalSpend is the mean SPEND on this host (the demand EWMAs' ratio), or

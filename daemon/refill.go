@@ -424,7 +424,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 		return 0, false // too close to midnight for a lease worth having
 	}
 	unit := c.unit()
-	if unit > 0 && cfg.StandingIdle > 0 && !c.lastDemandAt.IsZero() && now.Sub(c.lastDemandAt) < cfg.StandingIdle &&
+	if unit > 0 && cfg.StandingIdle > 0 && !c.lastDemandAt.IsZero() && now.Sub(c.lastDemandAt) < c.standingIdle() &&
 		c.sparse() {
 		st := ds.b.Stats(now)
 		if held := st.Tokens + st.Reserve; held < unit {
@@ -516,11 +516,7 @@ func (c *campaign) arrivalLead(s *settings, ds *dayState, now time.Time) time.Du
 	if ds.remaining()-rest > c.unit() {
 		return 0
 	}
-	_, calls := c.demand()
-	if calls <= 0 {
-		return 0
-	}
-	return min(time.Duration(float64(time.Second)/calls), maxArrivalLead)
+	return min(c.sparseInterval(), maxArrivalLead)
 }
 
 // curveAhead is where the curve stands lead after now, for the ledger. Led,
@@ -533,6 +529,28 @@ func (c *campaign) curveAhead(ds *dayState, now time.Time, lead time.Duration) i
 		at = max(bucket.PPB-1, ds.curve.AtTime(now, ds.day))
 	}
 	return at
+}
+
+// standingIdleIntervals is how many of a sparse host's mean SPEND
+// intervals its standing lease outlasts its last SPEND, when that is longer
+// than StandingIdle; maxStandingIdle bounds it.
+const (
+	standingIdleIntervals = 3
+	maxStandingIdle       = 24 * time.Hour
+)
+
+// standingIdle is how long after its last SPEND here a sparse campaign keeps
+// its standing lease on this host: StandingIdle, or three of the host's mean
+// intervals between its last few SPENDs if longer (at most a day). A host that sees the campaign
+// every four hours let its bid lapse after six, two SPENDs in five, and met
+// its next SPEND with an empty bucket while the lapsed bid, given back,
+// was locked again by the shard's cap.
+func (c *campaign) standingIdle() time.Duration {
+	idle := c.cfg.StandingIdle
+	if idle <= 0 {
+		return idle
+	}
+	return max(idle, min(standingIdleIntervals*c.sparseInterval(), maxStandingIdle))
 }
 
 // maxStandingBids bounds a standing lease, in bids.

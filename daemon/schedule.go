@@ -79,7 +79,9 @@ func (c *campaign) schedule(now time.Time) {
 // idle reports whether the campaign has gone unused for CampaignIdle (refill
 // loop).
 func (c *campaign) idle(now time.Time) bool {
-	return c.cfg.CampaignIdle > 0 && now.Sub(c.lastActive) >= c.cfg.CampaignIdle
+	// A standing lease held longer than StandingIdle (standingIdle) keeps
+	// the campaign as much longer.
+	return c.cfg.CampaignIdle > 0 && now.Sub(c.lastActive) >= c.cfg.CampaignIdle+max(c.standingIdle()-c.cfg.StandingIdle, 0)
 }
 
 // retire drops an idle campaign: its day's demand is flushed and its leases

@@ -197,3 +197,56 @@ func TestSparseCampaignsLastBidsComeOutEarly(t *testing.T) {
 		t.Errorf("%.2f bids still locked at 23:30; want less than one (the curve asked for ~20 minutes ahead)", float64(tot.Locked)/bid)
 	}
 }
+
+// Issue 10: a host that sees a campaign every few hours keeps its standing
+// bid across a gap longer than standing_idle (6 h) when its recent SPENDs
+// came that far apart: three of its mean intervals, at most a day. Before,
+// the bid lapsed 6 h after the host's last SPEND (the 20-bid campaigns of
+// the simulator lost a SPEND on each such host), and the next SPEND there
+// met an empty bucket. A host whose SPENDs came minutes apart still lets
+// its bid go after standing_idle.
+func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
+	const bid = 2_000
+	f := newFixture(t)
+	f.campaign(t, "slow", 40*bid, 1)
+	f.campaign(t, "quick", 40*bid, 1)
+	for _, id := range []string{"slow", "quick"} {
+		if err := f.ledger.SetBid(ctx, id, bid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := f.daemon(t, "a")
+	// slow: SPENDs at 00:30, 04:30, 08:30, then none until 16:00 (7.5 h).
+	// quick: SPENDs at 00:30, 00:35, 00:40, then none until 07:00.
+	spends := map[time.Duration][]pacer.CampaignID{
+		30 * time.Minute: {"slow", "quick"}, 35 * time.Minute: {"quick"}, 40 * time.Minute: {"quick"},
+		4*time.Hour + 30*time.Minute: {"slow"}, 8*time.Hour + 30*time.Minute: {"slow"},
+	}
+	const step = 10 * time.Second
+	for now := time.Duration(0); now <= 16*time.Hour; now += step {
+		f.clock.Set(midnight.Add(now))
+		d.Step(ctx)
+		for _, id := range spends[now] {
+			if _, err := d.Spend(id, bid/2, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if now == 7*time.Hour {
+			if b, _ := d.Balance("quick"); b.Tokens+b.Reserve >= bid/2 {
+				t.Errorf("quick: at 07:00, 6h20m after its last SPEND 5 minutes apart, the host still holds %d micros; want its standing bid given back", b.Tokens+b.Reserve)
+			}
+		}
+	}
+	b, err := d.Balance("slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Tokens < bid/2 {
+		t.Fatalf("slow: at 16:00, 7.5 h after its last SPEND (they came 4 h apart), the host holds %d micros; want its standing bid (>= %d)", b.Tokens, bid/2)
+	}
+	if dec, err := d.Spend("slow", bid/2, ""); err != nil || dec != pacer.Allowed {
+		t.Fatalf("slow: SPEND at 16:00 = %v, %v; want allowed from the standing bid", dec, err)
+	}
+	f.check(t, "slow")
+	f.check(t, "quick")
+}

@@ -2,7 +2,7 @@
 # The long tail (issue 10): runs the committed sparse scenario and a seeded
 # family of generated campaigns (budgets of 20 to 10^6 bids, demand 1x-3x,
 # irregular traffic), writing each run's results and plots under
-# docs/img/tail-sparse/ and docs/img/tail-family/. Each results.md ends with
+# docs/img/tail-sparse/, docs/img/tail-tiny/ and docs/img/tail-family/. Each results.md ends with
 # the worst case per metric. About 10 minutes on 2 quiet cores.
 # Usage: scripts/sim-tail.sh [FAMILY_SIZE] [SEED]
 set -euo pipefail
@@ -14,8 +14,9 @@ go build -o bin/pacersim ./cmd/pacersim
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 start=$(date +%s)
 bin/pacersim configs/scenarios/sparse.yaml --out docs/img/tail-sparse --img-prefix img/tail-sparse --quiet > /dev/null
+bin/pacersim configs/scenarios/tiny.yaml --out docs/img/tail-tiny --img-prefix img/tail-tiny --quiet > /dev/null
 mkdir -p docs/img/tail-family
 bin/pacersim --family "$n" --seed "$seed" --write-scenario docs/img/tail-family/scenario.yaml \
 	--out docs/img/tail-family --img-prefix img/tail-family --quiet > /dev/null
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-echo "wrote docs/img/tail-sparse/ and docs/img/tail-family/ in $(( $(date +%s) - start ))s" >&2
+echo "wrote docs/img/tail-sparse/, docs/img/tail-tiny/ and docs/img/tail-family/ in $(( $(date +%s) - start ))s" >&2

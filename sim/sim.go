@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,12 @@ type Options struct {
 	// Progress receives a progress line while the run goes (nil: none).
 	Progress io.Writer
 	Logger   *zap.Logger
+	// Trace, when set, receives a line per SPEND of the campaigns named in
+	// TraceCampaigns (all when empty): simulated time, host, amount, the
+	// answer and what the host held after it. For reading why a campaign
+	// delivered what it did; the lines of different hosts interleave.
+	Trace          io.Writer
+	TraceCampaigns []string
 }
 
 // hostClock is one host's manual clock; the run moves it.
@@ -165,6 +172,7 @@ type runner struct {
 	reconLedger, obsLedger                       *lease.Ledger
 	luaScript                                    *redis.Script
 	daemonCfg                                    daemon.Config
+	traceMu                                      sync.Mutex
 }
 
 // luaCheckAndDecrement is the seed article's per-auction budget check.
@@ -647,6 +655,9 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 			hc.firstExhausted = now
 		}
 	}
+	if r.opt.Trace != nil && (len(r.opt.TraceCampaigns) == 0 || slices.Contains(r.opt.TraceCampaigns, c.spec.ID)) {
+		r.trace(h, c, amount, dec, err, now)
+	}
 
 	// No pacing: every arrival, the fleet's shared counter, stop at budget.
 	if r.enabled[sNoPacing] {
@@ -780,4 +791,17 @@ func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
 		hc.pending[p.s] = 0
 		hc.view[p.s] = v
 	}
+}
+
+// trace writes one SPEND's line to Options.Trace.
+func (r *runner) trace(h *hostRT, c *campaignRT, amount int64, dec pacer.Decision, err error, now time.Time) {
+	answer := dec.String()
+	if err != nil {
+		answer = "error: " + err.Error()
+	}
+	bal, _ := h.d.Balance(pacer.CampaignID(c.spec.ID))
+	r.traceMu.Lock()
+	defer r.traceMu.Unlock()
+	fmt.Fprintf(r.opt.Trace, "%s %s %s amount=%d answer=%s tokens=%d reserve=%d\n",
+		now.In(c.loc).Format("15:04:05"), c.spec.ID, h.name, amount, answer, bal.Tokens, bal.Reserve)
 }

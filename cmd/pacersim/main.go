@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -14,7 +15,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/pacer/pacer/sim"
@@ -44,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	family := fs.Int("family", 0, "instead of a scenario file, run a family of N campaigns generated from --seed (default 1): budgets of 20 to 1,000,000 bids, demand 1x-3x, irregular traffic")
 	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
 	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
+	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held) of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
 		fmt.Fprintln(stderr, "       pacersim --family N [--seed S] [--write-scenario FILE] [--out DIR] ...")
@@ -90,6 +94,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("want exactly one scenario file, or --family N")
 	}
 	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed}
+	if *trace != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(*out, "trace.log"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w := bufio.NewWriter(f)
+		defer w.Flush()
+		opt.Trace = w
+		if *trace != "all" {
+			opt.TraceCampaigns = strings.Split(*trace, ",")
+		}
+	}
 	if !*quiet {
 		opt.Progress = stderr
 	}
