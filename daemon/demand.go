@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/pacer/pacer/lease"
@@ -41,9 +40,58 @@ func (c *campaign) rotateLargestSpend(now time.Time) {
 const unitWindows = 8
 
 // seenUnit is the campaign's bid size as this host saw it (refill loop): the
-// largest SPEND of this window and of the last unitWindows that had any; 0
-// before any.
-func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
+// second largest of the largest SPENDs of this window and of the last
+// unitWindows that had any (the largest while fewer than three windows
+// had one); 0 before any.
+//
+// Not the largest: one outlier would be the bid for unitWindows windows
+// with SPENDs, which for a sparse host is most of a day. A 20-bid campaign
+// whose SPENDs are lognormal saw one of 5.5 typical bids: the host then kept
+// a standing lease of 27% of the day's budget, reported that bid to the
+// fleet (every host reloading the campaign took it), and the shard's
+// one-bid advance fed that host while the others met empty buckets (33%
+// of the budget spent on that day, against 99.9% without pacing). A SPEND
+// larger than the bid is still allowed when the bucket holds it.
+// reportBidWindows is how many windows with SPENDs a host must have seen
+// before it reports its bid to the fleet.
+const reportBidWindows = 4
+
+// unitWindowsSeen is how many windows seenUnit is taken over: those of the
+// last unitWindows that had a SPEND, and this one if it has.
+func (c *campaign) unitWindowsSeen() int {
+	n := 0
+	if c.maxAmount.Load() > 0 {
+		n++
+	}
+	for _, u := range c.unitHistory {
+		if u > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *campaign) seenUnit() int64 {
+	first, second, n := c.maxAmount.Load(), int64(0), 0
+	if first > 0 {
+		n++
+	}
+	for _, u := range c.unitHistory {
+		if u <= 0 {
+			continue
+		}
+		n++
+		if u > first {
+			first, second = u, first
+		} else if u > second {
+			second = u
+		}
+	}
+	if n < 3 {
+		return first
+	}
+	return second
+}
 
 // unit is the bid size that sizes standing leases and the ledger's one-bid
 // advance: what this host saw, or the fleet's if larger.
@@ -143,7 +191,15 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	// last sent it, or on the day's first flush: it sizes the shard counts
 	// of days to come, which need no precision, and an unchanged write
 	// every flush would double the flush's commands.
-	if u := c.seenUnit(); c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8 {
+	//
+	// Not before the host has seen SPENDs in reportBidWindows windows: a
+	// sparse host's first SPEND or two (after a start, or after the
+	// campaign was retired here) are no bid, and reported they overwrote
+	// the fleet's (or the operator's) with whatever one SPEND happened to
+	// be, so every host held standing bids that the next, slightly larger
+	// SPEND did not fit.
+	if u := c.seenUnit(); c.unitWindowsSeen() >= reportBidWindows &&
+		(c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8) {
 		d.BidMicros = u
 	}
 	d.Requests = d.Allowed + d.Denied

@@ -32,3 +32,25 @@ func TestSparseIntervalOverLastSpends(t *testing.T) {
 		t.Fatalf("after the ring wrapped: interval %v, want %v (the last %d SPENDs)", got, want, sparseSpends)
 	}
 }
+
+// seenUnit is the second largest of the windows' largest SPENDs once three
+// windows had one, so one outlier does not become the bid.
+func TestSeenUnitIgnoresOneOutlier(t *testing.T) {
+	c := &campaign{}
+	c.unitHistory[0] = 2_000
+	if got := c.seenUnit(); got != 2_000 {
+		t.Fatalf("one window: unit %d, want 2000", got)
+	}
+	c.unitHistory[1] = 11_000 // an outlier
+	if got := c.seenUnit(); got != 11_000 {
+		t.Fatalf("two windows: unit %d, want the largest (11000)", got)
+	}
+	c.unitHistory[2] = 1_500
+	if got := c.seenUnit(); got != 2_000 {
+		t.Fatalf("three windows, one outlier: unit %d, want 2000", got)
+	}
+	c.maxAmount.Store(3_000) // this window's largest counts too
+	if got, n := c.seenUnit(), c.unitWindowsSeen(); got != 3_000 || n != 4 {
+		t.Fatalf("with this window: unit %d over %d windows, want 3000 over 4", got, n)
+	}
+}

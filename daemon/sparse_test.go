@@ -250,3 +250,35 @@ func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 	f.check(t, "slow")
 	f.check(t, "quick")
 }
+
+// Issue 10: a host that has seen a campaign's SPENDs in fewer than four
+// windows does not report its bid: the operator's (or the fleet's) stays.
+// A sparse host's one SPEND, reported, became the fleet's bid, and every
+// host then held standing bids the next, slightly larger SPEND did not fit.
+func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
+	const bid = 4_000
+	f := newFixture(t)
+	f.campaign(t, "few", 40*bid, 1)
+	if err := f.ledger.SetBid(ctx, "few", bid); err != nil {
+		t.Fatal(err)
+	}
+	d := f.daemon(t, "a")
+	const step = 10 * time.Second
+	for now := time.Duration(0); now <= 2*time.Hour; now += step {
+		f.clock.Set(midnight.Add(now))
+		d.Step(ctx)
+		if now == 10*time.Minute || now == 70*time.Minute {
+			if _, err := d.Spend("few", 1_000, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := f.ledger.Bid(ctx, "few")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != bid {
+		t.Fatalf("after two SPENDs of 1000 on one host, the ledger's bid is %d; want the operator's %d", got, bid)
+	}
+	f.check(t, "few")
+}
