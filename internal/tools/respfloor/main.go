@@ -28,7 +28,8 @@ import (
 
 func main() {
 	sock := flag.String("socket", "", "Unix socket path to listen on")
-	kind := flag.String("server", "epoll", "epoll or goroutines")
+	kind := flag.String("server", "epoll", "epoll, goroutines, uring or uring-multishot")
+	flag.IntVar(&loopCount, "loops", 0, "event loops (0: GOMAXPROCS)")
 	flag.Parse()
 	if *sock == "" {
 		fmt.Fprintln(os.Stderr, "respfloor: -socket is required")
@@ -52,6 +53,10 @@ func main() {
 		err = serveGoroutines(ln)
 	case "epoll":
 		err = serveEpoll(ln)
+	case "uring":
+		err = serveUring(ln, false)
+	case "uring-multishot":
+		err = serveUring(ln, true)
 	default:
 		err = fmt.Errorf("unknown -server %q", *kind)
 	}
@@ -83,8 +88,18 @@ func serveGoroutines(ln net.Listener) error {
 	}
 }
 
+// loopCount is -loops: how many event loops the epoll and uring servers run.
+var loopCount int
+
+func loopsWanted() int {
+	if loopCount > 0 {
+		return loopCount
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
 func serveEpoll(ln net.Listener) error {
-	loops := make([]int, runtime.GOMAXPROCS(0))
+	loops := make([]int, loopsWanted())
 	for i := range loops {
 		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 		if err != nil {
