@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -99,10 +100,20 @@ const (
 	// core, answering all the requests a wake-up finds with one write per
 	// connection (evloop_linux.go). Linux only.
 	EventLoop SocketServer = "epoll"
+	// URing serves every connection from a few io_uring loops, one per
+	// core, each wake-up one system call for all its connections
+	// (uring_linux.go). Where io_uring cannot be used (an old kernel,
+	// io_uring_disabled, a seccomp filter) Serve logs why and uses
+	// EventLoop. Linux only.
+	URing SocketServer = "uring"
 	// DefaultSocketServer is the one that measured cheaper (see
 	// docs/BENCHMARKS.md), where it is supported.
 	DefaultSocketServer = EventLoop
 )
+
+// DefaultLoops is the event loops a server runs when ServerConfig.Loops is
+// 0: one per GOMAXPROCS.
+func DefaultLoops() int { return runtime.GOMAXPROCS(0) }
 
 // ParseSocketServer checks a socket_server setting; "" means the default
 // for this platform.
@@ -115,21 +126,24 @@ func ParseSocketServer(name string) (SocketServer, error) {
 		return DefaultSocketServer, nil
 	case Goroutines:
 		return Goroutines, nil
-	case EventLoop:
+	case EventLoop, URing:
 		if !eventLoopSupported {
-			return "", errors.New("transport: socket_server epoll is only available on Linux; use goroutines")
+			return "", fmt.Errorf("transport: socket_server %s is only available on Linux; use goroutines", name)
 		}
-		return EventLoop, nil
+		return SocketServer(name), nil
 	}
-	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines or epoll)", name)
+	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll or uring)", name)
 }
 
 // ServerConfig configures a Server. The zero value is usable: every limit
 // then has its default.
 type ServerConfig struct {
 	// Server is how connections are served; "" means the platform's
-	// default (ParseSocketServer). Every other setting applies to both.
+	// default (ParseSocketServer). Every other setting applies to all.
 	Server SocketServer
+	// Loops is how many event loops EventLoop and URing run; 0 means
+	// DefaultLoops().
+	Loops int
 	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
 	// bug (e.g. currency units sent as micros ×1e6) cannot take a day's
 	// budget in one call. Zero means no cap.
@@ -232,6 +246,9 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 	if cfg.Server == "" {
 		cfg.Server, _ = ParseSocketServer("")
 	}
+	if cfg.Loops <= 0 {
+		cfg.Loops = DefaultLoops()
+	}
 	if cfg.MaxClients == 0 {
 		cfg.MaxClients = DefaultMaxClients
 	}
@@ -309,7 +326,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	evloop := s.cfg.Server == EventLoop
+	evloop := s.cfg.Server == EventLoop || s.cfg.Server == URing
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
