@@ -91,7 +91,7 @@ func ringData(kind int, fd int) uint64 { return uint64(kind)<<32 | uint64(uint32
 // (it does not lose them when it must: FeatNoDrop).
 const ringEntries = 1024
 
-// startRingLoops starts GOMAXPROCS io_uring loops, each creating its ring
+// startRingLoops starts the io_uring loops, each creating its ring
 // on its own locked thread; it fails, leaving nothing behind, if any ring
 // cannot be created.
 func (s *Server) startRingLoops() error {
@@ -140,12 +140,19 @@ func (r *ringLoop) run(l *eventLoop) {
 	defer r.ring.Close()
 	r.armWake(l)
 	tick := l.s.tick()
+	// The wait is bounded even without deadlines to check: a safety net
+	// should a kernel ever complete a MSG_DONTWAIT send outside the enter
+	// that submits it (then the loop would sleep past that completion).
+	wait := tick
+	if wait <= 0 {
+		wait = time.Second
+	}
 	lastSweep := time.Now()
 	for {
 		if r.nSends > 0 {
 			raceReleaseIO() // the replies happen before the clients read them
 		}
-		if err := r.ring.Wait(r.nSends+1, int64(tick)); err != nil {
+		if err := r.ring.Wait(r.nSends+1, int64(wait)); err != nil {
 			l.s.log.Error("io_uring_enter failed; closing the loop's connections", zap.Error(err))
 			l.shutdown()
 			return
