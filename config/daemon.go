@@ -48,7 +48,7 @@ type Daemon struct {
 	// limit below.
 	SocketServer string `yaml:"socket_server"`
 	// SocketLoops is how many event loops the epoll and uring servers
-	// run; 0 means transport.DefaultLoops().
+	// run; 0 means transport.DefaultLoops() (one per two cores).
 	SocketLoops int `yaml:"socket_loops"`
 	// MaxClients caps the bidder socket's open connections.
 	MaxClients int `yaml:"max_clients"`

@@ -15,7 +15,7 @@ import (
 // The event-driven server (socket_server: epoll). A goroutine per connection
 // pays, per request, a netpoller wake-up, a goroutine switch, a read, a
 // write and a read that finds nothing (EAGAIN) before parking again. Here a
-// few loops, one per core, each block in epoll_wait on their share of the
+// few loops (DefaultLoops) each block in epoll_wait on their share of the
 // connections; on a wake-up a loop reads each ready connection once, answers
 // every complete request in its buffer and sends all the replies with one
 // write, as Redis's own event loop does. Accepting stays a goroutine on the
@@ -83,7 +83,7 @@ type eventLoop struct {
 // buffer stays bounded by this plus one reply.
 const outFlushBytes = 64 << 10
 
-// startLoops creates the server's event loops, one per GOMAXPROCS: io_uring
+// startLoops creates the server's event loops (ServerConfig.Loops): io_uring
 // ones for socket_server uring, unless io_uring cannot be used here, in
 // which case it says why and starts epoll ones. Called with s.mu held.
 func (s *Server) startLoops() error {

@@ -96,12 +96,12 @@ const (
 	// Goroutines serves each connection from its own goroutine, through
 	// Go's netpoller. Portable.
 	Goroutines SocketServer = "goroutines"
-	// EventLoop serves every connection from a few epoll loops, one per
-	// core, answering all the requests a wake-up finds with one write per
-	// connection (evloop_linux.go). Linux only.
+	// EventLoop serves every connection from a few epoll loops
+	// (DefaultLoops), answering all the requests a wake-up finds with one
+	// write per connection (evloop_linux.go). Linux only.
 	EventLoop SocketServer = "epoll"
-	// URing serves every connection from a few io_uring loops, one per
-	// core, each wake-up one system call for all its connections
+	// URing serves every connection from a few io_uring loops
+	// (DefaultLoops), each wake-up one system call for all its connections
 	// (uring_linux.go). Where io_uring cannot be used (an old kernel,
 	// io_uring_disabled, a seccomp filter) Serve logs why and uses
 	// EventLoop. Linux only.
@@ -112,8 +112,18 @@ const (
 )
 
 // DefaultLoops is the event loops a server runs when ServerConfig.Loops is
-// 0: one per GOMAXPROCS.
-func DefaultLoops() int { return runtime.GOMAXPROCS(0) }
+// 0: one per two GOMAXPROCS, rounded up (one on a 2-core host).
+//
+// Fewer loops than cores cost less per request (docs/BENCHMARKS.md, issue
+// 15): a loop that serves more connections finds more of them ready per
+// wake-up, and while a loop sleeps in its system call another P stays idle,
+// so the Go scheduler does not take the sleeping loop's P back and start
+// another thread for it at every wake-up, as it does when every P has a
+// loop. On 2 cores one loop cost 25-30% less CPU per request than two at
+// redis-benchmark -c 50, at the same throughput (the client held the other
+// core). Each loop uses at most one core, so a host whose bidders need
+// more sets socket_loops.
+func DefaultLoops() int { return (runtime.GOMAXPROCS(0) + 1) / 2 }
 
 // ParseSocketServer checks a socket_server setting; "" means the default
 // for this platform.
