@@ -48,6 +48,29 @@ type dispatcher struct {
 	// known: campaigns answered without error on this connection, whose
 	// requests the event loop answers itself (see mayBlock).
 	known map[string]struct{}
+	// now is the Spender's clock read for this batch (ClockedSpender),
+	// for nowUses more SPENDs.
+	now     time.Time
+	nowUses int
+}
+
+// newBatch starts a batch of requests read together: the next SPEND reads
+// the clock again.
+func (d *dispatcher) newBatch() { d.nowUses = 0 }
+
+// spend asks the Spender, with the batch's clock reading if it takes one.
+func (d *dispatcher) spend(campaign pacer.CampaignID, amount pacer.Micros, auction string) (pacer.Decision, error) {
+	cs := d.s.clocked
+	if cs == nil {
+		return d.s.spender.Spend(campaign, amount, auction)
+	}
+	if d.nowUses == 0 {
+		d.now, d.nowUses = cs.Now(), BatchClockUses
+	}
+	d.nowUses--
+	dec, at, err := cs.SpendAt(d.now, campaign, amount, auction)
+	d.now = at
+	return dec, err
 }
 
 // mayBlock reports whether answering args may wait on the Spender for
@@ -122,8 +145,12 @@ func (d *dispatcher) serve(w replyWriter, args [][]byte) (quit bool) {
 // message to send instead.
 func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 	name := args[0]
+	spend := is(name, "spend")
+	if !spend {
+		d.newBatch() // it may wait: the next SPEND reads the clock again
+	}
 	switch {
-	case is(name, "spend"):
+	case spend:
 		campaign, amount, auction, msg := d.spendArgs(args, "spend")
 		if msg != "" {
 			return msg
@@ -133,7 +160,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if d.spends++; observe != nil && d.spends%SpendSample == 0 {
 			start = time.Now()
 		}
-		dec, err := d.s.spender.Spend(campaign, amount, auction)
+		dec, err := d.spend(campaign, amount, auction)
 		if !start.IsZero() {
 			observe(time.Since(start))
 		}

@@ -339,6 +339,7 @@ func (l *eventLoop) serve(c *evConn, ev uint32, now time.Time) bool {
 // (helper false) it hands c off at the first request that may block; in a
 // helper it answers everything.
 func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool) bool {
+	c.d.newBatch()
 	for {
 		args, err := first, error(nil)
 		first = nil
