@@ -2,7 +2,6 @@ package main
 
 import (
 	"net"
-	"os"
 	"runtime"
 	"sync"
 
@@ -10,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The io_uring floor: one ring per loop (GOMAXPROCS loops), each owned by
+// The io_uring floor: one ring per loop (as many loops as epoll), each owned by
 // a goroutine locked to its thread (SetupSingleIssuer, SetupDeferTaskrun:
 // the kernel finishes this ring's work only inside the loop's own
 // io_uring_enter, never by interrupting it). A wake-up is one
@@ -112,15 +111,9 @@ func (l *uloop) sqe() *uring.SQE {
 }
 
 func (l *uloop) run(ready chan<- error) {
-	var flags uint32 = uring.SetupSubmitAll
-	if os.Getenv("RESPFLOOR_COOP") != "" {
-		flags |= uring.SetupCoopTaskrun
-	} else {
-		runtime.LockOSThread()
-		flags |= uring.SetupSingleIssuer | uring.SetupDeferTaskrun
-	}
+	runtime.LockOSThread()
 	var err error
-	l.ring, err = uring.New(1024, 8192, flags)
+	l.ring, err = uring.New(1024, 8192, uring.SetupSubmitAll|uring.SetupSingleIssuer|uring.SetupDeferTaskrun)
 	if err == nil && l.multishot {
 		l.bufs, err = l.ring.NewBufRing(0, 1024, 4096)
 	}
