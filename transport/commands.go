@@ -48,6 +48,10 @@ type dispatcher struct {
 	// known: campaigns answered without error on this connection, whose
 	// requests the event loop answers itself (see mayBlock).
 	known map[string]struct{}
+	// lastKnown and lastID are the last campaign found in known and the
+	// last interned: a bidder's connection names the same campaign over
+	// and over, and comparing its bytes is cheaper than hashing them.
+	lastKnown, lastID string
 	// now is the Spender's clock read for this batch (ClockedSpender),
 	// for nowUses more SPENDs.
 	now     time.Time
@@ -87,6 +91,9 @@ func (d *dispatcher) mayBlock(args [][]byte) bool {
 		return false
 	}
 	if (is(name, "spend") || is(name, "refund") || is(name, "balance")) && len(args) >= 2 {
+		if d.lastKnown != "" && string(args[1]) == d.lastKnown {
+			return false
+		}
 		_, ok := d.known[string(args[1])] // no allocation for the lookup
 		return !ok
 	}
@@ -103,7 +110,9 @@ func (d *dispatcher) answered(args [][]byte) {
 	if d.known == nil || len(d.known) >= maxInterned {
 		d.known = make(map[string]struct{}, 16)
 	}
-	d.known[d.intern(args[1])] = struct{}{}
+	id := d.intern(args[1])
+	d.known[id] = struct{}{}
+	d.lastKnown = id
 }
 
 // SpendSample: one SPEND in this many, per connection, is timed for
@@ -116,7 +125,11 @@ const SpendSample = 64
 const maxInterned = 256
 
 func (d *dispatcher) intern(id []byte) string {
+	if d.lastID != "" && string(id) == d.lastID {
+		return d.lastID
+	}
 	if s, ok := d.campaigns[string(id)]; ok { // no allocation for the lookup
+		d.lastID = s
 		return s
 	}
 	if d.campaigns == nil || len(d.campaigns) >= maxInterned {
@@ -124,6 +137,7 @@ func (d *dispatcher) intern(id []byte) string {
 	}
 	s := string(id)
 	d.campaigns[s] = s
+	d.lastID = s
 	return s
 }
 
