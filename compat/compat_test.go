@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -290,22 +291,32 @@ func TestNode(t *testing.T) {
 }
 
 // socketServer is the bidder socket's server under test. TestMain runs the
-// suite once with the default (epoll on Linux) and once more, in a child
-// process, with goroutines, so every client is checked against both.
+// suite once with the default (epoll on Linux) and once more per other
+// server (goroutines, and uring on Linux), each in a child process, so
+// every client is checked against every server.
 func socketServer() transport.SocketServer {
 	return transport.SocketServer(os.Getenv("PACER_TEST_SOCKET_SERVER"))
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if code == 0 && os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
-		fmt.Printf("=== compat: the same clients against socket_server %s\n", transport.Goroutines)
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Env = append(os.Environ(), "PACER_TEST_SOCKET_SERVER="+string(transport.Goroutines))
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Printf("compat with socket_server %s: %v\n", transport.Goroutines, err)
-			code = 1
+	if os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
+		others := []transport.SocketServer{transport.Goroutines}
+		if runtime.GOOS == "linux" {
+			others = append(others, transport.URing)
+		}
+		for _, kind := range others {
+			if code != 0 {
+				break
+			}
+			fmt.Printf("=== compat: the same clients against socket_server %s\n", kind)
+			cmd := exec.Command(os.Args[0], os.Args[1:]...)
+			cmd.Env = append(os.Environ(), "PACER_TEST_SOCKET_SERVER="+string(kind))
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				fmt.Printf("compat with socket_server %s: %v\n", kind, err)
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)

@@ -166,7 +166,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -202,7 +202,8 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"admin: unix:run/admin.sock", `admin: "unix:run/admin.sock": a Unix socket path must be absolute`},
 		{"admin: /" + strings.Repeat("a", 110), `admin: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"max_clients: 0", `max_clients: 0: want 1 to 1000000`},
-		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines or epoll)`},
+		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines, epoll or uring)`},
+		{"socket_loops: -1", `socket_loops: -1: want 0 (the default) to 1024`},
 		{"admin_max_conns: 0", `admin_max_conns: 0: want 1 to 10000`},
 		{"client_read_timeout: -1s", `client_read_timeout: -1s: want 0 (never) or a positive duration`},
 		{"client_idle_timeout: 5", `line 1: client_idle_timeout: "5" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -233,7 +234,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {
@@ -460,7 +461,7 @@ func allKeys(t reflect.Type, prefix string) []string {
 func TestEveryDocumentedKeyMaps(t *testing.T) {
 	// The keys as documented before daemon.Config became the file's daemon
 	// section: none may be lost or renamed.
-	documented := []string{"socket", "socket_mode", "socket_server", "max_clients", "client_idle_timeout",
+	documented := []string{"socket", "socket_mode", "socket_server", "socket_loops", "max_clients", "client_idle_timeout",
 		"client_read_timeout", "client_write_timeout", "allowed_uids", "allowed_gids", "redis", "etcd", "nats",
 		"admin", "admin_max_conns", "admin_idle_timeout", "unknown_campaign_ttl", "max_campaign_loads", "holder",
 		"curves_dir", "state_dir", "max_amount_micros", "dedup_memory_bytes",

@@ -42,11 +42,14 @@ type Daemon struct {
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
 	// SocketServer is how the bidder socket serves connections:
-	// "epoll" (event loops, one per core; Linux) or "goroutines" (one
-	// per connection). Empty means the platform's default
-	// (transport.DefaultSocketServer on Linux). Both apply every limit
-	// below.
+	// "epoll" or "uring" (event loops on epoll or io_uring; Linux) or
+	// "goroutines" (one per connection). Empty means the platform's
+	// default (transport.DefaultSocketServer on Linux). All apply every
+	// limit below.
 	SocketServer string `yaml:"socket_server"`
+	// SocketLoops is how many event loops the epoll and uring servers
+	// run; 0 means transport.DefaultLoops() (one per two cores).
+	SocketLoops int `yaml:"socket_loops"`
 	// MaxClients caps the bidder socket's open connections.
 	MaxClients int `yaml:"max_clients"`
 	// ClientIdleTimeout closes a bidder connection silent for this long
@@ -191,6 +194,9 @@ const (
 // maxClients bounds max_clients: each connection is a file descriptor.
 const maxClients = 1_000_000
 
+// maxSocketLoops bounds socket_loops: more loops than cores only cost.
+const maxSocketLoops = 1024
+
 // AdminUnixPath reports whether an admin address names a Unix socket,
 // "unix:/path" or "/path", and returns the path.
 func AdminUnixPath(addr string) (string, bool) {
@@ -258,6 +264,9 @@ func (d Daemon) Validate() error {
 	}
 	if _, err := transport.ParseSocketServer(d.SocketServer); err != nil {
 		bad("socket_server: %v", strings.TrimPrefix(err.Error(), "transport: "))
+	}
+	if d.SocketLoops < 0 || d.SocketLoops > maxSocketLoops {
+		bad("socket_loops: %d: want 0 (the default) to %d", d.SocketLoops, maxSocketLoops)
 	}
 	if d.SocketMode&0o600 != 0o600 || d.SocketMode > 0o777 {
 		bad("socket_mode: %s must give the owner read and write (at least 0600) and stay within 0777", d.SocketMode)

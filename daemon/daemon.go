@@ -35,7 +35,7 @@ import (
 	"go.uber.org/zap"
 )
 
-var _ transport.Spender = (*Daemon)(nil)
+var _ transport.ClockedSpender = (*Daemon)(nil)
 
 // Daemon is one pacerd's state. It is safe for concurrent use. Create it with
 // New, call Run (or Step, in tests), and Close to release every lease.
@@ -274,6 +274,33 @@ func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, a
 		c.countDenial(dec)
 	}
 	return dec, nil
+}
+
+// Now is the daemon's clock: the socket server reads it once for a batch
+// of pipelined SPENDs (transport.ClockedSpender).
+func (d *Daemon) Now() time.Time { return d.cfg.Clock.Now() }
+
+// SpendAt is Spend decided at now, a reading of Now the socket server took
+// a few SPENDs earlier in the same batch (transport.ClockedSpender says
+// why that is safe for money). A campaign that must be loaded first, which
+// may wait on the ledger, is decided at a fresh reading instead; SpendAt
+// returns the instant it decided at.
+func (d *Daemon) SpendAt(now time.Time, campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, time.Time, error) {
+	amount := int64(amountMicros)
+	c, loaded := d.campaigns.get(string(campaignID))
+	if !loaded {
+		var err error
+		if c, err = d.campaignFor(string(campaignID), amount); err != nil {
+			d.counters.spendErrors.Add(1)
+			return pacer.Paced, now, err
+		}
+		now = d.cfg.Clock.Now()
+	}
+	dec := c.spend(now, amount, auctionID)
+	if dec != pacer.Allowed {
+		c.countDenial(dec)
+	}
+	return dec, now, nil
 }
 
 // decisionCounts sums the campaigns' SPEND answers.

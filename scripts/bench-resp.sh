@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # `make bench` (after `make build`): pacerd's SPEND over its Unix socket, with
-# each of its two socket servers (socket_server: epoll and goroutines), next
-# to what it is judged against, all driven by the same redis-benchmark flags
-# and interleaved in one run:
-#   floor-epoll, floor-goroutines  a bare echo server (internal/tools/respfloor)
-#                                  built each way: the syscall floor;
+# each of its socket servers (socket_server: uring, epoll and goroutines),
+# next to what it is judged against, all driven by the same redis-benchmark
+# flags and interleaved in one run:
+#   floor-uring, floor-epoll,      a bare echo server (internal/tools/respfloor)
+#   floor-goroutines               built each way: the syscall floor;
 #   redis-decrby                   redis-server's own DECRBY;
 #   lua                            redis-server running the seed article's Lua
 #                                  check-and-decrement via EVALSHA;
-#   pacerd-epoll, pacerd-goroutines.
+#   pacerd-uring, pacerd-epoll, pacerd-goroutines.
 # Each at -c 1, -c 50 and -c 50 -P 16, BENCH_ROUNDS rounds (default 5), the
 # order of the servers rotated every round. Per run: rps and latencies as
 # redis-benchmark reports them, the server's CPU (utime+stime from
@@ -32,6 +32,11 @@
 #                      its round is "loaded" (default 0.10)
 #   BENCH_LAT_SECONDS  length of each resplat run (default 3)
 #   BENCH_LAT_RATES    "rate:conns ..." for resplat (default "10000:1 20000:10")
+#   BENCH_SERVERS      which of the servers above to run (default: all of them;
+#                      also floor-uring-multishot, respfloor's multishot-recv
+#                      variant of the io_uring floor). A floor or pacerd name
+#                      ending in @N runs N event loops (socket_loops), e.g.
+#                      "floor-epoll@1 pacerd-epoll@1 lua"
 #   BIN                where pacerd and pacerctl are (default: <repo>/bin)
 set -euo pipefail
 
@@ -48,7 +53,17 @@ budget=1000000000000000 # 1e15 micros, the largest daily budget: SPEND 1 is alwa
 for tool in redis-server redis-cli redis-benchmark awk getconf go; do
   command -v "$tool" >/dev/null || { echo "bench-resp: $tool not found (make deps installs redis)" >&2; exit 1; }
 done
-[ -x "$bin/pacerd" ] || { echo "bench-resp: $bin/pacerd not built (make build)" >&2; exit 1; }
+read -r -a servers <<<"${BENCH_SERVERS:-floor-uring floor-epoll floor-goroutines redis-decrby lua pacerd-uring pacerd-epoll pacerd-goroutines}"
+has() { # server: is it in the run?
+  local s
+  for s in "${servers[@]}"; do [ "$s" = "$1" ] && return 0; done
+  return 1
+}
+pacerds=()
+for srv in "${servers[@]}"; do [[ $srv == pacerd-* ]] && pacerds+=("$srv"); done
+if ((${#pacerds[@]} > 0)); then
+  [ -x "$bin/pacerd" ] || { echo "bench-resp: $bin/pacerd not built (make build)" >&2; exit 1; }
+fi
 
 # Short path: Unix socket paths are limited to ~104 bytes.
 tmp=$(mktemp -d /tmp/pacer-bench.XXXXXX)
@@ -131,12 +146,16 @@ if ! { [ -x "$bin/pacerctl" ] && "$bin/pacerctl" --redis "$ledger_sock" \
 fi
 
 declare -A pid_of sock_of
-start_pacerd() { # kind
-  local name=pacerd-$1 sock=$tmp/pacerd-$1.sock
+# A server's name may end in @N: run it with N event loops (socket_loops,
+# respfloor -loops) instead of the default.
+start_pacerd() { # kind[@loops]
+  local name=pacerd-$1 sock=$tmp/pacerd-$1.sock kind=${1%@*} loops=0
+  [[ $1 == *@* ]] && loops=${1#*@}
   mkdir -p "$tmp/state-$1"
   cat >"$tmp/$name.yaml" <<YAML
 socket: $sock
-socket_server: $1
+socket_server: $kind
+socket_loops: $loops
 redis: ["$ledger_sock"]
 admin: ""
 holder: bench-$1
@@ -168,9 +187,10 @@ YAML
   }
 }
 
-start_floor() { # kind
-  local name=floor-$1 sock=$tmp/floor-$1.sock
-  "$tmp/respfloor" -socket "$sock" -server "$1" 2>"$tmp/$name.log" &
+start_floor() { # kind[@loops]
+  local name=floor-$1 sock=$tmp/floor-$1.sock kind=${1%@*} loops=0
+  [[ $1 == *@* ]] && loops=${1#*@}
+  "$tmp/respfloor" -socket "$sock" -server "$kind" -loops "$loops" 2>"$tmp/$name.log" &
   pids+=($!)
   pid_of[$name]=$!
   sock_of[$name]=$sock
@@ -190,10 +210,12 @@ echo "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 
-start_pacerd epoll
-start_pacerd goroutines
-start_floor epoll
-start_floor goroutines
+for srv in "${servers[@]}"; do
+  case $srv in
+  pacerd-*) start_pacerd "${srv#pacerd-}" ;;
+  floor-*) start_floor "${srv#floor-}" ;;
+  esac
+done
 
 lua='local b = tonumber(redis.call('"'"'GET'"'"', KEYS[1]) or '"'"'0'"'"') if b >= tonumber(ARGV[1]) then redis.call('"'"'DECRBY'"'"', KEYS[1], ARGV[1]) return 1 end return 0'
 sha=$(redis-cli -s "$lua_sock" SCRIPT LOAD "$lua")
@@ -205,7 +227,6 @@ sock_of[lua]=$lua_sock
 pid_of[redis-decrby]=$lua_pid
 sock_of[redis-decrby]=$lua_sock
 
-servers=(floor-epoll floor-goroutines redis-decrby lua pacerd-epoll pacerd-goroutines)
 cmd_of() { # server: the command redis-benchmark sends it
   case $1 in
   lua) echo "EVALSHA $sha 1 budget:{demo}:0 1" ;;
@@ -265,8 +286,9 @@ for fs in "${flagsets[@]}"; do
   done
 done
 
-for srv in pacerd-epoll pacerd-goroutines; do
-  eval "allowed0_${srv#pacerd-}=$(spend_counter "$srv" spend_allowed)"
+declare -A allowed0
+for srv in "${pacerds[@]}"; do
+  allowed0[$srv]=$(spend_counter "$srv" spend_allowed)
 done
 
 # One round: every flag set, every server, the servers' order rotated by the
@@ -303,8 +325,10 @@ for round in $(seq "$rounds"); do
   done
 done
 
-allowed_e=$(($(spend_counter pacerd-epoll spend_allowed) - allowed0_epoll))
-allowed_g=$(($(spend_counter pacerd-goroutines spend_allowed) - allowed0_goroutines))
+allowed=""
+for srv in "${pacerds[@]}"; do
+  allowed+="$srv allowed $(($(spend_counter "$srv" spend_allowed) - ${allowed0[$srv]})) SPENDs; "
+done
 
 quiet_rounds=$(awk -F'|' '$2 == "quiet" { q[$1] = 1 } END { print length(q) }' "$tmp/raw")
 all_rounds=$(awk -F'|' '{ a[$1] = 1 } END { print length(a) }' "$tmp/raw")
@@ -341,11 +365,15 @@ table() {
           printf "| %s | %.0f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %d |\n", s, M[s, 1], M[s, 3], M[s, 5], M[s, 7], M[s, 8], M[s, 9], ld, k
         }
         print ""
-        for (q = 1; q <= 2; q++) {
-          kind = q == 1 ? "epoll" : "goroutines"; p = "pacerd-" kind; fl = "floor-" kind
-          if (!((fs, p) in cnt)) continue
-          printf "- %s: CPU/call %.2fx Lua, %.2fx its floor; p50 %.2fx its floor; rps %.2fx Lua, %.2fx DECRBY\n", p,
-            M[p, 7] / M["lua", 7], M[p, 7] / M[fl, 7], M[p, 3] / M[fl, 3], M[p, 1] / M["lua", 1], M[p, 1] / M["redis-decrby", 1]
+        for (q = 1; q <= ns; q++) {
+          p = sorder[q]
+          if (p !~ /^(pacerd|floor)-/ || !(("lua", 7) in M)) continue
+          fl = p; sub(/^pacerd-/, "floor-", fl)
+          printf "- %s: CPU/call %.2fx Lua", p, M[p, 7] / M["lua", 7]
+          if (p != fl && ((fs, fl) in cnt)) printf ", %.2fx its floor; p50 %.2fx its floor", M[p, 7] / M[fl, 7], M[p, 3] / M[fl, 3]
+          printf "; rps %.2fx Lua", M[p, 1] / M["lua", 1]
+          if ((fs, "redis-decrby") in cnt) printf ", %.2fx DECRBY", M[p, 1] / M["redis-decrby", 1]
+          printf "\n"
         }
       }
     }' "$tmp/raw"
@@ -372,7 +400,7 @@ echo "Every run (round.attempt | quiet/loaded | flags | server | load avg before
 echo
 sed 's/^/    /' "$tmp/raw"
 echo
-echo "pacerd-epoll allowed $allowed_e SPENDs, pacerd-goroutines $allowed_g, in the measured runs."
+[ -n "$allowed" ] && echo "In the measured runs: $allowed"
 
 # Open-loop latency at fixed rates (resplat): interleaved servers, one run each.
 echo
@@ -387,7 +415,8 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for rc in $lat_rates; do
   rate=${rc%:*}
   conns=${rc#*:}
-  for srv in floor-epoll floor-goroutines lua pacerd-epoll pacerd-goroutines; do
+  for srv in "${servers[@]}"; do
+    [ "$srv" = redis-decrby ] && continue
     read -r -a cmd <<<"$(cmd_of "$srv")"
     l=$(load1)
     out=$("$tmp/resplat" -socket "${sock_of[$srv]}" -rate "$rate" -conns "$conns" \
@@ -402,7 +431,7 @@ for rc in $lat_rates; do
   done
 done
 
-for srv in pacerd-epoll pacerd-goroutines; do
+for srv in "${pacerds[@]}"; do
   if grep -qiE 'error|panic' "$tmp/$srv.log"; then
     echo
     echo "$srv log (errors):"

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidwall/redcon"
 )
@@ -55,6 +56,15 @@ func (nopSpender) Spend(pacer.CampaignID, pacer.Micros, string) (Decision, error
 func (nopSpender) Refund(pacer.CampaignID, pacer.Micros, string) error { return nil }
 func (nopSpender) Balance(pacer.CampaignID) (Balance, error)           { return Balance{}, nil }
 func (nopSpender) Info() []InfoField                                   { return nil }
+
+// clockedNop is nopSpender as a ClockedSpender, as the daemon is: the
+// socket benchmarks take the path pacerd takes.
+type clockedNop struct{ nopSpender }
+
+func (clockedNop) Now() time.Time { return time.Now() }
+func (clockedNop) SpendAt(now time.Time, _ pacer.CampaignID, _ pacer.Micros, _ string) (Decision, time.Time, error) {
+	return Allowed, now, nil
+}
 
 // BenchmarkDispatchSpend is the server's per-command work after parsing:
 // validation, the Spender call and the reply.
@@ -141,7 +151,7 @@ func BenchmarkSocketSpendPipelined(b *testing.B) {
 }
 
 func benchSocket(b *testing.B, kind SocketServer, pipeline int) {
-	ts := startServer(b, nopSpender{}, ServerConfig{Server: kind})
+	ts := startServer(b, clockedNop{}, ServerConfig{Server: kind})
 	c, err := net.Dial("unix", ts.path)
 	if err != nil {
 		b.Fatal(err)

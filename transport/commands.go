@@ -48,6 +48,33 @@ type dispatcher struct {
 	// known: campaigns answered without error on this connection, whose
 	// requests the event loop answers itself (see mayBlock).
 	known map[string]struct{}
+	// lastKnown and lastID are the last campaign found in known and the
+	// last interned: a bidder's connection names the same campaign over
+	// and over, and comparing its bytes is cheaper than hashing them.
+	lastKnown, lastID string
+	// now is the Spender's clock read for this batch (ClockedSpender),
+	// for nowUses more SPENDs.
+	now     time.Time
+	nowUses int
+}
+
+// newBatch starts a batch of requests read together: the next SPEND reads
+// the clock again.
+func (d *dispatcher) newBatch() { d.nowUses = 0 }
+
+// spend asks the Spender, with the batch's clock reading if it takes one.
+func (d *dispatcher) spend(campaign pacer.CampaignID, amount pacer.Micros, auction string) (pacer.Decision, error) {
+	cs := d.s.clocked
+	if cs == nil {
+		return d.s.spender.Spend(campaign, amount, auction)
+	}
+	if d.nowUses == 0 {
+		d.now, d.nowUses = cs.Now(), BatchClockUses
+	}
+	d.nowUses--
+	dec, at, err := cs.SpendAt(d.now, campaign, amount, auction)
+	d.now = at
+	return dec, err
 }
 
 // mayBlock reports whether answering args may wait on the Spender for
@@ -64,6 +91,9 @@ func (d *dispatcher) mayBlock(args [][]byte) bool {
 		return false
 	}
 	if (is(name, "spend") || is(name, "refund") || is(name, "balance")) && len(args) >= 2 {
+		if d.lastKnown != "" && string(args[1]) == d.lastKnown {
+			return false
+		}
 		_, ok := d.known[string(args[1])] // no allocation for the lookup
 		return !ok
 	}
@@ -80,7 +110,9 @@ func (d *dispatcher) answered(args [][]byte) {
 	if d.known == nil || len(d.known) >= maxInterned {
 		d.known = make(map[string]struct{}, 16)
 	}
-	d.known[d.intern(args[1])] = struct{}{}
+	id := d.intern(args[1])
+	d.known[id] = struct{}{}
+	d.lastKnown = id
 }
 
 // SpendSample: one SPEND in this many, per connection, is timed for
@@ -93,7 +125,11 @@ const SpendSample = 64
 const maxInterned = 256
 
 func (d *dispatcher) intern(id []byte) string {
+	if d.lastID != "" && string(id) == d.lastID {
+		return d.lastID
+	}
 	if s, ok := d.campaigns[string(id)]; ok { // no allocation for the lookup
+		d.lastID = s
 		return s
 	}
 	if d.campaigns == nil || len(d.campaigns) >= maxInterned {
@@ -101,6 +137,7 @@ func (d *dispatcher) intern(id []byte) string {
 	}
 	s := string(id)
 	d.campaigns[s] = s
+	d.lastID = s
 	return s
 }
 
@@ -122,8 +159,12 @@ func (d *dispatcher) serve(w replyWriter, args [][]byte) (quit bool) {
 // message to send instead.
 func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 	name := args[0]
+	spend := is(name, "spend")
+	if !spend {
+		d.newBatch() // it may wait: the next SPEND reads the clock again
+	}
 	switch {
-	case is(name, "spend"):
+	case spend:
 		campaign, amount, auction, msg := d.spendArgs(args, "spend")
 		if msg != "" {
 			return msg
@@ -133,7 +174,7 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 		if d.spends++; observe != nil && d.spends%SpendSample == 0 {
 			start = time.Now()
 		}
-		dec, err := d.s.spender.Spend(campaign, amount, auction)
+		dec, err := d.spend(campaign, amount, auction)
 		if !start.IsZero() {
 			observe(time.Since(start))
 		}

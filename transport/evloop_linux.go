@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -16,7 +15,7 @@ import (
 // The event-driven server (socket_server: epoll). A goroutine per connection
 // pays, per request, a netpoller wake-up, a goroutine switch, a read, a
 // write and a read that finds nothing (EAGAIN) before parking again. Here a
-// few loops, one per core, each block in epoll_wait on their share of the
+// few loops (DefaultLoops) each block in epoll_wait on their share of the
 // connections; on a wake-up a loop reads each ready connection once, answers
 // every complete request in its buffer and sends all the replies with one
 // write, as Redis's own event loop does. Accepting stays a goroutine on the
@@ -60,13 +59,18 @@ type evConn struct {
 	busy     bool
 	protoErr bool
 	timedOut bool
+
+	ur ringConn // the io_uring loop's state (uring_linux.go)
 }
 
-// eventLoop is one epoll set and the goroutine that waits on it.
+// eventLoop is one epoll set and the goroutine that waits on it, or, with
+// ring set, one io_uring (uring_linux.go), which shares everything here
+// but how a connection is read and written.
 type eventLoop struct {
 	s    *Server
-	epfd int
+	epfd int // -1 with ring
 	wake int // an eventfd: written by stop to end epoll_wait
+	ring *ringLoop
 
 	mu     sync.Mutex
 	conns  map[int]*evConn
@@ -79,13 +83,21 @@ type eventLoop struct {
 // buffer stays bounded by this plus one reply.
 const outFlushBytes = 64 << 10
 
-// startLoops creates the server's event loops, one per GOMAXPROCS. Called
-// with s.mu held.
+// startLoops creates the server's event loops (ServerConfig.Loops): io_uring
+// ones for socket_server uring, unless io_uring cannot be used here, in
+// which case it says why and starts epoll ones. Called with s.mu held.
 func (s *Server) startLoops() error {
 	if s.loops != nil {
 		return nil
 	}
-	n := runtime.GOMAXPROCS(0)
+	if s.cfg.Server == URing {
+		err := s.startRingLoops()
+		if err == nil {
+			return nil
+		}
+		s.log.Warn("socket_server uring: io_uring unavailable, serving with epoll instead", zap.Error(err))
+	}
+	n := s.cfg.Loops
 	loops := make([]*eventLoop, 0, n)
 	for range n {
 		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -123,7 +135,9 @@ func (s *Server) startLoops() error {
 }
 
 func (l *eventLoop) release() {
-	unix.Close(l.epfd)
+	if l.epfd >= 0 {
+		unix.Close(l.epfd)
+	}
 	unix.Close(l.wake)
 }
 
@@ -133,7 +147,6 @@ func (l *eventLoop) release() {
 // connection but keeps the descriptor, which only its loop closes (so the
 // number cannot be reused under it).
 func (s *Server) signalLoops(force bool) {
-	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	for _, l := range s.loops {
 		if force {
 			l.mu.Lock()
@@ -142,9 +155,12 @@ func (s *Server) signalLoops(force bool) {
 			}
 			l.mu.Unlock()
 		}
-		unix.Write(l.wake, one)
+		unix.Write(l.wake, wakeOne)
 	}
 }
+
+// wakeOne is what a write to a loop's eventfd adds.
+var wakeOne = []byte{1, 0, 0, 0, 0, 0, 0, 0}
 
 // adopt hands an accepted connection to an event loop. The caller has
 // counted it in s.evConns; on failure adopt closes it and uncounts it.
@@ -205,6 +221,11 @@ func (l *eventLoop) register(c *evConn) bool {
 	}
 	c.lastActive = time.Now()
 	l.conns[c.fd] = c
+	if l.ring != nil {
+		l.ring.incoming = append(l.ring.incoming, c)
+		unix.Write(l.wake, wakeOne)
+		return true
+	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		delete(l.conns, c.fd)
@@ -232,6 +253,10 @@ func (s *Server) tick() time.Duration {
 func (l *eventLoop) run() {
 	defer l.s.handlers.Done()
 	defer l.release()
+	if l.ring != nil {
+		l.ring.run(l)
+		return
+	}
 	events := make([]unix.EpollEvent, 256)
 	ready := make([]*evConn, 0, 256)
 	kinds := make([]uint32, 0, 256)
@@ -314,6 +339,7 @@ func (l *eventLoop) serve(c *evConn, ev uint32, now time.Time) bool {
 // (helper false) it hands c off at the first request that may block; in a
 // helper it answers everything.
 func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool) bool {
+	c.d.newBatch()
 	for {
 		args, err := first, error(nil)
 		first = nil
@@ -361,6 +387,12 @@ func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool
 		}
 	} else {
 		c.partialSince = time.Time{}
+	}
+	if l.ring != nil && !helper {
+		// Sent with every other connection's replies in the loop's
+		// next io_uring_enter; kept until then.
+		l.ring.queueSend(c)
+		return !c.quit || c.sent < len(c.out.b)
 	}
 	if !l.flush(c, now) {
 		return false
@@ -411,6 +443,10 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 }
 
 func (l *eventLoop) watch(c *evConn, events uint32) {
+	if l.ring != nil {
+		l.ring.watch(c, events)
+		return
+	}
 	ev := unix.EpollEvent{Events: events, Fd: int32(c.fd)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev); err != nil {
 		l.s.log.Warn("epoll_ctl mod failed", zap.Error(err))
@@ -424,7 +460,7 @@ func (l *eventLoop) sweep(now time.Time) {
 	l.mu.Lock()
 	for _, c := range l.conns {
 		switch {
-		case c.busy:
+		case c.busy, c.ur.closed:
 		case c.wantOut:
 			if cfg.WriteTimeout > 0 && now.Sub(c.blockedSince) >= cfg.WriteTimeout {
 				l.s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", cfg.WriteTimeout))
@@ -452,9 +488,14 @@ func (l *eventLoop) sweep(now time.Time) {
 // closeConn closes c and moves its counters to the server's totals. The
 // slot is freed before the client can see the close, as in handle.
 func (l *eventLoop) closeConn(c *evConn) {
-	l.mu.Lock()
-	delete(l.conns, c.fd)
-	l.mu.Unlock()
+	if c.ur.closed {
+		return
+	}
+	if l.ring == nil {
+		l.mu.Lock()
+		delete(l.conns, c.fd)
+		l.mu.Unlock()
+	}
 	s := l.s
 	s.mu.Lock()
 	delete(s.evConns, c)
@@ -467,6 +508,10 @@ func (l *eventLoop) closeConn(c *evConn) {
 		s.timedOut++
 	}
 	s.mu.Unlock()
+	if l.ring != nil {
+		l.ring.close(l, c)
+		return
+	}
 	unix.Close(c.fd) // also takes it out of the epoll set
 }
 
@@ -485,8 +530,13 @@ func (l *eventLoop) shutdown() {
 	l.mu.Unlock()
 	now := time.Now()
 	for _, c := range conns {
-		l.flush(c, now)
+		if !c.ur.sending {
+			l.flush(c, now)
+		}
 		l.closeConn(c)
+	}
+	if l.ring != nil {
+		l.ring.drain(l)
 	}
 }
 
@@ -539,6 +589,13 @@ func (l *eventLoop) help(c *evConn, args [][]byte) {
 	closed := l.closed
 	if keep && !closed {
 		c.busy = false
+		if l.ring != nil {
+			// Only the ring's goroutine submits: it re-arms c.
+			l.ring.returned = append(l.ring.returned, c)
+			l.mu.Unlock()
+			unix.Write(l.wake, wakeOne)
+			return
+		}
 		events := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
 		if c.wantOut {
 			events = unix.EPOLLOUT

@@ -7,7 +7,7 @@ import (
 	"net"
 )
 
-// The event-driven server needs epoll; elsewhere Serve refuses it.
+// The event-driven servers need epoll or io_uring; elsewhere Serve refuses them.
 
 const eventLoopSupported = false
 
@@ -15,7 +15,9 @@ type evConn struct {
 	serverConn
 }
 
-type eventLoop struct{}
+type eventLoop struct{ ring *ringLoop }
+
+type ringLoop struct{}
 
 func (s *Server) startLoops() error {
 	return errors.New("socket_server epoll needs Linux")

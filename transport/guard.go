@@ -76,6 +76,22 @@ func (rd *requestReader) fill(src io.Reader) error {
 	if rd.err != nil {
 		return rd.err
 	}
+	n, err := src.Read(rd.room())
+	rd.w += n
+	if err != nil {
+		if n > 0 {
+			rd.err = err
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// room makes room in the buffer as fill does and returns the free part,
+// for a read that completes later (io_uring): until filled is called the
+// buffer must not be touched.
+func (rd *requestReader) room() []byte {
 	switch {
 	case rd.r == rd.w:
 		rd.r, rd.w, rd.noLF = 0, 0, 0
@@ -99,17 +115,11 @@ func (rd *requestReader) fill(src io.Reader) error {
 		copy(nb, rd.buf[:rd.w])
 		rd.buf = nb
 	}
-	n, err := src.Read(rd.buf[rd.w:])
-	rd.w += n
-	if err != nil {
-		if n > 0 {
-			rd.err = err
-			return nil
-		}
-		return err
-	}
-	return nil
+	return rd.buf[rd.w:]
 }
+
+// filled records n bytes read into what room returned.
+func (rd *requestReader) filled(n int) { rd.w += n }
 
 // next returns the next complete request's arguments, or nil and no error
 // if the buffer holds no complete request yet. Empty and blank lines are

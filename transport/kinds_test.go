@@ -11,10 +11,12 @@ import (
 )
 
 // The package's tests run once per socket server: TestMain runs them in
-// this process with goroutines, then (where epoll exists) runs this test
-// binary again, with the same flags, with PACER_TEST_SOCKET_SERVER=epoll.
-// Every protocol, limits, deadline, credential and compatibility test thus
-// holds for both servers, and a failure under either fails the package.
+// this process with goroutines, then (on Linux) runs this test binary
+// again, with the same flags, once with PACER_TEST_SOCKET_SERVER=epoll and
+// once with =uring. Every protocol, limits, deadline, credential and
+// compatibility test thus holds for every server, and a failure under any
+// fails the package. (The uring run needs io_uring: where the kernel
+// refuses it the server falls back to epoll, and TestURingServes says so.)
 const kindEnv = "PACER_TEST_SOCKET_SERVER"
 
 // testKind is the socket server this process's tests run against.
@@ -28,7 +30,7 @@ func testKind() SocketServer {
 // serverKinds are the servers benchmarks compare.
 func serverKinds() []SocketServer {
 	if eventLoopSupported {
-		return []SocketServer{Goroutines, EventLoop}
+		return []SocketServer{Goroutines, EventLoop, URing}
 	}
 	return []SocketServer{Goroutines}
 }
@@ -42,15 +44,18 @@ func runOtherKinds() int {
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
 		return 0 // the benchmarks compare the servers themselves
 	}
-	fmt.Printf("=== transport: the same tests against socket_server %s\n", EventLoop)
-	cmd := exec.Command(os.Args[0], os.Args[1:]...)
-	cmd.Env = append(os.Environ(), kindEnv+"="+string(EventLoop))
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Printf("transport tests with socket_server %s: %v\n", EventLoop, err)
-		return 1
+	code := 0
+	for _, kind := range []SocketServer{EventLoop, URing} {
+		fmt.Printf("=== transport: the same tests against socket_server %s\n", kind)
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), kindEnv+"="+string(kind))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("transport tests with socket_server %s: %v\n", kind, err)
+			code = 1
+		}
 	}
-	return 0
+	return code
 }
 
 // TestSocketServerChoice: the setting's values, its default, and a Serve
@@ -70,6 +75,9 @@ func TestSocketServerChoice(t *testing.T) {
 	if k, err := ParseSocketServer("epoll"); eventLoopSupported != (err == nil) || (err == nil && k != EventLoop) {
 		t.Errorf("epoll: %q, %v", k, err)
 	}
+	if k, err := ParseSocketServer("uring"); eventLoopSupported != (err == nil) || (err == nil && k != URing) {
+		t.Errorf("uring: %q, %v", k, err)
+	}
 	if _, err := ParseSocketServer("threads"); err == nil || !strings.Contains(err.Error(), `unknown socket_server "threads"`) {
 		t.Errorf("threads: %v", err)
 	}
@@ -81,5 +89,32 @@ func TestSocketServerChoice(t *testing.T) {
 	defer srv.Close()
 	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "unknown socket_server") {
 		t.Fatalf("Serve with socket_server threads = %v, want a refusal", err)
+	}
+}
+
+// TestURingServes: socket_server uring serves from io_uring loops where the
+// kernel allows io_uring (it does on the machines this runs on: a fallback
+// to epoll there would make the uring run of every other test a second
+// epoll run), and otherwise falls back to epoll loops that serve.
+func TestURingServes(t *testing.T) {
+	if !eventLoopSupported {
+		t.Skip("io_uring is Linux only")
+	}
+	ts := startServer(t, newFakeSpender(), ServerConfig{Server: URing})
+	c := dialRaw(t, ts.path)
+	if got := c.do(t, resp("PING")); got != "+PONG\r\n" {
+		t.Fatalf("PING = %q", got)
+	}
+	ts.mu.Lock()
+	loops := ts.loops
+	ts.mu.Unlock()
+	if len(loops) == 0 {
+		t.Fatal("no event loops")
+	}
+	if loops[0].ring == nil {
+		if os.Getenv("PACER_TEST_NO_URING") == "" {
+			t.Fatal("socket_server uring fell back to epoll: io_uring unavailable here (see the server's log); set PACER_TEST_NO_URING=1 to accept that")
+		}
+		t.Log("io_uring unavailable: served by the epoll fallback")
 	}
 }

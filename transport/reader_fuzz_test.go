@@ -115,3 +115,41 @@ func readerSeeds() []string {
 		resp("PING", strings.Repeat("x", 100)) + "INFO\n", "*2\r\n$0\r\n\r\n$1\r\nx\r\n", "*0\r\n", "*1\r\n$3\r\nabcX\r\n",
 	}
 }
+
+// roomReader drives a requestReader as the io_uring loop does: a recv into
+// room(), completing later, recorded with filled.
+type roomReader struct{ *requestReader }
+
+func (r roomReader) fill(src io.Reader) error {
+	n, err := src.Read(r.room())
+	r.filled(n)
+	if n == 0 && err == nil {
+		err = io.EOF // a recv of 0 bytes is the end
+	}
+	if n > 0 {
+		return nil // the error comes again with the next recv
+	}
+	return err
+}
+
+// FuzzReaderRoomFilled: the io_uring loop's way of reading (room, then
+// filled once the recv completes) parses every input, however split, into
+// the same commands and error as fill, with the same bound on the buffer.
+func FuzzReaderRoomFilled(f *testing.F) {
+	for _, s := range readerSeeds() {
+		f.Add([]byte(s), uint8(1))
+		f.Add([]byte(s), uint8(6))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
+		want, wantErr, _ := readAll(data, int(chunk)+1)
+		rd := newRequestReader(8, fuzzMaxRequest, 64)
+		rd.bufSize = 16
+		got, gotErr, maxBuf := readWith(roomReader{rd}, func() int { return cap(rd.buf) }, data, int(chunk)+1)
+		if maxBuf > fuzzMaxRequest+1 {
+			t.Fatalf("buffer grew to %d bytes for requests of at most %d", maxBuf, fuzzMaxRequest)
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("input %q split by %d\nroom/filled: %q %v\nfill:        %q %v", data, int(chunk)+1, got, gotErr, want, wantErr)
+		}
+	})
+}

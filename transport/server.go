@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -64,6 +65,35 @@ type Spender interface {
 	Info() []InfoField
 }
 
+// ClockedSpender is a Spender that can decide a SPEND at an instant the
+// server read from its clock earlier (SpendAt), so that a batch of
+// pipelined SPENDs from one connection costs one clock read, not one each.
+// The server passes SpendAt a reading of Now taken in the same batch, at
+// most BatchClockUses SPENDs earlier and with no other command in between
+// (any other command may wait on the Spender, e.g. to load a campaign, so
+// the next SPEND reads the clock again). SpendAt returns the instant it
+// decided at: now, or, if it had to wait itself (loading the campaign), a
+// fresh reading, which the SPENDs after it then use.
+//
+// Why a reading a few microseconds old is safe for money: deciding at an
+// earlier instant is deciding as if the SPEND had arrived that much
+// earlier. The bucket has then dripped no more tokens than it had (an
+// instant earlier than one it has seen counts as that later one), and a
+// lease is spent only until its expiry minus the skew bound (a second by
+// default; the reconciler settles it only after expiry plus a larger
+// grace), so a reading δ old can let a SPEND through at most δ — the time
+// to answer a few requests — past a cutoff that has a whole skew bound of
+// margin. A goroutine preempted between its own clock read and the
+// decision has the same effect today.
+type ClockedSpender interface {
+	Spender
+	Now() time.Time
+	SpendAt(now time.Time, campaign pacer.CampaignID, amount pacer.Micros, auctionID string) (pacer.Decision, time.Time, error)
+}
+
+// BatchClockUses bounds how many SPENDs of a batch share one clock reading.
+const BatchClockUses = 16
+
 // Limits applied when the corresponding ServerConfig field is zero.
 const (
 	DefaultMaxRequestBytes = 64 << 10
@@ -95,14 +125,34 @@ const (
 	// Goroutines serves each connection from its own goroutine, through
 	// Go's netpoller. Portable.
 	Goroutines SocketServer = "goroutines"
-	// EventLoop serves every connection from a few epoll loops, one per
-	// core, answering all the requests a wake-up finds with one write per
-	// connection (evloop_linux.go). Linux only.
+	// EventLoop serves every connection from a few epoll loops
+	// (DefaultLoops), answering all the requests a wake-up finds with one
+	// write per connection (evloop_linux.go). Linux only.
 	EventLoop SocketServer = "epoll"
+	// URing serves every connection from a few io_uring loops
+	// (DefaultLoops), each wake-up one system call for all its connections
+	// (uring_linux.go). Where io_uring cannot be used (an old kernel,
+	// io_uring_disabled, a seccomp filter) Serve logs why and uses
+	// EventLoop. Linux only.
+	URing SocketServer = "uring"
 	// DefaultSocketServer is the one that measured cheaper (see
 	// docs/BENCHMARKS.md), where it is supported.
 	DefaultSocketServer = EventLoop
 )
+
+// DefaultLoops is the event loops a server runs when ServerConfig.Loops is
+// 0: one per two GOMAXPROCS, rounded up (one on a 2-core host).
+//
+// Fewer loops than cores cost less per request (docs/BENCHMARKS.md, issue
+// 15): a loop that serves more connections finds more of them ready per
+// wake-up, and while a loop sleeps in its system call another P stays idle,
+// so the Go scheduler does not take the sleeping loop's P back and start
+// another thread for it at every wake-up, as it does when every P has a
+// loop. On 2 cores one loop cost 25-30% less CPU per request than two at
+// redis-benchmark -c 50, at the same throughput (the client held the other
+// core). Each loop uses at most one core, so a host whose bidders need
+// more sets socket_loops.
+func DefaultLoops() int { return (runtime.GOMAXPROCS(0) + 1) / 2 }
 
 // ParseSocketServer checks a socket_server setting; "" means the default
 // for this platform.
@@ -115,21 +165,24 @@ func ParseSocketServer(name string) (SocketServer, error) {
 		return DefaultSocketServer, nil
 	case Goroutines:
 		return Goroutines, nil
-	case EventLoop:
+	case EventLoop, URing:
 		if !eventLoopSupported {
-			return "", errors.New("transport: socket_server epoll is only available on Linux; use goroutines")
+			return "", fmt.Errorf("transport: socket_server %s is only available on Linux; use goroutines", name)
 		}
-		return EventLoop, nil
+		return SocketServer(name), nil
 	}
-	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines or epoll)", name)
+	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll or uring)", name)
 }
 
 // ServerConfig configures a Server. The zero value is usable: every limit
 // then has its default.
 type ServerConfig struct {
 	// Server is how connections are served; "" means the platform's
-	// default (ParseSocketServer). Every other setting applies to both.
+	// default (ParseSocketServer). Every other setting applies to all.
 	Server SocketServer
+	// Loops is how many event loops EventLoop and URing run; 0 means
+	// DefaultLoops().
+	Loops int
 	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
 	// bug (e.g. currency units sent as micros ×1e6) cannot take a day's
 	// budget in one call. Zero means no cap.
@@ -181,6 +234,7 @@ var ErrServerClosed = errors.New("transport: server closed")
 // Server may Serve several listeners at once.
 type Server struct {
 	spender Spender
+	clocked ClockedSpender // spender, if it is one
 	cfg     ServerConfig
 	log     *zap.Logger
 
@@ -232,6 +286,9 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 	if cfg.Server == "" {
 		cfg.Server, _ = ParseSocketServer("")
 	}
+	if cfg.Loops <= 0 {
+		cfg.Loops = DefaultLoops()
+	}
 	if cfg.MaxClients == 0 {
 		cfg.MaxClients = DefaultMaxClients
 	}
@@ -247,8 +304,10 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	clocked, _ := sp.(ClockedSpender)
 	return &Server{
 		spender:   sp,
+		clocked:   clocked,
 		cfg:       cfg,
 		log:       log.Named("transport"),
 		listeners: make(map[net.Listener]struct{}),
@@ -309,7 +368,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	evloop := s.cfg.Server == EventLoop
+	evloop := s.cfg.Server == EventLoop || s.cfg.Server == URing
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -610,6 +669,7 @@ func (s *Server) handle(c *serverConn) {
 				return
 			}
 			inBatch = true
+			d.newBatch()
 		}
 		quit := d.serve(wr, args)
 		if pending++; quit || pending >= flushEvery {

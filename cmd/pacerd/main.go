@@ -182,6 +182,7 @@ func serverConfig(cfg config.Daemon, d *daemon.Daemon, log *zap.Logger) transpor
 	}
 	sc := transport.ServerConfig{
 		Server:          transport.SocketServer(cfg.SocketServer),
+		Loops:           cfg.SocketLoops,
 		MaxAmountMicros: cfg.MaxAmountMicros,
 		MaxClients:      cfg.MaxClients,
 		IdleTimeout:     never(cfg.ClientIdleTimeout),

@@ -1,15 +1,17 @@
 // Command respfloor is the floor pacerd's socket server is measured
 // against (scripts/bench-resp.sh): a bare echo server on a Unix socket that
-// writes back every byte it reads, built the same two ways as pacerd's
-// server, so that the difference is pacerd's own work. An echoed RESP
+// writes back every byte it reads, built the same ways as pacerd's
+// servers, so that the difference is pacerd's own work. An echoed RESP
 // request is a valid RESP reply (an array of bulk strings), so
 // redis-benchmark and the load generator can drive it like any server.
 //
-//	respfloor -socket /tmp/floor.sock -server epoll|goroutines
+//	respfloor -socket /tmp/floor.sock -server epoll|goroutines|uring|uring-multishot [-loops N]
 //
 // goroutines: a goroutine per connection, read then write, through Go's
-// netpoller. epoll: one loop per GOMAXPROCS on its own epoll set; a wake-up
-// reads each ready connection once and writes back what it read.
+// netpoller. epoll: as many loops as pacerd runs (-loops, default
+// transport.DefaultLoops), each on its own epoll set; a wake-up reads each
+// ready connection once and writes back what it read. uring: the same
+// loops on io_uring (uring_linux.go).
 package main
 
 import (
@@ -20,15 +22,16 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
 	"syscall"
 
+	"github.com/pacer/pacer/transport"
 	"golang.org/x/sys/unix"
 )
 
 func main() {
 	sock := flag.String("socket", "", "Unix socket path to listen on")
-	kind := flag.String("server", "epoll", "epoll or goroutines")
+	kind := flag.String("server", "epoll", "epoll, goroutines, uring or uring-multishot")
+	flag.IntVar(&loopCount, "loops", 0, "event loops (0: as pacerd, transport.DefaultLoops)")
 	flag.Parse()
 	if *sock == "" {
 		fmt.Fprintln(os.Stderr, "respfloor: -socket is required")
@@ -52,6 +55,10 @@ func main() {
 		err = serveGoroutines(ln)
 	case "epoll":
 		err = serveEpoll(ln)
+	case "uring":
+		err = serveUring(ln, false)
+	case "uring-multishot":
+		err = serveUring(ln, true)
 	default:
 		err = fmt.Errorf("unknown -server %q", *kind)
 	}
@@ -83,8 +90,18 @@ func serveGoroutines(ln net.Listener) error {
 	}
 }
 
+// loopCount is -loops: how many event loops the epoll and uring servers run.
+var loopCount int
+
+func loopsWanted() int {
+	if loopCount > 0 {
+		return loopCount
+	}
+	return transport.DefaultLoops()
+}
+
 func serveEpoll(ln net.Listener) error {
-	loops := make([]int, runtime.GOMAXPROCS(0))
+	loops := make([]int, loopsWanted())
 	for i := range loops {
 		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 		if err != nil {
