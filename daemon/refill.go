@@ -497,13 +497,21 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 const maxArrivalLead = 30 * time.Minute
 
 // arrivalLead is how far ahead of now a sparse campaign asks the ledger to
-// stand on its curve: the mean interval between SPENDs on this host, at
-// most maxArrivalLead. Released exactly on the curve, a sparse campaign's
-// last bids came out in its last minutes, on hosts whose next SPEND was an
-// hour away, and stayed there at midnight (a 62-bid campaign ended its day
-// with 10% of its budget held that way); asking that far ahead, its curve
-// ends one SPEND interval before midnight. A busy campaign, or one behind
-// its curve, asks at now.
+// stand on its curve: maxArrivalLead. Released exactly on the curve, a
+// sparse campaign's last bids came out in its last minutes, on hosts whose
+// next SPEND was an hour away, and stayed there at midnight (a 62-bid
+// campaign ended its day with 10% of its budget held that way); asking that
+// far ahead, its curve ends half an hour before midnight. A busy campaign,
+// or one behind its curve, asks at now.
+//
+// It was meant to be the host's mean SPEND interval (at most 30 minutes),
+// taken as the reciprocal of the 10-second EWMA of SPENDs: that passed 30
+// minutes within a minute of a SPEND, and a few minutes later overflowed a
+// Duration into minus 292 years (the curve before the day began, so the
+// call released nothing). What was measured was therefore mostly 30
+// minutes; the mean of a host's last SPEND intervals (a minute or less for
+// a campaign of a few SPENDs a minute) cost a 786-bid campaign with a
+// midnight spike 1.4 points of its budget in the simulator's family.
 func (c *campaign) arrivalLead(s *settings, ds *dayState, now time.Time) time.Duration {
 	if !c.sparse() {
 		return 0
@@ -516,7 +524,16 @@ func (c *campaign) arrivalLead(s *settings, ds *dayState, now time.Time) time.Du
 	if ds.remaining()-rest > c.unit() {
 		return 0
 	}
-	return min(c.sparseInterval(), maxArrivalLead)
+	// Not before the host's own SPENDs show it sparse (two of them, a
+	// quarter window apart on average): a fresh daemon's demand is zero, so
+	// a saturated campaign looks sparse until its first tick, and led half
+	// an hour ahead its shards ran that far ahead of the plan and then
+	// released at half its pace for minutes
+	// (TestSaturatedSpendIsSmoothPer10Seconds).
+	if c.sparseInterval() < c.cfg.LeaseWindow/4 {
+		return 0
+	}
+	return maxArrivalLead
 }
 
 // curveAhead is where the curve stands lead after now, for the ledger. Led,

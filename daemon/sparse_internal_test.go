@@ -33,24 +33,19 @@ func TestSparseIntervalOverLastSpends(t *testing.T) {
 	}
 }
 
-// seenUnit is the second largest of the windows' largest SPENDs once three
-// windows had one, so one outlier does not become the bid.
-func TestSeenUnitIgnoresOneOutlier(t *testing.T) {
+// unitWindowsSeen counts the windows the bid is taken over: this one if it
+// had a SPEND, and those of the history that had one.
+func TestUnitWindowsSeen(t *testing.T) {
 	c := &campaign{}
-	c.unitHistory[0] = 2_000
-	if got := c.seenUnit(); got != 2_000 {
-		t.Fatalf("one window: unit %d, want 2000", got)
+	if n := c.unitWindowsSeen(); n != 0 {
+		t.Fatalf("no SPEND: %d windows, want 0", n)
 	}
-	c.unitHistory[1] = 11_000 // an outlier
-	if got := c.seenUnit(); got != 11_000 {
-		t.Fatalf("two windows: unit %d, want the largest (11000)", got)
+	c.unitHistory[0], c.unitHistory[3] = 2_000, 1_500
+	c.maxAmount.Store(3_000)
+	if n := c.unitWindowsSeen(); n != 3 {
+		t.Fatalf("%d windows, want 3 (two in the history, this one)", n)
 	}
-	c.unitHistory[2] = 1_500
-	if got := c.seenUnit(); got != 2_000 {
-		t.Fatalf("three windows, one outlier: unit %d, want 2000", got)
-	}
-	c.maxAmount.Store(3_000) // this window's largest counts too
-	if got, n := c.seenUnit(), c.unitWindowsSeen(); got != 3_000 || n != 4 {
-		t.Fatalf("with this window: unit %d over %d windows, want 3000 over 4", got, n)
+	if u := c.seenUnit(); u != 3_000 {
+		t.Fatalf("unit %d, want the largest, 3000", u)
 	}
 }
