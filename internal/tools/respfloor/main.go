@@ -111,17 +111,7 @@ func serveEpoll(ln net.Listener) error {
 		go loop(epfd)
 	}
 	for next := 0; ; next++ {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		raw, err := c.(*net.UnixConn).SyscallConn()
-		if err != nil {
-			return err
-		}
-		fd := -1
-		raw.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) })
-		c.Close()
+		fd, err := acceptFD(ln)
 		if err != nil {
 			return err
 		}
@@ -130,6 +120,26 @@ func serveEpoll(ln net.Listener) error {
 			return err
 		}
 	}
+}
+
+// acceptFD accepts a connection and returns its descriptor, duplicated out
+// of Go's netpoller for a loop of ours to serve.
+func acceptFD(ln net.Listener) (int, error) {
+	c, err := ln.Accept()
+	if err != nil {
+		return -1, err
+	}
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		c.Close()
+		return -1, err
+	}
+	fd := -1
+	if cerr := raw.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		err = cerr
+	}
+	c.Close()
+	return fd, err
 }
 
 func loop(epfd int) {

@@ -77,17 +77,7 @@ func serveUring(ln net.Listener, multishot bool) error {
 	}
 	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
 	for next := 0; ; next++ {
-		c, err := ln.Accept()
-		if err != nil {
-			return err
-		}
-		raw, err := c.(*net.UnixConn).SyscallConn()
-		if err != nil {
-			return err
-		}
-		fd := -1
-		raw.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) })
-		c.Close()
+		fd, err := acceptFD(ln)
 		if err != nil {
 			return err
 		}
