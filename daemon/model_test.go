@@ -57,6 +57,7 @@ var regressionSeeds = []struct {
 	{241, nil, "plan: a cut split evenly owed on one shard while another could still grant it"},
 	{296, nil, "uncharged: an id-less refund across midnight (as 231)"},
 	{219, nil, "liveness (the probe's own fault): it ran while the daemons were partitioned from Redis, which heals only between steps"},
+	{813, nil, "plan: a raise stored after the day's plan was decided, whose opener lost its reply before making the shards, skipped as 'not open'; the day opened on the old budget"},
 }
 
 // modelKinds are the step kinds the generator draws from, with weights.
@@ -674,7 +675,8 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 	}
 	k := history.DayKey{Campaign: c.stored.ID, Day: today.Key}
 	p := m.plan(c, today.Key)
-	open, err := m.env.direct.DayShards(ctx, k.Campaign, k.Day)
+	// As pacerctl does: a day planned but not opened is opened first.
+	open, err := m.env.direct.PlannedDayShards(ctx, k.Campaign, k.Day, now)
 	if err != nil {
 		m.t.Fatal(err)
 	}

@@ -391,15 +391,8 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 	if err != nil {
 		return 0, err
 	}
-	retain := l.retainUntil(dayStart.Add(48 * time.Hour))
-	for i, part := range Split(plan.Budget, plan.Shards) {
-		k := ShardKey{c.ID, day, i}
-		if _, err := l.runScript(ctx, openScript, k.keys(), part, now.UnixMilli(), retain, l.cfg.AuditMaxLen); err != nil {
-			return 0, fmt.Errorf("ledger %s: open: %w", k, err)
-		}
-	}
-	if err := l.rdb.HSetNX(ctx, daysKey(c.ID), day, plan.Shards).Err(); err != nil {
-		return 0, fmt.Errorf("ledger %s/%s: day marker: %w", c.ID, day, err)
+	if err := l.openShards(ctx, c.ID, day, plan, l.retainUntil(dayStart.Add(48*time.Hour)), now); err != nil {
+		return 0, err
 	}
 	if err := l.pruneDays(ctx, c.ID, day); err != nil {
 		l.log.Warn("cannot prune the campaign's old day records; next day's open tries again", zap.String("campaign", c.ID), zap.Error(err))
@@ -407,6 +400,72 @@ func (l *Ledger) OpenDay(ctx context.Context, c Campaign, day string, dayStart, 
 	l.log.Info("opened campaign-day", zap.String("campaign", c.ID), zap.String("day", day),
 		zap.Int64("budget_micros", plan.Budget), zap.Int("shards", plan.Shards))
 	return l.DayShards(ctx, c.ID, day)
+}
+
+// openShards creates the plan's shards that do not exist yet, each with its
+// even part of the plan's budget, then writes the day marker (OpenDay).
+func (l *Ledger) openShards(ctx context.Context, campaign, day string, plan Plan, retain int64, now time.Time) error {
+	for i, part := range Split(plan.Budget, plan.Shards) {
+		k := ShardKey{campaign, day, i}
+		if _, err := l.runScript(ctx, openScript, k.keys(), part, now.UnixMilli(), retain, l.cfg.AuditMaxLen); err != nil {
+			return fmt.Errorf("ledger %s: open: %w", k, err)
+		}
+	}
+	if err := l.rdb.HSetNX(ctx, daysKey(campaign), day, plan.Shards).Err(); err != nil {
+		return fmt.Errorf("ledger %s/%s: day marker: %w", campaign, day, err)
+	}
+	return nil
+}
+
+// PlannedDayShards is DayShards for a budget change: a day whose plan is
+// decided but whose shards are not all made yet (its opener died, or lost a
+// reply, between the two) is opened first, from that plan, and its shard
+// count returned. A day's plan is decided once, from the stored campaign,
+// before its shards are made, so a change stored after the plan was decided
+// reaches that day only through its shards: skipped because the day did not
+// look open, it left the day to open later on the budget from before the
+// change (a cut overspent the operator's budget; a raise under-delivered).
+// 0: no plan is decided, and the day will open from the stored campaign.
+func (l *Ledger) PlannedDayShards(ctx context.Context, campaign, day string, now time.Time) (int, error) {
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil || n > 0 {
+		return n, err
+	}
+	return l.finishPlannedOpen(ctx, campaign, day, now)
+}
+
+// finishPlannedOpen opens a day whose plan is decided but whose marker is
+// not written (its opener died or lost a reply between the two) and returns
+// its shard count; 0 when no plan is decided (the day opens from the stored
+// campaign when first used) or the day is too old to open. The day's local
+// start is not known here: its shards are kept as long as the latest start
+// its date can have (UTC+14) asks, a little longer than needed at worst.
+func (l *Ledger) finishPlannedOpen(ctx context.Context, campaign, day string, now time.Time) (int, error) {
+	v, err := l.rdb.HGet(ctx, daysKey(campaign), day+":plan").Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: plan: %w", campaign, day, err)
+	}
+	date, err := time.Parse(time.DateOnly, day)
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: plan %q of a day that is not a date", campaign, day, v)
+	}
+	latestStart := date.Add(14 * time.Hour)
+	if now.After(latestStart.Add(48*time.Hour + l.cfg.Retention)) {
+		return 0, nil
+	}
+	plan, err := l.DayPlan(ctx, campaign, day) // decided: this only reads it
+	if err != nil {
+		return 0, err
+	}
+	if err := l.openShards(ctx, campaign, day, plan, l.retainUntil(latestStart.Add(48*time.Hour)), now); err != nil {
+		return 0, err
+	}
+	l.log.Info("opened a campaign-day planned but not opened, to apply a budget change to it",
+		zap.String("campaign", campaign), zap.String("day", day), zap.Int64("budget_micros", plan.Budget))
+	return l.DayShards(ctx, campaign, day)
 }
 
 // pruneDays removes the campaign's per-day records (the day marker and its
@@ -749,7 +808,7 @@ func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, ne
 	if newBudget < 0 || newBudget > MaxBudgetMicros {
 		return 0, fmt.Errorf("ledger %s/%s: budget %d: %w", campaign, day, newBudget, ErrBudgetTooLarge)
 	}
-	n, err := l.DayShards(ctx, campaign, day)
+	n, err := l.PlannedDayShards(ctx, campaign, day, now)
 	if err != nil || n == 0 {
 		return 0, err
 	}

@@ -516,3 +516,45 @@ func TestRandomOpsConserve(t *testing.T) {
 func shardKey(c, day string, s int) lease.ShardKey {
 	return lease.ShardKey{Campaign: c, Day: day, Shard: s}
 }
+
+// A budget change reaches a day whose plan was decided but whose shards
+// were not made (its opener died, or lost a reply, between the two): the
+// day is opened from its plan, then changed. Before, the change skipped the
+// day as not open, and the day opened later on the budget from before the
+// change: a cut from 10,000,000 to 2,000,000 left the day to spend 10,000,000
+// (the model checker's seed 813 found it as a raise that never landed).
+func TestAdjustDayReachesAPlannedDay(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	c := campaign("c", 10_000_000, 4)
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DayPlan(ctx, "c", day); err != nil { // the opener decides the plan, then dies
+		t.Fatal(err)
+	}
+	c.DailyMicros = 2_000_000 // the operator's cut, stored
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.DayShards(ctx, "c", day); err != nil || n != 0 {
+		t.Fatalf("day shards before the change = %d, %v; want 0 (planned, not opened)", n, err)
+	}
+	got, err := l.AdjustDay(ctx, "c", day, 2_000_000, t0)
+	if err != nil || got != 2_000_000 {
+		t.Fatalf("cut = %d, %v; want 2000000 (the planned day opened, then cut)", got, err)
+	}
+	if n, err := l.PlannedDayShards(ctx, "c", day, t0); err != nil || n != 4 {
+		t.Fatalf("PlannedDayShards = %d, %v; want the plan's 4 shards", n, err)
+	}
+	if _, err := l.OpenDay(ctx, c, day, t0, t0); err != nil { // the next opener
+		t.Fatal(err)
+	}
+	if tot := mustBalance(t, l, "c", day); tot.Target() != 2_000_000 {
+		t.Fatalf("the day's target after the cut = %d; want 2000000", tot.Target())
+	}
+	// A day with no plan yet is left alone: it opens from the stored campaign.
+	if n, err := l.PlannedDayShards(ctx, "c", "2026-11-22", t0); err != nil || n != 0 {
+		t.Fatalf("PlannedDayShards of an unplanned day = %d, %v; want 0", n, err)
+	}
+}

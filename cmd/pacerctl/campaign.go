@@ -247,7 +247,9 @@ func (a *app) finishSet(kind string, c lease.Campaign, changed bool, id string, 
 // the day's budget rather than the campaign's old daily, so running the same
 // command again after a failure retries the adjustment.
 func (a *app) adjustToday(ctx context.Context, l *lease.Ledger, id string, t *todayChange) error {
-	n, err := l.DayShards(ctx, id, t.Day)
+	// A day planned but not opened yet is opened first: its plan holds the
+	// budget from before this change.
+	n, err := l.PlannedDayShards(ctx, id, t.Day, a.now())
 	if err != nil || n == 0 {
 		return err
 	}
