@@ -620,7 +620,19 @@ func (m *modelRun) spend(node, ci int, amount int64, id string) {
 	if m.quiet[history.DayKey{Campaign: c.stored.ID, Day: day}] {
 		return
 	}
-	dec, err := n.d.Spend(pacer.CampaignID(c.stored.ID), pacer.Micros(amount), id)
+	// Every other SPEND goes as the socket server sends a pipelined batch's
+	// SPENDs after its first: decided at a clock reading taken earlier
+	// (SpendAt), here up to 1.5 ms old, far more than a batch takes. Chosen
+	// by the call count, not drawn, so that the seeds' schedules (and the
+	// regression seeds) are unchanged.
+	var dec pacer.Decision
+	var err error
+	if m.stats.calls%2 == 1 {
+		at := n.d.Now().Add(-time.Duration(m.stats.calls%7) * 250 * time.Microsecond)
+		dec, _, err = n.d.SpendAt(at, pacer.CampaignID(c.stored.ID), pacer.Micros(amount), id)
+	} else {
+		dec, err = n.d.Spend(pacer.CampaignID(c.stored.ID), pacer.Micros(amount), id)
+	}
 	ans := dec.String()
 	if err != nil {
 		ans = "error: " + err.Error()
