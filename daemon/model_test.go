@@ -58,15 +58,7 @@ var regressionSeeds = []struct {
 	{296, nil, "uncharged: an id-less refund across midnight (as 231)"},
 	{219, nil, "liveness (the probe's own fault): it ran while the daemons were partitioned from Redis, which heals only between steps"},
 	{813, nil, "plan: a raise stored after the day's plan was decided, whose opener lost its reply before making the shards, skipped as 'not open'; the day opened on the old budget"},
-	// Open, not listed (it fails): seed 848 (PACER_MODEL_SEED=848), found
-	// 2026-11-25 running seeds 700-849. A cut below what was leased owes the
-	// deficit on each shard in proportion to its leases; one shard's lease
-	// came back unused and paid its part, keeping 29,313 micros grantable
-	// (and carried over at close), while the sibling's lease was settled as
-	// spent and its debt could never be paid: the day ends over-funded
-	// against max(plan, spent). A shard's unpayable debt must take what a
-	// sibling still holds (a rebalance move pays debt first: move_in), or
-	// the carry must net the day's unpaid debt.
+	{848, nil, "plan: a cut below what was leased owed on each shard by its leases; one lease came back unused and its shard kept more than its share, the other was spent and its debt was unpayable (PayDebts)"},
 }
 
 // modelKinds are the step kinds the generator draws from, with weights.

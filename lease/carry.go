@@ -26,7 +26,8 @@ const (
 // reply anywhere is finished by calling again, and the carry is exactly the
 // sum the closing cuts took:
 //
-//  1. every shard of the day is closed;
+//  1. every shard of the day is closed, and debts a cut left on shards whose
+//     leases were spent are paid from their siblings (PayDebts);
 //  2. each shard's remaining budget is taken, once (op "carry-out");
 //  3. the amount is the sum of what step 2 recorded, decided once
 //     ("<day>:carry");
@@ -40,13 +41,18 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 	if err := l.CloseDay(ctx, campaign, day, now); err != nil {
 		return 0, err
 	}
+	// Moves left pending land first, or their micros would be on neither
+	// shard when step 2 takes what is left.
+	if _, err := l.FinishMoves(ctx, campaign, day, n, now); err != nil {
+		return 0, err
+	}
+	shards := make([]Shard, n)
 	for i := range n {
-		sh, err := l.ReadShard(ctx, ShardKey{campaign, day, i})
-		if err != nil {
+		if shards[i], err = l.ReadShard(ctx, ShardKey{campaign, day, i}); err != nil {
 			return 0, err
 		}
-		if sh.Leased > 0 {
-			return 0, fmt.Errorf("ledger %s/%s: carry over: %d micros still leased: %w", campaign, day, sh.Leased, ErrCarryNotReady)
+		if shards[i].Leased > 0 {
+			return 0, fmt.Errorf("ledger %s/%s: carry over: %d micros still leased: %w", campaign, day, shards[i].Leased, ErrCarryNotReady)
 		}
 	}
 	// A budget change begun on the day must land before the carry takes
@@ -59,6 +65,12 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 		if op.Day == day && op.ID != carryOutOp {
 			return 0, fmt.Errorf("ledger %s/%s: carry over: budget change %s unfinished: %w", campaign, day, op.ID, ErrCarryNotReady)
 		}
+	}
+	// A cut's debt that its shard could not take back (its leases were
+	// spent) is paid from what siblings kept: carried over, it would fund the
+	// next day above the operator's budget.
+	if _, err := l.PayDebts(ctx, campaign, day, shards, 0, now); err != nil {
+		return 0, err
 	}
 	var amount int64
 	taken := make([]int64, n)

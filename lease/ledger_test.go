@@ -378,6 +378,112 @@ func TestAdjustDay(t *testing.T) {
 	}
 }
 
+// A cut below what is leased is owed by the shards holding the leases, in
+// proportion to them. When one lease comes back unused and the other is
+// spent, the first shard keeps more than its share and the second can never
+// pay: PayDebts pays that debt from the sibling, so the day grants, and
+// carries over, nothing above the cut (model seed 848).
+func TestPayDebtsAfterACutBelowLeased(t *testing.T) {
+	l, _ := newLedger(t)
+	const day, next = "2026-11-21", "2026-11-22"
+	c := campaign("c", 10_000_000, 2)
+	c.CarryOver = true
+	mustOpen(t, l, c, day)
+	if _, err := l.OpenDay(ctx, c, next, t0.Add(24*time.Hour), t0.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	late := t0.Add(24*time.Hour - time.Minute)
+	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	k1 := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
+	for _, k := range []lease.ShardKey{k0, k1} {
+		if g, err := l.Grant(ctx, grantReq("L", k, 3_000_000, late, ppb)); err != nil || g.Granted != 3_000_000 {
+			t.Fatalf("grant on %s = %+v, %v", k, g, err)
+		}
+	}
+	// 4,000,000 is left to grant; the cut to 2,000,000 takes it and owes
+	// 4,000,000 more, 2,000,000 on each shard.
+	if got, err := l.AdjustDay(ctx, "c", day, 2_000_000, late); err != nil || got != 2_000_000 {
+		t.Fatalf("cut = %d, %v", got, err)
+	}
+	if _, err := l.Release(ctx, k0, "L", 3_000_000, late); err != nil { // nothing spent
+		t.Fatal(err)
+	}
+	if _, err := l.Release(ctx, k1, "L", 0, late); err != nil { // all of it spent
+		t.Fatal(err)
+	}
+	shards, err := l.ReadShards(ctx, "c", day, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shards[0].Remaining() != 1_000_000 || shards[1].Owed != 2_000_000 || shards[1].Leased != 0 {
+		t.Fatalf("before: %+v; want 1,000,000 grantable on shard 0 and shard 1's 2,000,000 owed", shards)
+	}
+	paid, err := l.PayDebts(ctx, "c", day, shards, 0, late)
+	if err != nil || paid != 1_000_000 {
+		t.Fatalf("PayDebts = %d, %v; want 1,000,000", paid, err)
+	}
+	if shards, err = l.ReadShards(ctx, "c", day, 2); err != nil {
+		t.Fatal(err)
+	}
+	tot := mustBalance(t, l, "c", day)
+	if shards[0].Remaining()+shards[1].Remaining() != 0 || tot.Spent != 3_000_000 || tot.Target() != 2_000_000 || tot.Budget != tot.Spent {
+		t.Fatalf("after: %+v; want nothing to grant, the budget at what was spent, the target the cut's", tot)
+	}
+	if g, err := l.Grant(ctx, grantReq("M", k0, 500_000, late, ppb)); err != nil || g.Granted != 0 {
+		t.Fatalf("grant after = %+v, %v; want nothing", g, err)
+	}
+	// Paid again, nothing moves; and the carry moves nothing to the next day.
+	if shards, err = l.ReadShards(ctx, "c", day, 2); err != nil {
+		t.Fatal(err)
+	}
+	if paid, err := l.PayDebts(ctx, "c", day, shards, 0, late.Add(time.Second)); err != nil || paid != 0 {
+		t.Fatalf("PayDebts again = %d, %v; want 0", paid, err)
+	}
+	if n, err := l.CarryOver(ctx, "c", day, next, late); err != nil || n != 0 {
+		t.Fatalf("carry = %d, %v; want 0", n, err)
+	}
+	if nd := mustBalance(t, l, "c", next); nd.Budget != 10_000_000 {
+		t.Fatalf("next day's budget %d; want 10,000,000", nd.Budget)
+	}
+}
+
+// The carry pays such a debt itself, before taking what is left.
+func TestCarryOverNetsACutsUnpaidDebt(t *testing.T) {
+	l, _ := newLedger(t)
+	const day, next = "2026-11-21", "2026-11-22"
+	c := campaign("c", 10_000_000, 2)
+	c.CarryOver = true
+	mustOpen(t, l, c, day)
+	if _, err := l.OpenDay(ctx, c, next, t0.Add(24*time.Hour), t0.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	late := t0.Add(24*time.Hour - time.Minute)
+	for i := range 2 {
+		k := lease.ShardKey{Campaign: "c", Day: day, Shard: i}
+		if g, err := l.Grant(ctx, grantReq("L", k, 3_000_000, late, ppb)); err != nil || g.Granted != 3_000_000 {
+			t.Fatalf("grant on %s = %+v, %v", k, g, err)
+		}
+	}
+	if _, err := l.AdjustDay(ctx, "c", day, 5_000_000, late); err != nil {
+		t.Fatal(err)
+	}
+	// Owed: 1,000,000 (500,000 a shard). Shard 0's lease comes back with
+	// 2,000,000 unused, shard 1's spent: 1,500,000 is left, of which 500,000
+	// pays shard 1's debt; 1,000,000 carries over (5,000,000 - 4,000,000 spent).
+	if _, err := l.Release(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, "L", 2_000_000, late); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Release(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 1}, "L", 0, late); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.CarryOver(ctx, "c", day, next, late); err != nil || n != 1_000_000 {
+		t.Fatalf("carry = %d, %v; want 1,000,000 (the cut's budget less what was spent)", n, err)
+	}
+	if d, nd := mustBalance(t, l, "c", day), mustBalance(t, l, "c", next); d.Budget != d.Spent || nd.Budget != 11_000_000 {
+		t.Fatalf("closed day %+v, next day %+v", d, nd)
+	}
+}
+
 // A budget change retried with its op id (a lost reply, a crash half-way)
 // is applied once.
 func TestAdjustDayOpIsExactlyOnce(t *testing.T) {

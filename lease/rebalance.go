@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 var (
@@ -29,8 +31,14 @@ var (
 // mover left pending. fence is the reconciler's fencing token. It returns the
 // micros moved.
 func (l *Ledger) Move(ctx context.Context, campaign, day string, from, to int, amount int64, moveID string, fence int64, now time.Time) (int64, error) {
+	return l.move(ctx, campaign, day, from, to, amount, moveID, fence, "locked", now)
+}
+
+// move is Move taking what mode allows: "locked", or "free" (locked, then
+// available, less what the source's own cuts owe).
+func (l *Ledger) move(ctx context.Context, campaign, day string, from, to int, amount int64, moveID string, fence int64, mode string, now time.Time) (int64, error) {
 	src := ShardKey{campaign, day, from}
-	status, taken, _, _, err := l.run(ctx, moveOutScript, src, moveID, amount, to, fence, now.UnixMilli(), l.cfg.AuditMaxLen)
+	status, taken, _, _, err := l.run(ctx, moveOutScript, src, moveID, amount, to, fence, now.UnixMilli(), l.cfg.AuditMaxLen, mode)
 	if err != nil {
 		return 0, err
 	}
@@ -54,6 +62,49 @@ func (l *Ledger) finishMove(ctx context.Context, src ShardKey, to int, moveID st
 		return fmt.Errorf("ledger %s: move %s done: %w", src, moveID, err)
 	}
 	return nil
+}
+
+// PayDebts pays what cuts left owing on shards that can no longer pay it
+// themselves, from what their siblings still hold, and returns the micros
+// moved. A cut below what is leased is owed by the shards holding leases, in
+// proportion to them, and paid as those leases come back unused; but which
+// leases come back is not known at the cut. A shard whose leases were spent
+// owes more than it can ever take back (Owed > Leased), while a sibling whose
+// lease came back unused keeps more than its own share: left alone, the day
+// could still grant that, or carry it over, above the operator's budget
+// (model seed 848). Each payment is a move of the sibling's free budget
+// (locked, then available, never its own debt) to the debtor, whose move_in
+// pays the debt first: the day's budget (its shards' targets) is unchanged,
+// and the budget left to grant goes down by the payment. shards are the
+// day's shards as just read; fence is the reconciler's (0: none). Moves are
+// crash-safe as Move's are (FinishMoves finishes one left pending).
+func (l *Ledger) PayDebts(ctx context.Context, campaign, day string, shards []Shard, fence int64, now time.Time) (int64, error) {
+	free := make([]int64, len(shards))
+	for i, s := range shards {
+		free[i] = s.Remaining()
+	}
+	var paid int64
+	for d, s := range shards {
+		short := s.Owed - max(s.Leased, 0)
+		for src := 0; src < len(shards) && short > 0; src++ {
+			if src == d || free[src] <= 0 {
+				continue
+			}
+			id := fmt.Sprintf("debt.%d.%d.%d-%d", fence, now.UnixMilli(), src, d)
+			moved, err := l.move(ctx, campaign, day, src, d, min(short, free[src]), id, fence, "free", now)
+			if err != nil {
+				return paid, err
+			}
+			free[src] -= moved
+			short -= moved
+			paid += moved
+			if moved > 0 {
+				l.log.Info("paid a cut's debt from a sibling shard", zap.String("campaign", campaign), zap.String("day", day),
+					zap.Int("from", src), zap.Int("to", d), zap.Int64("micros", moved))
+			}
+		}
+	}
+	return paid, nil
 }
 
 // PendingMove is a move whose source half happened and whose target half may

@@ -613,7 +613,17 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 			shards[i] = s.Shard
 		}
 		if day.Key == today.Key {
-			if err := r.rebalance(ctx, c.ID, day.Key, shards, fence, now); err != nil {
+			// A cut's debt its shard can no longer take back is paid from
+			// its siblings before anything else moves.
+			paid, err := r.ledger.PayDebts(ctx, c.ID, day.Key, shards, fence, now)
+			if err != nil {
+				return err
+			}
+			if paid > 0 {
+				if shards, err = r.ledger.ReadShards(ctx, c.ID, day.Key, n); err != nil {
+					return err
+				}
+			} else if err := r.rebalance(ctx, c.ID, day.Key, shards, fence, now); err != nil {
 				return err
 			}
 			r.checkExhausted(c.ID, day.Key, shards)
@@ -714,6 +724,11 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 		if s.Leased > 0 {
 			return false, nil // not yet: leases of the day are still outstanding
 		}
+	}
+	// What the report counts as under-delivered (or the carry moves on) must
+	// not include what a cut still owes elsewhere on the day.
+	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, 0, now); err != nil {
+		return false, err
 	}
 	if c.CarryOver {
 		// The next day must exist to take the carry, even for a paused

@@ -4,8 +4,10 @@
 -- reconciler then calls move_in on the peer and move_done here. If it dies in
 -- between, the next reconciler finds the pending record and finishes the move:
 -- move_in is idempotent by move id, so no micro is lost or doubled.
+-- mode 'free' (a debt payment, PayDebts) takes available budget too, once
+-- locked is gone, but never what the shard's own cuts still owe.
 -- KEYS: state leases exp done audit moves
--- ARGV: move_id amount peer_shard fence now_ms audit_maxlen
+-- ARGV: move_id amount peer_shard fence now_ms audit_maxlen [mode]
 -- Reply: {status, taken, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off.
 local K = keys_of(KEYS)
@@ -20,7 +22,12 @@ if rec then
 end
 if not check_fence(K, fence) then return shard_reply(-3, 0, s) end
 local take = math.min(amount, s.locked)
-s.locked = s.locked - take
+if ARGV[7] == 'free' then
+  take = math.max(math.min(amount, s.locked + s.available - s.owed), 0)
+end
+local from_locked = math.min(take, s.locked)
+s.locked = s.locked - from_locked
+s.available = s.available - (take - from_locked)
 s.budget = s.budget - take
 store_shard(K.state, s)
 redis.call('HSET', K.moves, id, 'out|' .. str(take) .. '|' .. peer .. '|pending')
