@@ -663,7 +663,10 @@ func (m *modelRun) refund(a *auctionRec, amount int64) {
 
 func (m *modelRun) put(c *modelCampaign) {
 	var err error
-	for range 3 {
+	// Each armed reset on the operator's connection fails one attempt, and
+	// several may be armed (seed 1191 had three HINCRBY resets waiting):
+	// the operator runs the command again, as pacerctl's user would.
+	for range 10 {
 		if _, err = m.opLedger.PutCampaign(ctx, c.stored); err == nil {
 			return
 		}
