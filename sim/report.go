@@ -45,6 +45,9 @@ func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
 	}
 	fmt.Fprintf(&b, "%d hosts, %d campaigns (%d at >= %d SPENDs/s), local date %s, %.1f simulated hours in %.1f s wall; seed %d. ",
 		len(res.Hosts), len(res.Campaigns), hot, hotRate, res.Date, res.SimulatedHours, res.WallSeconds, res.Seed)
+	if res.WarmupHours > 0 {
+		fmt.Fprintf(&b, "After a warm-up of %.1f simulated hours (the day before, pacer only, not counted). ", res.WarmupHours)
+	}
 	fmt.Fprintf(&b, "%d pacer SPENDs (every one a real `Daemon.Spend`). Lease window %s, step %s, arrivals every %s. ",
 		res.Summary[StrategyPacer].Spends, res.Daemon.LeaseWindow, res.Daemon.Step, res.Daemon.ArrivalTick)
 	if res.BaselineThin > 1 {

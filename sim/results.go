@@ -15,6 +15,7 @@ type Results struct {
 	Start          time.Time      `json:"start"`
 	End            time.Time      `json:"end"`
 	SimulatedHours float64        `json:"simulated_hours"`
+	WarmupHours    float64        `json:"warmup_hours,omitempty"` // simulated before Start, not counted
 	WallSeconds    float64        `json:"wall_seconds"`
 	Hosts          []HostResult   `json:"hosts"`
 	Daemon         DaemonSettings `json:"daemon"`
@@ -173,8 +174,9 @@ const hotRate = 1000
 func (r *runner) results(ctx context.Context) (*Results, error) {
 	sc := r.sc
 	res := &Results{
-		Scenario: sc.Name, Seed: sc.Seed, Date: sc.Date, Start: r.start, End: r.end,
-		SimulatedHours: r.end.Sub(r.start).Hours(), BaselineThin: sc.Baselines.Thin,
+		Scenario: sc.Name, Seed: sc.Seed, Date: sc.Date, Start: r.first, End: r.end,
+		SimulatedHours: r.end.Sub(r.first).Hours(), WarmupHours: time.Duration(sc.Warmup).Hours(),
+		BaselineThin: sc.Baselines.Thin,
 		Daemon: DaemonSettings{
 			LeaseWindow: r.daemonCfg.LeaseWindow.String(), SkewBound: r.daemonCfg.SkewBound.String(),
 			Grace: r.daemonCfg.Grace.String(), CapWindow: r.daemonCfg.CapWindow.String(),

@@ -43,6 +43,13 @@ type Scenario struct {
 	// run covers the union of the campaigns' local days of that date.
 	Date string `yaml:"date"`
 	Seed uint64 `yaml:"seed"`
+	// Warmup runs the fleet this long before the measured day (at most
+	// 24h; default 0): the same traffic, pacer only, nothing counted. A
+	// run without one measures every host's first day with each campaign,
+	// whose first SPEND per host meets an empty bucket; one of 24h measures
+	// the day after, as a fleet that has run for days sees it (standing
+	// leases, bids and demand learnt, the day rolled at midnight).
+	Warmup Duration `yaml:"warmup"`
 	// Step is how often every live daemon's refill loop runs (default 1s).
 	Step Duration `yaml:"step"`
 	// ArrivalTick is the granularity of arrival instants within a step
@@ -227,6 +234,9 @@ func (s *Scenario) resolve(baseDir string) error {
 		bad("step %v: at most 1m (metrics are sampled every simulated minute)", step)
 	case time.Minute%step != 0:
 		bad("step %v must divide a minute", step)
+	}
+	if s.Warmup < 0 || time.Duration(s.Warmup) > 24*time.Hour {
+		bad("warmup %v: want 0 to 24h", time.Duration(s.Warmup))
 	}
 	if s.Baselines.Thin == 0 {
 		s.Baselines.Thin = 1

@@ -33,6 +33,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"baseline campaign", base + camp + "baselines: {campaigns: [c9]}\n", `"c9" is not a campaign`},
 		{"baseline name", base + camp + "baselines: {disable: [pacer]}\n", "want lua, batch or nopacing"},
 		{"bids", base + camp + "bids: {dist: pareto}\n", "want lognormal or uniform"},
+		{"warm-up", base + camp + "warmup: 25h\n", "want 0 to 24h"},
 	} {
 		_, err := ParseScenario([]byte(tc.yaml), ".")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

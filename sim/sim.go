@@ -61,6 +61,8 @@ type Options struct {
 	RedisServer string
 	// Seed overrides the scenario's seed when non-zero.
 	Seed uint64
+	// Warmup, when set, overrides the scenario's warm-up.
+	Warmup *time.Duration
 	// Progress receives a progress line while the run goes (nil: none).
 	Progress io.Writer
 	Logger   *zap.Logger
@@ -158,7 +160,8 @@ type runner struct {
 	camps   []*campaignRT
 	hosts   []*hostRT
 	bid     bidder
-	start   time.Time
+	start   time.Time // the run's first instant: the first local day's start, less the warm-up
+	first   time.Time // the first local day's start: what faults' offsets count from
 	end     time.Time // last local midnight
 	stopAt  time.Time // end plus a tail for releases and settlement
 	paused  atomic.Bool
@@ -192,6 +195,12 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
 	}
 	if opt.Seed != 0 {
 		sc.Seed = opt.Seed
+	}
+	if opt.Warmup != nil {
+		if *opt.Warmup < 0 || *opt.Warmup > 24*time.Hour {
+			return nil, fmt.Errorf("warm-up %v: want 0 to 24h", *opt.Warmup)
+		}
+		sc.Warmup = Duration(*opt.Warmup)
 	}
 	addr := opt.RedisAddr
 	if addr == "" {
@@ -299,6 +308,8 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			return err
 		}
 	}
+	r.first = r.start
+	r.start = r.start.Add(-time.Duration(sc.Warmup))
 	r.stopAt = r.end.Add(2 * time.Minute)
 	if r.enabled[sLua] {
 		if err := r.luaScript.Load(ctx, r.luaRDB).Err(); err != nil {
@@ -398,11 +409,11 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 		if r.paused.Load() && !t.Before(r.resume) {
 			r.paused.Store(false)
-			r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.start).String(), What: "redis resumed"})
+			r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.first).String(), What: "redis resumed"})
 		}
 		kept := faults[:0]
 		for _, f := range faults {
-			if r.start.Add(time.Duration(f.At)).After(t) {
+			if r.first.Add(time.Duration(f.At)).After(t) {
 				kept = append(kept, f)
 				continue
 			}
@@ -426,7 +437,7 @@ func (r *runner) loop(ctx context.Context) error {
 			wg.Go(func() {
 				var warm []string
 				for ci, c := range r.camps {
-					if !h.warmed[ci] && !t.Before(c.day.Start) && t.Before(c.day.End) {
+					if !h.warmed[ci] && !t.Before(c.day.Start.Add(-time.Duration(r.sc.Warmup))) && t.Before(c.day.End) {
 						h.warmed[ci] = true
 						warm = append(warm, c.spec.ID)
 					}
@@ -464,7 +475,7 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 func (r *runner) applyFault(ctx context.Context, t time.Time, f Fault) {
-	rec := FaultRecord{At: t, Offset: t.Sub(r.start).String()}
+	rec := FaultRecord{At: t, Offset: t.Sub(r.first).String()}
 	switch {
 	case f.Kill != "":
 		for _, h := range r.hosts {
@@ -514,14 +525,17 @@ func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
 // shard of every open campaign-day (fence 0: no election in the simulator).
 func (r *runner) reconcile(ctx context.Context, t time.Time) {
 	for _, c := range r.camps {
-		if t.Before(c.day.Start) {
-			continue
+		days := []string{c.day.Key}
+		if r.sc.Warmup > 0 {
+			days = append(days, bucket.DayOf(c.day.Start.Add(-time.Hour), c.loc).Key)
 		}
-		for s := range c.spec.Shards {
-			k := lease.ShardKey{Campaign: c.spec.ID, Day: c.day.Key, Shard: s}
-			_, err := r.reconLedger.Settle(ctx, k, t, r.daemonCfg.Grace, 0)
-			if err != nil && !errors.Is(err, lease.ErrDayNotOpen) && !errors.Is(err, errRedisPaused) {
-				r.log.Warn("settle", zap.Stringer("shard", k), zap.Error(err))
+		for _, day := range days {
+			for s := range c.spec.Shards {
+				k := lease.ShardKey{Campaign: c.spec.ID, Day: day, Shard: s}
+				_, err := r.reconLedger.Settle(ctx, k, t, r.daemonCfg.Grace, 0)
+				if err != nil && !errors.Is(err, lease.ErrDayNotOpen) && !errors.Is(err, errRedisPaused) {
+					r.log.Warn("settle", zap.Stringer("shard", k), zap.Error(err))
+				}
 			}
 		}
 	}
@@ -603,10 +617,13 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 	flushEvery := int64(time.Duration(sc.Baselines.FlushEvery))
 	lambda := make([]float64, len(r.camps))
 	for ci, c := range r.camps {
-		if t.Before(c.day.Start) || !t.Before(c.day.End) {
+		if t.Before(c.day.Start.Add(-time.Duration(sc.Warmup))) || !t.Before(c.day.End) {
 			continue
 		}
 		frac := float64(t.Sub(c.day.Start)) / float64(c.day.Length())
+		if frac < 0 { // the warm-up: the same traffic shape, the day before
+			frac += 1
+		}
 		lambda[ci] = c.spec.Rate * c.shape.at(frac) * h.share * tick.Seconds()
 	}
 	for k := range ticks {
@@ -629,6 +646,11 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 
 // spend serves one arrival through every strategy.
 func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
+	if now.Before(c.day.Start) {
+		// The warm-up: pacer only, nothing counted.
+		h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(amount), "")
+		return
+	}
 	// pacer: the production hot path.
 	hc.requests++
 	var dec pacer.Decision

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/pacer/pacer/internal/redisproc"
 )
@@ -54,5 +55,36 @@ func TestSmokeScenario(t *testing.T) {
 	}
 	if err := res.WriteFiles(t.TempDir(), "."); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A warm-up runs the fleet the day before, uncounted: the measured day's
+// SPENDs are one day's arrivals, and the money figures hold as without one.
+func TestWarmupIsNotCounted(t *testing.T) {
+	sc, err := LoadScenario("../configs/scenarios/smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := 6 * time.Hour
+	res, err := Run(context.Background(), sc, Options{Warmup: &warm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WarmupHours != 6 || !res.Start.Equal(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)) || res.SimulatedHours != 24 {
+		t.Fatalf("warm-up %vh, start %v, %vh simulated; want 6h before 2026-11-21 and its 24h", res.WarmupHours, res.Start, res.SimulatedHours)
+	}
+	if !res.ConservationOK {
+		t.Error("ledger conservation failed")
+	}
+	// 40 + 20 SPENDs a second for a day; a counted warm-up would add a quarter.
+	const day = 60 * 86400
+	if n := res.Summary[StrategyPacer].Spends; n < day*95/100 || n > day*105/100 {
+		t.Errorf("%d pacer SPENDs counted; want one day's, about %d", n, day)
+	}
+	for _, c := range res.Campaigns {
+		q := c.Results[StrategyPacer]
+		if q.OverspendMicros > 0 || q.Utilisation < 0.98 {
+			t.Errorf("%s: pacer overspend %d, utilisation %.4f", c.ID, q.OverspendMicros, q.Utilisation)
+		}
 	}
 }

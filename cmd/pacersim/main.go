@@ -47,6 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	family := fs.Int("family", 0, "instead of a scenario file, run a family of N campaigns generated from --seed (default 1): budgets of 20 to 1,000,000 bids, demand 1x-3x, irregular traffic")
 	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
 	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
+	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
 	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held) of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
@@ -94,6 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("want exactly one scenario file, or --family N")
 	}
 	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed}
+	if *warmup >= 0 {
+		opt.Warmup = warmup
+	}
 	if *trace != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
 			return err
