@@ -47,6 +47,59 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 	}
 }
 
+// A cut below what is leased is owed by the shards holding the leases; when
+// one lease comes back unused and the other was spent, the reconciler's next
+// pass pays the spent shard's debt from its sibling, so nothing the cut took
+// stays grantable (model seed 848).
+func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 10_000_000, 2)
+	end := midnight.Add(24*time.Hour - time.Minute)
+	f.clock.Set(end)
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	if err := rc.Pass(ctx, 7); err != nil { // opens today
+		t.Fatal(err)
+	}
+	var keys [2]lease.ShardKey
+	for i := range keys {
+		keys[i] = lease.ShardKey{Campaign: "c", Day: day, Shard: i}
+		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: keys[i], LeaseID: "L", Holder: "h", Want: 3_000_000,
+			Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
+			Grace: 5 * time.Second, DayStart: midnight})
+		if err != nil || g.Granted != 3_000_000 {
+			t.Fatalf("grant on shard %d = %+v, %v", i, g, err)
+		}
+	}
+	if _, err := f.ledger.AdjustDay(ctx, "c", day, 2_000_000, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ledger.Release(ctx, keys[0], "L", 3_000_000, end); err != nil { // unused
+		t.Fatal(err)
+	}
+	if _, err := f.ledger.Release(ctx, keys[1], "L", 0, end); err != nil { // spent
+		t.Fatal(err)
+	}
+	remaining := func() int64 {
+		shards, err := f.ledger.ReadShards(ctx, "c", day, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return shards[0].Remaining() + shards[1].Remaining()
+	}
+	if r := remaining(); r != 1_000_000 {
+		t.Fatalf("before the pass, %d grantable; want shard 0's 1,000,000 above its share", r)
+	}
+	if err := rc.Pass(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if r := remaining(); r != 0 {
+		t.Fatalf("after the pass, %d grantable; want 0: the day spent 3,000,000 of a 2,000,000 budget", r)
+	}
+	if tot := f.check(t, "c"); tot.Budget != tot.Spent || tot.Target() != 2_000_000 {
+		t.Fatalf("after the pass: %+v", tot)
+	}
+}
+
 // At the campaign's local midnight the reconciler opens the new day and, once
 // the old day's leases are settled, writes its report; the old day's leftover
 // is under-delivery, not carried over.
