@@ -378,28 +378,38 @@ func TestAdjustDay(t *testing.T) {
 	}
 }
 
-// A cut below what is leased is owed by the shards holding the leases, in
-// proportion to them. When one lease comes back unused and the other is
-// spent, the first shard keeps more than its share and the second can never
-// pay: PayDebts pays that debt from the sibling, so the day grants, and
-// carries over, nothing above the cut (model seed 848).
-func TestPayDebtsAfterACutBelowLeased(t *testing.T) {
-	l, _ := newLedger(t)
-	const day, next = "2026-11-21", "2026-11-22"
+// leasedCarryDay opens a carrying-over campaign "c" of 10,000,000 a day on
+// two shards, today and tomorrow, and leases 3,000,000 of each of today's
+// shards a minute before midnight (late).
+func leasedCarryDay(t *testing.T) (l *lease.Ledger, day, next string, late time.Time) {
+	t.Helper()
+	l, _ = newLedger(t)
+	day, next = "2026-11-21", "2026-11-22"
 	c := campaign("c", 10_000_000, 2)
 	c.CarryOver = true
 	mustOpen(t, l, c, day)
 	if _, err := l.OpenDay(ctx, c, next, t0.Add(24*time.Hour), t0.Add(24*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	late := t0.Add(24*time.Hour - time.Minute)
-	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	k1 := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
-	for _, k := range []lease.ShardKey{k0, k1} {
+	late = t0.Add(24*time.Hour - time.Minute)
+	for i := range 2 {
+		k := lease.ShardKey{Campaign: "c", Day: day, Shard: i}
 		if g, err := l.Grant(ctx, grantReq("L", k, 3_000_000, late, ppb)); err != nil || g.Granted != 3_000_000 {
 			t.Fatalf("grant on %s = %+v, %v", k, g, err)
 		}
 	}
+	return l, day, next, late
+}
+
+// A cut below what is leased is owed by the shards holding the leases, in
+// proportion to them. When one lease comes back unused and the other is
+// spent, the first shard keeps more than its share and the second can never
+// pay: PayDebts pays that debt from the sibling, so the day grants, and
+// carries over, nothing above the cut (model seed 848).
+func TestPayDebtsAfterACutBelowLeased(t *testing.T) {
+	l, day, next, late := leasedCarryDay(t)
+	k0 := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	k1 := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
 	// 4,000,000 is left to grant; the cut to 2,000,000 takes it and owes
 	// 4,000,000 more, 2,000,000 on each shard.
 	if got, err := l.AdjustDay(ctx, "c", day, 2_000_000, late); err != nil || got != 2_000_000 {
@@ -449,21 +459,7 @@ func TestPayDebtsAfterACutBelowLeased(t *testing.T) {
 
 // The carry pays such a debt itself, before taking what is left.
 func TestCarryOverNetsACutsUnpaidDebt(t *testing.T) {
-	l, _ := newLedger(t)
-	const day, next = "2026-11-21", "2026-11-22"
-	c := campaign("c", 10_000_000, 2)
-	c.CarryOver = true
-	mustOpen(t, l, c, day)
-	if _, err := l.OpenDay(ctx, c, next, t0.Add(24*time.Hour), t0.Add(24*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	late := t0.Add(24*time.Hour - time.Minute)
-	for i := range 2 {
-		k := lease.ShardKey{Campaign: "c", Day: day, Shard: i}
-		if g, err := l.Grant(ctx, grantReq("L", k, 3_000_000, late, ppb)); err != nil || g.Granted != 3_000_000 {
-			t.Fatalf("grant on %s = %+v, %v", k, g, err)
-		}
-	}
+	l, day, next, late := leasedCarryDay(t)
 	if _, err := l.AdjustDay(ctx, "c", day, 5_000_000, late); err != nil {
 		t.Fatal(err)
 	}
