@@ -8,7 +8,16 @@
 // bucket, lease, daemon, transport, broadcast, reconcile, config and sim.
 package pacer
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrWouldWait is what a Spender's SpendAtNoWait returns, deciding nothing,
+// for a SPEND whose answer would wait on the ledger (a campaign to load, or
+// a sparse campaign's lease to fetch): a server that must not wait, such as
+// an event loop, asks again from a goroutine of its own with SpendAt.
+var ErrWouldWait = errors.New("the answer would wait on the ledger")
 
 // Decision is the answer to a SPEND. Its values are the integers sent on the
 // wire, so a bidder in any language can branch on the reply directly.

@@ -292,6 +292,19 @@ func (b *Bucket) Spend(now time.Time, amount int64) bool {
 	return ok
 }
 
+// ForgetDenial takes back the count of one denied Spend of amount (its
+// denial and the micros it asked), for a caller that decides that SPEND
+// again: the demand counts (Stats' Requested, Denials) then count it once.
+// It changes no tokens.
+func (b *Bucket) ForgetDenial(amount int64) {
+	b.mu.Lock()
+	if b.denials > 0 && b.requested >= amount {
+		b.denials--
+		b.requested -= amount
+	}
+	b.mu.Unlock()
+}
+
 // Refund advances the bucket to now and gives back up to amount micros of
 // earlier spend (an auction lost after SPEND, say), returning how many
 // micros it accepted. It accepts only what the open feeds have dripped and

@@ -338,3 +338,23 @@ func TestDripEndMakesTheWholeGrantSpendable(t *testing.T) {
 		}
 	}
 }
+
+// ForgetDenial takes back one denied Spend's counts (a SPEND decided again
+// after its caller fetched a lease), and nothing else.
+func TestBucketForgetDenial(t *testing.T) {
+	b := New(1_000_000)
+	if b.Spend(t0, 300) {
+		t.Fatal("an empty bucket allowed a spend")
+	}
+	b.ForgetDenial(300)
+	if err := b.AddGrant(t0, Grant{ID: "a", Amount: 300, Start: t0.Add(-time.Second), End: at(30), DripEnd: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Spend(t0, 300) {
+		t.Fatal("the spend was denied again with the grant in")
+	}
+	b.ForgetDenial(300) // nothing denied to forget: no change
+	if s := b.Stats(t0); s.Requested != 300 || s.Allows != 1 || s.Denials != 0 || s.Spent != 300 || s.Tokens != 0 {
+		t.Fatalf("stats %+v; want the one SPEND counted once, allowed", s)
+	}
+}

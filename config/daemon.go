@@ -91,8 +91,9 @@ type Daemon struct {
 	MaxAmountMicros int64 `yaml:"max_amount_micros"`
 	// Config holds the daemon's settings, at the file's top level and in its
 	// lease section. Holder empty means the host name, which the caller
-	// fills in. The file writes "never" for lease.standing_idle and
-	// campaign_idle as 0s; ParseDaemon turns that into daemon.Never.
+	// fills in. The file writes "never" for lease.standing_idle,
+	// lease.sparse_wait and campaign_idle as 0s; ParseDaemon turns that into
+	// daemon.Never.
 	daemon.Config `yaml:",inline"`
 	Log           Log    `yaml:"log"`
 	Ledger        Ledger `yaml:"ledger"`
@@ -225,8 +226,8 @@ func ParseDaemon(data []byte) (Daemon, error) {
 	return d, nil
 }
 
-// fileNever maps the file's 0s ("never") for lease.standing_idle and
-// campaign_idle onto daemon.Never (a zero daemon.Config field means its
+// fileNever maps the file's 0s ("never") for lease.standing_idle,
+// lease.sparse_wait and campaign_idle onto daemon.Never (a zero daemon.Config field means its
 // default), and refuses a negative duration there, which the file has no use
 // for. It runs once, on what the file said: after it, the fields hold the
 // daemon's meaning.
@@ -237,6 +238,7 @@ func (d *Daemon) fileNever() []error {
 		v          *time.Duration
 	}{
 		{"lease.standing_idle", "no standing leases", &d.StandingIdle},
+		{"lease.sparse_wait", "a sparse campaign's SPENDs never wait for the ledger", &d.SparseWait},
 		{"campaign_idle", "never drop an unused campaign", &d.CampaignIdle},
 	} {
 		switch {

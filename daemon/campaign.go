@@ -79,6 +79,13 @@ type campaign struct {
 	stale    atomic.Bool  // the change stream named it: re-read its settings
 	nextStep atomic.Int64 // unix nanoseconds
 	retired  atomic.Bool  // dropped from the daemon for idleness (refill loop sets it)
+	// sparseNow: the refill loop found the campaign sparse on this host at
+	// its last step, from SPENDs it saw; its SPENDs that find the bucket
+	// short fetch a lease (fetchFor) when SparseWait is on. Not before its
+	// demand is measured: a busy campaign's first SPENDs on a fresh daemon
+	// fetching one lease after another left its regular leasing behind
+	// (TestSaturatedSpendIsSmoothPer10Seconds: a window at 0.30x the pace).
+	sparseNow atomic.Bool
 
 	loopMu        sync.Mutex
 	lastActive    time.Time // the step that last found it active (or its load)

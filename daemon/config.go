@@ -155,9 +155,19 @@ type LeaseTiming struct {
 	// or three of the host's mean intervals between its last four SPENDs if
 	// that is longer (at most 24h); CampaignIdle is extended as much.
 	StandingIdle time.Duration `yaml:"standing_idle"`
+	// SparseWait is how long a SPEND of a campaign sparse on this host
+	// (fewer than two SPENDs per half LeaseWindow) that finds too little in
+	// its bucket may wait for a lease of its amount from the ledger before
+	// it is paced (default 5ms; Never: such SPENDs are paced at once, and
+	// sparse campaigns hold standing leases instead). With it, a sparse
+	// campaign holds no budget between its SPENDs: none strands on hosts
+	// whose next SPEND does not come (docs/PACING.md). The ledger call is
+	// not cut short at SparseWait: a lease that lands later serves the
+	// campaign's next SPENDs.
+	SparseWait time.Duration `yaml:"sparse_wait"`
 }
 
-// Never, as StandingIdle or CampaignIdle, turns the feature off (zero means
+// Never, as StandingIdle, SparseWait or CampaignIdle, turns the feature off (zero means
 // the default). The config file writes it 0s.
 const Never time.Duration = -1
 
@@ -200,6 +210,9 @@ func (c *Config) setFileDefaults() {
 	def(&c.StandingWindow, 5*time.Minute)
 	if c.StandingIdle == 0 {
 		c.StandingIdle = 6 * time.Hour
+	}
+	if c.SparseWait == 0 {
+		c.SparseWait = 5 * time.Millisecond
 	}
 	if c.CatchUp == 0 {
 		c.CatchUp = 3
@@ -298,6 +311,9 @@ func (c Config) Validate() error {
 	}
 	if okWindow && c.StandingWindow < c.LeaseWindow {
 		bad("lease.standing_window", "%v must be at least lease.window %v", c.StandingWindow, c.LeaseWindow)
+	}
+	if c.SparseWait > time.Second {
+		bad("lease.sparse_wait", "%v: at most 1s (a SPEND waits this long for the ledger)", c.SparseWait)
 	}
 	okTick := positive("tick_interval", c.TickInterval)
 	positive("campaign_refresh", c.CampaignRefresh)

@@ -86,6 +86,10 @@ type counters struct {
 	leasesGranted, leasesReleased atomic.Int64
 	lostWrites, leasesReasserted  atomic.Int64
 	campaignsDropped              atomic.Int64
+	// sparseFetches: leases fetched for a sparse campaign's SPEND
+	// (SparseWait); sparseFetchesLate: of those, answered after the SPEND
+	// had stopped waiting (it was paced).
+	sparseFetches, sparseFetchesLate atomic.Int64
 }
 
 // New returns a Daemon using ledger.
@@ -269,7 +273,11 @@ func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, a
 	}
 	// No shared state on this path: the bucket counts allowed SPENDs under
 	// its lock; latency is sampled by the socket server (ObserveSpend).
-	dec := c.spend(d.cfg.Clock.Now(), amount, auctionID)
+	now := d.cfg.Clock.Now()
+	dec := c.spend(now, amount, auctionID)
+	if dec == pacer.Paced && d.cfg.SparseWait > 0 && c.sparseNow.Load() && c.fetchFor(now, amount) {
+		dec = c.spendAgain(now, amount, auctionID)
+	}
 	if dec != pacer.Allowed {
 		c.countDenial(dec)
 	}
@@ -286,9 +294,25 @@ func (d *Daemon) Now() time.Time { return d.cfg.Clock.Now() }
 // may wait on the ledger, is decided at a fresh reading instead; SpendAt
 // returns the instant it decided at.
 func (d *Daemon) SpendAt(now time.Time, campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, time.Time, error) {
+	return d.spendAt(now, campaignID, amountMicros, auctionID, true)
+}
+
+// SpendAtNoWait is SpendAt for a caller that must not wait (the socket
+// server's event loops): a SPEND whose answer would wait on the ledger (its
+// campaign is not loaded, or it would fetch a sparse campaign's lease)
+// returns pacer.ErrWouldWait, deciding and counting nothing, for the caller
+// to ask SpendAt from a goroutine that may wait.
+func (d *Daemon) SpendAtNoWait(now time.Time, campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, time.Time, error) {
+	return d.spendAt(now, campaignID, amountMicros, auctionID, false)
+}
+
+func (d *Daemon) spendAt(now time.Time, campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string, wait bool) (pacer.Decision, time.Time, error) {
 	amount := int64(amountMicros)
 	c, loaded := d.campaigns.get(string(campaignID))
 	if !loaded {
+		if !wait {
+			return pacer.Paced, now, pacer.ErrWouldWait
+		}
 		var err error
 		if c, err = d.campaignFor(string(campaignID), amount); err != nil {
 			d.counters.spendErrors.Add(1)
@@ -297,6 +321,17 @@ func (d *Daemon) SpendAt(now time.Time, campaignID pacer.CampaignID, amountMicro
 		now = d.cfg.Clock.Now()
 	}
 	dec := c.spend(now, amount, auctionID)
+	// A sparse campaign's SPEND that found the bucket short fetches a lease
+	// of what it lacks (SparseWait); it is then decided again, as one SPEND.
+	if dec == pacer.Paced && d.cfg.SparseWait > 0 && c.sparseNow.Load() && c.fetchable(now) {
+		if !wait {
+			c.forgetDenial(amount)
+			return pacer.Paced, now, pacer.ErrWouldWait
+		}
+		if c.fetchFor(now, amount) {
+			dec = c.spendAgain(now, amount, auctionID)
+		}
+	}
 	if dec != pacer.Allowed {
 		c.countDenial(dec)
 	}
@@ -389,6 +424,8 @@ func (d *Daemon) Info() []transport.InfoField {
 		i("ledger_calls", d.counters.ledgerCalls.Load()),
 		i("ledger_errors", st.LedgerErrors),
 		i("leases_granted", d.counters.leasesGranted.Load()),
+		i("sparse_fetches", d.counters.sparseFetches.Load()),
+		i("sparse_fetches_late", d.counters.sparseFetchesLate.Load()),
 		i("leases_released", d.counters.leasesReleased.Load()),
 		i("ledger_lost_writes", d.counters.lostWrites.Load()),
 		i("leases_reasserted", d.counters.leasesReasserted.Load()),

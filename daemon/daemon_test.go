@@ -85,6 +85,18 @@ func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 	return d
 }
 
+// standingDaemon is a daemon whose sparse campaigns hold standing leases
+// (lease.sparse_wait off), for the tests of those.
+func (f *fixture) standingDaemon(t *testing.T, holder string) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: daemon.Never}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	return d
+}
+
 func (f *fixture) check(t *testing.T, id string) lease.Shard {
 	t.Helper()
 	return f.checkDay(t, id, day)

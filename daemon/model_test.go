@@ -149,9 +149,13 @@ type modelRun struct {
 	// nil for the regression seeds, which replay the histories they were
 	// found with.
 	sparseRng *rand.Rand
-	opRng     *rand.Rand // the current step's own choices (seeded per step)
-	clock     *manualClock
-	clients   []redis.UniversalClient
+	// rareRng turns some steps into long quiet stretches with a SPEND every
+	// few minutes (the "rare" kind), where sparse SPENDs fetch their leases
+	// (lease.sparse_wait); nil for the regression seeds, as sparseRng.
+	rareRng *rand.Rand
+	opRng   *rand.Rand // the current step's own choices (seeded per step)
+	clock   *manualClock
+	clients []redis.UniversalClient
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
@@ -191,9 +195,10 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		quiet: map[history.DayKey]bool{},
 		byID:  map[string]*auctionRec{}, stats: modelStats{kinds: map[string]int{}}}
 	m.sparseRng = rand.New(rand.NewPCG(seed, 0x5ba55e))
+	m.rareRng = rand.New(rand.NewPCG(seed, 0xfe7c4))
 	for _, rs := range regressionSeeds {
 		if rs.seed == seed {
-			m.sparseRng = nil
+			m.sparseRng, m.rareRng = nil, nil
 		}
 	}
 	ledger := func(role string) *lease.Ledger {
@@ -248,7 +253,11 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	for i := range 2 + r.IntN(2) {
 		off := time.Duration(r.IntN(901)-450) * time.Millisecond
 		n := &modelNode{name: "d" + strconv.Itoa(i), clock: offsetClock{m.clock, off}}
-		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond, Logger: dbgLogger(t)})
+		// A sparse SPEND waits for its fetched lease as long as a ledger
+		// call may take, so that whether it was allowed never depends on how
+		// fast this machine ran it: a seed replays the same history.
+		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond,
+			LeaseTiming: daemon.LeaseTiming{SparseWait: 500 * time.Millisecond}, Logger: dbgLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,6 +376,9 @@ func (m *modelRun) op() {
 	if m.sparseRng != nil && m.sparseRng.IntN(40) == 0 {
 		kind = "sparse" // drawn aside, so the kinds' stream stays as it was
 	}
+	if m.rareRng != nil && m.rareRng.IntN(30) == 0 {
+		kind = "rare" // likewise
+	}
 	// Each step makes its choices from its own generator, so that turning a
 	// kind off leaves the rest of the history as it was.
 	m.stats.ops++
@@ -458,6 +470,26 @@ func (m *modelRun) do(kind string) bool {
 			m.clock.Add(10 * time.Second)
 			m.stepAll()
 			if r.IntN(3) == 0 {
+				cj := r.IntN(len(m.camps))
+				id := ""
+				if r.IntN(2) == 0 {
+					m.nextID++
+					id = "a" + strconv.Itoa(m.nextID)
+				}
+				m.spend(r.IntN(len(m.nodes)), cj, m.camps[cj].stored.DailyMicros/int64(20+r.IntN(40)), id)
+			}
+		}
+	case "rare":
+		// A quiet stretch of 10 to 40 minutes in 30-second ticks, with a
+		// SPEND of about a bid every five minutes or so on one node: each
+		// node sees a campaign more than a standing window apart, so its
+		// SPENDs find the bucket short and fetch their leases (issue 10,
+		// lease.sparse_wait), while the steps around it cut, fail over,
+		// partition and reset.
+		for range 20 + r.IntN(61) {
+			m.clock.Add(30 * time.Second)
+			m.stepAll()
+			if r.IntN(10) == 0 {
 				cj := r.IntN(len(m.camps))
 				id := ""
 				if r.IntN(2) == 0 {
@@ -691,6 +723,7 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 	}
 	k := history.DayKey{Campaign: c.stored.ID, Day: today.Key}
 	p := m.plan(c, today.Key)
+	before := m.rec.Len()
 	// As pacerctl does: a day planned but not opened is opened first.
 	open, err := m.env.direct.PlannedDayShards(ctx, k.Campaign, k.Day, now)
 	if err != nil {
@@ -747,6 +780,8 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 		m.quiet[k] = true
 		m.note(k.Campaign, "clients stop spending on %s for the rest of its day", k)
 	}
+	// The events before this change were held to the limit before it.
+	p.Earlier = append(p.Earlier, history.EarlierLimit{Until: before, Limit: p.Limit})
 	p.Limit = max(p.Budget, m.floors[k])
 	return true
 }

@@ -102,6 +102,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	closed := ds.b.Expire(now)
 	c.rotateLargestSpend(now)
 	c.updateDemand(now, ds)
+	c.sparseNow.Store(c.sparse() && !c.lastDemandAt.IsZero())
 	flushEvery := demandFlush
 	if c.sparse() {
 		flushEvery = sparseDemandFlush
@@ -155,7 +156,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		// that could not is running dry, and the next lease should come from
 		// another one, or budget would strand on shards nobody visits.
 		if want > 0 && ds.shardFilled[h.shard] {
-			c.grant(ctx, now, s, ds, h.shard, want, standing, &cl)
+			c.grant(ctx, now, s, ds, h.shard, want, 0, standing, &cl)
 			want = 0
 			continue
 		}
@@ -163,7 +164,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
-			c.grant(ctx, now, s, ds, shard, want, standing, nil)
+			c.grant(ctx, now, s, ds, shard, want, 0, standing, nil)
 		}
 	}
 }
@@ -423,6 +424,12 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, due time.Time)
 	if !now.Add(cfg.SkewBound + time.Second).Before(ds.day.End) {
 		return 0, false // too close to midnight for a lease worth having
 	}
+	if cfg.SparseWait > 0 && c.sparseNow.Load() && !c.lastDemandAt.IsZero() && !c.standsHere(now, ds) {
+		// Its SPENDs fetch their leases (fetchFor): nothing is held here
+		// for a SPEND that may not come. (One never used here still gets
+		// its first lease below, as Warm primes it.)
+		return 0, false
+	}
 	unit := c.unit()
 	if unit > 0 && cfg.StandingIdle > 0 && !c.lastDemandAt.IsZero() && now.Sub(c.lastDemandAt) < c.standingIdle() &&
 		c.sparse() {
@@ -570,6 +577,112 @@ func (c *campaign) standingIdle() time.Duration {
 	return max(idle, min(standingIdleIntervals*c.sparseInterval(), maxStandingIdle))
 }
 
+// standsHere reports whether a sparse campaign keeps a standing bid on this
+// host even with SparseWait on: when its last SPENDs here came within a
+// standing window of each other (four intervals seen), and more than two of
+// them remain before midnight. Such a bid is spent before its renewal, so
+// it costs no more ledger calls than fetching would, and fewer when it
+// holds several bids (a campaign with a SPEND every 30 s on the host made
+// two ledger calls a SPEND fetching, one every few SPENDs standing:
+// TestWarmCampaignTopsUpEveryFewSpends); and what it holds at midnight is
+// one window's worth. A rarer host fetches: a bid held for hours, or over
+// midnight, is budget nobody spends.
+func (c *campaign) standsHere(now time.Time, ds *dayState) bool {
+	iv := c.sparseInterval()
+	return c.demandTickN > sparseSpends && iv > 0 && iv <= c.cfg.StandingWindow && ds.day.End.Sub(now) > 2*iv
+}
+
+// fetchable reports whether a lease could be fetched for the campaign now:
+// a day open here and not over, not exhausted, refused or paused (a paced
+// SPEND of a sparse campaign, SparseWait on).
+func (c *campaign) fetchable(now time.Time) bool {
+	ds := c.day.Load()
+	return ds != nil && !ds.exhausted.Load() && !ds.refused.Load() && !now.Before(ds.day.Start) &&
+		now.Add(c.cfg.SkewBound+time.Second).Before(ds.day.End) && c.settings.Load().State == lease.StateActive
+}
+
+// forgetDenial takes back the bucket's count of a denied SPEND that is
+// decided again (after a fetch, or by a goroutine that may wait): the
+// demand the refill loop measures counts each SPEND once.
+func (c *campaign) forgetDenial(amount int64) {
+	if ds := c.day.Load(); ds != nil {
+		ds.b.ForgetDenial(amount)
+	}
+}
+
+// spendAgain decides a paced SPEND again once a lease was fetched for it.
+func (c *campaign) spendAgain(now time.Time, amount int64, auctionID string) pacer.Decision {
+	c.forgetDenial(amount)
+	return c.spend(now, amount, auctionID)
+}
+
+// fetchFor asks the ledger for a lease that covers a SPEND of amount that
+// the bucket cannot, for a campaign sparse on this host (SparseWait on),
+// waits for it at most SparseWait, and reports whether the bucket now holds
+// amount. The lease is an ordinary grant under the
+// shard's plan and cap, of what the SPEND lacks; it lasts a lease window,
+// and what is not spent goes back when it ends. While the refill loop works
+// on the campaign, or one fetch is already in flight, nothing is asked and
+// the SPEND is paced. The ledger call itself runs to its usual timeout: cut
+// short at SparseWait, a grant that landed in Redis would be lost to the
+// host until the reconciler settled it as spent; finished in the background,
+// it serves the campaign's next SPENDs instead.
+func (c *campaign) fetchFor(now time.Time, amount int64) bool {
+	if !c.fetchable(now) || !c.loopMu.TryLock() {
+		return false
+	}
+	d := c.d
+	d.workMu.Lock() // Close waits for the fetch, which may grant a lease
+	if d.closed.Load() {
+		d.workMu.Unlock()
+		c.loopMu.Unlock()
+		return false
+	}
+	d.work.Add(1)
+	d.workMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer d.work.Done()
+		defer close(done)
+		defer c.loopMu.Unlock()
+		ds := c.day.Load()
+		if ds == nil || ds.closed || now.Before(ds.nextGrantAt) || !c.sparse() {
+			return
+		}
+		// A fetched lease is the SPEND's, not the host's drip: it does not
+		// move when the next regular lease is due.
+		defer func(last time.Time) { ds.lastGrantAt = last }(ds.lastGrantAt)
+		// Each shard paces its own part of the day: one whose fleet has run
+		// a bid ahead of its curve refuses, while another may not have.
+		// pickShard takes the one asked longest ago, so each try is another.
+		// All of what the SPEND lacks, or nothing: parts from several shards
+		// that do not add up to it are budget the SPEND cannot use, held on
+		// this host for a lease window while other hosts' SPENDs could.
+		for range ds.shards {
+			held := ds.b.Stats(now).Tokens
+			if held >= amount || ds.closed || ds.refused.Load() {
+				return
+			}
+			shard, ok := ds.pickShard()
+			if !ok {
+				return
+			}
+			d.counters.sparseFetches.Add(1)
+			c.grant(d.life, now, c.settings.Load(), ds, shard, amount-held, amount-held, false, nil)
+		}
+	}()
+	t := time.NewTimer(c.cfg.SparseWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		d.counters.sparseFetchesLate.Add(1)
+		return false
+	}
+	ds := c.day.Load()
+	return ds != nil && ds.b.Stats(now).Tokens >= amount
+}
+
 // maxStandingBids bounds a standing lease, in bids.
 const maxStandingBids = 4
 
@@ -587,9 +700,10 @@ func (c *campaign) standingBids(s *settings, unit int64) int64 {
 	return max(min(k, maxStandingBids, s.DailyMicros/(100*unit)), 1)
 }
 
-// grant asks the ledger for a new lease on shard; with ending set, it renews:
-// the ending lease is released in the same call.
-func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want int64, standing bool, ending *bucket.Closed) {
+// grant asks the ledger for a new lease on shard of up to want micros, and
+// at least least (0: any part of it); with ending set, it renews: the ending
+// lease is released in the same call.
+func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want, least int64, standing bool, ending *bucket.Closed) {
 	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	ds.shardAskedAt[shard] = now
@@ -625,6 +739,9 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		// its largest recent SPEND, often several typical ones, and asking
 		// for all of it or nothing starved hosts the shard could serve.
 		req.Min = min(want, c.typicalSpend())
+	}
+	if least > 0 {
+		req.Min = least
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()

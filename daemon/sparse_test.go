@@ -146,8 +146,9 @@ func TestTinyBudgetStaysNearItsCurve(t *testing.T) {
 	f.check(t, "tiny")
 }
 
-// A sparse campaign on its curve asks the ledger where the curve stands one
-// of its SPEND intervals ahead (at most 30 minutes), so its last bids come
+// With standing bids (lease.sparse_wait off): a sparse campaign on its
+// curve asks the ledger where the curve stands one of its SPEND intervals
+// ahead (at most 30 minutes), so its last bids come
 // out that long before midnight, while the hosts holding them may still see
 // a SPEND. Released exactly on the curve, a 62-bid campaign of the
 // simulator's family ended its day with 10% of its budget held on quiet
@@ -166,7 +167,7 @@ func TestSparseCampaignsLastBidsComeOutEarly(t *testing.T) {
 	}
 	daemons := make([]*daemon.Daemon, 3)
 	for i := range daemons {
-		daemons[i] = f.daemon(t, string(rune('a'+i)))
+		daemons[i] = f.standingDaemon(t, string(rune('a'+i)))
 	}
 	rng := rand.New(rand.NewPCG(21, 21))
 	const step = 10 * time.Second
@@ -198,8 +199,8 @@ func TestSparseCampaignsLastBidsComeOutEarly(t *testing.T) {
 	}
 }
 
-// Issue 10: a host that sees a campaign every few hours keeps its standing
-// bid across a gap longer than standing_idle (6 h) when its recent SPENDs
+// Issue 10, with standing bids (lease.sparse_wait off): a host that sees a
+// campaign every few hours keeps its standing bid across a gap longer than standing_idle (6 h) when its recent SPENDs
 // came that far apart: three of its mean intervals, at most a day. Before,
 // the bid lapsed 6 h after the host's last SPEND (the 20-bid campaigns of
 // the simulator lost a SPEND on each such host), and the next SPEND there
@@ -215,7 +216,7 @@ func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d := f.daemon(t, "a")
+	d := f.standingDaemon(t, "a")
 	// slow: SPENDs at 00:30, 04:30, 08:30, then none until 16:00 (7.5 h).
 	// quick: SPENDs at 00:30, 00:35, 00:40, then none until 07:00.
 	spends := map[time.Duration][]pacer.CampaignID{

@@ -89,6 +89,7 @@ type DaemonTuning struct {
 	SkewBound   Duration `yaml:"skew_bound"`
 	CapWindow   Duration `yaml:"cap_window"`
 	BurstWindow Duration `yaml:"burst_window"`
+	SparseWait  Duration `yaml:"sparse_wait"`
 }
 
 // Host is one bidder host running pacerd. Weight is its share of every

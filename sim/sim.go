@@ -63,6 +63,8 @@ type Options struct {
 	Seed uint64
 	// Warmup, when set, overrides the scenario's warm-up.
 	Warmup *time.Duration
+	// SparseWait, when set, overrides the scenario's daemon.sparse_wait.
+	SparseWait *time.Duration
 	// Progress receives a progress line while the run goes (nil: none).
 	Progress io.Writer
 	Logger   *zap.Logger
@@ -323,6 +325,10 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
 			CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
 		},
+	}
+	r.daemonCfg.SparseWait = time.Duration(tune.SparseWait)
+	if r.opt.SparseWait != nil {
+		r.daemonCfg.SparseWait = *r.opt.SparseWait
 	}
 	for i, h := range sc.Hosts {
 		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,

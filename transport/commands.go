@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -56,6 +57,10 @@ type dispatcher struct {
 	// for nowUses more SPENDs.
 	now     time.Time
 	nowUses int
+	// noWait: the dispatcher runs on an event loop, which must not wait: a
+	// SPEND whose answer would (WaitingSpender) is not answered but marked
+	// deferred, for the loop to hand it to a goroutine.
+	noWait, deferred bool
 }
 
 // newBatch starts a batch of requests read together: the next SPEND reads
@@ -72,6 +77,16 @@ func (d *dispatcher) spend(campaign pacer.CampaignID, amount pacer.Micros, aucti
 		d.now, d.nowUses = cs.Now(), BatchClockUses
 	}
 	d.nowUses--
+	if d.noWait && d.s.waiting != nil {
+		dec, at, err := d.s.waiting.SpendAtNoWait(d.now, campaign, amount, auction)
+		if err != nil && errors.Is(err, pacer.ErrWouldWait) {
+			d.nowUses++ // not used: the goroutine reads the clock again
+			d.deferred = true
+			return dec, nil
+		}
+		d.now = at
+		return dec, err
+	}
 	dec, at, err := cs.SpendAt(d.now, campaign, amount, auction)
 	d.now = at
 	return dec, err
@@ -175,6 +190,9 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 			start = time.Now()
 		}
 		dec, err := d.spend(campaign, amount, auction)
+		if d.deferred {
+			return "" // no reply: the event loop hands the SPEND to a goroutine
+		}
 		if !start.IsZero() {
 			observe(time.Since(start))
 		}

@@ -365,7 +365,17 @@ func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool
 			return true
 		}
 		errs := c.errors.Load()
-		if c.d.serve(&c.out, args) {
+		c.d.noWait = !helper
+		quit := c.d.serve(&c.out, args)
+		if c.d.deferred {
+			// A SPEND whose answer would wait (WaitingSpender): nothing was
+			// decided or replied; a goroutine answers it and what follows.
+			c.d.deferred = false
+			c.commands.Add(^uint64(0)) // counted again when answered
+			l.handoff(c, args)
+			return true
+		}
+		if quit {
 			c.quit = true
 			break
 		}

@@ -91,6 +91,18 @@ type ClockedSpender interface {
 	SpendAt(now time.Time, campaign pacer.CampaignID, amount pacer.Micros, auctionID string) (pacer.Decision, time.Time, error)
 }
 
+// A WaitingSpender is a ClockedSpender whose SpendAt may wait on something
+// remote for some SPENDs (pacerd: a campaign to load, a sparse campaign's
+// lease to fetch, lease.sparse_wait). The event-loop servers, which serve
+// many connections from one goroutine and must never wait, decide SPENDs
+// with SpendAtNoWait; one that returns pacer.ErrWouldWait (having decided
+// and charged nothing) is handed, with its connection, to a goroutine that
+// decides it with SpendAt, as a request that may block is.
+type WaitingSpender interface {
+	ClockedSpender
+	SpendAtNoWait(now time.Time, campaign pacer.CampaignID, amount pacer.Micros, auctionID string) (pacer.Decision, time.Time, error)
+}
+
 // BatchClockUses bounds how many SPENDs of a batch share one clock reading.
 const BatchClockUses = 16
 
@@ -235,6 +247,7 @@ var ErrServerClosed = errors.New("transport: server closed")
 type Server struct {
 	spender Spender
 	clocked ClockedSpender // spender, if it is one
+	waiting WaitingSpender // spender, if it is one
 	cfg     ServerConfig
 	log     *zap.Logger
 
@@ -305,9 +318,11 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 		log = zap.NewNop()
 	}
 	clocked, _ := sp.(ClockedSpender)
+	waiting, _ := sp.(WaitingSpender)
 	return &Server{
 		spender:   sp,
 		clocked:   clocked,
+		waiting:   waiting,
 		cfg:       cfg,
 		log:       log.Named("transport"),
 		listeners: make(map[net.Listener]struct{}),

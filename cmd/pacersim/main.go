@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
 	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
 	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
+	sparseWait := fs.Duration("sparse-wait", -1, "the daemons' sparse_wait (default: the scenario's daemon.sparse_wait)")
 	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held) of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
@@ -97,6 +98,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed}
 	if *warmup >= 0 {
 		opt.Warmup = warmup
+	}
+	if *sparseWait >= 0 {
+		opt.SparseWait = sparseWait
 	}
 	if *trace != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {

@@ -82,6 +82,13 @@ func (r *Recorder) Notef(at time.Time, campaign, format string, args ...any) {
 	r.mu.Unlock()
 }
 
+// Len returns how many events (calls and notes) were recorded.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
 // Calls returns how many calls were recorded.
 func (r *Recorder) Calls() int {
 	r.mu.Lock()
@@ -105,6 +112,7 @@ type Tally struct {
 	MaxNet     int64 // the highest net the day reached during the history
 	firstOver  int   // index of the event where net first exceeded the limit
 	overAmount int64
+	overLimit  int64 // the limit in force there
 }
 
 // Net is what the clients spent over the day: allowed − refunded.
@@ -117,6 +125,14 @@ type DayPlan struct {
 	// after budget had been handed out cannot take that back: the test
 	// raises the limit to what was out at the cut).
 	Limit int64
+	// Earlier are the limits in force before the test changed the day's
+	// budget, oldest first: the events recorded before Until (Recorder.Len
+	// when the change was made) are held to Limit of the first entry whose
+	// Until is above them; later events to Limit. A cut takes effect from
+	// when it is made: what the clients netted before it was within the
+	// budget then, and later refunds can lower what is out at the cut below
+	// that (model seed 14).
+	Earlier []EarlierLimit
 	// Budget is the day's budget as the operator last set it (0: Limit).
 	// Once nothing of the day is leased, the ledger's budget for the day
 	// (its shards plus moves in flight) must not exceed the larger of
@@ -132,6 +148,22 @@ type DayPlan struct {
 	// day's limit minus what its clients netted (never less than 0): a
 	// bound computed from the clients' counts, not from the ledger's carry.
 	CarryIn bool
+}
+
+// EarlierLimit is a day's limit before a change (DayPlan.Earlier).
+type EarlierLimit struct {
+	Until int // events recorded before this many (Recorder.Len) were held to Limit
+	Limit int64
+}
+
+// limitAt is the limit in force for the event at index i of the history.
+func (p DayPlan) limitAt(i int) int64 {
+	for _, e := range p.Earlier {
+		if i < e.Until {
+			return e.Limit
+		}
+	}
+	return p.Limit
 }
 
 // effective applies carry-over to the plans, oldest day first.
@@ -166,6 +198,10 @@ func effective(plans map[DayKey]DayPlan, days map[DayKey]*Tally) map[DayKey]DayP
 		}
 		extra := max(0, prev.Limit-net)
 		p.Limit += extra
+		p.Earlier = slices.Clone(p.Earlier)
+		for i := range p.Earlier {
+			p.Earlier[i].Limit += extra
+		}
 		p.Budget += extra
 		out[k] = p
 	}
@@ -280,8 +316,10 @@ func tally(events []event, plans map[DayKey]DayPlan) (map[DayKey]*Tally, []strin
 		}
 		net := t.Net()
 		t.MaxNet = max(t.MaxNet, net)
-		if p, ok := plans[k]; ok && net > p.Limit && t.firstOver < 0 {
-			t.firstOver, t.overAmount = i, net
+		if p, ok := plans[k]; ok && t.firstOver < 0 {
+			if limit := p.limitAt(i); net > limit {
+				t.firstOver, t.overAmount, t.overLimit = i, net, limit
+			}
 		}
 	}
 	return days, notes
@@ -328,8 +366,8 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 			add("no-plan", k, -1, "clients were allowed %d micros on a day the test has no plan for", t.Allowed)
 		}
 		if active && planned && t.firstOver >= 0 {
-			add("overspend", k, t.firstOver, "clients netted %d micros (allowed %d, refunded %d, replays not counted %d) over a limit of %d: overspend %d (first over at event #%d with %d)",
-				t.Net(), t.Allowed, t.Refunded, t.Replayed, p.Limit, t.MaxNet-p.Limit, events[t.firstOver].seq, t.overAmount)
+			add("overspend", k, t.firstOver, "clients netted %d micros over a limit of %d at event #%d: overspend %d (over the day: allowed %d, refunded %d, replays not counted %d; the day's limit now %d)",
+				t.overAmount, t.overLimit, events[t.firstOver].seq, t.overAmount-t.overLimit, t.Allowed, t.Refunded, t.Replayed, p.Limit)
 		}
 		if opt.Ledger == nil {
 			continue

@@ -69,6 +69,34 @@ func TestCountingRule(t *testing.T) {
 	}
 }
 
+// A cut holds the clients to the new limit from when it is made, not
+// before: what they netted earlier was within the budget then (model seed
+// 14: 90,000 netted under a budget of 145,430, refunds, then a cut to what
+// was out, 73,967).
+func TestACutHoldsFromWhenItIsMade(t *testing.T) {
+	var r history.Recorder
+	spend(&r, "a1", 900, true)
+	refund(&r, "a1", 900, true)
+	spend(&r, "a2", 100, true)
+	cut := r.Len()
+	r.Notef(t0, "c", "operator cuts the budget to 500")
+	spend(&r, "a3", 300, true)
+	p := history.DayPlan{Limit: 500, Earlier: []history.EarlierLimit{{Until: cut, Limit: 1000}}}
+	plans := map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: p}
+	if err := check(t, &r, history.Options{Plans: plans}).Err(); err != nil {
+		t.Fatalf("900 netted under a limit of 1000, 400 after the cut to 500: %v", err)
+	}
+	spend(&r, "a4", 200, true) // 600 after the cut
+	err := check(t, &r, history.Options{Plans: plans}).Err()
+	if err == nil || !strings.Contains(err.Error(), "limit of 500") || !strings.Contains(err.Error(), "overspend 100") {
+		t.Fatalf("600 netted after a cut to 500: %v; want an overspend of 100", err)
+	}
+	// Without the earlier limit the first 900 is over the cut's 500.
+	if err := check(t, &r, history.Options{Plans: plan(500)}).Err(); err == nil || !strings.Contains(err.Error(), "overspend 400") {
+		t.Fatalf("one limit for the whole day: %v; want the 900 over 500", err)
+	}
+}
+
 // Net over the limit is an overspend, reported with the label and an excerpt
 // pointing at the call that crossed it. Replays do not push the net over;
 // a re-spend after a refund does.
