@@ -63,7 +63,8 @@ type Options struct {
 	Seed uint64
 	// Warmup, when set, overrides the scenario's warm-up.
 	Warmup *time.Duration
-	// SparseWait, when set, overrides the scenario's daemon.sparse_wait.
+	// SparseWait, when set, overrides the scenario's daemon.sparse_wait;
+	// 0 turns it off (sparse campaigns then hold standing leases).
 	SparseWait *time.Duration
 	// Progress receives a progress line while the run goes (nil: none).
 	Progress io.Writer
@@ -329,6 +330,9 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	r.daemonCfg.SparseWait = time.Duration(tune.SparseWait)
 	if r.opt.SparseWait != nil {
 		r.daemonCfg.SparseWait = *r.opt.SparseWait
+		if r.daemonCfg.SparseWait == 0 {
+			r.daemonCfg.SparseWait = daemon.Never // standing leases
+		}
 	}
 	for i, h := range sc.Hosts {
 		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,

@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
 	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
 	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
-	sparseWait := fs.Duration("sparse-wait", -1, "the daemons' sparse_wait (default: the scenario's daemon.sparse_wait)")
+	sparseWait := fs.Duration("sparse-wait", -1, "the daemons' lease.sparse_wait; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
 	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held) of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
