@@ -619,9 +619,9 @@ func (c *campaign) spendAgain(now time.Time, amount int64, auctionID string) pac
 // fetchFor asks the ledger for a lease that covers a SPEND of amount that
 // the bucket cannot, for a campaign sparse on this host (SparseWait on),
 // waits for it at most SparseWait, and reports whether the bucket now holds
-// amount. The lease is an ordinary grant under the
-// shard's plan and cap, of what the SPEND lacks; it lasts a lease window,
-// and what is not spent goes back when it ends. While the refill loop works
+// amount. The lease is an ordinary grant under the shard's plan and cap, of
+// what the SPEND lacks; it lasts a lease window, and what is not spent goes
+// back when it ends. While the refill loop works
 // on the campaign, or one fetch is already in flight, nothing is asked and
 // the SPEND is paced. The ledger call itself runs to its usual timeout: cut
 // short at SparseWait, a grant that landed in Redis would be lost to the
