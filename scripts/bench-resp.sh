@@ -5,6 +5,9 @@
 # flags and interleaved in one run:
 #   floor-uring, floor-epoll,      a bare echo server (internal/tools/respfloor)
 #   floor-goroutines               built each way: the syscall floor;
+#   (floor-hybrid)                 the epoll floor reading and writing many
+#                                  ready connections with one io_uring_enter
+#                                  each (not in the default set);
 #   redis-decrby                   redis-server's own DECRBY;
 #   lua                            redis-server running the seed article's Lua
 #                                  check-and-decrement via EVALSHA;
@@ -36,7 +39,9 @@
 #                      also floor-uring-multishot, respfloor's multishot-recv
 #                      variant of the io_uring floor). A floor or pacerd name
 #                      ending in @N runs N event loops (socket_loops), e.g.
-#                      "floor-epoll@1 pacerd-epoll@1 lua"
+#                      "floor-epoll@1 pacerd-epoll@1 lua"; a floor named
+#                      kind+lock (floor-epoll+lock, floor-hybrid+lock@2) locks
+#                      its loops to their threads, as io_uring loops must be
 #   BIN                where pacerd and pacerctl are (default: <repo>/bin)
 set -euo pipefail
 
@@ -187,10 +192,14 @@ YAML
   }
 }
 
-start_floor() { # kind[@loops]
-  local name=floor-$1 sock=$tmp/floor-$1.sock kind=${1%@*} loops=0
+start_floor() { # kind[+lock][@loops]
+  local name=floor-$1 sock=$tmp/floor-$1.sock kind=${1%@*} loops=0 lock=()
   [[ $1 == *@* ]] && loops=${1#*@}
-  "$tmp/respfloor" -socket "$sock" -server "$kind" -loops "$loops" 2>"$tmp/$name.log" &
+  if [[ $kind == *+lock ]]; then
+    kind=${kind%+lock}
+    lock=(-lock)
+  fi
+  "$tmp/respfloor" -socket "$sock" -server "$kind" -loops "$loops" "${lock[@]}" 2>"$tmp/$name.log" &
   pids+=($!)
   pid_of[$name]=$!
   sock_of[$name]=$sock

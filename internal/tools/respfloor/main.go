@@ -5,13 +5,15 @@
 // request is a valid RESP reply (an array of bulk strings), so
 // redis-benchmark and the load generator can drive it like any server.
 //
-//	respfloor -socket /tmp/floor.sock -server epoll|goroutines|uring|uring-multishot [-loops N]
+//	respfloor -socket /tmp/floor.sock -server epoll|goroutines|uring|uring-multishot|hybrid [-loops N] [-lock]
 //
 // goroutines: a goroutine per connection, read then write, through Go's
 // netpoller. epoll: as many loops as pacerd runs (-loops, default
 // transport.DefaultLoops), each on its own epoll set; a wake-up reads each
 // ready connection once and writes back what it read. uring: the same
-// loops on io_uring (uring_linux.go).
+// loops on io_uring (uring_linux.go). hybrid: the epoll loops, reading and
+// writing back many ready connections with one io_uring_enter each
+// (hybrid_linux.go).
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/pacer/pacer/transport"
@@ -30,8 +33,9 @@ import (
 
 func main() {
 	sock := flag.String("socket", "", "Unix socket path to listen on")
-	kind := flag.String("server", "epoll", "epoll, goroutines, uring or uring-multishot")
+	kind := flag.String("server", "epoll", "epoll, goroutines, uring, uring-multishot or hybrid")
 	flag.IntVar(&loopCount, "loops", 0, "event loops (0: as pacerd, transport.DefaultLoops)")
+	flag.BoolVar(&lockLoops, "lock", false, "lock the epoll and hybrid loops' goroutines to their threads, as the io_uring loops must be")
 	flag.Parse()
 	if *sock == "" {
 		fmt.Fprintln(os.Stderr, "respfloor: -socket is required")
@@ -57,6 +61,8 @@ func main() {
 		err = serveEpoll(ln)
 	case "uring":
 		err = serveUring(ln, false)
+	case "hybrid":
+		err = serveHybrid(ln)
 	case "uring-multishot":
 		err = serveUring(ln, true)
 	default:
@@ -89,6 +95,11 @@ func serveGoroutines(ln net.Listener) error {
 		}()
 	}
 }
+
+// lockLoops is -lock: an experiment (docs/BENCHMARKS.md, issue 15) showing
+// that a loop locked to its thread costs more per request at -c 1, whatever
+// it waits in.
+var lockLoops bool
 
 // loopCount is -loops: how many event loops the epoll and uring servers run.
 var loopCount int
@@ -143,6 +154,9 @@ func acceptFD(ln net.Listener) (int, error) {
 }
 
 func loop(epfd int) {
+	if lockLoops {
+		runtime.LockOSThread()
+	}
 	events := make([]unix.EpollEvent, 256)
 	buf := make([]byte, 16<<10)
 	for {
