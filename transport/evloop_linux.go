@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -266,6 +267,7 @@ func (l *eventLoop) run() {
 		wait = int(tick / time.Millisecond)
 	}
 	lastSweep := time.Now()
+	yield := loopYield{last: lastSweep, yield: runtime.Gosched}
 	for {
 		n, err := unix.EpollWait(l.epfd, events, wait)
 		if err != nil && !errors.Is(err, unix.EINTR) {
@@ -299,6 +301,34 @@ func (l *eventLoop) run() {
 			lastSweep = now
 			l.sweep(now)
 		}
+		yield.maybe(now)
+	}
+}
+
+// loopYieldEvery is how often a busy loop yields its P (runtime.Gosched).
+// The Go runtime's sysmon thread takes a goroutine that has not been
+// rescheduled for 10 ms (forcePreemptNS) for one hogging its P: it
+// preempts it (a signal, which also interrupts its wait) and takes the P,
+// and after taking one it polls every 20 µs for the next millisecond and
+// more before backing off again. A loop goroutine that only ever waits in
+// system calls is never rescheduled, so without yielding it kept sysmon
+// awake 7,000-11,000 times a second, 3-4 µs of CPU per request at
+// redis-benchmark -c 1 on a 2-core VM, and moved the loop between threads
+// (docs/BENCHMARKS.md, issue 15). A yield costs a few hundred nanoseconds
+// (for the io_uring loop, locked to its thread, two thread switches).
+const loopYieldEvery = 2 * time.Millisecond
+
+// loopYield yields the loop's P at most once per loopYieldEvery.
+type loopYield struct {
+	last  time.Time
+	yield func() // runtime.Gosched, or a test's counter
+}
+
+// maybe yields if loopYieldEvery has passed since the last yield.
+func (y *loopYield) maybe(now time.Time) {
+	if now.Sub(y.last) >= loopYieldEvery {
+		y.last = now
+		y.yield()
 	}
 }
 
