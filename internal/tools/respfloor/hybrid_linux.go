@@ -65,7 +65,9 @@ func hybridLoop(epfd int, ready chan<- error) {
 	buf := make([]byte, 16<<10)
 	got := make([]int32, 256)
 	want := make([]int32, 256)
+	var yield loopYield
 	for {
+		yield.maybe()
 		n, err := unix.EpollWait(epfd, events, -1)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			panic(err)
