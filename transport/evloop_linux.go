@@ -72,6 +72,10 @@ type eventLoop struct {
 	epfd int // -1 with ring
 	wake int // an eventfd: written by stop to end epoll_wait
 	ring *ringLoop
+	// batch, for socket_server hybrid: the ring that reads and writes a
+	// wake-up's ready connections (hybrid_linux.go); nil otherwise.
+	batch    *batchRing
+	batching bool // answer queues replies in batch.sends instead of writing
 
 	mu     sync.Mutex
 	conns  map[int]*evConn
@@ -127,6 +131,22 @@ func (s *Server) startLoops() error {
 		}
 		loops = append(loops, &eventLoop{s: s, epfd: epfd, wake: wake, conns: make(map[int]*evConn)})
 	}
+	if s.cfg.Server == Hybrid {
+		for _, l := range loops {
+			b, err := newBatchRing(epollEvents)
+			if err != nil {
+				s.log.Warn("socket_server hybrid: io_uring unavailable, serving with epoll alone", zap.Error(err))
+				for _, l := range loops {
+					if l.batch != nil {
+						l.batch.ring.Close()
+						l.batch = nil
+					}
+				}
+				break
+			}
+			l.batch = b
+		}
+	}
 	s.loops = loops
 	for _, l := range loops {
 		s.handlers.Add(1)
@@ -135,9 +155,16 @@ func (s *Server) startLoops() error {
 	return nil
 }
 
+// epollEvents is how many events one epoll_wait returns at most, and so
+// the most connections a hybrid batch holds.
+const epollEvents = 256
+
 func (l *eventLoop) release() {
 	if l.epfd >= 0 {
 		unix.Close(l.epfd)
+	}
+	if l.batch != nil {
+		l.batch.ring.Close()
 	}
 	unix.Close(l.wake)
 }
@@ -258,9 +285,9 @@ func (l *eventLoop) run() {
 		l.ring.run(l)
 		return
 	}
-	events := make([]unix.EpollEvent, 256)
-	ready := make([]*evConn, 0, 256)
-	kinds := make([]uint32, 0, 256)
+	events := make([]unix.EpollEvent, epollEvents)
+	ready := make([]*evConn, 0, epollEvents)
+	kinds := make([]uint32, 0, epollEvents)
 	tick := l.s.tick()
 	wait := -1
 	if tick > 0 {
@@ -291,9 +318,16 @@ func (l *eventLoop) run() {
 			}
 		}
 		l.mu.Unlock()
-		for i, c := range ready {
-			if !l.serve(c, kinds[i], now) {
-				l.closeConn(c)
+		if l.batch != nil && len(ready) >= hybridMinReady {
+			if !l.serveBatch(ready, kinds, now) {
+				l.shutdown()
+				return
+			}
+		} else {
+			for i, c := range ready {
+				if !l.serve(c, kinds[i], now) {
+					l.closeConn(c)
+				}
 			}
 		}
 		clear(ready)
@@ -423,6 +457,14 @@ func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool
 		// next io_uring_enter; kept until then.
 		l.ring.queueSend(c)
 		return !c.quit || c.sent < len(c.out.b)
+	}
+	if !helper && l.batching { // (batching is the loop goroutine's: a helper must not read it)
+		// Sent with the rest of the hybrid batch's replies.
+		if c.sent < len(c.out.b) {
+			l.batch.sends = append(l.batch.sends, c)
+			return true
+		}
+		return !c.quit
 	}
 	if !l.flush(c, now) {
 		return false
