@@ -292,7 +292,7 @@ func TestNode(t *testing.T) {
 
 // socketServer is the bidder socket's server under test. TestMain runs the
 // suite once with the default (epoll on Linux) and once more per other
-// server (goroutines, and uring on Linux), each in a child process, so
+// server (goroutines, and uring and hybrid on Linux), each in a child process, so
 // every client is checked against every server.
 func socketServer() transport.SocketServer {
 	return transport.SocketServer(os.Getenv("PACER_TEST_SOCKET_SERVER"))
@@ -303,7 +303,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
 		others := []transport.SocketServer{transport.Goroutines}
 		if runtime.GOOS == "linux" {
-			others = append(others, transport.URing)
+			others = append(others, transport.URing, transport.Hybrid)
 		}
 		for _, kind := range others {
 			if code != 0 {

@@ -203,7 +203,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"admin: unix:run/admin.sock", `admin: "unix:run/admin.sock": a Unix socket path must be absolute`},
 		{"admin: /" + strings.Repeat("a", 110), `admin: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"max_clients: 0", `max_clients: 0: want 1 to 1000000`},
-		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines, epoll or uring)`},
+		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines, epoll, uring or hybrid)`},
 		{"socket_loops: -1", `socket_loops: -1: want 0 (the default) to 1024`},
 		{"admin_max_conns: 0", `admin_max_conns: 0: want 1 to 10000`},
 		{"client_read_timeout: -1s", `client_read_timeout: -1s: want 0 (never) or a positive duration`},

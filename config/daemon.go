@@ -42,13 +42,15 @@ type Daemon struct {
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
 	// SocketServer is how the bidder socket serves connections:
-	// "epoll" or "uring" (event loops on epoll or io_uring; Linux) or
-	// "goroutines" (one per connection). Empty means the platform's
+	// "epoll" or "uring" (event loops on epoll or io_uring; Linux),
+	// "hybrid" (the epoll loops, reading and writing a busy wake-up's
+	// connections through io_uring; Linux) or "goroutines" (one per
+	// connection). Empty means the platform's
 	// default (transport.DefaultSocketServer on Linux). All apply every
 	// limit below.
 	SocketServer string `yaml:"socket_server"`
-	// SocketLoops is how many event loops the epoll and uring servers
-	// run; 0 means transport.DefaultLoops() (one per two cores).
+	// SocketLoops is how many event loops the epoll, uring and hybrid
+	// servers run; 0 means transport.DefaultLoops() (one per two cores).
 	SocketLoops int `yaml:"socket_loops"`
 	// MaxClients caps the bidder socket's open connections.
 	MaxClients int `yaml:"max_clients"`

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `make bench` (after `make build`): pacerd's SPEND over its Unix socket, with
-# each of its socket servers (socket_server: uring, epoll and goroutines),
+# each of its socket servers (socket_server: uring, epoll, hybrid and goroutines),
 # next to what it is judged against, all driven by the same redis-benchmark
 # flags and interleaved in one run:
 #   floor-uring, floor-epoll,      a bare echo server (internal/tools/respfloor)
 #   floor-goroutines               built each way: the syscall floor;
+#   floor-hybrid                   the epoll floor reading and writing many
+#                                  ready connections with one io_uring_enter
+#                                  each;
 #   redis-decrby                   redis-server's own DECRBY;
 #   lua                            redis-server running the seed article's Lua
 #                                  check-and-decrement via EVALSHA;
-#   pacerd-uring, pacerd-epoll, pacerd-goroutines.
+#   pacerd-uring, pacerd-epoll, pacerd-hybrid, pacerd-goroutines.
 # Each at -c 1, -c 50 and -c 50 -P 16, BENCH_ROUNDS rounds (default 5), the
 # order of the servers rotated every round. Per run: rps and latencies as
 # redis-benchmark reports them, the server's CPU (utime+stime from
@@ -36,7 +39,9 @@
 #                      also floor-uring-multishot, respfloor's multishot-recv
 #                      variant of the io_uring floor). A floor or pacerd name
 #                      ending in @N runs N event loops (socket_loops), e.g.
-#                      "floor-epoll@1 pacerd-epoll@1 lua"
+#                      "floor-epoll@1 pacerd-epoll@1 lua"; a floor named
+#                      kind+lock (floor-epoll+lock, floor-hybrid+lock@2) locks
+#                      its loops to their threads, as io_uring loops must be
 #   BIN                where pacerd and pacerctl are (default: <repo>/bin)
 set -euo pipefail
 
@@ -53,7 +58,7 @@ budget=1000000000000000 # 1e15 micros, the largest daily budget: SPEND 1 is alwa
 for tool in redis-server redis-cli redis-benchmark awk getconf go; do
   command -v "$tool" >/dev/null || { echo "bench-resp: $tool not found (make deps installs redis)" >&2; exit 1; }
 done
-read -r -a servers <<<"${BENCH_SERVERS:-floor-uring floor-epoll floor-goroutines redis-decrby lua pacerd-uring pacerd-epoll pacerd-goroutines}"
+read -r -a servers <<<"${BENCH_SERVERS:-floor-uring floor-epoll floor-hybrid floor-goroutines redis-decrby lua pacerd-uring pacerd-epoll pacerd-hybrid pacerd-goroutines}"
 has() { # server: is it in the run?
   local s
   for s in "${servers[@]}"; do [ "$s" = "$1" ] && return 0; done
@@ -187,10 +192,14 @@ YAML
   }
 }
 
-start_floor() { # kind[@loops]
-  local name=floor-$1 sock=$tmp/floor-$1.sock kind=${1%@*} loops=0
+start_floor() { # kind[+lock][@loops]
+  local name=floor-$1 sock=$tmp/floor-$1.sock kind=${1%@*} loops=0 lock=()
   [[ $1 == *@* ]] && loops=${1#*@}
-  "$tmp/respfloor" -socket "$sock" -server "$kind" -loops "$loops" 2>"$tmp/$name.log" &
+  if [[ $kind == *+lock ]]; then
+    kind=${kind%+lock}
+    lock=(-lock)
+  fi
+  "$tmp/respfloor" -socket "$sock" -server "$kind" -loops "$loops" "${lock[@]}" 2>"$tmp/$name.log" &
   pids+=($!)
   pid_of[$name]=$!
   sock_of[$name]=$sock

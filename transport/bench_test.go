@@ -5,6 +5,7 @@ import (
 	"github.com/pacer/pacer"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,58 @@ func BenchmarkSocketSpend(b *testing.B) {
 func BenchmarkSocketSpendPipelined(b *testing.B) {
 	for _, kind := range serverKinds() {
 		b.Run(string(kind), func(b *testing.B) { benchSocket(b, kind, 16) })
+	}
+}
+
+// BenchmarkSocketSpendConns: 8 connections at once, each a bidder that
+// waits for each reply, so that event loops find several ready per
+// wake-up (socket_server hybrid's batches through io_uring); one op is one
+// SPEND.
+func BenchmarkSocketSpendConns(b *testing.B) {
+	for _, kind := range serverKinds() {
+		b.Run(string(kind), func(b *testing.B) {
+			ts := startServer(b, clockedNop{}, ServerConfig{Server: kind})
+			req := []byte(resp("SPEND", "campaign-42", "1500"))
+			const conns = 8
+			type bidder struct {
+				c     net.Conn
+				reply []byte
+			}
+			pool := make(chan bidder, conns)
+			for range conns {
+				c, err := net.Dial("unix", ts.path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				// The campaign is interned on a connection's first SPEND.
+				reply := make([]byte, len(":1\r\n"))
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, reply); err != nil {
+					b.Fatal(err)
+				}
+				pool <- bidder{c, reply}
+			}
+			b.SetParallelism(conns / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				bd := <-pool
+				c, reply := bd.c, bd.reply
+				for pb.Next() {
+					if _, err := c.Write(req); err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := io.ReadFull(c, reply); err != nil || string(reply) != ":1\r\n" {
+						b.Errorf("reply %q, %v", reply, err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -71,6 +72,10 @@ type eventLoop struct {
 	epfd int // -1 with ring
 	wake int // an eventfd: written by stop to end epoll_wait
 	ring *ringLoop
+	// batch, for socket_server hybrid: the ring that reads and writes a
+	// wake-up's ready connections (hybrid_linux.go); nil otherwise.
+	batch    *batchRing
+	batching bool // answer queues replies in batch.sends instead of writing
 
 	mu     sync.Mutex
 	conns  map[int]*evConn
@@ -126,6 +131,22 @@ func (s *Server) startLoops() error {
 		}
 		loops = append(loops, &eventLoop{s: s, epfd: epfd, wake: wake, conns: make(map[int]*evConn)})
 	}
+	if s.cfg.Server == Hybrid {
+		for _, l := range loops {
+			b, err := newBatchRing(epollEvents)
+			if err != nil {
+				s.log.Warn("socket_server hybrid: io_uring unavailable, serving with epoll alone", zap.Error(err))
+				for _, l := range loops {
+					if l.batch != nil {
+						l.batch.ring.Close()
+						l.batch = nil
+					}
+				}
+				break
+			}
+			l.batch = b
+		}
+	}
 	s.loops = loops
 	for _, l := range loops {
 		s.handlers.Add(1)
@@ -134,9 +155,16 @@ func (s *Server) startLoops() error {
 	return nil
 }
 
+// epollEvents is how many events one epoll_wait returns at most, and so
+// the most connections a hybrid batch holds.
+const epollEvents = 256
+
 func (l *eventLoop) release() {
 	if l.epfd >= 0 {
 		unix.Close(l.epfd)
+	}
+	if l.batch != nil {
+		l.batch.ring.Close()
 	}
 	unix.Close(l.wake)
 }
@@ -257,15 +285,16 @@ func (l *eventLoop) run() {
 		l.ring.run(l)
 		return
 	}
-	events := make([]unix.EpollEvent, 256)
-	ready := make([]*evConn, 0, 256)
-	kinds := make([]uint32, 0, 256)
+	events := make([]unix.EpollEvent, epollEvents)
+	ready := make([]*evConn, 0, epollEvents)
+	kinds := make([]uint32, 0, epollEvents)
 	tick := l.s.tick()
 	wait := -1
 	if tick > 0 {
 		wait = int(tick / time.Millisecond)
 	}
 	lastSweep := time.Now()
+	yield := loopYield{last: lastSweep, yield: runtime.Gosched}
 	for {
 		n, err := unix.EpollWait(l.epfd, events, wait)
 		if err != nil && !errors.Is(err, unix.EINTR) {
@@ -289,9 +318,16 @@ func (l *eventLoop) run() {
 			}
 		}
 		l.mu.Unlock()
-		for i, c := range ready {
-			if !l.serve(c, kinds[i], now) {
-				l.closeConn(c)
+		if l.batch != nil && len(ready) >= hybridMinReady {
+			if !l.serveBatch(ready, kinds, now) {
+				l.shutdown()
+				return
+			}
+		} else {
+			for i, c := range ready {
+				if !l.serve(c, kinds[i], now) {
+					l.closeConn(c)
+				}
 			}
 		}
 		clear(ready)
@@ -299,6 +335,34 @@ func (l *eventLoop) run() {
 			lastSweep = now
 			l.sweep(now)
 		}
+		yield.maybe(now)
+	}
+}
+
+// loopYieldEvery is how often a busy loop yields its P (runtime.Gosched).
+// The Go runtime's sysmon thread takes a goroutine that has not been
+// rescheduled for 10 ms (forcePreemptNS) for one hogging its P: it
+// preempts it (a signal, which also interrupts its wait) and takes the P,
+// and after taking one it polls every 20 µs for the next millisecond and
+// more before backing off again. A loop goroutine that only ever waits in
+// system calls is never rescheduled, so without yielding it kept sysmon
+// awake 7,000-11,000 times a second, 3-4 µs of CPU per request at
+// redis-benchmark -c 1 on a 2-core VM, and moved the loop between threads
+// (docs/BENCHMARKS.md, issue 15). A yield costs a few hundred nanoseconds
+// (for the io_uring loop, locked to its thread, two thread switches).
+const loopYieldEvery = 2 * time.Millisecond
+
+// loopYield yields the loop's P at most once per loopYieldEvery.
+type loopYield struct {
+	last  time.Time
+	yield func() // runtime.Gosched, or a test's counter
+}
+
+// maybe yields if loopYieldEvery has passed since the last yield.
+func (y *loopYield) maybe(now time.Time) {
+	if now.Sub(y.last) >= loopYieldEvery {
+		y.last = now
+		y.yield()
 	}
 }
 
@@ -403,6 +467,14 @@ func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool
 		// next io_uring_enter; kept until then.
 		l.ring.queueSend(c)
 		return !c.quit || c.sent < len(c.out.b)
+	}
+	if !helper && l.batching { // (batching is the loop goroutine's: a helper must not read it)
+		// Sent with the rest of the hybrid batch's replies.
+		if c.sent < len(c.out.b) {
+			l.batch.sends = append(l.batch.sends, c)
+			return true
+		}
+		return !c.quit
 	}
 	if !l.flush(c, now) {
 		return false

@@ -12,8 +12,8 @@ import (
 
 // The package's tests run once per socket server: TestMain runs them in
 // this process with goroutines, then (on Linux) runs this test binary
-// again, with the same flags, once with PACER_TEST_SOCKET_SERVER=epoll and
-// once with =uring. Every protocol, limits, deadline, credential and
+// again, with the same flags, once each with PACER_TEST_SOCKET_SERVER=epoll,
+// =uring and =hybrid. Every protocol, limits, deadline, credential and
 // compatibility test thus holds for every server, and a failure under any
 // fails the package. (The uring run needs io_uring: where the kernel
 // refuses it the server falls back to epoll, and TestURingServes says so.)
@@ -30,7 +30,7 @@ func testKind() SocketServer {
 // serverKinds are the servers benchmarks compare.
 func serverKinds() []SocketServer {
 	if eventLoopSupported {
-		return []SocketServer{Goroutines, EventLoop, URing}
+		return []SocketServer{Goroutines, EventLoop, URing, Hybrid}
 	}
 	return []SocketServer{Goroutines}
 }
@@ -45,7 +45,7 @@ func runOtherKinds() int {
 		return 0 // the benchmarks compare the servers themselves
 	}
 	code := 0
-	for _, kind := range []SocketServer{EventLoop, URing} {
+	for _, kind := range []SocketServer{EventLoop, URing, Hybrid} {
 		fmt.Printf("=== transport: the same tests against socket_server %s\n", kind)
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), kindEnv+"="+string(kind))
@@ -77,6 +77,9 @@ func TestSocketServerChoice(t *testing.T) {
 	}
 	if k, err := ParseSocketServer("uring"); eventLoopSupported != (err == nil) || (err == nil && k != URing) {
 		t.Errorf("uring: %q, %v", k, err)
+	}
+	if k, err := ParseSocketServer("hybrid"); eventLoopSupported != (err == nil) || (err == nil && k != Hybrid) {
+		t.Errorf("hybrid: %q, %v", k, err)
 	}
 	if _, err := ParseSocketServer("threads"); err == nil || !strings.Contains(err.Error(), `unknown socket_server "threads"`) {
 		t.Errorf("threads: %v", err)

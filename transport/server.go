@@ -147,6 +147,11 @@ const (
 	// io_uring_disabled, a seccomp filter) Serve logs why and uses
 	// EventLoop. Linux only.
 	URing SocketServer = "uring"
+	// Hybrid is EventLoop, but a wake-up that finds several connections
+	// ready reads them all with one io_uring_enter and writes all their
+	// replies with another (hybrid_linux.go). Where io_uring cannot be
+	// used it logs why and is EventLoop. Linux only.
+	Hybrid SocketServer = "hybrid"
 	// DefaultSocketServer is the one that measured cheaper (see
 	// docs/BENCHMARKS.md), where it is supported.
 	DefaultSocketServer = EventLoop
@@ -177,13 +182,13 @@ func ParseSocketServer(name string) (SocketServer, error) {
 		return DefaultSocketServer, nil
 	case Goroutines:
 		return Goroutines, nil
-	case EventLoop, URing:
+	case EventLoop, URing, Hybrid:
 		if !eventLoopSupported {
 			return "", fmt.Errorf("transport: socket_server %s is only available on Linux; use goroutines", name)
 		}
 		return SocketServer(name), nil
 	}
-	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll or uring)", name)
+	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll, uring or hybrid)", name)
 }
 
 // ServerConfig configures a Server. The zero value is usable: every limit
@@ -192,7 +197,7 @@ type ServerConfig struct {
 	// Server is how connections are served; "" means the platform's
 	// default (ParseSocketServer). Every other setting applies to all.
 	Server SocketServer
-	// Loops is how many event loops EventLoop and URing run; 0 means
+	// Loops is how many event loops EventLoop, URing and Hybrid run; 0 means
 	// DefaultLoops().
 	Loops int
 	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
@@ -383,7 +388,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	evloop := s.cfg.Server == EventLoop || s.cfg.Server == URing
+	evloop := s.cfg.Server == EventLoop || s.cfg.Server == URing || s.cfg.Server == Hybrid
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()

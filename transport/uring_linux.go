@@ -148,6 +148,7 @@ func (r *ringLoop) run(l *eventLoop) {
 		wait = time.Second
 	}
 	lastSweep := time.Now()
+	yield := loopYield{last: lastSweep, yield: runtime.Gosched}
 	for {
 		if r.nSends > 0 {
 			raceReleaseIO() // the replies happen before the clients read them
@@ -168,6 +169,9 @@ func (r *ringLoop) run(l *eventLoop) {
 			lastSweep = r.now
 			l.sweep(r.now)
 		}
+		// The prepared SQEs wait for the next enter, on this thread
+		// (the goroutine is locked to it).
+		yield.maybe(r.now)
 	}
 }
 

@@ -5,13 +5,15 @@
 // request is a valid RESP reply (an array of bulk strings), so
 // redis-benchmark and the load generator can drive it like any server.
 //
-//	respfloor -socket /tmp/floor.sock -server epoll|goroutines|uring|uring-multishot [-loops N]
+//	respfloor -socket /tmp/floor.sock -server epoll|goroutines|uring|uring-multishot|hybrid [-loops N] [-lock]
 //
 // goroutines: a goroutine per connection, read then write, through Go's
 // netpoller. epoll: as many loops as pacerd runs (-loops, default
 // transport.DefaultLoops), each on its own epoll set; a wake-up reads each
 // ready connection once and writes back what it read. uring: the same
-// loops on io_uring (uring_linux.go).
+// loops on io_uring (uring_linux.go). hybrid: the epoll loops, reading and
+// writing back many ready connections with one io_uring_enter each
+// (hybrid_linux.go).
 package main
 
 import (
@@ -22,7 +24,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/pacer/pacer/transport"
 	"golang.org/x/sys/unix"
@@ -30,8 +34,9 @@ import (
 
 func main() {
 	sock := flag.String("socket", "", "Unix socket path to listen on")
-	kind := flag.String("server", "epoll", "epoll, goroutines, uring or uring-multishot")
+	kind := flag.String("server", "epoll", "epoll, goroutines, uring, uring-multishot or hybrid")
 	flag.IntVar(&loopCount, "loops", 0, "event loops (0: as pacerd, transport.DefaultLoops)")
+	flag.BoolVar(&lockLoops, "lock", false, "lock the epoll and hybrid loops' goroutines to their threads, as the io_uring loops must be")
 	flag.Parse()
 	if *sock == "" {
 		fmt.Fprintln(os.Stderr, "respfloor: -socket is required")
@@ -57,6 +62,8 @@ func main() {
 		err = serveEpoll(ln)
 	case "uring":
 		err = serveUring(ln, false)
+	case "hybrid":
+		err = serveHybrid(ln)
 	case "uring-multishot":
 		err = serveUring(ln, true)
 	default:
@@ -89,6 +96,11 @@ func serveGoroutines(ln net.Listener) error {
 		}()
 	}
 }
+
+// lockLoops is -lock: an experiment (docs/BENCHMARKS.md, issue 15) showing
+// that a loop locked to its thread costs more per request at -c 1, whatever
+// it waits in.
+var lockLoops bool
 
 // loopCount is -loops: how many event loops the epoll and uring servers run.
 var loopCount int
@@ -143,9 +155,14 @@ func acceptFD(ln net.Listener) (int, error) {
 }
 
 func loop(epfd int) {
+	if lockLoops {
+		runtime.LockOSThread()
+	}
 	events := make([]unix.EpollEvent, 256)
 	buf := make([]byte, 16<<10)
+	var yield loopYield
 	for {
+		yield.maybe()
 		n, err := unix.EpollWait(epfd, events, -1)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			panic(err)
@@ -184,4 +201,18 @@ func echo(fd int, buf []byte) error {
 		off += w
 	}
 	return nil
+}
+
+// loopYield makes a loop yield its P every 2 ms, as pacerd's loops do
+// (transport's loopYieldEvery): a goroutine that only waits in system calls
+// is never rescheduled, and the runtime's sysmon then preempts it every
+// 10 ms and polls every 20 µs for a while after, which at redis-benchmark
+// -c 1 cost 3-4 µs a request. The floors pay what pacerd pays.
+type loopYield struct{ last time.Time }
+
+func (y *loopYield) maybe() {
+	if now := time.Now(); now.Sub(y.last) >= 2*time.Millisecond {
+		y.last = now
+		runtime.Gosched()
+	}
 }

@@ -113,7 +113,9 @@ func (l *uloop) run(ready chan<- error) {
 	}
 	l.sqe().PrepRead(l.wake, l.wakeBuf[:], ud(opWake, 0))
 	sends := uint32(0)
+	var yield loopYield
 	for {
+		yield.maybe()
 		if err := l.ring.Wait(sends+1, 0); err != nil {
 			panic(err)
 		}
