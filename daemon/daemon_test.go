@@ -89,7 +89,13 @@ func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 // (lease.sparse_wait off), for the tests of those.
 func (f *fixture) standingDaemon(t *testing.T, holder string) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: daemon.Never}})
+	return f.sparseDaemon(t, holder, daemon.Never)
+}
+
+// sparseDaemon is a daemon with lease.sparse_wait set to wait.
+func (f *fixture) sparseDaemon(t *testing.T, holder string, wait time.Duration) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: wait}})
 	if err != nil {
 		t.Fatal(err)
 	}

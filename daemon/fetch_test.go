@@ -16,12 +16,7 @@ import (
 // enough that a test on a loaded machine never sees a fetch answered late.
 func (f *fixture) fetchDaemon(t *testing.T, holder string) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
-	return d
+	return f.sparseDaemon(t, holder, time.Second)
 }
 
 // tinyDay runs six 20-bid campaigns (flat curve) for a day on three hosts

@@ -466,19 +466,7 @@ func (m *modelRun) do(kind string) bool {
 		// sparse, hold standing bids, and each top-up renews its lease with
 		// an all-or-nothing floor (issue 10), while the other steps around
 		// it fail over, cut, partition and reset.
-		for range 6 + r.IntN(19) {
-			m.clock.Add(10 * time.Second)
-			m.stepAll()
-			if r.IntN(3) == 0 {
-				cj := r.IntN(len(m.camps))
-				id := ""
-				if r.IntN(2) == 0 {
-					m.nextID++
-					id = "a" + strconv.Itoa(m.nextID)
-				}
-				m.spend(r.IntN(len(m.nodes)), cj, m.camps[cj].stored.DailyMicros/int64(20+r.IntN(40)), id)
-			}
-		}
+		m.quietStretch(r, 6+r.IntN(19), 10*time.Second, 3)
 	case "rare":
 		// A quiet stretch of 10 to 40 minutes in 30-second ticks, with a
 		// SPEND of about a bid every five minutes or so on one node: each
@@ -486,19 +474,7 @@ func (m *modelRun) do(kind string) bool {
 		// SPENDs find the bucket short and fetch their leases (issue 10,
 		// lease.sparse_wait), while the steps around it cut, fail over,
 		// partition and reset.
-		for range 20 + r.IntN(61) {
-			m.clock.Add(30 * time.Second)
-			m.stepAll()
-			if r.IntN(10) == 0 {
-				cj := r.IntN(len(m.camps))
-				id := ""
-				if r.IntN(2) == 0 {
-					m.nextID++
-					id = "a" + strconv.Itoa(m.nextID)
-				}
-				m.spend(r.IntN(len(m.nodes)), cj, m.camps[cj].stored.DailyMicros/int64(20+r.IntN(40)), id)
-			}
-		}
+		m.quietStretch(r, 20+r.IntN(61), 30*time.Second, 10)
 	case "reconcile":
 		m.pass(m.rc, m.fence, "leader")
 	case "failover":
@@ -575,6 +551,25 @@ func (m *modelRun) do(kind string) bool {
 		panic("unknown step kind " + kind)
 	}
 	return true
+}
+
+// quietStretch moves the clock ticks times by tick, stepping every daemon,
+// with a SPEND of about a bid on a random node and campaign one tick in
+// oneIn (half of them with an auction id).
+func (m *modelRun) quietStretch(r *rand.Rand, ticks int, tick time.Duration, oneIn int) {
+	for range ticks {
+		m.clock.Add(tick)
+		m.stepAll()
+		if r.IntN(oneIn) == 0 {
+			cj := r.IntN(len(m.camps))
+			id := ""
+			if r.IntN(2) == 0 {
+				m.nextID++
+				id = "a" + strconv.Itoa(m.nextID)
+			}
+			m.spend(r.IntN(len(m.nodes)), cj, m.camps[cj].stored.DailyMicros/int64(20+r.IntN(40)), id)
+		}
+	}
 }
 
 // probeExhaustion: a daemon that answers exhausted while the ledger holds

@@ -36,16 +36,7 @@ func serveHybrid(ln net.Listener) error {
 			return err
 		}
 	}
-	for next := 0; ; next++ {
-		fd, err := acceptFD(ln)
-		if err != nil {
-			return err
-		}
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
-		if err := unix.EpollCtl(loops[next%len(loops)], unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-			return err
-		}
-	}
+	return acceptToEpolls(ln, loops)
 }
 
 func hybridLoop(epfd int, ready chan<- error) {

@@ -122,6 +122,12 @@ func serveEpoll(ln net.Listener) error {
 		loops[i] = epfd
 		go loop(epfd)
 	}
+	return acceptToEpolls(ln, loops)
+}
+
+// acceptToEpolls accepts connections for ever, registering each with the
+// next of the loops' epoll descriptors in turn.
+func acceptToEpolls(ln net.Listener, loops []int) error {
 	for next := 0; ; next++ {
 		fd, err := acceptFD(ln)
 		if err != nil {
