@@ -80,14 +80,16 @@ type campaign struct {
 	nextStep atomic.Int64 // unix nanoseconds
 	retired  atomic.Bool  // dropped from the daemon for idleness (refill loop sets it)
 	// sparseNow: the refill loop found the campaign sparse on this host at
-	// its last step, from SPENDs it saw; its SPENDs that find the bucket
-	// short fetch a lease (fetchFor) when SparseWait is on. Not before its
-	// demand is measured: a busy campaign's first SPENDs on a fresh daemon
-	// fetching one lease after another left its regular leasing behind
+	// its last step, from SPENDs it saw or from a lease window loaded here
+	// without one; its SPENDs that find the bucket short fetch a lease
+	// (fetchFor) when SparseWait is on. Not before its demand is measured:
+	// a busy campaign's first SPENDs on a fresh daemon fetching one lease
+	// after another left its regular leasing behind
 	// (TestSaturatedSpendIsSmoothPer10Seconds: a window at 0.30x the pace).
 	sparseNow atomic.Bool
 
 	loopMu        sync.Mutex
+	loadedAt      time.Time // when it was loaded here
 	lastActive    time.Time // the step that last found it active (or its load)
 	lastLook      time.Time // when shardEmpty was last cleared
 	lastRefresh   time.Time
@@ -138,7 +140,7 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	// CampaignReread by id, so campaigns loaded together do not all read
 	// again in the same tick.
 	cp.lastRefresh = now.Add(-time.Duration(hash(c.ID) % uint64(d.cfg.CampaignReread/10+1)))
-	cp.lastActive, cp.lastLook = now, now
+	cp.lastActive, cp.lastLook, cp.loadedAt = now, now, now
 	cp.salt = newSalt()
 	return cp
 }

@@ -186,3 +186,26 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 	}
 	f.check(t, "s")
 }
+
+// A campaign loaded on this host (Warm, as at a restart) and not asked for
+// in a lease window is sparse here: its first SPEND, hours later, fetches
+// its lease instead of meeting the empty bucket the primed lease left.
+func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
+	const bid = 2_000
+	f := newFixture(t)
+	f.campaign(t, "s", 20*bid, 1)
+	d := f.fetchDaemon(t, "h")
+	f.clock.Set(midnight.Add(time.Hour))
+	d.Warm([]string{"s"})
+	for range 2 * 60 { // two hours in minute ticks, no SPEND
+		f.clock.Add(time.Minute)
+		d.Step(ctx)
+	}
+	if b, _ := d.Balance("s"); b.Tokens != 0 {
+		t.Fatalf("the host holds %d tokens after two quiet hours; want the primed lease gone", b.Tokens)
+	}
+	if dec, err := d.Spend("s", bid, ""); err != nil || dec != pacer.Allowed {
+		t.Fatalf("first SPEND after two quiet hours = %v, %v; want allowed from a fetched lease", dec, err)
+	}
+	f.check(t, "s")
+}

@@ -102,7 +102,10 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	closed := ds.b.Expire(now)
 	c.rotateLargestSpend(now)
 	c.updateDemand(now, ds)
-	c.sparseNow.Store(c.sparse() && !c.lastDemandAt.IsZero())
+	// A campaign loaded here a lease window ago (Warm, at a restart or the
+	// day's first use) and not asked for since is as sparse as one seen
+	// hours apart: its first SPEND here fetches too.
+	c.sparseNow.Store(c.sparse() && (!c.lastDemandAt.IsZero() || now.Sub(c.loadedAt) >= cfg.LeaseWindow))
 	flushEvery := demandFlush
 	if c.sparse() {
 		flushEvery = sparseDemandFlush
