@@ -515,7 +515,7 @@ func (r *Reconciler) days(ctx context.Context, c lease.Campaign, fence int64, no
 		r.learn(reported, c.ID, yesterday.Key) // nothing to close
 		return nil
 	}
-	_, err = r.closeDay(ctx, c, yesterday, today, n, nil, now)
+	_, err = r.closeDay(ctx, c, yesterday, today, n, nil, fence, now)
 	return err
 }
 
@@ -627,7 +627,7 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 				return err
 			}
 			r.checkExhausted(c.ID, day.Key, shards)
-		} else if _, err := r.closeDay(ctx, c, day, today, n, shards, now); err != nil {
+		} else if _, err := r.closeDay(ctx, c, day, today, n, shards, fence, now); err != nil {
 			return err
 		}
 	}
@@ -695,9 +695,10 @@ func (r *Reconciler) checkExhausted(campaign, day string, shards []lease.Shard) 
 // closeDay writes a finished day's report once none of its leases is
 // outstanding (they are settled after expiry plus grace). Its remaining budget
 // is under-delivery, unless the campaign carries it over to the next day.
-// shards are the day's n shards as just settled, or nil to read them here.
-// done: the report is saved.
-func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, n int, shards []lease.Shard, now time.Time) (done bool, err error) {
+// shards are the day's n shards as just settled, or nil to read them here;
+// fence is the leader's, for the moves that pay a cut's debts. done: the
+// report is saved.
+func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, n int, shards []lease.Shard, fence int64, now time.Time) (done bool, err error) {
 	campaign := c.ID
 	saved, err := r.ledger.HasReport(ctx, campaign, day.Key)
 	if err != nil {
@@ -727,7 +728,7 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	}
 	// What the report counts as under-delivered (or the carry moves on) must
 	// not include what a cut still owes elsewhere on the day.
-	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, 0, now); err != nil {
+	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, fence, now); err != nil {
 		return false, err
 	}
 	if c.CarryOver {

@@ -89,6 +89,13 @@ func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
 	if r := remaining(); r != 1_000_000 {
 		t.Fatalf("before the pass, %d grantable; want shard 0's 1,000,000 above its share", r)
 	}
+	// A deposed leader (an older fence) moves nothing.
+	if err := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock}).Pass(ctx, 6); err == nil {
+		t.Fatal("a pass with a stale fence went through")
+	}
+	if r := remaining(); r != 1_000_000 {
+		t.Fatalf("after a stale leader's pass, %d grantable; want the debt left for the leader", r)
+	}
 	if err := rc.Pass(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
