@@ -104,6 +104,11 @@ type Quality struct {
 	// HostShareMaxDev is the largest gap, in points, between a host's share
 	// of the spend and its share of the demand (pacer only).
 	HostShareMaxDev float64 `json:"host_share_max_dev_points"`
+	// HostShares and HostRequestShares are, per host, its share of the
+	// spend and of the SPENDs it was asked (pacer only): the figures behind
+	// HostShareMaxDev, whose demand share is the host's weight.
+	HostShares        []float64 `json:"host_shares,omitempty"`
+	HostRequestShares []float64 `json:"host_request_shares,omitempty"`
 }
 
 // CampaignResult is one campaign's figures, per strategy, and its ledger.
@@ -262,6 +267,7 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 			}
 			if si == sPacer {
 				q.HostShareMaxDev = r.hostShareDev(c)
+				q.HostShares, q.HostRequestShares = r.hostShares(c)
 			}
 			cr.Results[name] = q
 		}
@@ -430,6 +436,29 @@ func (r *runner) hostShareDev(c *campaignRT) float64 {
 		dev = max(dev, d, -d)
 	}
 	return dev
+}
+
+// hostShares returns each host's share of the campaign's pacer spend and of
+// the SPENDs it was asked.
+func (r *runner) hostShares(c *campaignRT) (spend, requests []float64) {
+	if len(c.samples) == 0 {
+		return nil, nil
+	}
+	last := c.samples[len(c.samples)-1]
+	var total, asked int64
+	for hi, h := range r.hosts {
+		total += last.hosts[hi]
+		asked += h.c[c.idx].requests
+	}
+	for hi, h := range r.hosts {
+		if total > 0 {
+			spend = append(spend, float64(last.hosts[hi])/float64(total))
+		}
+		if asked > 0 {
+			requests = append(requests, float64(h.c[c.idx].requests)/float64(asked))
+		}
+	}
+	return spend, requests
 }
 
 // shares returns, per minute sample, the cumulative spend and the curve's
