@@ -61,6 +61,21 @@ type dayState struct {
 	// carry: micros withdrawn from the bucket with the leases that ended
 	// this tick, for their successors to credit at once (refill loop only).
 	carry int64
+	// fleetRate is the most the fleet may take a second along the curve
+	// (its pace, or its catch-up pace when behind), as want last computed
+	// it; shareNextAt, when a standing host has taken its share of that
+	// since its last standing bid or fetch (shareThrottle).
+	fleetRate   float64
+	fleetBehind bool // more than a bid behind the curve: demand-bound
+	shareNextAt time.Time
+}
+
+// throttled reports whether a standing host waits for its share of the
+// fleet's rate before its next standing bid or fetch (shareThrottle): only
+// while the campaign is not behind its curve, where the fleet is bound by
+// supply rather than by demand, and what one host leaves another takes.
+func (ds *dayState) throttled(now time.Time) bool {
+	return now.Before(ds.shareNextAt) && !ds.fleetBehind
 }
 
 // heldLease is one lease this daemon holds on a shard of the day.

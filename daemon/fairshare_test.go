@@ -63,3 +63,62 @@ func TestConstrainedHostsSpendByDemand(t *testing.T) {
 	}
 	f.check(t, "c")
 }
+
+// The same for a campaign whose hosts keep standing bids (a SPEND every
+// 10-22 s on each): a standing top-up or a fetch is a whole bid however
+// small the host's share of the campaign, so the host with 20% of the
+// SPENDs, at 3x the budget, was topped up at each SPEND the shards could
+// serve. Before each such host waited for its share of the fleet's rate to
+// cover its last bid (shareThrottle), and before an ordinary grant's part
+// stopped being raised to a bid, the hosts got 41/35/24% of the spend in
+// the simulator's family (f42, f48). Two hours of an injected clock, after
+// ten minutes' warm-up.
+func TestStandingHostsSpendByDemand(t *testing.T) {
+	f := newFixture(t)
+	const pace = 150 // micros a second: 12,960,000 a day
+	const bid = 2_000
+	f.campaign(t, "c", pace*86_400, 8)
+	f.clock.Set(midnight.Add(time.Minute))
+	weights := []float64{0.45, 0.35, 0.20}
+	var ds []*daemon.Daemon
+	for _, h := range []string{"h1", "h2", "h3"} {
+		ds = append(ds, f.daemon(t, h))
+	}
+	const tick = time.Second
+	const warmup, run = 10 * time.Minute, 130 * time.Minute
+	allowed := make([]int64, len(ds))
+	owed := make([]float64, len(ds))
+	var total int64
+	for i := range int(run / tick) {
+		for h, d := range ds {
+			d.Step(ctx)
+			owed[h] += 3.0 * pace / bid * weights[h] * tick.Seconds()
+			for ; owed[h] >= 1; owed[h]-- {
+				dec, err := d.Spend("c", bid, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dec == pacer.Allowed && time.Duration(i)*tick >= warmup {
+					allowed[h] += bid
+					total += bid
+				}
+			}
+		}
+		f.clock.Add(tick)
+	}
+	worst := 0.0
+	for h, a := range allowed {
+		share := float64(a) / float64(total)
+		t.Logf("h%d: demand share %.1f%%, spend share %.1f%%", h+1, 100*weights[h], 100*share)
+		worst = max(worst, 100*(share-weights[h]), 100*(weights[h]-share))
+	}
+	// The pace, and up to the half hour a sparse campaign's shards stand
+	// ahead of the curve (maxArrivalLead) once.
+	if secs := (run - warmup).Seconds(); float64(total) < 0.95*pace*secs || float64(total) > 1.05*pace*(secs+1800) {
+		t.Errorf("the fleet spent %d micros in %.0f s; want about the pace's %.0f, plus at most half an hour's", total, secs, pace*secs)
+	}
+	if worst > 3 {
+		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
+	}
+	f.check(t, "c")
+}

@@ -26,7 +26,7 @@ settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
 local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]))
 local take = want
-local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[13]))
+local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[17]))
 if cap and cap < take then take = cap end
 take = all_or_nothing(s, take, tonumber(ARGV[17]))
 local g = grant_new(K, s, id, holder, take, expiry, now, maxlen)

@@ -444,9 +444,15 @@ end
 -- that and everyone gets what it asks. Nor is there a split in the curve's
 -- last FAIR_END cap windows: a split keeps more available between visits
 -- (each holder's part until it comes), which first come, first served
--- drains before the day's end. Never below one unit (a bid), so a
--- sparse holder still gets its standing bid. This only caps a grant: what
--- the shard releases and the money arithmetic are unchanged.
+-- drains before the day's end. Never below the caller's least (its
+-- all-or-nothing min: a sparse holder's standing bid, or the SPEND a fetch
+-- is for), so such a holder still gets its bid; an ordinary grant gets its
+-- share even when that is less than a bid, and its bucket adds it to the
+-- next. (A floor of one bid on every grant gave a small host a whole bid at
+-- each visit where its share was a fraction of one: a host with 20% of a
+-- campaign's demand, at 1.6 SPENDs a second over the fleet and 3x the
+-- budget, took 24% of the spend.) This only caps a grant: what the shard
+-- releases and the money arithmetic are unchanged.
 local FAIR_EXPIRE = 16                 -- stale records dropped per call, at most
 local FAIR_SCALE = 1073741824          -- 2^30: muldiv's bound on its ratio
 local FAIR_MAX_DEMAND = 1099511627776  -- 2^40 micros/s: sums of 8,192 stay below 2^53
@@ -464,7 +470,7 @@ end
 -- grant and renewal calls it, with a demand or not, so fair_supply counts
 -- what every grant found; fair_granted follows the grant. The record keys'
 -- expiry is the caller's keep_expiry (retain is no longer used here).
-local function fair_cap(holder, demand, ttl, now, retain, s, cap, unit)
+local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   local fk, fe = KEYS[10], KEYS[11]
   if not fe then return nil end
   local st = redis.call('HMGET', KEYS[1], 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch')
@@ -508,7 +514,7 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, unit)
       end
       local away = 0
       if old_e == epoch and old_s and supply > old_s then away = supply - old_s end
-      out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), unit or 0)
+      out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), least or 0)
     end
   end
   redis.call('HSET', KEYS[1], 'fair_sum', str(sum), 'fair_supply', str(supply), 'fair_epoch', str(epoch))

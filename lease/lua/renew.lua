@@ -35,7 +35,7 @@ else
   -- A fair share of what is available, plus what the ending lease just gave
   -- back: it was this holder's, fairly granted, and its tokens are carried.
   local take = want
-  local cap = fair_cap(holder, tonumber(ARGV[17]), tonumber(ARGV[18]), now, retain, s, window, tonumber(ARGV[15]))
+  local cap = fair_cap(holder, tonumber(ARGV[17]), tonumber(ARGV[18]), now, retain, s, window, tonumber(ARGV[19]))
   if cap then
     if st == 0 then cap = cap + credited end
     if cap < take then take = cap end
