@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -109,6 +110,15 @@ type Quality struct {
 	// HostShareMaxDev, whose demand share is the host's weight.
 	HostShares        []float64 `json:"host_shares,omitempty"`
 	HostRequestShares []float64 `json:"host_request_shares,omitempty"`
+	// HostShareAskedDev is the largest gap, in points, between a host's
+	// share of the spend and its share of the SPENDs it was asked (the day's
+	// draw of the demand rather than its expectation); HostShareNoise, the
+	// sampling error of a host's share of the spend given the SPENDs allowed
+	// (the largest binomial standard deviation over the hosts, in points):
+	// a 20-bid campaign's is about 9, and no split can be judged to 3 points
+	// through it.
+	HostShareAskedDev float64 `json:"host_share_asked_dev_points"`
+	HostShareNoise    float64 `json:"host_share_noise_points"`
 }
 
 // CampaignResult is one campaign's figures, per strategy, and its ledger.
@@ -268,6 +278,16 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 			if si == sPacer {
 				q.HostShareMaxDev = r.hostShareDev(c)
 				q.HostShares, q.HostRequestShares = r.hostShares(c)
+				if len(q.HostShares) == len(q.HostRequestShares) {
+					for i, sh := range q.HostShares {
+						q.HostShareAskedDev = max(q.HostShareAskedDev, 100*math.Abs(sh-q.HostRequestShares[i]))
+					}
+				}
+				if allowed := c.allowedSpends(r); allowed > 0 {
+					for _, p := range q.HostRequestShares {
+						q.HostShareNoise = max(q.HostShareNoise, 100*math.Sqrt(p*(1-p)/float64(allowed)))
+					}
+				}
 			}
 			cr.Results[name] = q
 		}
@@ -436,6 +456,16 @@ func (r *runner) hostShareDev(c *campaignRT) float64 {
 		dev = max(dev, d, -d)
 	}
 	return dev
+}
+
+// allowedSpends is how many of the campaign's SPENDs pacer allowed, over
+// the hosts.
+func (c *campaignRT) allowedSpends(r *runner) int64 {
+	var n int64
+	for _, h := range r.hosts {
+		n += h.c[c.idx].allowed
+	}
+	return n
 }
 
 // hostShares returns each host's share of the campaign's pacer spend and of

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -48,10 +49,27 @@ func TestSmokeScenario(t *testing.T) {
 		if c.Ledger.Spent < q.SpentMicros {
 			t.Errorf("%s: ledger spent %d < generator's %d", c.ID, c.Ledger.Spent, q.SpentMicros)
 		}
+		// The fairness figures: shares of the spend and of the SPENDs asked,
+		// one per host, each summing to 1; the gap between them and the
+		// sampling error in points.
+		var spend, asked float64
+		for i := range q.HostShares {
+			spend += q.HostShares[i]
+			asked += q.HostRequestShares[i]
+		}
+		if len(q.HostShares) != len(res.Hosts) || len(q.HostRequestShares) != len(res.Hosts) || math.Abs(spend-1) > 1e-9 || math.Abs(asked-1) > 1e-9 {
+			t.Errorf("%s: host shares %v of the spend and %v of the SPENDs; want one per host (%d), each summing to 1", c.ID, q.HostShares, q.HostRequestShares, len(res.Hosts))
+		}
+		if q.HostShareNoise <= 0 || q.HostShareNoise > 50 || q.HostShareAskedDev < 0 || q.HostShareAskedDev > 100 {
+			t.Errorf("%s: host share sampling error %.2f points, gap to the SPENDs asked %.2f points", c.ID, q.HostShareNoise, q.HostShareAskedDev)
+		}
 	}
 	var md bytes.Buffer
 	if err := res.WriteMarkdown(&md, ""); err != nil {
 		t.Fatal(err)
+	}
+	if !bytes.Contains(md.Bytes(), []byte("| goal | over | campaigns | meeting it | worst | campaign |")) {
+		t.Error("results.md has no worst-case table with the count meeting each goal")
 	}
 	if err := res.WriteFiles(t.TempDir(), "."); err != nil {
 		t.Fatal(err)
