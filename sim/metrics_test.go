@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/pacer/pacer/bucket"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -123,5 +125,41 @@ func TestShapesHaveMeanOne(t *testing.T) {
 		if spec != "flat" && math.Abs(hi/lo-4) > 0.01 {
 			t.Errorf("%s: peak/trough %v, want 4", spec, hi/lo)
 		}
+	}
+}
+
+// The curve oracle allows SPENDs while the total stays within the curve's
+// target plus a bid, and behind the curve recovers at most 3x its pace (1.25x
+// in the last hour).
+func TestCurveOracle(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 86_400_000 // 1,000 micros a second on a flat curve
+	c := &campaignRT{day: day, curve: bucket.Flat(24), budget: budget, maxBid: 1_000}
+	spendEvery := func(from, to time.Time, every time.Duration, amount int64) {
+		for at := from; at.Before(to); at = at.Add(every) {
+			oracleSpend(c, amount, at)
+		}
+	}
+	// Two bids a second for the first hour, against a pace of one: it
+	// follows the curve (one an hour's pace), never above it by more than a
+	// bid.
+	spendEvery(day.Start, day.Start.Add(time.Hour), 500*time.Millisecond, 1_000)
+	if hour := int64(3_600_000); c.oracleSpent < hour-2_000 || c.oracleSpent > hour+1_000 {
+		t.Fatalf("oracle spent %d in the first hour at 2x the pace; want about the hour's %d", c.oracleSpent, hour)
+	}
+	// No SPENDs for the next three hours, then an hour at 10x the pace: it
+	// spends 3x the pace all hour (still behind at its end), plus the
+	// allowance of a minute at 3x that it held when the SPENDs resumed.
+	before := c.oracleSpent
+	spendEvery(day.Start.Add(4*time.Hour), day.Start.Add(5*time.Hour), 100*time.Millisecond, 1_000)
+	if got, want := c.oracleSpent-before, int64(3*3_600_000); got < want || got > want+180_000+1_000 {
+		t.Fatalf("oracle spent %d in an hour of catch-up; want 3x the pace, about %d", got, want)
+	}
+	// Far behind in the last hour, it spends 1.25x the pace (plus at most a
+	// minute of that held).
+	before = c.oracleSpent
+	spendEvery(day.End.Add(-time.Hour), day.End, 100*time.Millisecond, 1_000)
+	if got, want := c.oracleSpent-before, int64(4_500_000); got < want-1_000 || got > want+75_000+1_000 {
+		t.Fatalf("oracle spent %d in the last hour, far behind; want 1.25x the pace, about %d", got, want)
 	}
 }

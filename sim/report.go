@@ -199,6 +199,7 @@ func writeWorst(b *strings.Builder, res *Results) {
 	ws := []*worst{
 		{goal: "overspend (micros) = 0", scope: "every campaign", better: higher, format: num, meets: atMost(0)},
 		{goal: "utilisation >= 99.5%", scope: "demand >= 1.05x, traffic reaches the curve", better: lower, format: pctF, meets: atLeast(0.995)},
+		{goal: "utilisation >= 99.5%", scope: "demand >= 1.05x, the day's SPENDs reach the curve (the curve oracle spends >= 99.5%)", better: lower, format: pctF, meets: atLeast(0.995)},
 		{goal: "utilisation >= 97%", scope: "20 to 10,000 bids, demand >= 1.5x, traffic reaches the curve", better: lower, format: pctF, meets: atLeast(0.97)},
 		{goal: "no hour > 2x the curve's share", scope: "20 to 10,000 bids, demand >= 1.5x, traffic reaches the curve (less one bid per hour)", better: higher, format: ratio, meets: atMost(2)},
 		{goal: "last hour <= 1.5x the curve's", scope: "demand >= 1.05x", better: higher, format: ratio, meets: atMost(1.5)},
@@ -219,6 +220,7 @@ func writeWorst(b *strings.Builder, res *Results) {
 		}{
 			{true, float64(q.OverspendMicros)},
 			{c.Demand >= 1.05 && c.Reachable, q.Utilisation},
+			{c.Demand >= 1.05 && c.OracleUtilisation >= 0.995, q.Utilisation},
 			{small && c.Demand >= 1.5 && c.Reachable, q.Utilisation},
 			{small && c.Demand >= 1.5 && c.Reachable, q.MaxHourRatioBid},
 			{c.Demand >= 1.05, q.LastHourRatio},

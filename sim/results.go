@@ -134,9 +134,16 @@ type CampaignResult struct {
 	// Bids is the budget in mean bids; Reachable, whether the traffic can
 	// follow the curve: in every hour of the day, demand x the hour's share
 	// of the traffic is at least the curve's share of it.
-	Bids      float64             `json:"bids"`
-	Reachable bool                `json:"reachable"`
-	Results   map[string]*Quality `json:"results"`
+	Bids      float64 `json:"bids"`
+	Reachable bool    `json:"reachable"`
+	// OracleUtilisation is what the curve oracle spent of the budget: a
+	// fleet that sees every SPEND as it comes and allows it while the total
+	// stays within the curve's target plus one bid, catching up at most 3x
+	// the curve's pace (oracleSpend). Below 99.5%, this day's SPENDs did
+	// not reach the curve, whatever its expectation (Reachable): a 62-bid
+	// campaign a few SPENDs an hour drew too few in its afternoon.
+	OracleUtilisation float64             `json:"oracle_utilisation"`
+	Results           map[string]*Quality `json:"results"`
 	// Pacer's daemons' answers.
 	Allowed, Paced, Exhausted, Errors int64
 	// ExhaustionPropagationSeconds: from the first host answering
@@ -222,7 +229,8 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 		cr := &CampaignResult{ID: c.spec.ID, Curve: c.spec.Curve, TZ: c.spec.TZ, Traffic: c.shape.name,
 			Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
 			Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
-			Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c)}
+			Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c),
+			OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1))}
 		var first, last time.Time
 		allSaw := true
 		var requests, blRequests int64

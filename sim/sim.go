@@ -99,6 +99,11 @@ type campaignRT struct {
 	maxBid   int64 // the bids' typical largest (95th percentile)
 
 	npRemaining atomic.Int64 // no pacing: the fleet's shared counter
+	// The curve oracle (oracleSpend): a reference, not a strategy.
+	oracleMu      sync.Mutex
+	oracleSpent   int64
+	oracleTokens  float64 // catch-up allowance, micros
+	oracleLastPPB int64   // the curve's position at the last arrival
 
 	// Main goroutine only.
 	samples      []sample // one per simulated minute of the local day, from its start
@@ -691,6 +696,8 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 		r.trace(h, c, amount, dec, err, now)
 	}
 
+	oracleSpend(c, amount, now)
+
 	// No pacing: every arrival, the fleet's shared counter, stop at budget.
 	if r.enabled[sNoPacing] {
 		if h.latCount[sNoPacing]++; h.latCount[sNoPacing]%latencyEvery == 0 {
@@ -740,6 +747,43 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 			hc.batchAllowed += amount
 		}
 	}
+}
+
+// oracleCatchUp and oracleLastHourCatchUp are the curve oracle's bounds on
+// how fast it recovers a deficit, as multiples of the curve's pace: the
+// daemon's defaults (Config.CatchUp, lastHourCatchUpPermille), which issue
+// 10's catch-up goal allows.
+const (
+	oracleCatchUp         = 3.0
+	oracleLastHourCatchUp = 1.25
+)
+
+// oracleSpend serves one arrival through the curve oracle: a fleet that sees
+// every SPEND as it comes, with one shared counter, and allows it while the
+// total stays within the curve's target at that instant plus one bid
+// (maxBid) and the budget, and, behind the curve, at most oracleCatchUp x
+// its pace. What it spends of a day's SPENDs is what following the curve
+// could; pacer is judged against 99.5% only where it reaches that.
+func oracleSpend(c *campaignRT, amount int64, now time.Time) {
+	c.oracleMu.Lock()
+	defer c.oracleMu.Unlock()
+	at := c.curve.AtTime(now, c.day)
+	k := oracleCatchUp
+	if c.day.End.Sub(now) <= time.Hour {
+		k = oracleLastHourCatchUp
+	}
+	// The allowance grows at k x the curve's pace, up to a minute of it (or
+	// a bid): the oracle's largest burst.
+	step := float64(c.budget) * float64(at-c.oracleLastPPB) / float64(bucket.PPB)
+	minute := float64(c.budget) * float64(c.curve.AtTime(now.Add(time.Minute), c.day)-at) / float64(bucket.PPB)
+	c.oracleTokens = min(c.oracleTokens+k*max(step, 0), max(k*minute, float64(c.maxBid)))
+	c.oracleLastPPB = at
+	target := int64(float64(c.budget) * float64(at) / float64(bucket.PPB))
+	if c.oracleSpent+amount > min(target+c.maxBid, c.budget) || float64(amount) > c.oracleTokens {
+		return
+	}
+	c.oracleSpent += amount
+	c.oracleTokens -= float64(amount)
 }
 
 func noPacingSpend(remaining *atomic.Int64, amount int64) bool {

@@ -60,6 +60,9 @@ func TestSmokeScenario(t *testing.T) {
 		if len(q.HostShares) != len(res.Hosts) || len(q.HostRequestShares) != len(res.Hosts) || math.Abs(spend-1) > 1e-9 || math.Abs(asked-1) > 1e-9 {
 			t.Errorf("%s: host shares %v of the spend and %v of the SPENDs; want one per host (%d), each summing to 1", c.ID, q.HostShares, q.HostRequestShares, len(res.Hosts))
 		}
+		if c.OracleUtilisation < 0.98 || c.OracleUtilisation > 1 {
+			t.Errorf("%s: the curve oracle spent %.4f of the budget; want 0.98..1 (the smoke campaigns' traffic reaches their curves)", c.ID, c.OracleUtilisation)
+		}
 		if q.HostShareNoise <= 0 || q.HostShareNoise > 50 || q.HostShareAskedDev < 0 || q.HostShareAskedDev > 100 {
 			t.Errorf("%s: host share sampling error %.2f points, gap to the SPENDs asked %.2f points", c.ID, q.HostShareNoise, q.HostShareAskedDev)
 		}
