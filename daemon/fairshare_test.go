@@ -122,3 +122,99 @@ func TestStandingHostsSpendByDemand(t *testing.T) {
 	}
 	f.check(t, "c")
 }
+
+// Issue 10's catch-up goal: a campaign behind its curve recovers as fast as
+// demand allows, up to the catch-up rate (3x the pace by default), also
+// when several hosts share it. Two hours behind with nothing spent, three
+// daemons see 5x the pace in all. The shards' first calls release the
+// catch-up's cap windows at once (available may hold up to 3x a cap window
+// behind its plan); after nine minutes, that burst spent and the hosts'
+// shares of the demand settled, the fleet spends 3x the pace. Each host's
+// cap was its share of half of what one lease may take, which is half a
+// window of the catch-up pace already: the fleet caught up at 2.2x.
+func TestFleetCatchesUpAtTheCatchUpRate(t *testing.T) {
+	f := newFixture(t)
+	const pace = 100_000 // micros a second
+	const bid = 1_000
+	f.campaign(t, "c", pace*86_400, 8)
+	f.clock.Set(midnight.Add(2 * time.Hour))
+	weights := []float64{0.45, 0.35, 0.20}
+	var ds []*daemon.Daemon
+	for _, h := range []string{"h1", "h2", "h3"} {
+		ds = append(ds, f.daemon(t, h))
+	}
+	const tick = 100 * time.Millisecond
+	const warmup, run = 9 * time.Minute, 14 * time.Minute
+	owed := make([]float64, len(ds))
+	perMinute := make([]int64, int(run/time.Minute))
+	for i := range int(run / tick) {
+		for h, d := range ds {
+			d.Step(ctx)
+			owed[h] += 5.0 * pace / bid * weights[h] * tick.Seconds()
+			for ; owed[h] >= 1; owed[h]-- {
+				dec, err := d.Spend("c", bid, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dec == pacer.Allowed {
+					perMinute[time.Duration(i)*tick/time.Minute] += bid
+				}
+			}
+		}
+		f.clock.Add(tick)
+	}
+	var total int64
+	for _, a := range perMinute[warmup/time.Minute:] {
+		total += a
+	}
+	secs := (run - warmup).Seconds()
+	rate := float64(total) / secs / pace
+	t.Logf("allowed per minute %v (the pace: 6,000,000); %.2fx the pace from minute %d", perMinute, rate, warmup/time.Minute)
+	if rate < 2.7 || rate > 3.3 {
+		t.Errorf("the fleet caught up at %.2fx the pace; want the catch-up rate, 3x", rate)
+	}
+	f.check(t, "c")
+}
+
+// A lease is renewed the tick before it ends, not the tick after: in
+// between, the tokens it took with it were missing, and a campaign behind
+// its curve, asked for half its pace, paced its SPENDs for up to a tick at
+// every lease's end (the simulator steps its daemons every 2 s: 4% of a
+// busy campaign's SPENDs while it caught up).
+func TestRenewalIsInPlaceBeforeTheLeaseEnds(t *testing.T) {
+	f := newFixture(t)
+	const pace = 100_000 // micros a second
+	const bid = 1_000
+	f.campaign(t, "c", pace*86_400, 8)
+	f.clock.Set(midnight.Add(time.Hour)) // an hour behind: nothing is paced for the curve
+	// Ticks of 2 s, as the simulator's: a lease's end (its expiry less the
+	// 1 s skew bound) falls between two of them.
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, TickInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	const warmup, run = time.Minute, 6 * time.Minute
+	var asked, paced int
+	for i := range int(run / (2 * time.Second)) {
+		d.Step(ctx)
+		for range 100 { // 50 a second, 20 ms apart: half the pace
+			dec, err := d.Spend("c", bid, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if time.Duration(i)*2*time.Second >= warmup {
+				asked++
+				if dec != pacer.Allowed {
+					paced++
+				}
+			}
+			f.clock.Add(20 * time.Millisecond)
+		}
+	}
+	t.Logf("%d of %d SPENDs paced", paced, asked)
+	if paced > asked/200 {
+		t.Errorf("%d of %d SPENDs paced at half the pace, an hour behind the curve; want none but the odd one", paced, asked)
+	}
+	f.check(t, "c")
+}

@@ -327,6 +327,9 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 
 	tune := sc.Daemon
 	r.daemonCfg = daemon.Config{
+		// The refill loop runs at every step: its leases are renewed the
+		// step before they end, as a daemon's are the tick before.
+		TickInterval: time.Duration(sc.Step),
 		LeaseTiming: daemon.LeaseTiming{
 			LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
 			CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
