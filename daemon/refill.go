@@ -106,9 +106,12 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	// SPEND in between was paced however far behind its curve the campaign
 	// was (with the simulator's 2 s steps, 4% of a busy campaign's SPENDs
 	// while it caught up). What it still held goes back, or on to its
-	// successor, as at its end.
+	// successor, as at its end. At most a sixteenth of a window early: with
+	// long ticks (the simulator's 10 s smoke steps), closing a tick early
+	// cut a third off every lease and renewed half as often again.
+	early := min(cfg.TickInterval, cfg.LeaseWindow/16)
 	for id, h := range ds.leases {
-		if h.end.Before(now.Add(cfg.TickInterval)) {
+		if h.end.Before(now.Add(early)) {
 			if cl, ok := ds.b.CloseFeed(now, id); ok {
 				closed = append(closed, cl)
 			}
