@@ -100,20 +100,20 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 
 	c.recheckExhaustion(ctx, now, ds)
 	closed := ds.b.Expire(now)
-	// A lease that ends before the next tick is closed and renewed now, so
+	// A lease that ends before the next tick is renewed now (below), so
 	// that its successor is in place when it ends: renewed a tick after its
 	// end, the tokens it took with it were missing for that long, and a
 	// SPEND in between was paced however far behind its curve the campaign
 	// was (with the simulator's 2 s steps, 4% of a busy campaign's SPENDs
-	// while it caught up). What it still held goes back, or on to its
-	// successor, as at its end. At most a sixteenth of a window early: with
-	// long ticks (the simulator's 10 s smoke steps), closing a tick early
-	// cut a third off every lease and renewed half as often again.
-	early := min(cfg.TickInterval, cfg.LeaseWindow/16)
-	for id, h := range ds.leases {
-		if h.end.Before(now.Add(early)) {
-			if cl, ok := ds.b.CloseFeed(now, id); ok {
-				closed = append(closed, cl)
+	// while it caught up). At most a sixteenth of a window early: with long
+	// ticks (the simulator's 10 s smoke steps), closing a tick early cut a
+	// third off every lease and renewed half as often again.
+	ending, endingAt := "", time.Time{}
+	if len(closed) == 0 {
+		horizon := now.Add(min(cfg.TickInterval, cfg.LeaseWindow/16))
+		for id, h := range ds.leases {
+			if h.end.Before(horizon) && (ending == "" || h.end.Before(endingAt)) {
+				ending, endingAt = id, h.end
 			}
 		}
 	}
@@ -138,10 +138,17 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	// next one would be due within a quarter window anyway: one round trip, not
 	// two.
 	due := ds.lastGrantAt.Add(cfg.LeaseWindow / 2)
-	if len(closed) > 0 {
+	if len(closed) > 0 || ending != "" {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
+	if ending != "" && want > 0 && ds.shardFilled[ds.leases[ending].shard] {
+		// Renewed in this tick's one ledger call; otherwise it ends as usual
+		// (closing it early would only add a release).
+		if cl, ok := ds.b.CloseFeed(now, ending); ok {
+			closed = append(closed, cl)
+		}
+	}
 	if want > 0 && standing && len(closed) == 0 {
 		// A standing lease of one bid, spent whole, keeps its feed open
 		// until its end. A top-up renews the oldest lease rather than

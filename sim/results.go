@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -51,6 +52,9 @@ type HostResult struct {
 	Killed        bool    `json:"killed"`
 	Spends        int64   `json:"spends"`
 	AllowedMicros int64   `json:"allowed_micros"`
+	// Daemon is the host's daemon's lease and ledger counters at the end
+	// (its INFO: ledger_calls, leases_granted, ...; nil for a killed host).
+	Daemon map[string]string `json:"daemon,omitempty"`
 }
 
 // RedisCounts are the commands each strategy sent to Redis over the run.
@@ -218,6 +222,14 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 	}
 	for _, h := range r.hosts {
 		hr := HostResult{Name: h.name, Weight: h.weight, Killed: !h.alive}
+		if h.alive {
+			hr.Daemon = map[string]string{}
+			for _, f := range h.d.Info() {
+				if strings.HasPrefix(f.Key, "ledger_") || strings.HasPrefix(f.Key, "leases_") || strings.HasPrefix(f.Key, "sparse_") {
+					hr.Daemon[f.Key] = f.Value
+				}
+			}
+		}
 		for ci := range h.c {
 			hr.Spends += h.c[ci].requests
 			hr.AllowedMicros += h.c[ci].allowedMicros
