@@ -66,7 +66,8 @@ type dayState struct {
 	// it; shareNextAt, when a standing host has taken its share of that
 	// since its last standing bid or fetch (shareThrottle).
 	fleetRate   float64
-	fleetBehind bool // more than a bid behind the curve: demand-bound
+	fleetPace   float64 // the curve's pace alone (or pro rata, if more), a second
+	fleetBehind bool    // more than a bid behind the curve: demand-bound
 	shareNextAt time.Time
 }
 

@@ -108,11 +108,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	// while it caught up). At most a sixteenth of a window early: with long
 	// ticks (the simulator's 10 s smoke steps), closing a tick early cut a
 	// third off every lease and renewed half as often again.
+	// Only a lease whose shard filled our last ask there is renewed on it;
+	// any other ends as usual (closing it early would only add a release,
+	// and asking sooner for its successor elsewhere gave a busy host more
+	// than its share of a constrained campaign).
 	ending, endingAt := "", time.Time{}
 	if len(closed) == 0 {
 		horizon := now.Add(min(cfg.TickInterval, cfg.LeaseWindow/16))
 		for id, h := range ds.leases {
-			if h.end.Before(horizon) && (ending == "" || h.end.Before(endingAt)) {
+			if h.end.Before(horizon) && ds.shardFilled[h.shard] && (ending == "" || h.end.Before(endingAt)) {
 				ending, endingAt = id, h.end
 			}
 		}
@@ -142,9 +146,8 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		due = ds.lastGrantAt.Add(cfg.LeaseWindow / 4)
 	}
 	want, standing := c.want(now, s, ds, due)
-	if ending != "" && want > 0 && ds.shardFilled[ds.leases[ending].shard] {
-		// Renewed in this tick's one ledger call; otherwise it ends as usual
-		// (closing it early would only add a release).
+	if ending != "" && want > 0 {
+		// Renewed in this tick's one ledger call.
 		if cl, ok := ds.b.CloseFeed(now, ending); ok {
 			closed = append(closed, cl)
 		}
@@ -535,13 +538,14 @@ func (c *campaign) fleetWindow(now time.Time, s *settings, ds *dayState) (pace, 
 	remaining := ds.remaining()
 	pace = int64(float64(s.DailyMicros) * float64(cNext-cNow) / float64(bucket.PPB))
 	maxWant = remaining
-	ds.fleetRate, ds.fleetBehind = 0, false
+	ds.fleetRate, ds.fleetPace, ds.fleetBehind = 0, 0, false
 	if cNow < bucket.PPB {
 		proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(bucket.PPB-cNow))
 		behind := remaining - int64(float64(s.DailyMicros)*float64(bucket.PPB-cNow)/float64(bucket.PPB))
 		catchUp := min(pace+max(behind, 0), pace*c.catchUpPermille(now, ds)/1000)
 		maxWant = max(pace, proRata, catchUp/2)
 		ds.fleetRate = float64(max(pace, proRata, catchUp)) / window.Seconds()
+		ds.fleetPace = float64(max(pace, proRata)) / window.Seconds()
 		ds.fleetBehind = behind > c.unit()
 	}
 	return pace, maxWant
@@ -562,14 +566,19 @@ const shareThrottleDemand = 1.25
 // share is too noisy to meter a few bids a day by, and what it leaves the
 // others would not take.
 func (c *campaign) shareThrottle(now time.Time, ds *dayState, granted int64) {
-	if granted <= 0 || c.share <= 0 || c.share >= 1 || ds.fleetRate <= 0 || !c.standsHere(now, ds) {
+	if granted <= 0 || c.share <= 0 || c.share >= 1 || ds.fleetPace <= 0 || !c.standsHere(now, ds) {
 		return
 	}
 	iv := c.sparseInterval()
-	if iv <= 0 || float64(c.typicalSpend())/iv.Seconds() < shareThrottleDemand*c.share*ds.fleetRate {
+	if iv <= 0 || float64(c.typicalSpend())/iv.Seconds() < shareThrottleDemand*c.share*ds.fleetPace {
 		return // the host asks for less than its share: nothing to meter
 	}
-	wait := time.Duration(float64(granted) / (c.share * ds.fleetRate) * float64(time.Second))
+	// Metered by the curve's pace, not the catch-up's: the meter applies
+	// only within a bid of the curve, where the catch-up pace (the pace
+	// plus what is behind, per window) overstated what the fleet gets by up
+	// to 1.6x for a campaign of a few SPENDs a second, and its small host
+	// took a quarter of the spend with a fifth of the SPENDs.
+	wait := time.Duration(float64(granted) / (c.share * ds.fleetPace) * float64(time.Second))
 	ds.shareNextAt = now.Add(min(wait, c.cfg.StandingWindow))
 }
 
