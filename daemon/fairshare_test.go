@@ -28,7 +28,22 @@ func constrainedHosts(t *testing.T, tick time.Duration) {
 	const bid = 1_000
 	f.campaign(t, "c", pace*86_400, 8)
 	f.clock.Set(midnight.Add(time.Minute))
-	weights := []float64{0.45, 0.35, 0.20}
+	const warmup, run = 3 * time.Minute, 20 * time.Minute
+	allowed, _ := spendFleet(t, f, fleetHosts(t, f, tick), 1.5*pace/bid, bid, tick, warmup, run)
+	total, worst := shareGap(t, allowed)
+	// The fleet spends about the pace: the split holds nothing back.
+	if secs := (run - warmup).Seconds(); float64(total) < 0.97*pace*secs || float64(total) > 1.03*pace*secs {
+		t.Errorf("the fleet spent %d micros in %.0f s; want about the pace's %.0f", total, secs, pace*secs)
+	}
+	if worst > 3 {
+		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
+	}
+	f.check(t, "c")
+}
+
+// fleetHosts starts three daemons (h1-h3) on f's clock with the given tick.
+func fleetHosts(t *testing.T, f *fixture, tick time.Duration) []*daemon.Daemon {
+	t.Helper()
 	var ds []*daemon.Daemon
 	for _, h := range []string{"h1", "h2", "h3"} {
 		d, err := daemon.New(f.ledger, daemon.Config{Holder: h, Clock: f.clock, TickInterval: tick})
@@ -38,41 +53,58 @@ func constrainedHosts(t *testing.T, tick time.Duration) {
 		t.Cleanup(func() { d.Close(ctx) })
 		ds = append(ds, d)
 	}
-	const warmup, run = 3 * time.Minute, 20 * time.Minute
-	allowed := make([]int64, len(ds))
+	return ds
+}
+
+// hostWeights are the three hosts' shares of a campaign's SPENDs.
+var hostWeights = []float64{0.45, 0.35, 0.20}
+
+// spendFleet runs ds for run on f's clock, stepping each every tick and
+// sending campaign "c" SPENDs of bid at regular intervals, perSecond in all
+// split by hostWeights. It returns what each host was allowed from warmup
+// on, and what the fleet was allowed in each minute of the run.
+func spendFleet(t *testing.T, f *fixture, ds []*daemon.Daemon, perSecond float64, bid int64, tick, warmup, run time.Duration) (allowed, perMinute []int64) {
+	t.Helper()
+	allowed = make([]int64, len(ds))
+	perMinute = make([]int64, (run+time.Minute-1)/time.Minute)
 	owed := make([]float64, len(ds)) // SPENDs due but not yet sent
-	var total int64
 	for i := range int(run / tick) {
+		at := time.Duration(i) * tick
 		for h, d := range ds {
 			d.Step(ctx)
-			owed[h] += 1.5 * pace / bid * weights[h] * tick.Seconds()
+			owed[h] += perSecond * hostWeights[h] * tick.Seconds()
 			for ; owed[h] >= 1; owed[h]-- {
-				dec, err := d.Spend("c", bid, "")
+				dec, err := d.Spend("c", pacer.Micros(bid), "")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if dec == pacer.Allowed && time.Duration(i)*tick >= warmup {
+				if dec != pacer.Allowed {
+					continue
+				}
+				perMinute[at/time.Minute] += bid
+				if at >= warmup {
 					allowed[h] += bid
-					total += bid
 				}
 			}
 		}
 		f.clock.Add(tick)
 	}
-	worst := 0.0
+	return allowed, perMinute
+}
+
+// shareGap logs each host's share of allowed and returns the total and the
+// largest gap, in points, to its share of the SPENDs (hostWeights).
+func shareGap(t *testing.T, allowed []int64) (total int64, worst float64) {
+	t.Helper()
+	for _, a := range allowed {
+		total += a
+	}
 	for h, a := range allowed {
 		share := float64(a) / float64(total)
-		t.Logf("h%d: demand share %.1f%%, spend share %.1f%%", h+1, 100*weights[h], 100*share)
-		worst = max(worst, 100*(share-weights[h]), 100*(weights[h]-share))
+		t.Logf("h%d: demand share %.1f%%, spend share %.1f%%", h+1, 100*hostWeights[h], 100*share)
+		worst = max(worst, 100*(share-hostWeights[h]), 100*(hostWeights[h]-share))
 	}
-	// The fleet spends about the pace: the split holds nothing back.
-	if secs := (run - warmup).Seconds(); float64(total) < 0.97*pace*secs || float64(total) > 1.03*pace*secs {
-		t.Errorf("the fleet spent %d micros in %.0f s; want about the pace's %.0f", total, secs, pace*secs)
-	}
-	if worst > 3 {
-		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
-	}
-	f.check(t, "c")
+	return total, worst
 }
 
 // The same for a campaign whose hosts keep standing bids (a SPEND every
@@ -90,39 +122,10 @@ func TestStandingHostsSpendByDemand(t *testing.T) {
 	const bid = 2_000
 	f.campaign(t, "c", pace*86_400, 8)
 	f.clock.Set(midnight.Add(time.Minute))
-	weights := []float64{0.45, 0.35, 0.20}
-	var ds []*daemon.Daemon
-	for _, h := range []string{"h1", "h2", "h3"} {
-		ds = append(ds, f.daemon(t, h))
-	}
 	const tick = time.Second
 	const warmup, run = 10 * time.Minute, 130 * time.Minute
-	allowed := make([]int64, len(ds))
-	owed := make([]float64, len(ds))
-	var total int64
-	for i := range int(run / tick) {
-		for h, d := range ds {
-			d.Step(ctx)
-			owed[h] += 3.0 * pace / bid * weights[h] * tick.Seconds()
-			for ; owed[h] >= 1; owed[h]-- {
-				dec, err := d.Spend("c", bid, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if dec == pacer.Allowed && time.Duration(i)*tick >= warmup {
-					allowed[h] += bid
-					total += bid
-				}
-			}
-		}
-		f.clock.Add(tick)
-	}
-	worst := 0.0
-	for h, a := range allowed {
-		share := float64(a) / float64(total)
-		t.Logf("h%d: demand share %.1f%%, spend share %.1f%%", h+1, 100*weights[h], 100*share)
-		worst = max(worst, 100*(share-weights[h]), 100*(weights[h]-share))
-	}
+	allowed, _ := spendFleet(t, f, fleetHosts(t, f, 100*time.Millisecond), 3.0*pace/bid, bid, tick, warmup, run)
+	total, worst := shareGap(t, allowed)
 	// The pace, and up to the half hour a sparse campaign's shards stand
 	// ahead of the curve (maxArrivalLead) once.
 	if secs := (run - warmup).Seconds(); float64(total) < 0.95*pace*secs || float64(total) > 1.05*pace*(secs+1800) {
@@ -149,31 +152,9 @@ func TestFleetCatchesUpAtTheCatchUpRate(t *testing.T) {
 	const bid = 1_000
 	f.campaign(t, "c", pace*86_400, 8)
 	f.clock.Set(midnight.Add(2 * time.Hour))
-	weights := []float64{0.45, 0.35, 0.20}
-	var ds []*daemon.Daemon
-	for _, h := range []string{"h1", "h2", "h3"} {
-		ds = append(ds, f.daemon(t, h))
-	}
 	const tick = 100 * time.Millisecond
 	const warmup, run = 9 * time.Minute, 14 * time.Minute
-	owed := make([]float64, len(ds))
-	perMinute := make([]int64, int(run/time.Minute))
-	for i := range int(run / tick) {
-		for h, d := range ds {
-			d.Step(ctx)
-			owed[h] += 5.0 * pace / bid * weights[h] * tick.Seconds()
-			for ; owed[h] >= 1; owed[h]-- {
-				dec, err := d.Spend("c", bid, "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if dec == pacer.Allowed {
-					perMinute[time.Duration(i)*tick/time.Minute] += bid
-				}
-			}
-		}
-		f.clock.Add(tick)
-	}
+	_, perMinute := spendFleet(t, f, fleetHosts(t, f, tick), 5.0*pace/bid, bid, tick, warmup, run)
 	var total int64
 	for _, a := range perMinute[warmup/time.Minute:] {
 		total += a
