@@ -59,6 +59,7 @@ var regressionSeeds = []struct {
 	{219, nil, "liveness (the probe's own fault): it ran while the daemons were partitioned from Redis, which heals only between steps"},
 	{813, nil, "plan: a raise stored after the day's plan was decided, whose opener lost its reply before making the shards, skipped as 'not open'; the day opened on the old budget"},
 	{848, nil, "plan: a cut below what was leased owed on each shard by its leases; one lease came back unused and its shard kept more than its share, the other was spent and its debt was unpayable (PayDebts)"},
+	{16049, nil, "the checker: the exhaustion probe counted a daemon that had found its day (active again) but was paced by the curve as stuck, because the ledger's remaining includes what the curve keeps locked"},
 }
 
 // modelKinds are the step kinds the generator draws from, with weights.
@@ -620,6 +621,14 @@ func (m *modelRun) probeExhaustion(n *modelNode, c *modelCampaign) bool {
 		m.spend(slices.Index(m.nodes, n), slices.Index(m.camps, c), 1000, "p"+strconv.Itoa(m.nextID))
 		if before < m.stats.calls && len(m.auctions) > 0 && m.auctions[len(m.auctions)-1].id == "p"+strconv.Itoa(m.nextID) {
 			return true // allowed again
+		}
+		if b, err := n.d.Balance(pacer.CampaignID(id)); err == nil && b.State != "exhausted" {
+			// Found: no longer exhausted. Its SPENDs may still be paced by
+			// the curve (the ledger's Remaining counts what the curve keeps
+			// locked): in seed 16049 the daemon logged "has budget again" a
+			// minute into a day of 40,532 micros and was then paced, and the
+			// probe, counting only allowed SPENDs, called it stuck.
+			return true
 		}
 		if l := left(); l < 10_000 {
 			heldFor = 0
