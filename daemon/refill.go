@@ -622,7 +622,14 @@ func (c *campaign) arrivalLead(s *settings, ds *dayState, now time.Time) time.Du
 	if c.sparseInterval() < c.cfg.LeaseWindow/4 {
 		return 0
 	}
-	return maxArrivalLead
+	// The lead grows with the day, to maxArrivalLead at its end, where it is
+	// needed: a whole lead from the day's start ran a campaign that is
+	// sparse only in its local night (its traffic following the curve down
+	// to a few SPENDs a minute a host) half an hour ahead there, and then,
+	// busy again and led no more, behind its plan's pace (its night hours at
+	// 0.73-1.33x the plan, smoothness CV 0.07-0.11 against 0.004-0.007).
+	elapsed := min(max(now.Sub(ds.day.Start), 0), ds.day.Length())
+	return time.Duration(float64(maxArrivalLead) * float64(elapsed) / float64(max(ds.day.Length(), 1)))
 }
 
 // curveAhead is where the curve stands lead after now, for the ledger. Led,
