@@ -26,8 +26,7 @@ func constrainedHosts(t *testing.T, tick time.Duration) {
 	f := newFixture(t)
 	const pace = 100_000 // micros a second
 	const bid = 1_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(time.Minute))
+	paceCampaign(t, f, pace, time.Minute)
 	const warmup, run = 3 * time.Minute, 20 * time.Minute
 	allowed, _ := spendFleet(t, f, fleetHosts(t, f, tick), 1.5*pace/bid, bid, tick, warmup, run)
 	total, worst := shareGap(t, allowed)
@@ -41,19 +40,33 @@ func constrainedHosts(t *testing.T, tick time.Duration) {
 	f.check(t, "c")
 }
 
+// tickDaemon starts a daemon on f's clock whose refill loop ticks every tick.
+func tickDaemon(t *testing.T, f *fixture, holder string, tick time.Duration) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, TickInterval: tick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	return d
+}
+
 // fleetHosts starts three daemons (h1-h3) on f's clock with the given tick.
 func fleetHosts(t *testing.T, f *fixture, tick time.Duration) []*daemon.Daemon {
 	t.Helper()
 	var ds []*daemon.Daemon
 	for _, h := range []string{"h1", "h2", "h3"} {
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: h, Clock: f.clock, TickInterval: tick})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close(ctx) })
-		ds = append(ds, d)
+		ds = append(ds, tickDaemon(t, f, h, tick))
 	}
 	return ds
+}
+
+// paceCampaign stores campaign "c" with 8 shards and a flat day of pace
+// micros a second, and sets f's clock to at into the test day.
+func paceCampaign(t *testing.T, f *fixture, pace int64, at time.Duration) {
+	t.Helper()
+	f.campaign(t, "c", pace*86_400, 8)
+	f.clock.Set(midnight.Add(at))
 }
 
 // hostWeights are the three hosts' shares of a campaign's SPENDs.
@@ -120,8 +133,7 @@ func TestStandingHostsSpendByDemand(t *testing.T) {
 	f := newFixture(t)
 	const pace = 150 // micros a second: 12,960,000 a day
 	const bid = 2_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(time.Minute))
+	paceCampaign(t, f, pace, time.Minute)
 	const tick = time.Second
 	const warmup, run = 10 * time.Minute, 130 * time.Minute
 	allowed, _ := spendFleet(t, f, fleetHosts(t, f, 100*time.Millisecond), 3.0*pace/bid, bid, tick, warmup, run)
@@ -150,8 +162,7 @@ func TestFleetCatchesUpAtTheCatchUpRate(t *testing.T) {
 	f := newFixture(t)
 	const pace = 100_000 // micros a second
 	const bid = 1_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(2 * time.Hour))
+	paceCampaign(t, f, pace, 2*time.Hour)
 	const tick = 100 * time.Millisecond
 	const warmup, run = 9 * time.Minute, 14 * time.Minute
 	_, perMinute := spendFleet(t, f, fleetHosts(t, f, tick), 5.0*pace/bid, bid, tick, warmup, run)
@@ -177,15 +188,10 @@ func TestRenewalIsInPlaceBeforeTheLeaseEnds(t *testing.T) {
 	f := newFixture(t)
 	const pace = 100_000 // micros a second
 	const bid = 1_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(time.Hour)) // an hour behind: nothing is paced for the curve
+	paceCampaign(t, f, pace, time.Hour) // an hour behind: nothing is paced for the curve
 	// Ticks of 2 s, as the simulator's: a lease's end (its expiry less the
 	// 1 s skew bound) falls between two of them.
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, TickInterval: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
+	d := tickDaemon(t, f, "h1", 2*time.Second)
 	const warmup, run = time.Minute, 6 * time.Minute
 	var asked, paced int
 	for i := range int(run / (2 * time.Second)) {
