@@ -930,11 +930,11 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	// window before its end. Either way the tokens come from the lease and
 	// are spendable only until its end.
 	carried := min(ds.carry, g.Granted) // the ended lease's tokens this one carries on
-	if carry := carried; carry > 0 && dripEnd.After(now) {
+	if carried > 0 && dripEnd.After(now) {
 		// Credit what the ended lease took away at once: the drip starts as
 		// far back as puts that share of the lease before now.
-		ds.carry -= carry
-		if f := float64(carry) / float64(g.Granted); f < 0.99 {
+		ds.carry -= carried
+		if f := float64(carried) / float64(g.Granted); f < 0.99 {
 			dripFrom = now.Add(-time.Duration(f / (1 - f) * float64(dripEnd.Sub(now))))
 		} else {
 			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
