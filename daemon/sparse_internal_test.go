@@ -57,7 +57,8 @@ func TestUnitWindowsSeen(t *testing.T) {
 // its start to maxArrivalLead at its end: led a whole half hour from the
 // start, a campaign sparse only in its local night ran that far ahead there
 // and then behind its plan's pace once busy (smoothness CV 0.07-0.11 in the
-// simulator's default scenario, 0.02 with the growing lead).
+// simulator's default scenario, 0.02 with the growing lead). A small budget
+// is led by a bid at the day's end where that is further than the half hour.
 func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
 	const daily = 86_400_000
@@ -73,7 +74,7 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 		now := day.Start.Add(at)
 		// On its curve: what is left is what the curve has still to release.
 		ds.shardLeft[0] = daily - int64(float64(daily)*float64(ds.curve.AtTime(now, day))/float64(bucket.PPB))
-		return c.arrivalLead(s, ds, now)
+		return c.arrivalLead(s, ds, now).time
 	}
 	for _, tc := range []struct{ at, want time.Duration }{
 		{0, 0},
@@ -85,10 +86,35 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 			t.Errorf("lead %v into the day: %v, want %v", tc.at, got, tc.want)
 		}
 	}
+	// The lead in bids grows with the day too, to a bid at its end: here a
+	// bid is a second of the flat curve, so the time lead is the further.
+	noon := day.Start.Add(12 * time.Hour)
+	ds.shardLeft[0] = daily / 2
+	if got, want := c.curveAhead(ds, noon, c.arrivalLead(s, ds, noon)), ds.curve.AtTime(noon.Add(maxArrivalLead/2), day); got != want {
+		t.Errorf("a 1,000-micro bid at noon: the ledger is asked for %d PPB, want the curve a quarter hour on, %d", got, want)
+	}
+	// A budget of 20 bids: half a bid at noon is 36 minutes of a flat
+	// curve, more than the 15 minutes the half hour has grown to: the
+	// ledger is asked for the curve's position plus half a bid.
+	small := &settings{Campaign: lease.Campaign{DailyMicros: 20 * c.fleetUnit}}
+	ds.shardLeft[0] = small.DailyMicros / 2
+	l := c.arrivalLead(small, ds, noon)
+	if want := int64(bucket.PPB / 40); l.ppb < want-1 || l.ppb > want+1 {
+		t.Errorf("20-bid budget at noon: lead %d PPB, want half a bid, %d", l.ppb, want)
+	}
+	if got, want := c.curveAhead(ds, noon, l), ds.curve.AtTime(noon, day)+bucket.PPB/40; got < want-1 || got > want+1 {
+		t.Errorf("20-bid budget at noon: the ledger is asked for %d PPB, want the curve plus half a bid, %d", got, want)
+	}
+	// At the day's end the curve stops a PPB short, as with the time lead.
+	late := day.End.Add(-time.Minute)
+	ds.shardLeft[0] = small.DailyMicros / 1440
+	if got := c.curveAhead(ds, late, c.arrivalLead(small, ds, late)); got != bucket.PPB-1 {
+		t.Errorf("20-bid budget a minute before midnight: asked for %d PPB, want %d", got, bucket.PPB-1)
+	}
+
 	// Behind its curve by more than a bid: no lead, as before.
-	now := day.Start.Add(12 * time.Hour)
 	ds.shardLeft[0] = daily/2 + 10_000
-	if got := c.arrivalLead(s, ds, now); got != 0 {
+	if got := c.arrivalLead(s, ds, noon); !got.zero() {
 		t.Errorf("behind the curve: lead %v, want none", got)
 	}
 }
