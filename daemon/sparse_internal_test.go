@@ -6,6 +6,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
+	"go.uber.org/zap"
 )
 
 // sparseInterval is the mean gap between the last sparseSpends ticks that saw
@@ -116,5 +117,56 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	ds.shardLeft[0] = daily/2 + 10_000
 	if got := c.arrivalLead(s, ds, noon); !got.zero() {
 		t.Errorf("behind the curve: lead %v, want none", got)
+	}
+}
+
+// A sparse campaign's lease that goes back to the ledger unspent, with
+// enough for one of its SPENDs, ends what this host took for the day's
+// exhaustion: it was the day's last budget, held here and too small for the
+// SPEND that found the shards empty, and it now waits in the ledger for the
+// next one (tiny scenario, seed 14: that SPEND, an hour later, was told the
+// day was over, 5.6% of its budget left unspent). Less than any SPEND, a
+// lease of another day, or a busy campaign's crumbs change nothing.
+func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	now := day.Start.Add(22 * time.Hour)
+	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}, log: zap.NewNop()}
+	c.minAmount.Store(900)
+	c.demandTickN = sparseSpends // enough SPENDs seen for the smallest to count
+	ds := &dayState{day: day, shards: 2, shardEmpty: []bool{true, true}}
+	ds.exhausted.Store(true)
+	c.day.Store(ds)
+	back := func(dayKey string, shard int, unused int64) release {
+		return release{key: lease.ShardKey{Campaign: "c", Day: dayKey, Shard: shard}, id: "l", amount: 2_245, unused: unused}
+	}
+
+	for _, r := range []release{back(day.Key, 1, 899), back("2026-11-20", 1, 2_245)} {
+		c.gaveBack(now, r)
+		if !ds.exhausted.Load() || !ds.shardEmpty[1] {
+			t.Fatalf("gave back %d micros of day %s: exhausted %v, shard 1 empty %v; want both unchanged", r.unused, r.key.Day, ds.exhausted.Load(), ds.shardEmpty[1])
+		}
+	}
+	c.gaveBack(now, back(day.Key, 1, 2_245))
+	if ds.exhausted.Load() || ds.shardEmpty[1] || !ds.shardEmpty[0] {
+		t.Fatalf("gave back 2,245 micros of today's shard 1: exhausted %v, shards empty %v; want not exhausted, shard 1 not empty", ds.exhausted.Load(), ds.shardEmpty)
+	}
+
+	// Having seen one SPEND, of 3,699, the host cannot tell that 2,245 are
+	// less than its next: the lease ends exhaustion too.
+	ds.exhausted.Store(true)
+	c.demandTickN = 1
+	c.minAmount.Store(3_699)
+	c.gaveBack(now, back(day.Key, 0, 2_245))
+	if ds.exhausted.Load() || ds.shardEmpty[0] {
+		t.Fatalf("one SPEND of 3,699 seen, a lease gave back 2,245: exhausted %v, shard 0 empty %v; want neither", ds.exhausted.Load(), ds.shardEmpty[0])
+	}
+
+	// A busy campaign (SPENDs every few seconds here) keeps its verdict.
+	ds.exhausted.Store(true)
+	ds.shardEmpty[1] = true
+	c.rate, c.callRate, c.rateWeight = 1_000, 1, 1
+	c.gaveBack(now, back(day.Key, 1, 2_245))
+	if !ds.exhausted.Load() {
+		t.Fatal("a busy campaign's lease gave back 2,245 micros: exhaustion ended; want it kept")
 	}
 }
