@@ -1085,15 +1085,18 @@ func (c *campaign) gaveBack(now time.Time, r release) {
 }
 
 // smallestSpend is the smallest SPEND this host has seen of the campaign,
-// once it has seen a few (sparseSpends refill ticks with one), else 1: the
-// smallest of one or two SPENDs says little about the next (the host that
-// held a day's last 2,245 micros had seen one SPEND, of 3,699, and its next
-// was of 938).
+// once it has seen a few (sparseSpends refill ticks with one); before that,
+// at most half its typical SPEND: the smallest of one or two SPENDs says
+// little about the next (the host that held a day's last 2,245 micros had
+// seen one SPEND, of 3,699, and its next was of 938), but crumbs of a few
+// hundred micros must not end a day's exhaustion (every SPEND after it
+// would be paced, and ask the ledger, rather than told the day is over).
 func (c *campaign) smallestSpend() int64 {
+	least := max(c.minAmount.Load(), 1)
 	if c.demandTickN < sparseSpends {
-		return 1
+		least = min(least, max(c.typicalSpend()/2, 1))
 	}
-	return max(c.minAmount.Load(), 1)
+	return least
 }
 
 func (c *campaign) retryReleases(ctx context.Context, now time.Time) {

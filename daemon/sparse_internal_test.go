@@ -152,10 +152,16 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 	}
 
 	// Having seen one SPEND, of 3,699, the host cannot tell that 2,245 are
-	// less than its next: the lease ends exhaustion too.
+	// less than its next: the lease ends exhaustion too. But not crumbs
+	// under half that SPEND.
 	ds.exhausted.Store(true)
 	c.demandTickN = 1
 	c.minAmount.Store(3_699)
+	c.rate, c.callRate, c.rateWeight = 3_699, 1, 1e6 // one SPEND of 3,699 a million seconds ago: sparse
+	c.gaveBack(now, back(day.Key, 0, 1_800))
+	if !ds.exhausted.Load() || !ds.shardEmpty[0] {
+		t.Fatalf("one SPEND of 3,699 seen, a lease gave back 1,800: exhausted %v, shard 0 empty %v; want both unchanged", ds.exhausted.Load(), ds.shardEmpty[0])
+	}
 	c.gaveBack(now, back(day.Key, 0, 2_245))
 	if ds.exhausted.Load() || ds.shardEmpty[0] {
 		t.Fatalf("one SPEND of 3,699 seen, a lease gave back 2,245: exhausted %v, shard 0 empty %v; want neither", ds.exhausted.Load(), ds.shardEmpty[0])
