@@ -291,9 +291,10 @@ func TestNode(t *testing.T) {
 }
 
 // socketServer is the bidder socket's server under test. TestMain runs the
-// suite once with the default (epoll on Linux) and once more per other
-// server (goroutines, and uring and hybrid on Linux), each in a child process, so
-// every client is checked against every server.
+// suite once with the default (transport.DefaultSocketServer on Linux) and
+// once more per other server (goroutines, and on Linux the event loops that
+// are not the default), each in a child process, so every client is checked
+// against every server.
 func socketServer() transport.SocketServer {
 	return transport.SocketServer(os.Getenv("PACER_TEST_SOCKET_SERVER"))
 }
@@ -303,7 +304,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
 		others := []transport.SocketServer{transport.Goroutines}
 		if runtime.GOOS == "linux" {
-			others = append(others, transport.URing, transport.Hybrid)
+			for _, kind := range []transport.SocketServer{transport.EventLoop, transport.URing, transport.Hybrid} {
+				if kind != transport.DefaultSocketServer {
+					others = append(others, kind)
+				}
+			}
 		}
 		for _, kind := range others {
 			if code != 0 {
