@@ -154,9 +154,9 @@ const (
 	Hybrid SocketServer = "hybrid"
 	// DefaultSocketServer is the one that measured cheaper (see
 	// docs/BENCHMARKS.md), where it is supported: in two quiet runs of
-	// scripts/bench-resp.sh (2026-11-25 and -26) the hybrid cost as much
-	// CPU a call as EventLoop at redis-benchmark -c 1 (one ready
-	// connection: the same path), 7-25% less at -c 50 and 6-23% less at
+	// scripts/bench-resp.sh (2026-11-25 and -26) the hybrid cost within 3%
+	// of EventLoop's CPU a call at redis-benchmark -c 1 (one ready
+	// connection: the same path), 5-25% less at -c 50 and 6-23% less at
 	// -c 50 -P 16, with p99 and open-loop p99 no worse than the Lua
 	// baseline's in the later run.
 	DefaultSocketServer = Hybrid
