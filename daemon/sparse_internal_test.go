@@ -129,7 +129,6 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 // lease of another day, or a busy campaign's crumbs change nothing.
 func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
-	now := day.Start.Add(22 * time.Hour)
 	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}, log: zap.NewNop()}
 	c.minAmount.Store(900)
 	c.demandTickN = sparseSpends // enough SPENDs seen for the smallest to count
@@ -141,12 +140,12 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 	}
 
 	for _, r := range []release{back(day.Key, 1, 899), back("2026-11-20", 1, 2_245)} {
-		c.gaveBack(now, r)
+		c.gaveBack(r)
 		if !ds.exhausted.Load() || !ds.shardEmpty[1] {
 			t.Fatalf("gave back %d micros of day %s: exhausted %v, shard 1 empty %v; want both unchanged", r.unused, r.key.Day, ds.exhausted.Load(), ds.shardEmpty[1])
 		}
 	}
-	c.gaveBack(now, back(day.Key, 1, 2_245))
+	c.gaveBack(back(day.Key, 1, 2_245))
 	if ds.exhausted.Load() || ds.shardEmpty[1] || !ds.shardEmpty[0] {
 		t.Fatalf("gave back 2,245 micros of today's shard 1: exhausted %v, shards empty %v; want not exhausted, shard 1 not empty", ds.exhausted.Load(), ds.shardEmpty)
 	}
@@ -158,11 +157,11 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 	c.demandTickN = 1
 	c.minAmount.Store(3_699)
 	c.rate, c.callRate, c.rateWeight = 3_699, 1, 1e6 // one SPEND of 3,699 a million seconds ago: sparse
-	c.gaveBack(now, back(day.Key, 0, 1_800))
+	c.gaveBack(back(day.Key, 0, 1_800))
 	if !ds.exhausted.Load() || !ds.shardEmpty[0] {
 		t.Fatalf("one SPEND of 3,699 seen, a lease gave back 1,800: exhausted %v, shard 0 empty %v; want both unchanged", ds.exhausted.Load(), ds.shardEmpty[0])
 	}
-	c.gaveBack(now, back(day.Key, 0, 2_245))
+	c.gaveBack(back(day.Key, 0, 2_245))
 	if ds.exhausted.Load() || ds.shardEmpty[0] {
 		t.Fatalf("one SPEND of 3,699 seen, a lease gave back 2,245: exhausted %v, shard 0 empty %v; want neither", ds.exhausted.Load(), ds.shardEmpty[0])
 	}
@@ -171,7 +170,7 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 	ds.exhausted.Store(true)
 	ds.shardEmpty[1] = true
 	c.rate, c.callRate, c.rateWeight = 1_000, 1, 1
-	c.gaveBack(now, back(day.Key, 1, 2_245))
+	c.gaveBack(back(day.Key, 1, 2_245))
 	if !ds.exhausted.Load() {
 		t.Fatal("a busy campaign's lease gave back 2,245 micros: exhaustion ended; want it kept")
 	}
