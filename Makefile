@@ -29,8 +29,9 @@ run: build ## Bring up a local fleet in .run/ (RUN_ARGS='--hosts 2 --nats-port 2
 	@scripts/run-dev.sh $(RUN_ARGS)
 
 .PHONY: test
-test: deps ## Run every test with -race, a line per package as it finishes (PKGS=./transport/ for some).
-	$(GO) run ./internal/tools/testsum -race -count=1 -timeout 30m $(or $(PKGS),./...)
+test: deps ## Run every test with -race, a line per package as it finishes (PKGS=./transport/ for some); then the latency comparison alone.
+	PACER_TEST_LATENCY_LATER=1 $(GO) run ./internal/tools/testsum -race -count=1 -timeout 30m $(or $(PKGS),./...)
+	$(GO) run ./internal/tools/testsum -race -count=1 -timeout 10m -run 'TestWellBehavedClientThroughAttacks' ./transport/
 
 .PHONY: soak
 soak: deps ## Long model-based and fault runs (SEEDS=2000 by default; about an hour on 2 cores).

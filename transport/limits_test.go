@@ -518,9 +518,20 @@ func TestWorldWritableSocketWarned(t *testing.T) {
 // 50x the quiet one (0.5 to 24.7 ms), each 64 KB line costing about a second
 // of CPU; the bound is 2x plus 2 ms of slack for a loaded 2-core machine, on
 // which the attackers (another process) share the cores with the server.
+// aloneLaterEnv, set by make test for its run of every package at once,
+// defers the latency comparisons to a run of their own after it.
+const aloneLaterEnv = "PACER_TEST_LATENCY_LATER"
+
 func TestWellBehavedClientThroughAttacks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("latency comparison")
+	}
+	if os.Getenv(aloneLaterEnv) != "" {
+		// make test runs it again on its own once every package is done:
+		// beside the daemon package's -race tests on two cores its quiet
+		// rounds stayed quiet but attacked ones reached 4-5 ms (CI,
+		// 2026-11-26), where alone they take 0.4-0.9 ms.
+		t.Skip("a latency comparison: run alone after the other packages (" + aloneLaterEnv + ")")
 	}
 	raiseFileLimit(t)
 	ts := startServer(t, newFakeSpender(), ServerConfig{ReadTimeout: 200 * time.Millisecond})
