@@ -587,10 +587,10 @@ const maxArrivalLead = 30 * time.Minute
 
 // arrivalLead is how far ahead of now a sparse campaign asks the ledger to
 // stand on its curve: up to maxArrivalLead, or a bid (below). Released
-// exactly on the curve, a sparse campaign's last bids came out in its last minutes, on hosts whose
-// next SPEND was an hour away, and stayed there at midnight (a 62-bid
-// campaign ended its day with 10% of its budget held that way); asking that
-// far ahead, its curve ends half an hour before midnight. A busy campaign,
+// exactly on the curve, a sparse campaign's last bids came out in its last
+// minutes, on hosts whose next SPEND was an hour away, and stayed there at
+// midnight (a 62-bid campaign ended its day with 10% of its budget held that
+// way); asking that far ahead, its curve ends half an hour before midnight. A busy campaign,
 // or one behind its curve, asks at now.
 //
 // It was meant to be the host's mean SPEND interval (at most 30 minutes),
@@ -1066,9 +1066,9 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 // day that this host took for exhausted has budget again if they are
 // enough for one of its SPENDs (smallestSpend). Its own last lease is not
 // counted as held elsewhere (its SPENDs are decided against it here), so a
-// host holding a day's last two bids, asked for a SPEND of three, finds the shards empty
-// and the day exhausted; when that lease ended unspent, the bids went back
-// to the ledger, and the host's next SPEND, an hour later, was told the
+// host holding a day's last two bids, asked for a SPEND of three, finds the
+// shards empty and the day exhausted; when that lease ended unspent, the
+// bids went back to the ledger, and the host's next SPEND, an hour later, was told the
 // day was over while they waited there (tiny scenario, seed 14: 5.6% of a
 // 20-bid budget). A busy campaign's last crumbs are left to the reconciler,
 // as heldElsewhere says.
