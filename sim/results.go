@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/lease"
 )
 
 // Results are a run's figures; docs/SIMULATION.md defines each.
@@ -164,13 +165,16 @@ type CampaignResult struct {
 
 // LedgerEnd is the campaign-day's ledger at the end of the run.
 type LedgerEnd struct {
-	LeasedAtDayEnd int64    `json:"leased_at_day_end"`
-	Spent          int64    `json:"spent"`
-	Lost           int64    `json:"lost"`
-	Unreleased     int64    `json:"unreleased"` // locked + available
-	Leased         int64    `json:"leased"`
-	HeldByKilled   int64    `json:"held_by_killed_host"`
-	Problems       []string `json:"problems,omitempty"`
+	LeasedAtDayEnd int64 `json:"leased_at_day_end"`
+	Spent          int64 `json:"spent"`
+	Lost           int64 `json:"lost"`
+	Unreleased     int64 `json:"unreleased"` // locked + available
+	Leased         int64 `json:"leased"`
+	HeldByKilled   int64 `json:"held_by_killed_host"`
+	// Rebalanced: micros the reconciler moved between the day's shards (half
+	// the sum of each shard's budget's distance from its opening split).
+	Rebalanced int64    `json:"rebalanced"`
+	Problems   []string `json:"problems,omitempty"`
 }
 
 // Summary aggregates one strategy over the campaigns it ran on.
@@ -324,6 +328,18 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 		cr.Ledger.Spent, cr.Ledger.Lost, cr.Ledger.Leased = tot.Spent, tot.Lost, tot.Leased
 		cr.Ledger.Unreleased = tot.Locked + tot.Available
 		cr.Ledger.HeldByKilled = c.heldByKilled
+		if n, err := r.obsLedger.DayShards(ctx, c.spec.ID, c.day.Key); err == nil && n > 0 {
+			if shards, err := r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n); err == nil {
+				var budget, moved int64
+				for _, s := range shards {
+					budget += s.Budget
+				}
+				for i, part := range lease.Split(budget, n) {
+					moved += max(shards[i].Budget-part, part-shards[i].Budget)
+				}
+				cr.Ledger.Rebalanced = moved / 2
+			}
+		}
 		if c.inBL && r.enabled[sLua] {
 			v, err := r.obsRDB.Get(ctx, luaKey(c.spec.ID)).Int64()
 			ok := err == nil && c.blBudget-v == allowed[sLua]

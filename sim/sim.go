@@ -27,6 +27,7 @@ import (
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -181,6 +182,8 @@ type runner struct {
 	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB redis.UniversalClient
 	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
 	reconLedger, obsLedger                       *lease.Ledger
+	recon                                        *reconcile.Reconciler
+	reconClock                                   *hostClock
 	luaScript                                    *redis.Script
 	daemonCfg                                    daemon.Config
 	traceMu                                      sync.Mutex
@@ -539,23 +542,20 @@ func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
 	return total
 }
 
-// reconcile models the fleet's reconciler: settle expired leases on every
-// shard of every open campaign-day (fence 0: no election in the simulator).
+// reconcile runs the fleet's reconciler, pacerd's own (reconcile.Reconciler),
+// one step at t: it settles expired leases, rebalances shards, opens and
+// closes days, as the elected daemon does in production every second (fence
+// 0: no election in the simulator). A step that fails (Redis paused) is
+// retried at the next.
 func (r *runner) reconcile(ctx context.Context, t time.Time) {
-	for _, c := range r.camps {
-		days := []string{c.day.Key}
-		if r.sc.Warmup > 0 {
-			days = append(days, bucket.DayOf(c.day.Start.Add(-time.Hour), c.loc).Key)
-		}
-		for _, day := range days {
-			for s := range c.spec.Shards {
-				k := lease.ShardKey{Campaign: c.spec.ID, Day: day, Shard: s}
-				_, err := r.reconLedger.Settle(ctx, k, t, r.daemonCfg.Grace, 0)
-				if err != nil && !errors.Is(err, lease.ErrDayNotOpen) && !errors.Is(err, errRedisPaused) {
-					r.log.Warn("settle", zap.Stringer("shard", k), zap.Error(err))
-				}
-			}
-		}
+	if r.recon == nil {
+		r.reconClock = &hostClock{}
+		r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
+			Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
+	}
+	r.reconClock.set(t)
+	if err := r.recon.Step(ctx, 0); err != nil && !errors.Is(err, errRedisPaused) {
+		r.log.Warn("reconciler step", zap.Error(err))
 	}
 }
 
