@@ -106,11 +106,26 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	if got, want := c.curveAhead(ds, noon, l), ds.curve.AtTime(noon, day)+bucket.PPB/40; got < want-1 || got > want+1 {
 		t.Errorf("20-bid budget at noon: the ledger is asked for %d PPB, want the curve plus half a bid, %d", got, want)
 	}
-	// At the day's end the curve stops a PPB short, as with the time lead.
+	// Near the day's end the lead stops halfway from the curve's position to
+	// its end, for the bid lead as for the time lead. The furthest position
+	// any host asks for is a shard's release point: pinned a PPB short of
+	// the end, as it was, one led call there held every other host's calls
+	// on that shard to nothing until midnight, and what it still had locked
+	// was never released (family seed 8's f21, 21,443 bids, one of three
+	// hosts led: 1.2-1.6% of its budget left locked, 98.4-98.8% spent).
 	late := day.End.Add(-time.Minute)
 	ds.shardLeft[0] = small.DailyMicros / 1440
-	if got := c.curveAhead(ds, late, c.arrivalLead(small, ds, late)); got != bucket.PPB-1 {
-		t.Errorf("20-bid budget a minute before midnight: asked for %d PPB, want %d", got, bucket.PPB-1)
+	cur := ds.curve.AtTime(late, day)
+	if got, want := c.curveAhead(ds, late, c.arrivalLead(small, ds, late)), cur+(bucket.PPB-cur)/2; got != want {
+		t.Errorf("20-bid budget a minute before midnight: asked for %d PPB, want halfway to the end, %d", got, want)
+	}
+	// And so for the half hour: half an hour before midnight, the curve's
+	// position a quarter hour on.
+	late = day.End.Add(-30 * time.Minute)
+	cur = ds.curve.AtTime(late, day)
+	ds.shardLeft[0] = daily - int64(float64(daily)*float64(cur)/float64(bucket.PPB))
+	if got, want := c.curveAhead(ds, late, c.arrivalLead(s, ds, late)), cur+(bucket.PPB-cur)/2; got != want {
+		t.Errorf("half an hour before midnight: asked for %d PPB, want halfway to the end, %d", got, want)
 	}
 
 	// Behind its curve by more than a bid: no lead, as before.

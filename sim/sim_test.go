@@ -141,3 +141,31 @@ func TestLatePeakIsRebalanced(t *testing.T) {
 		t.Errorf("utilisation %.4f, want >= 0.995 (the curve oracle reaches %.4f)", q.Utilisation, c.OracleUtilisation)
 	}
 }
+
+// A campaign one of whose hosts leads its curve at the end of the day, while
+// the others do not, spends its budget: no shard's release point is pinned
+// near the curve's end by a led call, where it released nothing to the other
+// hosts until midnight (98.6-98.9% spent over six seeds before 2026-11-26,
+// 99.91-100% after).
+func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
+	sc, err := LoadScenario("../configs/scenarios/end-of-day-lead.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.ConservationOK {
+		t.Error("ledger conservation failed")
+	}
+	c := res.Campaigns[0]
+	q := c.Results[StrategyPacer]
+	t.Logf("%s: utilisation %.4f, left locked or available at the end %d micros, last hour %.2fx the plan's", c.ID, q.Utilisation, c.Ledger.Unreleased, q.LastHourRatio)
+	if q.OverspendMicros > 0 {
+		t.Errorf("overspent %d micros", q.OverspendMicros)
+	}
+	if q.Utilisation < 0.995 {
+		t.Errorf("utilisation %.4f, want >= 0.995 (the curve oracle reaches %.4f)", q.Utilisation, c.OracleUtilisation)
+	}
+}
