@@ -114,31 +114,14 @@ func TestWarmupIsNotCounted(t *testing.T) {
 // late-peak campaign's shards drift apart while it is behind its curve all
 // afternoon, and those that catch up first run dry while the laggards may
 // release what they hold only at the catch-up pace. Settling alone (the
-// simulator's reconciler until 2026-11-26) ended its day with 1.6-3.1% of its
-// budget locked (seeds 1-6, 96.89-98.64%); with the moves, 99.95-99.99%.
+// simulator's reconciler until 2026-11-26) ended its day with up to 3.1% of
+// its budget locked (seeds 1-6, 96.89-99.41% spent); with the moves,
+// 99.95-99.99%.
 func TestLatePeakIsRebalanced(t *testing.T) {
-	sc, err := LoadScenario("../configs/scenarios/late-peak.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), sc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.ConservationOK {
-		t.Error("ledger conservation failed")
-	}
-	c := res.Campaigns[0]
-	q := c.Results[StrategyPacer]
-	t.Logf("%s: utilisation %.4f, rebalanced %d micros, reconciler commands %d", c.ID, q.Utilisation, c.Ledger.Rebalanced, res.Redis.Reconciler)
-	if q.OverspendMicros > 0 {
-		t.Errorf("overspent %d micros", q.OverspendMicros)
-	}
+	res, c := spendsItsDay(t, "../configs/scenarios/late-peak.yaml")
+	t.Logf("rebalanced %d micros, reconciler commands %d", c.Ledger.Rebalanced, res.Redis.Reconciler)
 	if c.Ledger.Rebalanced <= 0 {
 		t.Error("no budget moved between the shards: the reconciler did not rebalance")
-	}
-	if q.Utilisation < 0.995 {
-		t.Errorf("utilisation %.4f, want >= 0.995 (the curve oracle reaches %.4f)", q.Utilisation, c.OracleUtilisation)
 	}
 }
 
@@ -148,7 +131,16 @@ func TestLatePeakIsRebalanced(t *testing.T) {
 // hosts until midnight (98.6-98.9% spent over six seeds before 2026-11-26,
 // 99.91-100% after).
 func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
-	sc, err := LoadScenario("../configs/scenarios/end-of-day-lead.yaml")
+	_, c := spendsItsDay(t, "../configs/scenarios/end-of-day-lead.yaml")
+	t.Logf("left locked or available at the end %d micros, last hour %.2fx the plan's", c.Ledger.Unreleased, c.Results[StrategyPacer].LastHourRatio)
+}
+
+// spendsItsDay runs a one-campaign scenario and checks the money (balanced
+// ledger, no overspend) and that the campaign spent at least 99.5% of its
+// budget, the goal where the curve oracle reaches it.
+func spendsItsDay(t *testing.T, path string) (*Results, *CampaignResult) {
+	t.Helper()
+	sc, err := LoadScenario(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,11 +153,12 @@ func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
 	}
 	c := res.Campaigns[0]
 	q := c.Results[StrategyPacer]
-	t.Logf("%s: utilisation %.4f, left locked or available at the end %d micros, last hour %.2fx the plan's", c.ID, q.Utilisation, c.Ledger.Unreleased, q.LastHourRatio)
+	t.Logf("%s: utilisation %.4f (the curve oracle %.4f)", c.ID, q.Utilisation, c.OracleUtilisation)
 	if q.OverspendMicros > 0 {
 		t.Errorf("overspent %d micros", q.OverspendMicros)
 	}
 	if q.Utilisation < 0.995 {
 		t.Errorf("utilisation %.4f, want >= 0.995 (the curve oracle reaches %.4f)", q.Utilisation, c.OracleUtilisation)
 	}
+	return res, c
 }
