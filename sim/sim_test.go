@@ -15,17 +15,7 @@ func TestSmokeScenario(t *testing.T) {
 	if _, err := redisproc.Binary(""); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := LoadScenario("../configs/scenarios/smoke.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), sc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.ConservationOK {
-		t.Error("ledger conservation failed")
-	}
+	res := runScenario(t, "../configs/scenarios/smoke.yaml", Options{})
 	for _, c := range res.Campaigns {
 		q := c.Results[StrategyPacer]
 		t.Logf("%s: pacer utilisation %.4f overspend %d tracking max %.4f cmds/1000 %.2f; lua %.4f batch %.4f",
@@ -82,20 +72,10 @@ func TestSmokeScenario(t *testing.T) {
 // A warm-up runs the fleet the day before, uncounted: the measured day's
 // SPENDs are one day's arrivals, and the money figures hold as without one.
 func TestWarmupIsNotCounted(t *testing.T) {
-	sc, err := LoadScenario("../configs/scenarios/smoke.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	warm := 6 * time.Hour
-	res, err := Run(context.Background(), sc, Options{Warmup: &warm})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runScenario(t, "../configs/scenarios/smoke.yaml", Options{Warmup: &warm})
 	if res.WarmupHours != 6 || !res.Start.Equal(time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)) || res.SimulatedHours != 24 {
 		t.Fatalf("warm-up %vh, start %v, %vh simulated; want 6h before 2026-11-21 and its 24h", res.WarmupHours, res.Start, res.SimulatedHours)
-	}
-	if !res.ConservationOK {
-		t.Error("ledger conservation failed")
 	}
 	// 40 + 20 SPENDs a second for a day; a counted warm-up would add a quarter.
 	const day = 60 * 86400
@@ -140,17 +120,7 @@ func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
 // budget, the goal where the curve oracle reaches it.
 func spendsItsDay(t *testing.T, path string) (*Results, *CampaignResult) {
 	t.Helper()
-	sc, err := LoadScenario(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := Run(context.Background(), sc, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.ConservationOK {
-		t.Error("ledger conservation failed")
-	}
+	res := runScenario(t, path, Options{})
 	c := res.Campaigns[0]
 	q := c.Results[StrategyPacer]
 	t.Logf("%s: utilisation %.4f (the curve oracle %.4f)", c.ID, q.Utilisation, c.OracleUtilisation)
@@ -161,4 +131,21 @@ func spendsItsDay(t *testing.T, path string) (*Results, *CampaignResult) {
 		t.Errorf("utilisation %.4f, want >= 0.995 (the curve oracle reaches %.4f)", q.Utilisation, c.OracleUtilisation)
 	}
 	return res, c
+}
+
+// runScenario runs the scenario at path and checks that the ledger balanced.
+func runScenario(t *testing.T, path string, opt Options) *Results {
+	t.Helper()
+	sc, err := LoadScenario(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), sc, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.ConservationOK {
+		t.Error("ledger conservation failed")
+	}
+	return res
 }
