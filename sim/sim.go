@@ -378,6 +378,9 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		return err
 	}
 	r.daemonCfg = resolved
+	r.reconClock = &hostClock{}
+	r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
+		Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
 	r.reshare()
 	for _, f := range sc.Faults {
 		if f.StopNATS {
@@ -548,11 +551,6 @@ func (r *runner) heldBy(ctx context.Context, holder string, t time.Time) int64 {
 // 0: no election in the simulator). A step that fails (Redis paused) is
 // retried at the next.
 func (r *runner) reconcile(ctx context.Context, t time.Time) {
-	if r.recon == nil {
-		r.reconClock = &hostClock{}
-		r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
-			Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
-	}
 	r.reconClock.set(t)
 	if err := r.recon.Step(ctx, 0); err != nil && !errors.Is(err, errRedisPaused) {
 		r.log.Warn("reconciler step", zap.Error(err))
