@@ -862,7 +862,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: c.curveAhead(ds, now, lead), Cap: lead.at(ds, now, cfg.CapWindow),
-			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds)},
+			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
 	}
 	req.Demand, req.DemandTTL = c.fairDemand(ds)

@@ -530,11 +530,15 @@ func Split(total int64, n int) []int64 {
 // of the window. Unit, a bid's size in micros, lets the shard make one bid
 // available while its spent and available budget stay within one Unit of its
 // plan, so a campaign whose cap window is worth less than one bid still
-// spends (0: no such advance).
+// spends (0: no such advance). Shards is how many shards the campaign-day
+// has: with more than one, a shard that was catching up takes up its
+// one-Unit advance again at the catch-up pace, not at once (0: unknown, as
+// one).
 type Pace struct {
 	Now, Cap        int64
 	Unit            int64
 	CatchUpPermille int64
+	Shards          int64
 }
 
 // MaxCatchUp is the largest catch-up multiple (Pace.CatchUpPermille up to
@@ -605,6 +609,8 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("pace unit %d micros out of range", r.Pace.Unit)
 	case r.Pace.CatchUpPermille != 0 && (r.Pace.CatchUpPermille < 1000 || r.Pace.CatchUpPermille > 1000*MaxCatchUp):
 		return fmt.Errorf("catch-up %d per mille: want 0 (pro rata) or 1000 to %d", r.Pace.CatchUpPermille, 1000*MaxCatchUp)
+	case r.Pace.Shards < 0 || r.Pace.Shards > MaxShards:
+		return fmt.Errorf("pace shards %d: want 0 to %d", r.Pace.Shards, MaxShards)
 	case r.Demand < 0 || r.Demand > MaxBudgetMicros:
 		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
 	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
@@ -625,7 +631,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -659,7 +665,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

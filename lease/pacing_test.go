@@ -127,6 +127,61 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 	}
 }
 
+// A shard catching up does not jump a unit ahead of its plan once it is
+// back on it: its one-unit advance builds at the catch-up pace, so no call
+// releases more than k x the plan's pace over the curve since the last one.
+// Before, each shard went from a unit behind to a unit ahead in one call, and
+// a campaign's eight shards together ran 25-35 bids ahead within minutes
+// (late-peak: hours of 3.1-4.8x its plan against the 3x bound). Flat day,
+// 24,000,000 micros (1,000,000 an hour), a unit of half an hour's plan;
+// nothing spent until noon, then every five minutes a grant of all it can,
+// spent at once. The day has two shards (one bid ahead on each is two
+// ahead for the campaign); the test uses the first.
+func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
+	const (
+		day    = "2026-11-21"
+		budget = 24_000_000
+		unit   = 500_000
+		k      = 3000
+		step   = 5 * time.Minute
+	)
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", 2*budget, 2), day)
+	key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	stepPlan := int64(budget * step.Seconds() / 86400)
+	var spent int64
+	ahead := false
+	for now := t0.Add(12 * time.Hour); now.Before(t0.Add(22 * time.Hour)); now = now.Add(step) {
+		at := now.Sub(t0)
+		c := int64(at/time.Millisecond) * ppb / 86_400_000
+		r := grantReq("L"+at.String(), key, lease.MaxBudgetMicros, now, c)
+		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: unit, CatchUpPermille: k, Shards: 2}
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Granted > 0 {
+			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		spent += g.Granted
+		plan := int64(budget * at.Seconds() / 86400)
+		if at > 12*time.Hour && g.Granted > stepPlan*k/1000+5 {
+			t.Fatalf("at %v granted %d: more than %.0fx the five minutes' plan of %d (spent %d, plan %d)",
+				at, g.Granted, float64(k)/1000, stepPlan, spent, plan)
+		}
+		if spent > plan+unit {
+			t.Fatalf("at %v spent %d: more than a unit over the plan's %d", at, spent, plan)
+		}
+		ahead = ahead || spent > plan+unit/2
+	}
+	mustBalance(t, l, "c", day)
+	if !ahead {
+		t.Error("the shard never stood half a unit ahead of its plan: the advance did not run")
+	}
+}
+
 // A shard far behind at 23:00 does not end its day in a burst when catch-up
 // is bounded: over the last hour it releases at most k x the plan's hour
 // (1.5x, the daemons' bound for a day's last hour); pro rata (k = 0) it

@@ -68,7 +68,11 @@ local EXPIRY_SWEEP = 64
 -- write sequence, raised by every write, so a daemon that sees it go down
 -- knows the ledger lost acknowledged writes. closed: the day is over; no
 -- more grants.
-local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip'}
+-- adv: what a shard's one-unit advance may release while it ramps up
+-- (release_by_curve): not money, a rate limit's state. ADV_WHOLE (at least
+-- any unit) is a shard whose advance is whole, as a new shard's is.
+local ADV_WHOLE = 1000000000000000
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv'}
 
 -- load_shard reads a shard and, if it exists, always writes (touch): a
 -- script retried after a lost reply, or repeated by id, may find nothing to
@@ -100,7 +104,7 @@ local function store_shard(key, s)
   s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|')), 1, 8), 16)
   redis.call('HSET', key, 'budget', str(s.budget),
     'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
-    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed),
+    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed), 'adv', str(s.adv),
     'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip))
 end
 
@@ -208,6 +212,8 @@ end
 -- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released.
+-- ramp: the campaign-day has more than one shard, so a shard that was far
+-- behind takes up its advance again at the catch-up pace (adv).
 -- exempt: micros a renewal's ending lease just gave back, left out of the
 -- cap: they were released before, so keeping them adds nothing to the
 -- fleet's pace, while capping them would re-lock what the caps let other
@@ -217,7 +223,7 @@ end
 -- windows (a fair split there would strand at the day's end what holders
 -- leave for each other).
 local FAIR_END = 3
-local function release_by_curve(s, c_now, c_cap, unit, k, exempt)
+local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
   unit = unit or 0
   k = k or 0
   exempt = exempt or 0
@@ -232,6 +238,9 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt)
   end
   local plan = s.budget - s.owed
   if plan < 0 then plan = 0 end
+  -- What the call's span of the curve allows in all: k x the plan's pace.
+  local locked0, allowance = s.locked, 0
+  if k > 0 and c_now > s.cppb then allowance = scale(muldiv(plan, c_now - s.cppb, PPB), k) end
   if c_now > s.cppb then
     local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
     if k > 0 and c_now < PPB then
@@ -262,6 +271,10 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt)
   -- still fill up to one unit at the catch-up pace, so that a campaign whose
   -- cap window is worth less than a bid gets its bids, at that pace.
   local far_behind = k > 0 and unit > 0 and s.locked - plan_locked > unit
+  -- Catching up, on one of several shards, the advance will ramp up again
+  -- once the shard is back on its plan (below).
+  if far_behind and ramp then s.adv = 0 end
+  local ramping = false
   local cap
   if k > 0 then
     local window = muldiv(plan, c_cap - s.cppb, PPB)
@@ -275,12 +288,36 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt)
     s.locked = s.locked + (s.available - exempt - cap)
     s.available = cap + exempt
   end
+  if ramp and k > 0 and unit > 0 and not far_behind and s.adv < unit then
+    -- A shard that was catching up takes up its one-unit advance
+    -- again no faster than the catch-up pace: the advance spends adv,
+    -- which each call fills with what its allowance leaves over the rules
+    -- above (what the cap re-locked may come back), until it holds a unit;
+    -- from then on the advance is whole, until the shard falls behind
+    -- again. Without the ramp, every shard of a campaign ending its
+    -- catch-up jumped from a unit behind its plan to a unit ahead at once:
+    -- eight shards, 25-35 bids in minutes, more than a daytime curve's
+    -- last hour (late-peak: hours of 3.1-4.8x the plan against the 3x
+    -- bound, then nothing). A new shard's advance is whole (open.lua): a
+    -- ramp at the day's start cost a midnight spike its bids. Only where a
+    -- campaign-day has several shards (ramp): a single shard's jump is the
+    -- one bid ahead the advance is for, and a sparse campaign's own gaps
+    -- between SPENDs leave it a bid or two behind all day (ramped after
+    -- each, the tiny scenario's 20-bid budgets lost a bid in three days of
+    -- 120).
+    s.adv = s.adv + math.max(0, allowance - (locked0 - s.locked))
+    if s.adv >= unit then s.adv = ADV_WHOLE else ramping = true end
+  end
   if unit > 0 and s.available < unit and not far_behind then
     -- After: spent + available <= plan x C + unit. Leased budget is not
     -- counted: a sparse campaign's hosts each hold a bid, unspent until a
     -- SPEND comes to that host, so the fleet runs at most a bid per host (and
     -- the leases in flight) ahead of its curve.
     local x = math.min(unit - s.available, s.locked, (plan - plan_locked) + unit - s.available - s.spent)
+    if ramping then
+      x = math.min(x, s.adv)
+      if x > 0 then s.adv = s.adv - x end
+    end
     if x > 0 then
       s.locked = s.locked - x
       s.available = s.available + x
