@@ -182,6 +182,42 @@ func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
 	}
 }
 
+// A new shard of a day of several takes up its advance at the catch-up pace
+// too: eight shards a unit ahead from midnight gave a 786-bid campaign with a
+// midnight spike 4.3x its curve's first hour. A single shard's day stands a
+// unit ahead at once, as the advance is for. Flat day, 24,000,000 micros a
+// shard, a unit of half an hour's plan; the first call five minutes in.
+func TestNewShardsRampTheirAdvance(t *testing.T) {
+	const (
+		day    = "2026-11-21"
+		budget = 24_000_000
+		unit   = 500_000
+		k      = 3000
+	)
+	first := func(t *testing.T, shards int) int64 {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", int64(shards)*budget, shards), day)
+		key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+		now := t0.Add(5 * time.Minute)
+		c := int64(5*60*1000) * ppb / 86_400_000
+		r := grantReq("L", key, lease.MaxBudgetMicros, now, c)
+		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: unit, CatchUpPermille: k, Shards: int64(shards)}
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustBalance(t, l, "c", day)
+		return g.Granted
+	}
+	fiveMinutes := int64(budget * 300 / 86400)
+	if g := first(t, 2); g > fiveMinutes*k/1000+5 {
+		t.Errorf("two shards: the first call granted %d, more than %.0fx the five minutes' plan of %d", g, float64(k)/1000, fiveMinutes)
+	}
+	if g := first(t, 1); g < unit {
+		t.Errorf("one shard: the first call granted %d, want the unit of %d at once", g, unit)
+	}
+}
+
 // A shard far behind at 23:00 does not end its day in a burst when catch-up
 // is bounded: over the last hour it releases at most k x the plan's hour
 // (1.5x, the daemons' bound for a day's last hour); pro rata (k = 0) it

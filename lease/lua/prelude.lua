@@ -69,8 +69,8 @@ local EXPIRY_SWEEP = 64
 -- knows the ledger lost acknowledged writes. closed: the day is over; no
 -- more grants.
 -- adv: what a shard's one-unit advance may release while it ramps up
--- (release_by_curve): not money, a rate limit's state. ADV_WHOLE (at least
--- any unit) is a shard whose advance is whole, as a new shard's is.
+-- (release_by_curve): not money, a rate limit's state; 0 for a new shard.
+-- ADV_WHOLE (at least any unit): the advance is whole.
 local ADV_WHOLE = 1000000000000000
 local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv'}
 
@@ -289,8 +289,8 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
     s.available = cap + exempt
   end
   if ramp and k > 0 and unit > 0 and not far_behind and s.adv < unit then
-    -- A shard that was catching up takes up its one-unit advance
-    -- again no faster than the catch-up pace: the advance spends adv,
+    -- A new shard, or one that was catching up, takes up its one-unit
+    -- advance no faster than the catch-up pace: the advance spends adv,
     -- which each call fills with what its allowance leaves over the rules
     -- above (what the cap re-locked may come back), until it holds a unit;
     -- from then on the advance is whole, until the shard falls behind
@@ -298,13 +298,14 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
     -- catch-up jumped from a unit behind its plan to a unit ahead at once:
     -- eight shards, 25-35 bids in minutes, more than a daytime curve's
     -- last hour (late-peak: hours of 3.1-4.8x the plan against the 3x
-    -- bound, then nothing). A new shard's advance is whole (open.lua): a
-    -- ramp at the day's start cost a midnight spike its bids. Only where a
-    -- campaign-day has several shards (ramp): a single shard's jump is the
-    -- one bid ahead the advance is for, and a sparse campaign's own gaps
-    -- between SPENDs leave it a bid or two behind all day (ramped after
-    -- each, the tiny scenario's 20-bid budgets lost a bid in three days of
-    -- 120).
+    -- bound, then nothing). A new shard ramps up too: eight shards a unit
+    -- ahead from midnight gave a 786-bid campaign with a midnight spike
+    -- 4.3x its curve's first hour. Only where a campaign-day has several
+    -- shards (ramp): a single shard's jump is the one bid ahead the
+    -- advance is for, and a sparse campaign's own gaps between SPENDs
+    -- leave it a bid or two behind all day (ramped after each, and from
+    -- midnight, the tiny scenario's 20-bid budgets lost a bid in three
+    -- days of 120 and a midnight spike its first bid).
     s.adv = s.adv + math.max(0, allowance - (locked0 - s.locked))
     if s.adv >= unit then s.adv = ADV_WHOLE else ramping = true end
   end
