@@ -12,6 +12,7 @@ import (
 // slot; different shards have different tags and so spread across the cluster.
 //
 //	pacer:{c/d/s}:state   hash   budget locked available leased spent lost cppb fence opened_ms;
+//	                             adv (the one-unit advance's ramp, prelude.lua);
 //	                             r_* the day's report counters (prelude.lua's audit)
 //	pacer:{c/d/s}:leases  hash   lease id -> "amount|holder|expiry_ms" (outstanding leases)
 //	pacer:{c/d/s}:exp     zset   lease id by expiry_ms (for settlement)
