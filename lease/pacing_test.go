@@ -127,6 +127,15 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 	}
 }
 
+// The advance's ramp tests: a shard of 24,000,000 micros a day on a flat
+// curve (1,000,000 an hour), a unit of half an hour of its plan, catch-up 3x.
+const (
+	rampDay    = "2026-11-21"
+	rampBudget = 24_000_000
+	rampUnit   = 500_000
+	rampK      = 3000
+)
+
 // A shard catching up does not jump a unit ahead of its plan once it is
 // back on it: its one-unit advance builds at the catch-up pace, so no call
 // releases more than k x the plan's pace over the curve since the last one.
@@ -138,24 +147,18 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 // spent at once. The day has two shards (one bid ahead on each is two
 // ahead for the campaign); the test uses the first.
 func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
-	const (
-		day    = "2026-11-21"
-		budget = 24_000_000
-		unit   = 500_000
-		k      = 3000
-		step   = 5 * time.Minute
-	)
+	const step = 5 * time.Minute
 	l, _ := newLedger(t)
-	mustOpen(t, l, campaign("c", 2*budget, 2), day)
-	key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	stepPlan := int64(budget * step.Seconds() / 86400)
+	mustOpen(t, l, campaign("c", 2*rampBudget, 2), rampDay)
+	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	stepPlan := int64(rampBudget * step.Seconds() / 86400)
 	var spent int64
 	ahead := false
 	for now := t0.Add(12 * time.Hour); now.Before(t0.Add(22 * time.Hour)); now = now.Add(step) {
 		at := now.Sub(t0)
 		c := int64(at/time.Millisecond) * ppb / 86_400_000
 		r := grantReq("L"+at.String(), key, lease.MaxBudgetMicros, now, c)
-		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: unit, CatchUpPermille: k, Shards: 2}
+		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: rampUnit, CatchUpPermille: rampK, Shards: 2}
 		g, err := l.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -166,17 +169,17 @@ func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
 			}
 		}
 		spent += g.Granted
-		plan := int64(budget * at.Seconds() / 86400)
-		if at > 12*time.Hour && g.Granted > stepPlan*k/1000+5 {
+		plan := int64(rampBudget * at.Seconds() / 86400)
+		if at > 12*time.Hour && g.Granted > stepPlan*rampK/1000+5 {
 			t.Fatalf("at %v granted %d: more than %.0fx the five minutes' plan of %d (spent %d, plan %d)",
-				at, g.Granted, float64(k)/1000, stepPlan, spent, plan)
+				at, g.Granted, float64(rampK)/1000, stepPlan, spent, plan)
 		}
-		if spent > plan+unit {
+		if spent > plan+rampUnit {
 			t.Fatalf("at %v spent %d: more than a unit over the plan's %d", at, spent, plan)
 		}
-		ahead = ahead || spent > plan+unit/2
+		ahead = ahead || spent > plan+rampUnit/2
 	}
-	mustBalance(t, l, "c", day)
+	mustBalance(t, l, "c", rampDay)
 	if !ahead {
 		t.Error("the shard never stood half a unit ahead of its plan: the advance did not run")
 	}
@@ -188,33 +191,27 @@ func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
 // unit ahead at once, as the advance is for. Flat day, 24,000,000 micros a
 // shard, a unit of half an hour's plan; the first call five minutes in.
 func TestNewShardsRampTheirAdvance(t *testing.T) {
-	const (
-		day    = "2026-11-21"
-		budget = 24_000_000
-		unit   = 500_000
-		k      = 3000
-	)
 	first := func(t *testing.T, shards int) int64 {
 		l, _ := newLedger(t)
-		mustOpen(t, l, campaign("c", int64(shards)*budget, shards), day)
-		key := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+		mustOpen(t, l, campaign("c", int64(shards)*rampBudget, shards), rampDay)
+		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
 		now := t0.Add(5 * time.Minute)
 		c := int64(5*60*1000) * ppb / 86_400_000
 		r := grantReq("L", key, lease.MaxBudgetMicros, now, c)
-		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: unit, CatchUpPermille: k, Shards: int64(shards)}
+		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: rampUnit, CatchUpPermille: rampK, Shards: int64(shards)}
 		g, err := l.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustBalance(t, l, "c", day)
+		mustBalance(t, l, "c", rampDay)
 		return g.Granted
 	}
-	fiveMinutes := int64(budget * 300 / 86400)
-	if g := first(t, 2); g > fiveMinutes*k/1000+5 {
-		t.Errorf("two shards: the first call granted %d, more than %.0fx the five minutes' plan of %d", g, float64(k)/1000, fiveMinutes)
+	fiveMinutes := int64(rampBudget * 300 / 86400)
+	if g := first(t, 2); g > fiveMinutes*rampK/1000+5 {
+		t.Errorf("two shards: the first call granted %d, more than %.0fx the five minutes' plan of %d", g, float64(rampK)/1000, fiveMinutes)
 	}
-	if g := first(t, 1); g < unit {
-		t.Errorf("one shard: the first call granted %d, want the unit of %d at once", g, unit)
+	if g := first(t, 1); g < rampUnit {
+		t.Errorf("one shard: the first call granted %d, want the unit of %d at once", g, rampUnit)
 	}
 }
 

@@ -20,11 +20,7 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 	}
 	// Drain shard 2 completely (a late lease takes everything left on it).
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 2}
-	end := midnight.Add(24*time.Hour - time.Minute)
-	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "big", Holder: "h", Want: 2_000_000,
-		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
-		Grace: 5 * time.Second, DayStart: midnight})
-	if err != nil || g.Shard.Remaining() != 0 {
+	if g, err := lateLease(f, k, "big", 2_000_000); err != nil || g.Shard.Remaining() != 0 {
 		t.Fatalf("drain shard 2: %+v, %v", g, err)
 	}
 	if err := rc.Pass(ctx, 7); err != nil {
@@ -68,10 +64,7 @@ func TestReconcilerRefillsAShardHalfAsRich(t *testing.T) {
 		// A lease takes half of shard 2 (1,000,000 of its 2,000,000): 1,000,000
 		// left against a mean of 1,750,000.
 		k := lease.ShardKey{Campaign: "c", Day: day, Shard: 2}
-		end := midnight.Add(24*time.Hour - time.Minute)
-		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "half", Holder: "h", Want: 1_000_000,
-			Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
-			Grace: 5 * time.Second, DayStart: midnight})
+		g, err := lateLease(f, k, "half", 1_000_000)
 		if err != nil || g.Granted != 1_000_000 {
 			t.Fatalf("lease half of shard 2: %+v, %v", g, err)
 		}
@@ -93,6 +86,15 @@ func TestReconcilerRefillsAShardHalfAsRich(t *testing.T) {
 	if before, after := drainHalf(t, reconcile.Config{PoorShare: 0.25}); after != before {
 		t.Errorf("PoorShare 0.25: shard 2 holds %d after the pass (%d before): refilled above a quarter of the mean", after, before)
 	}
+}
+
+// lateLease leases want micros from shard k a minute before the day's end,
+// where the curve has released everything.
+func lateLease(f *fixture, k lease.ShardKey, id string, want int64) (lease.Grant, error) {
+	end := midnight.Add(24*time.Hour - time.Minute)
+	return f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: want,
+		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
+		Grace: 5 * time.Second, DayStart: midnight})
 }
 
 // A cut below what is leased is owed by the shards holding the leases; when
