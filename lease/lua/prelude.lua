@@ -70,7 +70,9 @@ local EXPIRY_SWEEP = 64
 -- more grants.
 -- adv: what a shard's one-unit advance may release while it ramps up
 -- (release_by_curve): not money, a rate limit's state; 0 for a new shard.
--- ADV_WHOLE (at least any unit): the advance is whole.
+-- ADV_WHOLE (at least any unit): the advance is whole. Scripts from before
+-- it neither read nor write it, so daemons of both versions may share a
+-- shard during a rolling upgrade: the old ones' calls just do not ramp.
 local ADV_WHOLE = 1000000000000000
 local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv'}
 
