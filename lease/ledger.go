@@ -531,8 +531,8 @@ func Split(total int64, n int) []int64 {
 // available while its spent and available budget stay within one Unit of its
 // plan, so a campaign whose cap window is worth less than one bid still
 // spends (0: no such advance). Shards is how many shards the campaign-day
-// has: with more than one, a shard that was catching up takes up its
-// one-Unit advance again at the catch-up pace, not at once (0: unknown, as
+// has: with more than one, a new shard, or one that was catching up, takes
+// up its one-Unit advance at the catch-up pace, not at once (0: unknown, as
 // one).
 type Pace struct {
 	Now, Cap        int64

@@ -214,8 +214,8 @@ end
 -- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released.
--- ramp: the campaign-day has more than one shard, so a shard that was far
--- behind takes up its advance again at the catch-up pace (adv).
+-- ramp: the campaign-day has more than one shard, so a new shard, or one
+-- that was far behind, takes up its advance at the catch-up pace (adv).
 -- exempt: micros a renewal's ending lease just gave back, left out of the
 -- cap: they were released before, so keeping them adds nothing to the
 -- fleet's pace, while capping them would re-lock what the caps let other
