@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -26,49 +27,61 @@ const (
 	AutoCurveMinRequests = 1000
 )
 
-// autoCurve returns day's curve for a campaign whose curve is "auto": the
-// one decided for the day in the ledger (the first daemon to open the day
-// fits it and records it; every other reads it), or flat when the ledger
-// cannot be read or too little demand was recorded (refill loop).
+// autoCurve returns day's curve for a campaign whose curve is "auto" (see
+// DayAutoCurve), or flat when the ledger cannot be read or written (refill
+// loop).
 func (c *campaign) autoCurve(ctx context.Context, s *settings, day bucket.Day) *bucket.Curve {
-	flat := c.cfg.Curves["flat"]
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
-	w, ok, err := c.ledger.DayCurve(ctx, c.id, day.Key)
+	curve, err := DayAutoCurve(ctx, c.ledger, c.id, day, s.loc, c.log)
 	if err != nil {
-		c.log.Warn("cannot read the day's fitted curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
-		return flat
-	}
-	if !ok {
-		fitted, requests := c.fitDemand(ctx, s, day)
-		if fitted == nil {
-			c.log.Info("too little demand recorded to fit the day's curve; pacing flat", zap.String("day", day.Key), zap.Int64("requests", requests))
-			fitted = flat.Weights()
-		}
-		if w, err = c.ledger.DecideDayCurve(ctx, c.id, day.Key, fitted); err != nil {
-			c.log.Warn("cannot record the day's fitted curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
-			return flat
-		}
-	}
-	curve, err := bucket.NewCurve(AutoCurve, w)
-	if err != nil {
-		c.log.Warn("the day's fitted curve is not a curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
-		return flat
+		c.log.Warn("cannot decide the day's fitted curve; pacing flat", zap.String("day", day.Key), zap.Error(err))
+		return c.cfg.Curves["flat"]
 	}
 	return curve
 }
 
+// DayAutoCurve returns day's curve for a campaign whose curve is "auto": the
+// one decided for the day in the ledger, or, if none was, the fit of the
+// demand recorded on the AutoCurveDays local days before day (flat when
+// fewer than AutoCurveMinRequests SPENDs were), recorded as the day's
+// decision unless another daemon's came first. The first daemon to open the
+// day decides; every other reads. An error means the ledger could not be
+// read or written; the caller paces flat. The simulator calls it too, to
+// judge a run against the curve the fleet paced by.
+func DayAutoCurve(ctx context.Context, l *lease.Ledger, campaign string, day bucket.Day, loc *time.Location, log *zap.Logger) (*bucket.Curve, error) {
+	w, ok, err := l.DayCurve(ctx, campaign, day.Key)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		fitted, requests := fitDemand(ctx, l, campaign, day, loc, log)
+		if fitted == nil {
+			log.Info("too little demand recorded to fit the day's curve; pacing flat", zap.String("day", day.Key), zap.Int64("requests", requests))
+			fitted = bucket.Flat(24).Weights()
+		}
+		if w, err = l.DecideDayCurve(ctx, campaign, day.Key, fitted); err != nil {
+			return nil, err
+		}
+	}
+	curve, err := bucket.NewCurve(AutoCurve, w)
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s/%s: the day's fitted curve is not a curve: %w", campaign, day.Key, err)
+	}
+	return curve, nil
+}
+
 // fitDemand fits a curve to the demand recorded on the AutoCurveDays local
 // days before day; nil if fewer than AutoCurveMinRequests were recorded.
-func (c *campaign) fitDemand(ctx context.Context, s *settings, day bucket.Day) ([]float64, int64) {
+func fitDemand(ctx context.Context, l *lease.Ledger, campaign string, day bucket.Day, loc *time.Location, log *zap.Logger) ([]float64, int64) {
 	req := make([]float64, lease.DemandSlots)
 	var total int64
 	d := day
 	for range AutoCurveDays {
-		d = bucket.DayOf(d.Start.Add(-time.Hour), s.loc)
-		dd, ok, err := c.ledger.ReadDemand(ctx, c.id, d.Key)
+		d = bucket.DayOf(d.Start.Add(-time.Hour), loc)
+		dd, ok, err := l.ReadDemand(ctx, campaign, d.Key)
 		if err != nil {
-			c.log.Warn("cannot read recorded demand; fitting without that day", zap.String("day", d.Key), zap.Error(err))
+			log.Warn("cannot read recorded demand; fitting without that day", zap.String("day", d.Key), zap.Error(err))
 			continue
 		}
 		if !ok {
@@ -84,7 +97,7 @@ func (c *campaign) fitDemand(ctx context.Context, s *settings, day bucket.Day) (
 	}
 	_, w, err := bucket.FitCurve(AutoCurve, req, bucket.FitOptions{Slots: AutoCurveSlots, Smooth: -1, Min: AutoCurveMin, Max: AutoCurveMax})
 	if err != nil {
-		c.log.Warn("cannot fit the day's curve", zap.Error(err))
+		log.Warn("cannot fit the day's curve", zap.Error(err))
 		return nil, total
 	}
 	return w, total

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 	"gopkg.in/yaml.v3"
 )
@@ -129,9 +130,13 @@ type Spec struct {
 	// from it unless BudgetMicros is set, in which case Demand is derived.
 	Demand       float64 `yaml:"demand"`
 	BudgetMicros int64   `yaml:"budget_micros"`
-	Curve        string  `yaml:"curve"`
-	TZ           string  `yaml:"tz"`
-	Shards       int     `yaml:"shards"`
+	// Curve names a curve of CurvesDir or CurveFiles, or is "auto": each
+	// day is paced by the curve the fleet fits to the demand it recorded the
+	// days before (daemon.AutoCurve), flat without any; a warm-up records a
+	// day of it.
+	Curve  string `yaml:"curve"`
+	TZ     string `yaml:"tz"`
+	Shards int    `yaml:"shards"`
 	// Traffic is the shape of arrivals over the local day: "flat",
 	// "cosine" (peak 4x trough, peak at 20:00 local; "cosine@14" peaks at
 	// 14:00), "curve" (follows the campaign's pacing curve) or
@@ -399,8 +404,14 @@ func (s *Scenario) resolve(baseDir string) error {
 			bad("%s: rate %v: want SPENDs per second > 0", where, c.Rate)
 		}
 		curve, ok := curves[c.Curve]
-		if !ok {
-			bad("%s: curve %q: not in %s nor curve_files (have %s)", where, c.Curve, dir, strings.Join(sortedKeys(curves), ", "))
+		if !ok && c.Curve != daemon.AutoCurve {
+			bad("%s: curve %q: not in %s nor curve_files (have %s), nor %s", where, c.Curve, dir, strings.Join(sortedKeys(curves), ", "), daemon.AutoCurve)
+		}
+		if c.Curve == daemon.AutoCurve {
+			ok = c.Traffic != "curve"
+			if !ok {
+				bad("%s: traffic curve follows the campaign's curve, and an %s curve is known only once the fleet fits it: name a shape", where, daemon.AutoCurve)
+			}
 		}
 		if _, err := time.LoadLocation(c.TZ); err != nil {
 			bad("%s: tz %q is not an IANA zone such as America/New_York", where, c.TZ)

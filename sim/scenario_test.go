@@ -22,6 +22,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"bad duration", base + camp + "step: 5\n", "not a duration"},
 		{"step and tick", base + camp + "step: 1s\narrival_tick: 300ms\n", "must divide step"},
 		{"unknown curve", base + "campaigns: [{id: c1, rate: 10, curve: nope}]\n", `curve "nope": not in`},
+		{"auto curve, curve traffic", base + "campaigns: [{id: c1, rate: 10, curve: auto, traffic: curve}]\n", "known only once the fleet fits it"},
 		{"bad tz", base + "campaigns: [{id: c1, rate: 10, tz: Mars/Olympus}]\n", "not an IANA zone"},
 		{"bad id", base + "campaigns: [{id: 'a{b}', rate: 10}]\n", "want 1 to 128 characters"},
 		{"duplicate id", base + "campaigns: [{id: c1, rate: 10}, {id: c1, rate: 5}]\n", "id used twice"},

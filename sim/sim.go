@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,10 @@ type Options struct {
 	Seed uint64
 	// Warmup, when set, overrides the scenario's warm-up.
 	Warmup *time.Duration
+	// Curve, when set, paces every campaign by this curve instead of the
+	// scenario's: one of its curves, or "auto" (Spec.Curve). The traffic
+	// stays the scenario's, a "curve" shape included.
+	Curve string
 	// SparseWait, when set, overrides the scenario's daemon.sparse_wait;
 	// 0 turns it off (sparse campaigns then hold standing leases).
 	SparseWait *time.Duration
@@ -92,7 +97,7 @@ type campaignRT struct {
 	idx      int
 	loc      *time.Location
 	day      bucket.Day
-	curve    *bucket.Curve
+	curve    *bucket.Curve // for an "auto" curve, nil until its day starts (dayCurves)
 	shape    shape
 	budget   int64 // pacer's and no pacing's budget
 	blBudget int64 // the Redis-backed baselines' budget (budget / thin)
@@ -212,6 +217,14 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
 			return nil, fmt.Errorf("warm-up %v: want 0 to 24h", *opt.Warmup)
 		}
 		sc.Warmup = Duration(*opt.Warmup)
+	}
+	if opt.Curve != "" {
+		if _, ok := sc.curves[opt.Curve]; !ok && opt.Curve != daemon.AutoCurve {
+			return nil, fmt.Errorf("curve %q: not among the scenario's (have %s), nor %s", opt.Curve, strings.Join(sortedKeys(sc.curves), ", "), daemon.AutoCurve)
+		}
+		for i := range sc.Campaigns {
+			sc.Campaigns[i].Curve = opt.Curve
+		}
 	}
 	addr := opt.RedisAddr
 	if addr == "" {
@@ -448,6 +461,9 @@ func (r *runner) loop(ctx context.Context) error {
 			r.reconcile(ctx, t)
 			nextReconcile = nextReconcile.Add(reconcileEvery)
 		}
+		if err := r.dayCurves(ctx, t); err != nil {
+			return err
+		}
 		r.bookkeeping(ctx, t)
 
 		// Every live host, in parallel: its daemon's refill loop at t (so
@@ -559,6 +575,24 @@ func (r *runner) reconcile(ctx context.Context, t time.Time) {
 
 // bookkeeping runs at the top of each step, between the phases, when no host
 // goroutine runs: minute samples, day start and day end snapshots.
+// dayCurves learns, as each measured day starts, the curve of a campaign
+// whose curve is "auto": the one its fleet decides in the ledger (decided
+// here, by the daemons' own code, if no daemon has opened the day yet), so
+// the run is judged, and the oracle paced, by the curve the fleet paces by.
+func (r *runner) dayCurves(ctx context.Context, t time.Time) error {
+	for _, c := range r.camps {
+		if c.curve != nil || t.Before(c.day.Start) {
+			continue
+		}
+		curve, err := daemon.DayAutoCurve(ctx, r.obsLedger, c.spec.ID, c.day, c.loc, r.log)
+		if err != nil {
+			return fmt.Errorf("campaign %s: the day's %s curve: %w", c.spec.ID, daemon.AutoCurve, err)
+		}
+		c.curve = curve
+	}
+	return nil
+}
+
 func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 	for _, c := range r.camps {
 		if t.Before(c.day.Start) || t.After(c.day.End) {

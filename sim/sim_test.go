@@ -126,6 +126,24 @@ func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
 	t.Logf("left locked or available at the end %d micros, last hour %.2fx the plan's", c.Ledger.Unreleased, c.Results[StrategyPacer].LastHourRatio)
 }
 
+// A campaign whose traffic is unlike its configured curve (family seed 7's
+// f01: a night peak 10x its trough), paced by curve: auto after a warm-up
+// day: the fleet fits the day's curve to the demand it recorded the day
+// before and spends its budget (99.99%; paced flat, 69%).
+func TestAutoCurveFollowsTheTraffic(t *testing.T) {
+	_, c := spendsItsDay(t, "../configs/scenarios/auto-curve.yaml")
+	q := c.Results[StrategyPacer]
+	// The traffic puts 72% of its SPENDs before 08:00; a flat curve, 33%.
+	var night float64
+	for _, s := range q.PlanHourShares[:8] {
+		night += s
+	}
+	if night < 0.6 {
+		t.Errorf("the day's curve gives 00:00-08:00 %.0f%% of the budget; the traffic, 72%%: not fitted to it", 100*night)
+	}
+	t.Logf("the day's curve: %.0f%% before 08:00; tracking error max %.2f%%", 100*night, 100*q.TrackingMax)
+}
+
 // spendsItsDay runs a one-campaign scenario and checks the money (balanced
 // ledger, no overspend) and that the campaign spent at least 99.5% of its
 // budget, the goal where the curve oracle reaches it.
