@@ -78,7 +78,8 @@ type Options struct {
 	// Trace, when set, receives a line per SPEND of the campaigns named in
 	// TraceCampaigns (all when empty): simulated time, host, amount, the
 	// answer and what the host held after it. For reading why a campaign
-	// delivered what it did; the lines of different hosts interleave.
+	// delivered what it did; the lines of different hosts interleave. Each
+	// simulated minute it also receives a line per shard of their days.
 	Trace          io.Writer
 	TraceCampaigns []string
 }
@@ -619,6 +620,9 @@ func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 				s.hosts[hi] = hc.allowedMicros
 			}
 			c.samples = append(c.samples, s)
+			if r.traced(c) {
+				r.traceShards(ctx, c, t)
+			}
 		}
 		if t.Equal(c.day.End) {
 			r.snapshotDayEnd(ctx, c)
@@ -727,7 +731,7 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 			hc.firstExhausted = now
 		}
 	}
-	if r.opt.Trace != nil && (len(r.opt.TraceCampaigns) == 0 || slices.Contains(r.opt.TraceCampaigns, c.spec.ID)) {
+	if r.traced(c) {
 		r.trace(h, c, amount, dec, err, now)
 	}
 
@@ -905,6 +909,31 @@ func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
 }
 
 // trace writes one SPEND's line to Options.Trace.
+func (r *runner) traced(c *campaignRT) bool {
+	return r.opt.Trace != nil && (len(r.opt.TraceCampaigns) == 0 || slices.Contains(r.opt.TraceCampaigns, c.spec.ID))
+}
+
+// traceShards writes a line per shard of c's day at t: its ledger fields and
+// the curve's target for it (its budget x the curve's position).
+func (r *runner) traceShards(ctx context.Context, c *campaignRT, t time.Time) {
+	n, err := r.obsLedger.DayShards(ctx, c.spec.ID, c.day.Key)
+	if err != nil || n == 0 {
+		return
+	}
+	shards, err := r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n)
+	if err != nil {
+		return
+	}
+	at := c.curve.AtTime(t, c.day)
+	r.traceMu.Lock()
+	defer r.traceMu.Unlock()
+	for i, sh := range shards {
+		target := int64(float64(sh.Budget-sh.Owed) * float64(at) / float64(bucket.PPB)) // a trace line, not money
+		fmt.Fprintf(r.opt.Trace, "%s %s shard=%d budget=%d locked=%d available=%d leased=%d spent=%d target=%d ahead=%d\n",
+			t.In(c.loc).Format("15:04:05"), c.spec.ID, i, sh.Budget, sh.Locked, sh.Available, sh.Leased, sh.Spent, target, sh.Spent+sh.Leased-target)
+	}
+}
+
 func (r *runner) trace(h *hostRT, c *campaignRT, amount int64, dec pacer.Decision, err error, now time.Time) {
 	answer := dec.String()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func TestWarmupIsNotCounted(t *testing.T) {
 // its budget locked (seeds 1-6, 96.89-99.41% spent); with the moves,
 // 99.95-99.99%.
 func TestLatePeakIsRebalanced(t *testing.T) {
-	res, c := spendsItsDay(t, "../configs/scenarios/late-peak.yaml")
+	res, c := spendsItsDay(t, "../configs/scenarios/late-peak.yaml", Options{})
 	t.Logf("rebalanced %d micros, reconciler commands %d", c.Ledger.Rebalanced, res.Redis.Reconciler)
 	if c.Ledger.Rebalanced <= 0 {
 		t.Error("no budget moved between the shards: the reconciler did not rebalance")
@@ -112,7 +113,7 @@ func TestLatePeakIsRebalanced(t *testing.T) {
 // quarter), 98.3% spent (98.9-99.5% on seeds 1-3); with three quarters,
 // 99.98-99.99%.
 func TestUnevenShardsCatchUpTogether(t *testing.T) {
-	_, c := spendsItsDay(t, "../configs/scenarios/uneven-catch-up.yaml")
+	_, c := spendsItsDay(t, "../configs/scenarios/uneven-catch-up.yaml", Options{})
 	t.Logf("rebalanced %d micros, left locked or available at the end %d", c.Ledger.Rebalanced, c.Ledger.Unreleased)
 }
 
@@ -122,7 +123,7 @@ func TestUnevenShardsCatchUpTogether(t *testing.T) {
 // hosts until midnight (98.6-98.9% spent over six seeds before 2026-11-26,
 // 99.91-100% after).
 func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
-	_, c := spendsItsDay(t, "../configs/scenarios/end-of-day-lead.yaml")
+	_, c := spendsItsDay(t, "../configs/scenarios/end-of-day-lead.yaml", Options{})
 	t.Logf("left locked or available at the end %d micros, last hour %.2fx the plan's", c.Ledger.Unreleased, c.Results[StrategyPacer].LastHourRatio)
 }
 
@@ -131,7 +132,8 @@ func TestEndOfDayLeadDoesNotStrandBudget(t *testing.T) {
 // day: the fleet fits the day's curve to the demand it recorded the day
 // before and spends its budget (99.99%; paced flat, 69%).
 func TestAutoCurveFollowsTheTraffic(t *testing.T) {
-	_, c := spendsItsDay(t, "../configs/scenarios/auto-curve.yaml")
+	var trace bytes.Buffer
+	_, c := spendsItsDay(t, "../configs/scenarios/auto-curve.yaml", Options{Trace: &trace})
 	q := c.Results[StrategyPacer]
 	// The traffic puts 72% of its SPENDs before 08:00; a flat curve, 33%.
 	var night float64
@@ -142,14 +144,32 @@ func TestAutoCurveFollowsTheTraffic(t *testing.T) {
 		t.Errorf("the day's curve gives 00:00-08:00 %.0f%% of the budget; the traffic, 72%%: not fitted to it", 100*night)
 	}
 	t.Logf("the day's curve: %.0f%% before 08:00; tracking error max %.2f%%", 100*night, 100*q.TrackingMax)
+
+	// The trace: a line per SPEND of the measured day, and each minute a
+	// line per shard.
+	var spends, shards int
+	for line := range strings.Lines(trace.String()) {
+		switch {
+		case strings.Contains(line, " answer="):
+			spends++
+		case strings.Contains(line, " shard=") && strings.Contains(line, " ahead="):
+			shards++
+		}
+	}
+	if want := int(c.Allowed + c.Paced + c.Exhausted + c.Errors); spends != want {
+		t.Errorf("trace: %d SPEND lines, want %d", spends, want)
+	}
+	if want := 24 * 60 * 8; shards < want {
+		t.Errorf("trace: %d shard lines, want a line per shard (8) a minute, %d", shards, want)
+	}
 }
 
 // spendsItsDay runs a one-campaign scenario and checks the money (balanced
 // ledger, no overspend) and that the campaign spent at least 99.5% of its
 // budget, the goal where the curve oracle reaches it.
-func spendsItsDay(t *testing.T, path string) (*Results, *CampaignResult) {
+func spendsItsDay(t *testing.T, path string, opt Options) (*Results, *CampaignResult) {
 	t.Helper()
-	res := runScenario(t, path, Options{})
+	res := runScenario(t, path, opt)
 	c := res.Campaigns[0]
 	q := c.Results[StrategyPacer]
 	t.Logf("%s: utilisation %.4f (the curve oracle %.4f)", c.ID, q.Utilisation, c.OracleUtilisation)

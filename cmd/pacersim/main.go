@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
 	curve := fs.String("curve", "", "pace every campaign by this curve instead of the scenario's (the traffic unchanged): one of its curves, or auto, fitted each day to the demand the fleet recorded the days before (with --warmup 24h, the day before's)")
 	sparseWait := fs.Duration("sparse-wait", -1, "the daemons' lease.sparse_wait; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
-	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held) of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
+	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held), and a minute a line per shard, of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
 		fmt.Fprintln(stderr, "       pacersim --family N [--seed S] [--write-scenario FILE] [--out DIR] ...")
