@@ -59,12 +59,13 @@ func TestUnitWindowsSeen(t *testing.T) {
 // start, a campaign sparse only in its local night ran that far ahead there
 // and then behind its plan's pace once busy (smoothness CV 0.07-0.11 in the
 // simulator's default scenario, 0.02 with the growing lead). A small budget
-// is led by a bid at the day's end where that is further than the half hour.
+// is led by a bid at the day's end where that is further than the half hour,
+// and a larger one by no more than maxLeadBids of its bids.
 func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
 	const daily = 86_400_000
 	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}}
-	c.fleetUnit = 1_000
+	c.fleetUnit = 300_000 // five minutes of the flat curve: 288 bids a day
 	for i := range 4 { // a SPEND every ten minutes: sparse
 		c.demandTicks[i] = day.Start.Add(time.Duration(i) * 10 * time.Minute)
 		c.demandTickN++
@@ -88,11 +89,22 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 		}
 	}
 	// The lead in bids grows with the day too, to a bid at its end: here a
-	// bid is a second of the flat curve, so the time lead is the further.
+	// bid is five minutes of the flat curve, so at noon the time lead, three
+	// bids, is the further.
 	noon := day.Start.Add(12 * time.Hour)
 	ds.shardLeft[0] = daily / 2
 	if got, want := c.curveAhead(ds, noon, c.arrivalLead(s, ds, noon)), ds.curve.AtTime(noon.Add(maxArrivalLead/2), day); got != want {
-		t.Errorf("a 1,000-micro bid at noon: the ledger is asked for %d PPB, want the curve a quarter hour on, %d", got, want)
+		t.Errorf("a bid of five minutes at noon: the ledger is asked for %d PPB, want the curve a quarter hour on, %d", got, want)
+	}
+	// But no more than maxLeadBids of its bids: at 23:00 the half hour has
+	// grown to nearly 29 minutes, almost six bids; the ledger is asked for
+	// four bids (20 minutes) on. Led half an hour into a steep last hour, a
+	// shard's release point stood that far ahead of its busy hosts' own
+	// calls, which released nothing until they passed it.
+	eleven := day.Start.Add(23 * time.Hour)
+	ds.shardLeft[0] = daily / 24
+	if got, want := c.curveAhead(ds, eleven, c.arrivalLead(s, ds, eleven)), ds.curve.AtTime(eleven, day)+maxLeadBids*bucket.PPB/288; got < want-1 || got > want+1 {
+		t.Errorf("at 23:00: the ledger is asked for %d PPB, want the curve's position plus %d bids, %d", got, maxLeadBids, want)
 	}
 	// A budget of 20 bids: half a bid at noon is 36 minutes of a flat
 	// curve, more than the 15 minutes the half hour has grown to: the
@@ -129,7 +141,7 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	}
 
 	// Behind its curve by more than a bid: no lead, as before.
-	ds.shardLeft[0] = daily/2 + 10_000
+	ds.shardLeft[0] = daily/2 + 2*c.fleetUnit
 	if got := c.arrivalLead(s, ds, noon); !got.zero() {
 		t.Errorf("behind the curve: lead %v, want none", got)
 	}
