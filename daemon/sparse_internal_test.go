@@ -66,7 +66,7 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	const daily = 86_400_000
 	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}}
 	c.fleetUnit = 300_000 // five minutes of the flat curve: 288 bids a day
-	for i := range 4 { // a SPEND every ten minutes: sparse
+	for i := range 4 {    // a SPEND every ten minutes: sparse
 		c.demandTicks[i] = day.Start.Add(time.Duration(i) * 10 * time.Minute)
 		c.demandTickN++
 	}
