@@ -18,13 +18,18 @@ import (
 // AutoCurveMinRequests SPENDs) the day is paced flat.
 const AutoCurve = "auto"
 
-// The fit of an "auto" curve.
+// The fit of an "auto" curve. A campaign of a few hundred SPENDs a week is
+// fitted too: in the simulator's family (one day recorded), those of 260 to
+// 1,000 SPENDs spent as much or more fitted than flat (a 244-bid campaign
+// whose traffic follows a daytime curve: 98.7% flat, 99.99% fitted), and a
+// wider moving average for them only blurred a midnight spike (99.95% to
+// 99.53%).
 const (
 	AutoCurveDays        = 7
 	AutoCurveSlots       = 96
 	AutoCurveMin         = 0.2
 	AutoCurveMax         = 5
-	AutoCurveMinRequests = 1000
+	AutoCurveMinRequests = 200
 )
 
 // autoCurve returns day's curve for a campaign whose curve is "auto" (see

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 )
@@ -64,6 +65,50 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 	tot := f.check(t, "a")
 	if released, flatHour := tot.Budget-tot.Locked, int64(86_400_000_000/24); released > flatHour/2 {
 		t.Fatalf("the ledger released %d micros by 01:00: paced flat (%d), not by the fitted curve", released, flatHour)
+	}
+
+	// A few hundred SPENDs, nine in ten in the evening: fitted (the bound of
+	// 0.2x the mean share keeps 15% for the day's first 18 hours). Fewer than
+	// AutoCurveMinRequests: flat.
+	for _, tc := range []struct {
+		id       string
+		requests int64
+		fitted   bool
+	}{{"few", 300, true}, {"fewer", daemon.AutoCurveMinRequests - 10, false}} {
+		if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: tc.id, DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
+			t.Fatal(err)
+		}
+		prev := midnight.Add(-24 * time.Hour)
+		evening := tc.requests * 9 / 10
+		for i := range tc.requests {
+			slot := int(i % 72) // the day's first 18 hours, spread
+			if i < evening {
+				slot = 72 + int(i%24)
+			}
+			if _, err := f.ledger.AddDemand(ctx, tc.id, prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: 1, Allowed: 1, MicrosAsked: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.Spend(pacer.CampaignID(tc.id), 1000, ""); err != nil {
+			t.Fatal(err)
+		}
+		a.Step(ctx)
+		w, ok, err := f.ledger.DayCurve(ctx, tc.id, day)
+		if err != nil || !ok {
+			t.Fatalf("%s: no curve decided: %v", tc.id, err)
+		}
+		var evening6, total float64
+		for i, v := range w {
+			total += v
+			if i >= len(w)*3/4 {
+				evening6 += v
+			}
+		}
+		share := evening6 / total
+		t.Logf("%s (%d SPENDs): %d weights, %.0f%% of the day after 18:00", tc.id, tc.requests, len(w), 100*share)
+		if tc.fitted && share < 0.75 || !tc.fitted && (len(w) != 24 || w[0] != w[23]) {
+			t.Errorf("%s (%d SPENDs recorded): %d weights, %.0f%% of the day after 18:00; want fitted: %v", tc.id, tc.requests, len(w), 100*share, tc.fitted)
+		}
 	}
 
 	// No demand recorded: flat.
