@@ -574,8 +574,6 @@ func (r *runner) reconcile(ctx context.Context, t time.Time) {
 	}
 }
 
-// bookkeeping runs at the top of each step, between the phases, when no host
-// goroutine runs: minute samples, day start and day end snapshots.
 // dayCurves learns, as each measured day starts, the curve of a campaign
 // whose curve is "auto": the one its fleet decides in the ledger (decided
 // here, by the daemons' own code, if no daemon has opened the day yet), so
@@ -594,6 +592,8 @@ func (r *runner) dayCurves(ctx context.Context, t time.Time) error {
 	return nil
 }
 
+// bookkeeping runs at the top of each step, between the phases, when no host
+// goroutine runs: minute samples, day start and day end snapshots.
 func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 	for _, c := range r.camps {
 		if t.Before(c.day.Start) || t.After(c.day.End) {
@@ -908,7 +908,7 @@ func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
 	}
 }
 
-// trace writes one SPEND's line to Options.Trace.
+// traced reports whether c's SPENDs and shards go to Options.Trace.
 func (r *runner) traced(c *campaignRT) bool {
 	return r.opt.Trace != nil && (len(r.opt.TraceCampaigns) == 0 || slices.Contains(r.opt.TraceCampaigns, c.spec.ID))
 }
@@ -917,16 +917,17 @@ func (r *runner) traced(c *campaignRT) bool {
 // the curve's target for it (its budget x the curve's position).
 func (r *runner) traceShards(ctx context.Context, c *campaignRT, t time.Time) {
 	n, err := r.obsLedger.DayShards(ctx, c.spec.ID, c.day.Key)
-	if err != nil || n == 0 {
-		return
+	var shards []lease.Shard
+	if err == nil && n > 0 {
+		shards, err = r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n)
 	}
-	shards, err := r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n)
+	r.traceMu.Lock()
+	defer r.traceMu.Unlock()
 	if err != nil {
+		fmt.Fprintf(r.opt.Trace, "%s %s shards: %v\n", t.In(c.loc).Format("15:04:05"), c.spec.ID, err)
 		return
 	}
 	at := c.curve.AtTime(t, c.day)
-	r.traceMu.Lock()
-	defer r.traceMu.Unlock()
 	for i, sh := range shards {
 		target := int64(float64(sh.Budget-sh.Owed) * float64(at) / float64(bucket.PPB)) // a trace line, not money
 		fmt.Fprintf(r.opt.Trace, "%s %s shard=%d budget=%d locked=%d available=%d leased=%d spent=%d target=%d ahead=%d\n",
@@ -934,6 +935,7 @@ func (r *runner) traceShards(ctx context.Context, c *campaignRT, t time.Time) {
 	}
 }
 
+// trace writes one SPEND's line to Options.Trace.
 func (r *runner) trace(h *hostRT, c *campaignRT, amount int64, dec pacer.Decision, err error, now time.Time) {
 	answer := dec.String()
 	if err != nil {
