@@ -59,7 +59,7 @@ bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simu
 	@scripts/sim-tail.sh
 
 .PHONY: bench-tail
-bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated family of 50 campaigns, on its curves and on curve: auto (docs/img/tail-*; ~12 min).
+bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated family of 50 campaigns, on its curves and on curve: auto (docs/img/tail-*; ~8 min).
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
 .PHONY: bench-scale

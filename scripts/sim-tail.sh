@@ -4,7 +4,7 @@
 # irregular traffic), writing each run's results and plots under
 # docs/img/tail-sparse/, docs/img/tail-tiny/, docs/img/tail-family/ and, the family on curve:
 # auto, docs/img/tail-family-auto/. Each results.md ends with the worst case per
-# metric. About 12 minutes on 2 quiet cores.
+# metric. About 8 minutes on 2 quiet cores.
 # Usage: scripts/sim-tail.sh [FAMILY_SIZE] [SEED]
 set -euo pipefail
 cd "$(dirname "$0")/.."
