@@ -118,7 +118,15 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	f := newFixture(t)
 	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
 	f.clock.Set(midnight.Add(24*time.Hour - 40*time.Second))
-	d := f.daemon(t, "h")
+	// One SPEND before 23:59:52: the campaign is sparse here, so that SPEND
+	// fetches its lease, waiting in real time. The default 5 ms let a loaded
+	// CI machine (packages side by side, -race) have it paced; a second
+	// takes the load out of it.
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
 	if _, err := d.Spend("c", 10_000, ""); err != nil {
 		t.Fatal(err)
 	}
