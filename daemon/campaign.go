@@ -110,9 +110,13 @@ type campaign struct {
 	// campaign is supply-constrained, so hosts get budget in proportion to
 	// their demand rather than to how often they ask.
 	share      float64
-	shareDay   string
+	shareDay   string // the demand slot this host counts its part of
 	shareSlot  int
-	shareAsked int64
+	shareAsked int64 // this host's micros asked in that slot
+	// shareWhole: this host counted that slot from its start; shareJudged:
+	// share comes from such slots (updateShare).
+	shareWhole, shareJudged bool
+
 	flushed    bucket.Stats // demand counts at the last flush to the ledger
 	bidSent    int64        // the bid size the last flush that carried one sent
 	bidSentDay string       // the day it was sent for

@@ -199,25 +199,47 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
 }
 
-// updateShare folds this host's share of the campaign's demand in the
-// current demand slot (its micros asked over the fleet's, as the demand
-// flush just returned) into an EWMA across flushes (refill loop only).
-// Other hosts' counts are up to a flush behind, so the share errs high.
-func (c *campaign) updateShare(day string, slot int, asked, fleet int64) {
+// updateShare folds this host's share of the campaign's demand into
+// c.share (refill loop only), from what a demand flush just added (asked, in
+// slot of day) and returned (the fleet's). A slot is judged once it is over
+// (fleet.Before) and only if this host counted it from its start: then its
+// own counts and the fleet's cover the same quarter hour. The slot in
+// progress errs high, since the other hosts' counts in it are up to their
+// flush interval behind this host's own: a host with a fifth of a sparse
+// campaign's SPENDs, flushing every 5 minutes, took itself for 40% of it
+// and was metered at twice its share (shareThrottle), and took 25% of the
+// spend. It stands in only until a whole slot has been judged: a fresh
+// daemon's share is needed before that.
+func (c *campaign) updateShare(day string, slot int, asked int64, fleet lease.FleetAsked) {
 	if day != c.shareDay || slot != c.shareSlot {
-		c.shareDay, c.shareSlot, c.shareAsked = day, slot, 0
+		next := c.shareDay != "" && (day == c.shareDay && slot == c.shareSlot+1 ||
+			day != c.shareDay && slot == 0 && c.shareSlot == lease.DemandSlots-1)
+		if next && c.shareWhole && day == c.shareDay && fleet.Before > 0 {
+			inst := min(float64(c.shareAsked)/float64(fleet.Before), 1)
+			if !c.shareJudged {
+				c.share, c.shareJudged = inst, true
+			} else {
+				c.share += shareWeight * (inst - c.share)
+			}
+		}
+		c.shareDay, c.shareSlot, c.shareAsked, c.shareWhole = day, slot, 0, next
 	}
 	c.shareAsked += asked
-	if fleet <= 0 || c.shareAsked <= 0 {
+	if c.shareJudged || fleet.Slot <= 0 || c.shareAsked <= 0 {
 		return
 	}
-	inst := min(float64(c.shareAsked)/float64(fleet), 1)
+	inst := min(float64(c.shareAsked)/float64(fleet.Slot), 1)
 	if c.share == 0 {
 		c.share = inst
 		return
 	}
 	c.share += 0.3 * (inst - c.share)
 }
+
+// shareWeight is the weight of a whole slot's share in c.share: a quarter
+// hour of a sparse host's SPENDs (a few dozen) is a noisy sample, and the
+// estimate follows a host joining or leaving the fleet within half an hour.
+const shareWeight = 0.5
 
 // fairDemand is what a grant tells the shard of this host's demand (micros
 // a second, rounded up: a sparse host's counts too) and how long the shard

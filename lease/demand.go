@@ -41,12 +41,12 @@ var demandScript = redis.NewScript(luaDemand)
 // AddDemand adds a daemon's counts to the campaign-day's demand hash in one
 // script call (daemons call it in batches, never per SPEND), plus one write
 // of the bid if a count carries one (daemons send it only when it changed).
-// It returns the fleet's micros asked so far in the last count's slot, this
-// call's included: a daemon's share of that is its share of the campaign's
-// demand. Not retried: a count whose reply was lost may have been added.
-func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (int64, error) {
+// It returns the fleet's micros asked in the last count's slot and the slot
+// before (FleetAsked). Not retried: a count whose reply was lost may have
+// been added.
+func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (FleetAsked, error) {
 	if len(ds) == 0 {
-		return 0, nil
+		return FleetAsked{}, nil
 	}
 	args := make([]any, 0, 1+5*len(ds))
 	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli())
@@ -61,14 +61,28 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 	// between the two leaves nothing a retry would add twice.
 	if bid > 0 {
 		if err := l.rdb.HSet(ctx, daysKey(campaign), bidField, bid).Err(); err != nil {
-			return 0, fmt.Errorf("ledger %s: bid: %w", campaign, err)
+			return FleetAsked{}, fmt.Errorf("ledger %s: bid: %w", campaign, err)
 		}
 	}
-	asked, err := demandScript.Run(ctx, l.rdb, []string{DemandKey(campaign, day)}, args...).Int64()
+	r, err := demandScript.Run(ctx, l.rdb, []string{DemandKey(campaign, day)}, args...).Int64Slice()
 	if err != nil {
-		return 0, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
+		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
-	return asked, nil
+	if len(r) != 2 {
+		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %d values in the reply, want 2", campaign, day, len(r))
+	}
+	return FleetAsked{Slot: r[0], Before: r[1]}, nil
+}
+
+// FleetAsked is the fleet's micros asked in a slot of a campaign-day, as a
+// demand flush (AddDemand) returns it. Slot is the flushed slot's so far,
+// that flush's counts included: the other hosts' are up to their flush
+// interval behind, so a host's part of it errs high (a host flushing every
+// 5 minutes, early in a slot, had twice its share). Before is the slot
+// before it, which is complete once its time is over: every host has
+// flushed what it saw then (each flush counts in the slot of its time).
+type FleetAsked struct {
+	Slot, Before int64
 }
 
 // SetBid records campaign's bid size (micros per SPEND, such as the bidder's

@@ -3,14 +3,18 @@
 -- was five commands a flush, per campaign, per host).
 -- KEYS: the demand hash
 -- ARGV: expire_at_ms, then per slot: slot requests allowed denied micros_asked
--- Returns the hash's micros asked in the last slot given, this call's included.
-local asked = 0
+-- Returns the hash's micros asked in the last slot given, this call's
+-- included, and in the slot before it (0 before slot 1).
+local asked, last = 0, 0
 for i = 2, #ARGV, 5 do
   local s = ARGV[i]
+  last = tonumber(s)
   redis.call('HINCRBY', KEYS[1], 'req:' .. s, ARGV[i + 1])
   redis.call('HINCRBY', KEYS[1], 'ok:' .. s, ARGV[i + 2])
   redis.call('HINCRBY', KEYS[1], 'no:' .. s, ARGV[i + 3])
   asked = redis.call('HINCRBY', KEYS[1], 'reqm:' .. s, ARGV[i + 4])
 end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-return asked
+local before = 0
+if last >= 1 then before = tonumber(redis.call('HGET', KEYS[1], 'reqm:' .. (last - 1)) or '0') end
+return {asked, before}
