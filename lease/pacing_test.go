@@ -185,9 +185,10 @@ func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
 	}
 }
 
-// A new shard of a day of several takes up its advance at the catch-up pace
-// too: eight shards a unit ahead from midnight gave a 786-bid campaign with a
-// midnight spike 4.3x its curve's first hour. A single shard's day stands a
+// A new shard of a day of several ramps up its advance too, at no more than
+// twice the plan's pace: eight shards a unit ahead from midnight gave a
+// 786-bid campaign with a midnight spike 4.3x its curve's first hour, and
+// ramping at the catch-up pace (3x) 2.2-2.7x its night hours. A single shard's day stands a
 // unit ahead at once, as the advance is for. Flat day, 24,000,000 micros a
 // shard, a unit of half an hour's plan; the first call five minutes in.
 func TestNewShardsRampTheirAdvance(t *testing.T) {
@@ -207,8 +208,9 @@ func TestNewShardsRampTheirAdvance(t *testing.T) {
 		return g.Granted
 	}
 	fiveMinutes := int64(rampBudget * 300 / 86400)
-	if g := first(t, 2); g > fiveMinutes*rampK/1000+5 {
-		t.Errorf("two shards: the first call granted %d, more than %.0fx the five minutes' plan of %d", g, float64(rampK)/1000, fiveMinutes)
+	// At most twice the plan's pace, though catch-up may go to rampK (3x).
+	if g := first(t, 2); g > fiveMinutes*2+5 {
+		t.Errorf("two shards: the first call granted %d, more than twice the five minutes' plan of %d", g, fiveMinutes)
 	}
 	if g := first(t, 1); g < rampUnit {
 		t.Errorf("one shard: the first call granted %d, want the unit of %d at once", g, rampUnit)

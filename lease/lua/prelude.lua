@@ -225,6 +225,13 @@ end
 -- windows (a fair split there would strand at the day's end what holders
 -- leave for each other).
 local FAIR_END = 3
+-- RAMP_PERMILLE bounds the pace a ramping shard takes up its advance at, in
+-- permille of the plan's: twice it, the plan's own pace and as much again
+-- banked. At the catch-up pace (3x, the rule until 2026-11-26), a
+-- 786-bid campaign with a midnight spike on a daytime curve ran its night
+-- hours at 2.2-2.7x its plan, less a bid, over five seeds (the issue's bound
+-- for small budgets is 2x); at 2x, 1.6-2.1x.
+local RAMP_PERMILLE = 2000
 local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
   unit = unit or 0
   k = k or 0
@@ -240,9 +247,10 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
   end
   local plan = s.budget - s.owed
   if plan < 0 then plan = 0 end
-  -- What the call's span of the curve allows in all: k x the plan's pace.
+  -- What the call's span of the curve allows in all, for the advance's ramp
+  -- (below): k x the plan's pace, at most RAMP_PERMILLE.
   local locked0, allowance = s.locked, 0
-  if k > 0 and c_now > s.cppb then allowance = scale(muldiv(plan, c_now - s.cppb, PPB), k) end
+  if k > 0 and c_now > s.cppb then allowance = scale(muldiv(plan, c_now - s.cppb, PPB), math.min(k, RAMP_PERMILLE)) end
   if c_now > s.cppb then
     local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
     if k > 0 and c_now < PPB then
@@ -292,7 +300,8 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
   end
   if ramp and k > 0 and unit > 0 and not far_behind and s.adv < unit then
     -- A new shard, or one that was catching up, takes up its one-unit
-    -- advance no faster than the catch-up pace: the advance spends adv,
+    -- advance no faster than twice the plan's pace (RAMP_PERMILLE, and the
+    -- catch-up pace if that is less): the advance spends adv,
     -- which each call fills with what its allowance leaves over the rules
     -- above (what the cap re-locked may come back), until it holds a unit;
     -- from then on the advance is whole, until the shard falls behind
