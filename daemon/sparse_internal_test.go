@@ -202,3 +202,32 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 		t.Fatal("a busy campaign's lease gave back 2,245 micros: exhaustion ended; want it kept")
 	}
 }
+
+// Catch-up runs at the campaign's multiple until a cap window before the
+// day's last hour, then at lastHourCatchUpPermille: what the last hour
+// finds available and leased out at its start was released at that pace
+// too, so the hour stays within 1.5x its plan.
+func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{CapWindow: 5 * time.Minute, CatchUp: 3}}}
+	ds := &dayState{day: day}
+	for _, tc := range []struct {
+		before time.Duration // day.End less
+		want   int64
+	}{
+		{12 * time.Hour, 3000},
+		{65*time.Minute + time.Second, 3000},
+		{65 * time.Minute, lastHourCatchUpPermille},
+		{time.Hour, lastHourCatchUpPermille},
+		{time.Minute, lastHourCatchUpPermille},
+	} {
+		if got := c.catchUpPermille(day.End.Add(-tc.before), ds); got != tc.want {
+			t.Errorf("%v before the day's end: catch-up %d permille, want %d", tc.before, got, tc.want)
+		}
+	}
+	// A campaign configured below the last hour's multiple keeps its own.
+	c.cfg.CatchUp = 1
+	if got := c.catchUpPermille(day.End.Add(-time.Minute), ds); got != 1000 {
+		t.Errorf("catch-up 1x in the last hour: %d permille, want 1000", got)
+	}
+}
