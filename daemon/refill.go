@@ -346,7 +346,7 @@ func (c *campaign) publishExhausted(ctx context.Context, ds *dayState) {
 // that what is available and leased out when the hour starts was released
 // at this multiple too: from the hour itself, a campaign sparse all day and
 // busy in its last hour (family seed 7's f26) spent 1.48-1.56x its plan
-// there over six seeds, with it 1.42-1.49x.
+// there over six seeds, with it 1.40-1.51x.
 const lastHourCatchUpPermille = 1250
 
 // catchUpPermille is how fast, in parts per thousand of the curve's pace, the
