@@ -122,11 +122,7 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	// fetches its lease, waiting in real time. The default 5 ms let a loaded
 	// CI machine (packages side by side, -race) have it paced; a second
 	// takes the load out of it.
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
+	d := f.sparseDaemon(t, "h", time.Second)
 	if _, err := d.Spend("c", 10_000, ""); err != nil {
 		t.Fatal(err)
 	}
