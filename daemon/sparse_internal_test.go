@@ -231,3 +231,54 @@ func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
 		t.Errorf("catch-up 1x in the last hour: %d permille, want 1000", got)
 	}
 }
+
+// The ledger's hour bound is asked for a campaign whose average hour is at
+// most hourBoundBids of its bids, in the hour of its local day the call
+// falls in, at twice the curve's share of it (the catch-up multiple if
+// less); not for a larger campaign, nor outside the day. A day that gains
+// an hour at a DST change has an hour 24.
+func TestHourPaceBoundsSmallBudgetsOnly(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	c := &campaign{}
+	ds := &dayState{day: day, curve: bucket.Flat(24)}
+	const bid = 4_000
+	pace := func(daily int64, at time.Time, catchUp int64) lease.Pace {
+		p := lease.Pace{Unit: bid, CatchUpPermille: catchUp}
+		c.hourPace(&p, at, &settings{Campaign: lease.Campaign{DailyMicros: daily}}, ds)
+		return p
+	}
+	small := int64(20 * bid)
+	p := pace(small, day.Start.Add(13*time.Hour+30*time.Minute), 3000)
+	if p.Hour != 13 || p.HourPermille != 2000 || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
+		t.Errorf("a 20-bid campaign at 13:30: hour %d, %d ppb, %d permille; want hour 13, %d ppb, 2000 permille",
+			p.Hour, p.HourPPB, p.HourPermille, int64(bucket.PPB/24))
+	}
+	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourCatchUpPermille {
+		t.Errorf("its last hour: hour %d, %d permille; want 23, the catch-up's %d", p.Hour, p.HourPermille, int64(lastHourCatchUpPermille))
+	}
+	if p := pace(hourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
+		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
+	}
+	for _, tc := range []struct {
+		name  string
+		daily int64
+		at    time.Time
+	}{
+		{"a campaign of more bids an hour", hourBoundBids*24*bid + 1, day.Start.Add(time.Hour)},
+		{"before the day", small, day.Start.Add(-time.Second)},
+		{"at its end", small, day.End},
+	} {
+		if p := pace(tc.daily, tc.at, 3000); p.HourPermille != 0 || p.Hour != 0 || p.HourPPB != 0 {
+			t.Errorf("%s: hour %d, %d ppb, %d permille; want no bound", tc.name, p.Hour, p.HourPPB, p.HourPermille)
+		}
+	}
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := bucket.DayOf(time.Date(2026, 10, 25, 12, 0, 0, 0, berlin), berlin) // 25 hours
+	ds = &dayState{day: long, curve: bucket.Flat(24)}
+	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != 1250 {
+		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille; want 24, 1250", p.Hour, p.HourPermille)
+	}
+}

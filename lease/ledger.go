@@ -38,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/internal/redisretry"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -534,12 +535,26 @@ func Split(total int64, n int) []int64 {
 // has: with more than one, a new shard, or one that was catching up, takes
 // up its one-Unit advance at the catch-up pace, not at once (0: unknown, as
 // one).
+//
+// HourPermille bounds what a shard releases in one hour of the campaign's
+// local day: Hour is the hour the call falls in (0 for the day's first,
+// counted from its start), HourPPB the curve's share of that hour. In it the
+// shard releases, catching up or ahead by its Unit alike, at most
+// HourPermille/1000 times the plan's share of the hour, plus one Unit, less
+// what it held (available and leased) when the hour began; what is beyond
+// waits for the next hour. 0: no bound (as a daemon from before it).
 type Pace struct {
 	Now, Cap        int64
 	Unit            int64
 	CatchUpPermille int64
 	Shards          int64
+	Hour, HourPPB   int64
+	HourPermille    int64
 }
+
+// maxDayHours is the last hour a local day can have (a day that gains an
+// hour at a DST change has 25: 0 to 24).
+const maxDayHours = 24
 
 // MaxCatchUp is the largest catch-up multiple (Pace.CatchUpPermille up to
 // 1000 x MaxCatchUp): the arithmetic stays exact below 2^53 for budgets up to
@@ -611,6 +626,12 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("catch-up %d per mille: want 0 (pro rata) or 1000 to %d", r.Pace.CatchUpPermille, 1000*MaxCatchUp)
 	case r.Pace.Shards < 0 || r.Pace.Shards > MaxShards:
 		return fmt.Errorf("pace shards %d: want 0 to %d", r.Pace.Shards, MaxShards)
+	case r.Pace.HourPermille != 0 && (r.Pace.HourPermille < 1000 || r.Pace.HourPermille > 1000*MaxCatchUp):
+		return fmt.Errorf("hour bound %d per mille: want 0 (none) or 1000 to %d", r.Pace.HourPermille, 1000*MaxCatchUp)
+	case r.Pace.Hour < 0 || r.Pace.Hour > maxDayHours:
+		return fmt.Errorf("pace hour %d: want 0 to %d", r.Pace.Hour, maxDayHours)
+	case r.Pace.HourPPB < 0 || r.Pace.HourPPB > bucket.PPB:
+		return fmt.Errorf("pace hour share %d ppb: want 0 to %d", r.Pace.HourPPB, int64(bucket.PPB))
 	case r.Demand < 0 || r.Demand > MaxBudgetMicros:
 		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
 	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
@@ -631,7 +652,8 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -665,7 +687,8 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards)
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -397,4 +398,133 @@ func TestRenewalReturnIsNotRelocked(t *testing.T) {
 		t.Errorf("available after the renewal: %d; want 3,000,000 ±5 micros of rounding (what the curve released, untouched by the lease's return)", g.Shard.Available)
 	}
 	mustBalance(t, l, "c", day)
+}
+
+// hourRun drives one shard of a flat day of rampBudget micros (1,000,000 an
+// hour) with catch-up 3x and the given unit and hour bound: at each minute
+// for which active says so, a grant of all it can, spent at once. It
+// returns what was spent in each hour of the day.
+func hourRun(t *testing.T, unit, hourPermille int64, active func(at time.Duration) bool) (hours [24]int64) {
+	t.Helper()
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", rampBudget, 1), rampDay)
+	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	for at := time.Minute; at < 24*time.Hour; at += time.Minute {
+		if !active(at) {
+			continue
+		}
+		now := t0.Add(at)
+		c := int64(at/time.Millisecond) * ppb / 86_400_000
+		r := grantReq("L"+at.String(), key, lease.MaxBudgetMicros, now, c)
+		h := int64(at / time.Hour)
+		r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
+			Hour: h, HourPPB: ppb / 24, HourPermille: hourPermille}
+		g, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Granted > 0 {
+			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hours[h] += g.Granted
+	}
+	mustBalance(t, l, "c", rampDay)
+	return hours
+}
+
+// A shard's hour bound: in an hour of its local day, a shard releases at
+// most the bound's multiple of the plan's share of the hour, plus a unit,
+// less what it held when the hour began, so no hour spends more than that,
+// whether the shard catches up (at 3x without the bound) or stands its
+// unit ahead (a jump of what it was behind plus a unit, at every call,
+// without it). The 20-bid budgets of the simulator's tiny scenario, a bid
+// of which is three hours of their plan, spent up to six bids in an hour
+// that way (30 seeds: 281 of 360 days within twice the curve's hour, less
+// a bid; 304 with the bound). Each case runs without the bound too, to show
+// it exceeds there.
+func TestHourBoundsWhatAShardReleases(t *testing.T) {
+	const hourPlan = rampBudget / 24
+	cases := []struct {
+		name   string
+		unit   int64
+		active func(at time.Duration) bool
+	}{
+		// Nothing asked until noon, then every minute: far behind, the
+		// catch-up rule alone releases.
+		{"catching up", 500_000, func(at time.Duration) bool { return at >= 12*time.Hour }},
+		// A unit of two hours' plan; every minute but 09:06-13:00: at
+		// 13:00 the shard, which stood a unit ahead, is 1.9 hours' plan
+		// behind, less than a unit, and each call refilled its unit at
+		// once.
+		{"a unit ahead", 2_000_000, func(at time.Duration) bool { return at < 9*time.Hour+6*time.Minute || at >= 13*time.Hour }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			most := 2*hourPlan + tc.unit
+			worst := func(hours [24]int64) (int64, int) {
+				var w int64
+				var at int
+				for h, v := range hours {
+					if v > w {
+						w, at = v, h
+					}
+				}
+				return w, at
+			}
+			if w, h := worst(hourRun(t, tc.unit, 0, tc.active)); w <= most {
+				t.Fatalf("without the bound, the worst hour (%02d:00) spent %d, within 2x the plan's %d and a unit: the case does not exercise the bound", h, w, hourPlan)
+			} else {
+				t.Logf("without the bound, hour %02d:00 spent %d", h, w)
+			}
+			hours := hourRun(t, tc.unit, 2000, tc.active)
+			if w, h := worst(hours); w > most {
+				t.Errorf("hour %02d:00 spent %d: more than twice the plan's %d and a unit (%d)", h, w, hourPlan, most)
+			}
+			var total int64
+			for _, v := range hours {
+				total += v
+			}
+			// Bounded, the shard still catches up by midnight (at twice the
+			// plan's pace, less what is held at each hour's start): what is
+			// left is under two hours of the plan.
+			if total < rampBudget-2*hourPlan {
+				t.Errorf("spent %d of %d: the bound stranded more than two hours of the plan (%v)", total, rampBudget, hours)
+			}
+		})
+	}
+}
+
+// An hour bound out of range is refused with an error that names it, and
+// changes nothing.
+func TestHourBoundOutOfRangeIsRefused(t *testing.T) {
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", rampBudget, 1), rampDay)
+	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	now := t0.Add(time.Hour)
+	c := int64(ppb / 24)
+	for _, tc := range []struct {
+		hour, ppb, permille int64
+		want                string
+	}{
+		{1, ppb / 24, 999, "hour bound 999 per mille"},
+		{1, ppb / 24, 8001, "hour bound 8001 per mille"},
+		{-1, ppb / 24, 2000, "pace hour -1"},
+		{25, ppb / 24, 2000, "pace hour 25"},
+		{1, -1, 2000, "pace hour share -1 ppb"},
+		{1, ppb + 1, 2000, "pace hour share 1000000001 ppb"},
+	} {
+		r := grantReq("bad", key, 1_000, now, c)
+		r.Pace.CatchUpPermille, r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille = rampK, tc.hour, tc.ppb, tc.permille
+		if _, err := l.Grant(ctx, r); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("hour %d, %d ppb, %d permille: error %v, want one saying %q", tc.hour, tc.ppb, tc.permille, err, tc.want)
+		}
+	}
+	r := grantReq("good", key, 1_000, now, c)
+	r.Pace.CatchUpPermille, r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille = rampK, 1, ppb/24, 2000
+	if _, err := l.Grant(ctx, r); err != nil {
+		t.Fatalf("a bound in range: %v", err)
+	}
+	mustBalance(t, l, "c", rampDay)
 }

@@ -73,8 +73,12 @@ local EXPIRY_SWEEP = 64
 -- ADV_WHOLE (at least any unit): the advance is whole. Scripts from before
 -- it neither read nor write it, so daemons of both versions may share a
 -- shard during a rolling upgrade: the old ones' calls just do not ramp.
+-- hr, hrel: the hour of the local day (plus one; 0 for none yet) and what
+-- the shard released in it, counting what it held when the hour began
+-- (release_by_curve's hour bound): not money either. Calls without an hour
+-- (older daemons) neither bound nor count.
 local ADV_WHOLE = 1000000000000000
-local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv'}
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv', 'hr', 'hrel'}
 
 -- load_shard reads a shard and, if it exists, always writes (touch): a
 -- script retried after a lost reply, or repeated by id, may find nothing to
@@ -106,7 +110,7 @@ local function store_shard(key, s)
   s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|')), 1, 8), 16)
   redis.call('HSET', key, 'budget', str(s.budget),
     'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
-    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed), 'adv', str(s.adv),
+    'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed), 'adv', str(s.adv), 'hr', str(s.hr), 'hrel', str(s.hrel),
     'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip))
 end
 
@@ -216,6 +220,12 @@ end
 -- is locked is released.
 -- ramp: the campaign-day has more than one shard, so a new shard, or one
 -- that was far behind, takes up its advance at the catch-up pace (adv).
+-- hour: {idx, ppb, permille} (or nil): the call falls in hour idx of the
+-- local day, whose share of the curve is ppb; in that hour the shard
+-- releases at most permille x the plan's share of it, plus one unit, less
+-- what it held (available and leased) when the hour began, so that no hour
+-- spends more than that multiple of its plan and a bid. It bounds the
+-- catch-up and the advance alike; the curve's end releases all the same.
 -- exempt: micros a renewal's ending lease just gave back, left out of the
 -- cap: they were released before, so keeping them adds nothing to the
 -- fleet's pace, while capping them would re-lock what the caps let other
@@ -232,7 +242,7 @@ local FAIR_END = 3
 -- hours at 2.2-2.7x its plan, less a bid, over five seeds (the issue's bound
 -- for small budgets is 2x); at 2x, 1.6-2.1x.
 local RAMP_PERMILLE = 2000
-local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
+local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   unit = unit or 0
   k = k or 0
   exempt = exempt or 0
@@ -320,12 +330,31 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
     s.adv = s.adv + math.max(0, allowance - (locked0 - s.locked))
     if s.adv >= unit then s.adv = ADV_WHOLE else ramping = true end
   end
+  -- The hour's bound (hour, above): what this call released so far counts
+  -- against what the hour has left; beyond it goes back to locked, and the
+  -- advance below may take only what is left.
+  local room
+  if hour and k > 0 then
+    local moved_now = math.max(0, locked0 - s.locked)
+    if s.hr ~= hour.idx + 1 then
+      s.hr = hour.idx + 1
+      s.hrel = math.max(0, s.available + s.leased - moved_now)
+    end
+    room = scale(muldiv(plan, hour.ppb, PPB), hour.permille) + unit - s.hrel - moved_now
+    if room < 0 then
+      local back = math.min(-room, moved_now, s.available)
+      s.available = s.available - back
+      s.locked = s.locked + back
+      room = 0
+    end
+  end
   if unit > 0 and s.available < unit and not far_behind then
     -- After: spent + available <= plan x C + unit. Leased budget is not
     -- counted: a sparse campaign's hosts each hold a bid, unspent until a
     -- SPEND comes to that host, so the fleet runs at most a bid per host (and
     -- the leases in flight) ahead of its curve.
     local x = math.min(unit - s.available, s.locked, (plan - plan_locked) + unit - s.available - s.spent)
+    if room then x = math.min(x, room) end
     if ramping then
       x = math.min(x, s.adv)
       if x > 0 then s.adv = s.adv - x end
@@ -335,8 +364,17 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp)
       s.available = s.available + x
     end
   end
+  if room then s.hrel = s.hrel + math.max(0, locked0 - s.locked) end
   if PPB - s.cppb <= FAIR_END * (c_cap - s.cppb) then return nil end -- the curve's last cap windows: no split
   return cap
+end
+
+-- hour_arg is release_by_curve's hour from a call's arguments: nil without
+-- them (an older daemon) or with permille 0.
+local function hour_arg(idx, ppb, permille)
+  permille = num(permille)
+  if permille <= 0 then return nil end
+  return {idx = num(idx), ppb = num(ppb), permille = permille}
 end
 
 -- Lease records: "amount|holder|expiry_ms".
