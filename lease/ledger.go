@@ -541,8 +541,9 @@ func Split(total int64, n int) []int64 {
 // counted from its start), HourPPB the curve's share of that hour. In it the
 // shard releases, catching up or ahead by its Unit alike, at most
 // HourPermille/1000 times the plan's share of the hour, plus one Unit, less
-// what it held (available and leased) when the hour began; what is beyond
-// waits for the next hour. 0: no bound (as a daemon from before it).
+// what it held (available and leased) at its first call in the hour; what
+// is beyond waits for the next hour. 0: no bound (as a daemon from before
+// it).
 type Pace struct {
 	Now, Cap        int64
 	Unit            int64

@@ -406,6 +406,13 @@ func TestRenewalReturnIsNotRelocked(t *testing.T) {
 // returns what was spent in each hour of the day.
 func hourRun(t *testing.T, unit, hourPermille int64, active func(at time.Duration) bool) (hours [24]int64) {
 	t.Helper()
+	return hourRunSkewed(t, unit, hourPermille, active, 0)
+}
+
+// hourRunSkewed is hourRun with a second host whose clock is skew behind:
+// after each call, it calls too, in the hour its clock says.
+func hourRunSkewed(t *testing.T, unit, hourPermille int64, active func(at time.Duration) bool, skew time.Duration) (hours [24]int64) {
+	t.Helper()
 	l, _ := newLedger(t)
 	mustOpen(t, l, campaign("c", rampBudget, 1), rampDay)
 	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
@@ -413,22 +420,26 @@ func hourRun(t *testing.T, unit, hourPermille int64, active func(at time.Duratio
 		if !active(at) {
 			continue
 		}
-		now := t0.Add(at)
-		c := int64(at/time.Millisecond) * ppb / 86_400_000
-		r := grantReq("L"+at.String(), key, lease.MaxBudgetMicros, now, c)
-		h := int64(at / time.Hour)
-		r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
-			Hour: h, HourPPB: ppb / 24, HourPermille: hourPermille}
-		g, err := l.Grant(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g.Granted > 0 {
-			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+		for i, clock := range []time.Duration{at, at - skew} {
+			if i > 0 && skew == 0 {
+				break
+			}
+			now := t0.Add(clock)
+			c := int64(clock/time.Millisecond) * ppb / 86_400_000
+			r := grantReq(fmt.Sprintf("L%v-%d", at, i), key, lease.MaxBudgetMicros, now, c)
+			r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
+				Hour: int64(clock / time.Hour), HourPPB: ppb / 24, HourPermille: hourPermille}
+			g, err := l.Grant(ctx, r)
+			if err != nil {
 				t.Fatal(err)
 			}
+			if g.Granted > 0 {
+				if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			hours[at/time.Hour] += g.Granted // spent in the hour it really is
 		}
-		hours[h] += g.Granted
 	}
 	mustBalance(t, l, "c", rampDay)
 	return hours
@@ -436,7 +447,7 @@ func hourRun(t *testing.T, unit, hourPermille int64, active func(at time.Duratio
 
 // A shard's hour bound: in an hour of its local day, a shard releases at
 // most the bound's multiple of the plan's share of the hour, plus a unit,
-// less what it held when the hour began, so no hour spends more than that,
+// less what it held at its first call in the hour, so no hour spends more than that,
 // whether the shard catches up (at 3x without the bound) or stands its
 // unit ahead (a jump of what it was behind plus a unit, at every call,
 // without it). The 20-bid budgets of the simulator's tiny scenario, a bid
@@ -527,4 +538,19 @@ func TestHourBoundOutOfRangeIsRefused(t *testing.T) {
 		t.Fatalf("a bound in range: %v", err)
 	}
 	mustBalance(t, l, "c", rampDay)
+}
+
+// A host whose clock is behind, calling in the hour before while another
+// has moved on, counts in the later hour: it does not start the earlier
+// hour again, nor does the next call start the later one again (each start
+// forgot what the hour had released). Caught up from noon, every minute,
+// by a host on time and one 90 s behind.
+func TestHourBoundHoldsAcrossSkewedClocks(t *testing.T) {
+	const hourPlan, unit = rampBudget / 24, 500_000
+	hours := hourRunSkewed(t, unit, 2000, func(at time.Duration) bool { return at >= 12*time.Hour }, 90*time.Second)
+	for h, v := range hours {
+		if v > 2*hourPlan+unit {
+			t.Errorf("hour %02d:00 spent %d: more than twice the plan's %d and a unit", h, v, hourPlan)
+		}
+	}
 }

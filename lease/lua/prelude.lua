@@ -74,7 +74,7 @@ local EXPIRY_SWEEP = 64
 -- it neither read nor write it, so daemons of both versions may share a
 -- shard during a rolling upgrade: the old ones' calls just do not ramp.
 -- hr, hrel: the hour of the local day (plus one; 0 for none yet) and what
--- the shard released in it, counting what it held when the hour began
+-- the shard released in it, counting what it held at its first call there
 -- (release_by_curve's hour bound): not money either. Calls without an hour
 -- (older daemons) neither bound nor count.
 local ADV_WHOLE = 1000000000000000
@@ -223,9 +223,11 @@ end
 -- hour: {idx, ppb, permille} (or nil): the call falls in hour idx of the
 -- local day, whose share of the curve is ppb; in that hour the shard
 -- releases at most permille x the plan's share of it, plus one unit, less
--- what it held (available and leased) when the hour began, so that no hour
--- spends more than that multiple of its plan and a bid. It bounds the
--- catch-up and the advance alike; the curve's end releases all the same.
+-- what it held (available and leased) at its first call in the hour, so
+-- that no hour spends more than that multiple of its plan and a bid (and
+-- what hosts spent of their leases between the hour's start and that call).
+-- It bounds the catch-up and the advance alike; the curve's end releases
+-- all the same.
 -- exempt: micros a renewal's ending lease just gave back, left out of the
 -- cap: they were released before, so keeping them adds nothing to the
 -- fleet's pace, while capping them would re-lock what the caps let other
@@ -336,7 +338,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   local room
   if hour and k > 0 then
     local moved_now = math.max(0, locked0 - s.locked)
-    if s.hr ~= hour.idx + 1 then
+    if s.hr < hour.idx + 1 then -- a host whose clock is behind counts in the later hour
       s.hr = hour.idx + 1
       s.hrel = math.max(0, s.available + s.leased - moved_now)
     end
