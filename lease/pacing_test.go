@@ -160,20 +160,12 @@ func TestAdvanceAfterCatchUpKeepsTheCatchUpPace(t *testing.T) {
 		c := int64(at/time.Millisecond) * ppb / 86_400_000
 		r := grantReq("L"+at.String(), key, lease.MaxBudgetMicros, now, c)
 		r.Pace = lease.Pace{Now: c, Cap: c + ppb*5/(24*60), Unit: rampUnit, CatchUpPermille: rampK, Shards: 2}
-		g, err := l.Grant(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if g.Granted > 0 {
-			if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
-				t.Fatal(err)
-			}
-		}
-		spent += g.Granted
+		g := spendAll(t, l, r)
+		spent += g
 		plan := int64(rampBudget * at.Seconds() / 86400)
-		if at > 12*time.Hour && g.Granted > stepPlan*rampK/1000+5 {
+		if at > 12*time.Hour && g > stepPlan*rampK/1000+5 {
 			t.Fatalf("at %v granted %d: more than %.0fx the five minutes' plan of %d (spent %d, plan %d)",
-				at, g.Granted, float64(rampK)/1000, stepPlan, spent, plan)
+				at, g, float64(rampK)/1000, stepPlan, spent, plan)
 		}
 		if spent > plan+rampUnit {
 			t.Fatalf("at %v spent %d: more than a unit over the plan's %d", at, spent, plan)
@@ -429,16 +421,7 @@ func hourRunSkewed(t *testing.T, unit, hourPermille int64, active func(at time.D
 			r := grantReq(fmt.Sprintf("L%v-%d", at, i), key, lease.MaxBudgetMicros, now, c)
 			r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
 				Hour: int64(clock / time.Hour), HourPPB: ppb / 24, HourPermille: hourPermille}
-			g, err := l.Grant(ctx, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if g.Granted > 0 {
-				if _, err := l.Release(ctx, key, r.LeaseID, 0, now); err != nil {
-					t.Fatal(err)
-				}
-			}
-			hours[at/time.Hour] += g.Granted // spent in the hour it really is
+			hours[at/time.Hour] += spendAll(t, l, r) // in the hour it really is
 		}
 	}
 	mustBalance(t, l, "c", rampDay)
@@ -553,4 +536,20 @@ func TestHourBoundHoldsAcrossSkewedClocks(t *testing.T) {
 			t.Errorf("hour %02d:00 spent %d: more than twice the plan's %d and a unit", h, v, hourPlan)
 		}
 	}
+}
+
+// spendAll grants r and spends all of it at once (its lease released with
+// nothing unused), returning what was granted.
+func spendAll(t *testing.T, l *lease.Ledger, r lease.GrantRequest) int64 {
+	t.Helper()
+	g, err := l.Grant(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Granted > 0 {
+		if _, err := l.Release(ctx, r.Shard, r.LeaseID, 0, r.Now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return g.Granted
 }
