@@ -382,7 +382,7 @@ const (
 // hourBoundBids bids an hour on average.
 func (c *campaign) hourPace(p *lease.Pace, now time.Time, s *settings, ds *dayState) {
 	elapsed := now.Sub(ds.day.Start)
-	if elapsed < 0 || !now.Before(ds.day.End) {
+	if elapsed < 0 || !now.Before(ds.day.End) || float64(s.DailyMicros) > hourBoundBids*24*float64(p.Unit) {
 		return
 	}
 	hour := elapsed / time.Hour
@@ -390,9 +390,6 @@ func (c *campaign) hourPace(p *lease.Pace, now time.Time, s *settings, ds *daySt
 	end := start.Add(time.Hour)
 	if end.After(ds.day.End) {
 		end = ds.day.End
-	}
-	if float64(s.DailyMicros) > hourBoundBids*24*float64(p.Unit) {
-		return
 	}
 	p.Hour = int64(hour)
 	p.HourPPB = ds.curve.AtTime(end, ds.day) - ds.curve.AtTime(start, ds.day)
