@@ -660,3 +660,40 @@ func TestAdjustDayReachesAPlannedDay(t *testing.T) {
 		t.Fatalf("PlannedDayShards of an unplanned day = %d, %v; want 0", n, err)
 	}
 }
+
+// A day's shard count comes from its budget in bids once the ledger knows
+// the bid: one shard per lease.BidsPerShard bids, at least one, at most the
+// campaign's. Each shard may stand a bid ahead of the curve, so a small
+// campaign split eight ways ran its evening hours at twice its curve's share.
+func TestSmallBudgetGetsFewerShards(t *testing.T) {
+	l, _ := newLedger(t)
+	const bid = 5_000
+	for _, tc := range []struct {
+		bids   int64
+		shards int
+	}{
+		{bids: 20, shards: 1},
+		{bids: lease.BidsPerShard - 1, shards: 1},
+		{bids: 3*lease.BidsPerShard + lease.BidsPerShard/2, shards: 3},
+		{bids: 100 * lease.BidsPerShard, shards: 8}, // the campaign's own count
+	} {
+		id := "c" + strconv.FormatInt(tc.bids, 10)
+		if _, err := l.PutCampaign(ctx, campaign(id, tc.bids*bid, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetBid(ctx, id, bid); err != nil {
+			t.Fatal(err)
+		}
+		n, err := l.OpenDay(ctx, campaign(id, tc.bids*bid, 8), "2026-11-21", t0, t0)
+		if err != nil || n != tc.shards {
+			t.Errorf("%d bids: OpenDay = %d shards, %v; want %d", tc.bids, n, err, tc.shards)
+		}
+	}
+	// Before any bid is known, the campaign's count.
+	if _, err := l.PutCampaign(ctx, campaign("nobid", 20*bid, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.OpenDay(ctx, campaign("nobid", 20*bid, 8), "2026-11-21", t0, t0); err != nil || n != 8 {
+		t.Errorf("no bid yet: OpenDay = %d shards, %v; want the campaign's 8", n, err)
+	}
+}
