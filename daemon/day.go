@@ -40,10 +40,27 @@ type dayState struct {
 	leases      map[string]heldLease
 	rng         *rand.Rand
 	nextGrantAt time.Time
-	lastGrantAt time.Time
-	shardEmpty  []bool
-	shardFilled []bool  // the last grant on the shard was all we asked for
-	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
+	// callsHeldUntil is when the ledger may be called again for the day
+	// after it failed or lost writes (nextGrantAt is at least as late).
+	// A SPEND's fetch waits for it, and for nextGrantAt, the refill loop's
+	// pacing, only when no shard said it had what the SPEND lacks
+	// (shardAvailable): a standing bid a shard could not give whole put off
+	// the host's next ask a lease window, and a smaller SPEND the shard
+	// could cover was paced meanwhile (family seed 7's f14 lost its last
+	// 1,292 micros so: 99.43% spent). Past nextGrantAt always, each paced
+	// SPEND of a supply-constrained campaign asked the ledger: three times
+	// the ledger calls of some campaigns.
+	callsHeldUntil time.Time
+	lastGrantAt    time.Time
+	shardEmpty     []bool
+	shardFilled    []bool  // the last grant on the shard was all we asked for
+	shardLeft      []int64 // locked+available per shard, as the last ledger reply said
+	// shardAvailable is what each shard had available when it last refused
+	// this host a lease, all or nothing, for want of more (0 since it last
+	// granted one, or until it refuses). Not after a grant: what a shard
+	// still holds then is the other hosts' to ask for, and fetched past
+	// nextGrantAt by a host with 45% of the SPENDs, it took 50% of the spend.
+	shardAvailable []int64
 	// shardAskedAt is when this host last asked each shard for a lease.
 	shardAskedAt []time.Time
 	// shardUnspent is shardLeft plus what is leased out (to any host) and
@@ -69,6 +86,28 @@ type dayState struct {
 	fleetPace   float64 // the curve's pace alone (or pro rata, if more), a second
 	fleetBehind bool    // more than a bid behind the curve: demand-bound
 	shareNextAt time.Time
+}
+
+// shardCovering returns a shard that last refused this host a lease while
+// it had need available.
+func (ds *dayState) shardCovering(need int64) (int, bool) {
+	for s, a := range ds.shardAvailable {
+		if a >= need && !ds.shardEmpty[s] {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+// holdCalls keeps the refill loop and SPENDs' fetches off the ledger
+// until until (a failed call, lost writes).
+func (ds *dayState) holdCalls(until time.Time) {
+	if ds.callsHeldUntil.Before(until) {
+		ds.callsHeldUntil = until
+	}
+	if ds.nextGrantAt.Before(until) {
+		ds.nextGrantAt = until
+	}
 }
 
 // throttled reports whether a standing host waits for its share of the

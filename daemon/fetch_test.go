@@ -209,3 +209,41 @@ func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
 	}
 	f.check(t, "s")
 }
+
+// A sparse SPEND's fetch waits out a failed ledger call, not the refill
+// loop's pacing: a fetch the shard refused (it held less than the SPEND)
+// put off the host's next ledger call, and a smaller SPEND that came next
+// was paced with the budget it needed available (family seed 7's 113-bid
+// campaign lost its last 1,292 micros so: 99.43% spent).
+func TestFetchAfterARefusalAsksAgain(t *testing.T) {
+	const bid = 2_000
+	f := newFixture(t)
+	f.campaign(t, "s", 20*bid, 1)
+	if err := f.ledger.SetBid(ctx, "s", bid); err != nil {
+		t.Fatal(err)
+	}
+	d := f.fetchDaemon(t, "h")
+	f.clock.Set(midnight.Add(time.Hour))
+	d.Warm([]string{"s"})
+	for range 60 { // an hour with no SPEND: sparse here, nothing held
+		f.clock.Add(time.Minute)
+		d.Step(ctx)
+	}
+	tot, err := f.ledger.DayTotals(ctx, "s", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := d.Balance("s"); b.Tokens != 0 || tot.Leased != 0 || tot.Available < 2 {
+		t.Fatalf("at 02:00 the host holds %d, the ledger leases %d and has %d available; want nothing held, something available", b.Tokens, tot.Leased, tot.Available)
+	}
+	// More than the day's whole budget: refused (all or nothing).
+	if dec, err := d.Spend("s", 20*bid+1, ""); err != nil || dec != pacer.Paced {
+		t.Fatalf("a SPEND of more than the day's budget = %v, %v; want paced", dec, err)
+	}
+	// A second later, one the shard covers.
+	f.clock.Add(time.Second)
+	if dec, err := d.Spend("s", pacer.Micros(tot.Available-1), ""); err != nil || dec != pacer.Allowed {
+		t.Fatalf("a SPEND of %d with %d available, a second after a refused fetch = %v, %v; want allowed from a fetched lease", tot.Available-1, tot.Available, dec, err)
+	}
+	f.check(t, "s")
+}

@@ -292,6 +292,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
 	ds.shardLeft = make([]int64, n)
+	ds.shardAvailable = make([]int64, n)
 	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
@@ -848,7 +849,13 @@ func (c *campaign) fetchFor(now time.Time, amount int64) bool {
 		defer close(done)
 		defer c.loopMu.Unlock()
 		ds := c.day.Load()
-		if ds == nil || ds.closed || now.Before(ds.nextGrantAt) || ds.throttled(now) || !c.sparse() {
+		if ds == nil || ds.closed || now.Before(ds.callsHeldUntil) || ds.throttled(now) || !c.sparse() {
+			return
+		}
+		// Past the refill loop's pacing only for a shard that said it had
+		// what the SPEND lacks (callsHeldUntil says why).
+		covering, known := ds.shardCovering(amount - ds.b.Stats(now).Tokens)
+		if !known && now.Before(ds.nextGrantAt) {
 			return
 		}
 		// A fetched lease is the SPEND's, not the host's drip: it does not
@@ -860,12 +867,15 @@ func (c *campaign) fetchFor(now time.Time, amount int64) bool {
 		// All of what the SPEND lacks, or nothing: parts from several shards
 		// that do not add up to it are budget the SPEND cannot use, held on
 		// this host for a lease window while other hosts' SPENDs could.
-		for range ds.shards {
+		for i := range ds.shards {
 			held := ds.b.Stats(now).Tokens
 			if held >= amount || ds.closed || ds.refused.Load() {
 				return
 			}
 			shard, ok := ds.pickShard()
+			if i == 0 && known {
+				shard, ok = covering, true
+			}
 			if !ok {
 				return
 			}
@@ -1000,12 +1010,16 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	if err != nil {
 		c.log.Warn("lease grant failed", zap.Stringer("shard", key), zap.Error(err))
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
+		ds.holdCalls(now.Add(cfg.LeaseWindow / 8))
 		return
 	}
 	ds.shardFilled[shard] = g.Granted == want
 	ds.shardLeft[shard] = g.Shard.Remaining()
 	ds.shardUnspent[shard] = g.Shard.Unspent()
+	ds.shardAvailable[shard] = 0
+	if g.Granted == 0 {
+		ds.shardAvailable[shard] = g.Shard.Available // less than we asked for
+	}
 	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
 			c.shardDrained(ctx, now, ds, shard)
@@ -1081,7 +1095,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
 		// Cannot happen with a well-formed grant; give the lease straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // not again next tick
+		ds.holdCalls(now.Add(cfg.LeaseWindow / 8)) // not again next tick
 		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
 		return
 	}
@@ -1242,9 +1256,7 @@ func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, 
 	} else {
 		ds.known[shard] = sh.History()
 	}
-	if ds.nextGrantAt.Before(until) {
-		ds.nextGrantAt = until
-	}
+	ds.holdCalls(until)
 	c.reassertAll(ctx, now, ds)
 	c.d.publish(pacer.Event{Kind: pacer.EventLostWrites, Campaign: c.id, Day: ds.day.Key})
 	// A failover that lost these writes may have lost change records too:
