@@ -210,11 +210,12 @@ func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
 	f.check(t, "s")
 }
 
-// A sparse SPEND's fetch waits out a failed ledger call, not the refill
-// loop's pacing: a fetch the shard refused (it held less than the SPEND)
-// put off the host's next ledger call, and a smaller SPEND that came next
-// was paced with the budget it needed available (family seed 7's 113-bid
-// campaign lost its last 1,292 micros so: 99.43% spent).
+// A sparse SPEND's fetch asks a shard that refused the host a larger lease
+// while holding what the SPEND lacks, though the refill loop's pacing puts
+// the host's next ask later: a standing bid or a SPEND the shard could not
+// cover whole put off the host's next ledger call, and a smaller SPEND that
+// came next was paced with the budget it needed available (family seed 7's
+// 113-bid campaign lost its last 1,292 micros so: 99.43% spent).
 func TestFetchAfterARefusalAsksAgain(t *testing.T) {
 	const bid = 2_000
 	f := newFixture(t)
