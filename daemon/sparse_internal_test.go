@@ -235,9 +235,10 @@ func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
 // The ledger's hour bound is asked for a campaign whose average hour is at
 // most hourBoundBids of its bids, in the hour of its local day the call
 // falls in, at twice the curve's share of it (the catch-up multiple if
-// less); not for a larger campaign, nor outside the day. A day that gains
-// an hour at a DST change has an hour 24.
-func TestHourPaceBoundsSmallBudgetsOnly(t *testing.T) {
+// less); for a larger campaign only in the day's last hour, at
+// lastHourPermille; never outside the day. A day that gains an hour at a
+// DST change has an hour 24.
+func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
 	c := &campaign{}
 	ds := &dayState{day: day, curve: bucket.Flat(24)}
@@ -259,12 +260,19 @@ func TestHourPaceBoundsSmallBudgetsOnly(t *testing.T) {
 	if p := pace(hourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
 		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
 	}
+	large := int64(hourBoundBids*24*bid + 1)
+	if p := pace(large, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille ||
+		p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
+		t.Errorf("a campaign of more bids an hour, at 23:00: hour %d, %d ppb, %d permille; want 23, %d ppb, %d permille",
+			p.Hour, p.HourPPB, p.HourPermille, int64(bucket.PPB/24), int64(lastHourPermille))
+	}
 	for _, tc := range []struct {
 		name  string
 		daily int64
 		at    time.Time
 	}{
-		{"a campaign of more bids an hour", hourBoundBids*24*bid + 1, day.Start.Add(time.Hour)},
+		{"a campaign of more bids an hour", large, day.Start.Add(time.Hour)},
+		{"the same, at 22:59:59", large, day.End.Add(-time.Hour - time.Second)},
 		{"before the day", small, day.Start.Add(-time.Second)},
 		{"at its end", small, day.End},
 	} {
@@ -280,5 +288,8 @@ func TestHourPaceBoundsSmallBudgetsOnly(t *testing.T) {
 	ds = &dayState{day: long, curve: bucket.Flat(24)}
 	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != 1250 {
 		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille; want 24, 1250", p.Hour, p.HourPermille)
+	}
+	if p := pace(large, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourPermille {
+		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(lastHourPermille))
 	}
 }
