@@ -1041,8 +1041,6 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	ds.shardAvailable[shard] = 0
 	if g.Granted == 0 {
 		ds.shardAvailable[shard] = g.Shard.Available // less than we asked for
-	}
-	if g.Granted == 0 {
 		if g.Shard.Remaining() == 0 {
 			c.shardDrained(ctx, now, ds, shard)
 		} else if standing {
