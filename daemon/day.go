@@ -80,8 +80,8 @@ type dayState struct {
 	carry int64
 	// fleetRate is the most the fleet may take a second along the curve
 	// (its pace, or its catch-up pace when behind), as want last computed
-	// it; shareNextAt, when a standing host has taken its share of that
-	// since its last standing bid or fetch (shareThrottle).
+	// it; shareNextAt, when a standing host's share of that (shareThrottle)
+	// lets it take its next standing bid or fetch.
 	fleetRate   float64
 	fleetPace   float64 // the curve's pace alone (or pro rata, if more), a second
 	fleetBehind bool    // more than a bid behind the curve: demand-bound
@@ -111,11 +111,9 @@ func (ds *dayState) holdCalls(until time.Time) {
 }
 
 // throttled reports whether a standing host waits for its share of the
-// fleet's rate before its next standing bid or fetch (shareThrottle): only
-// while the campaign is not behind its curve, where the fleet is bound by
-// supply rather than by demand, and what one host leaves another takes.
+// fleet's rate before its next standing bid or fetch (shareThrottle).
 func (ds *dayState) throttled(now time.Time) bool {
-	return now.Before(ds.shareNextAt) && !ds.fleetBehind
+	return now.Before(ds.shareNextAt)
 }
 
 // heldLease is one lease this daemon holds on a shard of the day.

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,6 +163,37 @@ func standingHosts(t *testing.T, start time.Duration) {
 		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
 	}
 	f.check(t, "c")
+}
+
+// The fairness goal holds while the fleet catches up too: a campaign hours
+// behind its curve, with 5x its pace in SPENDs, is bound by the catch-up
+// rate (3x) its shards release, and each host's share of the spend is
+// within 3 points of its share of the SPENDs. The hosts with 35% and 20%
+// of them (a SPEND every 7.6 s and 13.3 s) keep standing bids; unmetered
+// behind the curve (shareThrottle metered only on it), they took a bid at
+// every top-up the shards could serve, and the 35% host took 39.7% and 43.6%
+// of the spend (4.7 and 8.6 points) from two starts six hours behind.
+func TestStandingHostsCatchingUpSpendByDemand(t *testing.T) {
+	for _, start := range []time.Duration{6 * time.Hour, 6*time.Hour + 7*time.Minute} {
+		t.Run(fmt.Sprint(start), func(t *testing.T) {
+			f := newFixture(t)
+			const pace = 150 // micros a second
+			const bid = 2_000
+			paceCampaign(t, f, pace, start)
+			const warmup, run = 10 * time.Minute, 130 * time.Minute
+			allowed, _ := spendFleet(t, f, fleetHosts(t, f, 100*time.Millisecond), 5.0*pace/bid, bid, time.Second, warmup, run)
+			total, worst := shareGap(t, allowed)
+			rate := float64(total) / (run - warmup).Seconds() / pace
+			t.Logf("the fleet spent %.2fx the pace", rate)
+			if rate < 2.7 || rate > 3.3 {
+				t.Errorf("the fleet caught up at %.2fx the pace; want the catch-up rate, 3x", rate)
+			}
+			if worst > 3 {
+				t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
+			}
+			f.check(t, "c")
+		})
+	}
 }
 
 // Issue 10's catch-up goal: a campaign behind its curve recovers as fast as
