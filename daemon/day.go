@@ -85,7 +85,14 @@ type dayState struct {
 	fleetRate   float64
 	fleetPace   float64 // the curve's pace alone (or pro rata, if more), a second
 	fleetBehind bool    // more than a bid behind the curve: demand-bound
-	shareNextAt time.Time
+	// fleetCatching: behind by more than a bid and a cap window of the
+	// curve (more than the shards hold for the fleet to take).
+	fleetCatching bool
+	shareNextAt   time.Time
+	// spendCredit, spendSeen, spendAt: meterSpend's state.
+	spendCredit float64
+	spendSeen   int64
+	spendAt     time.Time
 }
 
 // shardCovering returns a shard that last refused this host a lease while
@@ -109,6 +116,10 @@ func (ds *dayState) holdCalls(until time.Time) {
 		ds.nextGrantAt = until
 	}
 }
+
+// spendAhead reports whether this host has spent its share of the fleet's
+// rate (meterSpend).
+func (ds *dayState) spendAhead() bool { return ds.spendCredit < 0 }
 
 // throttled reports whether a standing host waits for its share of the
 // fleet's rate before its next standing bid or fetch (shareThrottle).

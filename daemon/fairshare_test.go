@@ -196,6 +196,36 @@ func TestStandingHostsCatchingUpSpendByDemand(t *testing.T) {
 	}
 }
 
+// Hosts that move between ordinary leases and standing bids: at 4-6x the
+// pace, on the curve, the three hosts see a SPEND every 5-17 s, about the
+// 7.5 s at which a host's 10-second EWMA of its SPENDs calls it sparse, so
+// each asks one way and then the other. The shards' fair split binds the
+// ordinary leases and shareThrottle the standing bids, but neither both:
+// the hosts got 33/41/26% of the spend (up to 14 points off) before each
+// host's spend was metered at its share of the fleet's rate (meterSpend).
+func TestMixedHostsSpendByDemand(t *testing.T) {
+	for _, demand := range []float64{4, 6} {
+		for _, start := range []time.Duration{time.Minute, 7 * time.Minute} {
+			t.Run(fmt.Sprint(demand, "x/", start), func(t *testing.T) {
+				f := newFixture(t)
+				const pace = 150 // micros a second
+				const bid = 2_000
+				paceCampaign(t, f, pace, start)
+				const warmup, run = 10 * time.Minute, 130 * time.Minute
+				allowed, _ := spendFleet(t, f, fleetHosts(t, f, 100*time.Millisecond), demand*pace/bid, bid, time.Second, warmup, run)
+				total, worst := shareGap(t, allowed)
+				if secs := (run - warmup).Seconds(); float64(total) < 0.95*pace*secs || float64(total) > 1.05*pace*(secs+1800) {
+					t.Errorf("the fleet spent %d micros in %.0f s; want about the pace's %.0f, plus at most half an hour's", total, secs, pace*secs)
+				}
+				if worst > 3 {
+					t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
+				}
+				f.check(t, "c")
+			})
+		}
+	}
+}
+
 // Issue 10's catch-up goal: a campaign behind its curve recovers as fast as
 // demand allows, up to the catch-up rate (3x the pace by default), also
 // when several hosts share it. Two hours behind with nothing spent, three
