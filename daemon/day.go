@@ -85,8 +85,8 @@ type dayState struct {
 	fleetRate   float64
 	fleetPace   float64 // the curve's pace alone (or pro rata, if more), a second
 	fleetBehind bool    // more than a bid behind the curve: demand-bound
-	// fleetCatching: behind by more than a bid and a cap window of the
-	// curve (more than the shards hold for the fleet to take).
+	// fleetCatching: behind by more than a bid and catchingWindows lease
+	// windows of the curve's pace.
 	fleetCatching bool
 	shareNextAt   time.Time
 	// spendCredit, spendSeen, spendAt: meterSpend's state.

@@ -226,6 +226,70 @@ func TestMixedHostsSpendByDemand(t *testing.T) {
 	}
 }
 
+// When a host leaves the fleet (it died, or its traffic moved), the others
+// take what it would have spent: each is metered by its share of the
+// fleet's demand (meterSpend, shareThrottle), which it learns only over the
+// next quarter hours, so until then they are metered by their old shares,
+// and the fleet falls behind until it meters by the catch-up rate
+// (catchingWindows). Three hosts, 3x the pace in all; h1 (45%) stops at
+// minute 30. With the catch-up rate from a cap window behind, a busy
+// campaign ran at 0.66x its pace for the ten minutes after, and a slow one
+// at 0.62x; before the spend was metered at all, 0.91x and 0.84x.
+func TestFleetRecoversWhenAHostLeaves(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		pace, bid             int64
+		tick                  time.Duration
+		firstTen, firstThirty float64 // the least the fleet spends, as a multiple of the pace
+	}{
+		{"busy", 100_000, 1_000, 100 * time.Millisecond, 0.85, 0.95},
+		{"slow", 150, 2_000, time.Second, 0.6, 0.85},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			paceCampaign(t, f, c.pace, time.Minute)
+			ds := fleetHosts(t, f, c.tick)
+			const leave, run = 30 * time.Minute, 70 * time.Minute
+			perSecond := 3.0 * float64(c.pace) / float64(c.bid)
+			owed := make([]float64, len(ds))
+			perMinute := make([]int64, run/time.Minute)
+			for i := range int(run / c.tick) {
+				at := time.Duration(i) * c.tick
+				for h, d := range ds {
+					if h == 0 && at >= leave {
+						continue // h1 is gone: no steps, no SPENDs
+					}
+					d.Step(ctx)
+					owed[h] += perSecond * hostWeights[h] * c.tick.Seconds()
+					for ; owed[h] >= 1; owed[h]-- {
+						dec, err := d.Spend("c", pacer.Micros(c.bid), "")
+						if err != nil {
+							t.Fatal(err)
+						}
+						if dec == pacer.Allowed {
+							perMinute[at/time.Minute] += c.bid
+						}
+					}
+				}
+				f.clock.Add(c.tick)
+			}
+			rate := func(from, to time.Duration) float64 {
+				var sum int64
+				for _, a := range perMinute[from/time.Minute : to/time.Minute] {
+					sum += a
+				}
+				return float64(sum) / (to - from).Seconds() / float64(c.pace)
+			}
+			ten, thirty := rate(leave, leave+10*time.Minute), rate(leave, leave+30*time.Minute)
+			t.Logf("before h1 left: %.2fx the pace; the ten minutes after: %.2fx; the thirty after: %.2fx", rate(10*time.Minute, leave), ten, thirty)
+			if ten < c.firstTen || thirty < c.firstThirty {
+				t.Errorf("the fleet spent %.2fx its pace in the ten minutes after a host left, %.2fx in the thirty; want at least %.2fx and %.2fx", ten, thirty, c.firstTen, c.firstThirty)
+			}
+			f.check(t, "c")
+		})
+	}
+}
+
 // Issue 10's catch-up goal: a campaign behind its curve recovers as fast as
 // demand allows, up to the catch-up rate (3x the pace by default), also
 // when several hosts share it. Two hours behind with nothing spent, three

@@ -616,11 +616,22 @@ func (c *campaign) fleetWindow(now time.Time, s *settings, ds *dayState) (pace, 
 		ds.fleetRate = float64(max(pace, proRata, catchUp)) / window.Seconds()
 		ds.fleetPace = float64(max(pace, proRata)) / window.Seconds()
 		ds.fleetBehind = behind > c.unit()
-		capNext := ds.curve.AtTime(now.Add(c.cfg.CapWindow), ds.day)
-		ds.fleetCatching = behind > max(c.unit(), int64(float64(s.DailyMicros)*float64(capNext-cNow)/float64(bucket.PPB)))
+		ds.fleetCatching = behind > c.unit()+catchingWindows*pace
 	}
 	return pace, maxWant
 }
+
+// catchingWindows is how many lease windows of the curve's pace, and a
+// bid, the fleet must be behind for the share meters (shareThrottle,
+// meterSpend) to meter by the catch-up rate rather than the curve's pace.
+// A bid behind is the rule for a slow campaign whose shards hold a bid no
+// host has taken yet: metered at the catch-up rate from there, the small
+// host of TestStandingHostsSpendByDemand, on its curve, took 23-25% for
+// 20%. And not a whole cap window: when a host leaves the fleet, the
+// others are metered by their old shares until the fleet is this far
+// behind, and with a cap window (5 minutes of pace), a slow campaign ran
+// at 0.62x its pace for ten minutes (TestFleetRecoversWhenAHostLeaves).
+const catchingWindows = 4
 
 // shareThrottleDemand is how far above its share of the fleet's rate a
 // host's own demand must be for shareThrottle to meter it: near its share,
@@ -641,15 +652,11 @@ const shareThrottleDemand = 1.25
 // catch-up's: there the catch-up pace (the pace plus what is behind, per
 // window) overstated what the fleet gets by up to 1.6x for a campaign of a
 // few SPENDs a second, and its small host took a quarter of the spend with
-// a fifth of the SPENDs. Catching up (ds.fleetCatching: behind by more
-// than a bid and a cap window, more than the shards hold for the fleet to
-// take) it is the catch-up rate, which the shards then release: unmetered
-// there, a host with 35% of the SPENDs took 40-44% of a catch-up
+// a fifth of the SPENDs. Catching up (ds.fleetCatching, catchingWindows)
+// it is the catch-up rate, which the shards then release: unmetered there,
+// a host with 35% of the SPENDs took 40-44% of a catch-up
 // (TestStandingHostsCatchingUpSpendByDemand), and the family's f39 ran 2.6
-// points off on average, 4.1 at worst over 8 seeds. (A bid behind is the
-// rule for a slow campaign whose shards hold a bid no host has taken yet:
-// metered at the catch-up rate from there, the small host of
-// TestStandingHostsSpendByDemand, on its curve, took 23-25% for 20%.)
+// points off on average, 4.1 at worst over 8 seeds.
 // Catching up, the meter also keeps up to two of the host's SPEND intervals
 // of credit: a bid waits for its SPEND after the meter let it through, and
 // counted from its grant each time, that wait was lost: the catch-up test
