@@ -633,6 +633,17 @@ func (c *campaign) fleetWindow(now time.Time, s *settings, ds *dayState) (pace, 
 // at 0.62x its pace for ten minutes (TestFleetRecoversWhenAHostLeaves).
 const catchingWindows = 4
 
+// shareRate is this host's share of what the fleet may take a second, by
+// which the share meters (shareThrottle, meterSpend) meter it: of the
+// curve's pace, or of the catch-up rate while the fleet catches up
+// (fleetCatching), as fleetWindow last computed them.
+func (c *campaign) shareRate(ds *dayState) float64 {
+	if ds.fleetCatching {
+		return c.share * ds.fleetRate
+	}
+	return c.share * ds.fleetPace
+}
+
 // shareThrottleDemand is how far above its share of the fleet's rate a
 // host's own demand must be for shareThrottle to meter it: near its share,
 // the bunching of its SPENDs would make it miss some the fleet could serve.
@@ -669,11 +680,7 @@ func (c *campaign) shareThrottle(now time.Time, ds *dayState, granted int64) {
 		return
 	}
 	iv := c.sparseInterval()
-	rate := ds.fleetPace
-	if ds.fleetCatching {
-		rate = ds.fleetRate
-	}
-	rate *= c.share
+	rate := c.shareRate(ds)
 	if iv <= 0 || rate <= 0 || float64(c.typicalSpend())/iv.Seconds() < shareThrottleDemand*rate {
 		return // the host asks for less than its share: nothing to meter
 	}
@@ -705,7 +712,7 @@ func (c *campaign) shareThrottle(now time.Time, ds *dayState, granted int64) {
 // few seconds moves between the two with the 10-second EWMA of its
 // SPENDs: with such hosts (SPENDs every 5-17 s, 4-6x the pace on the
 // curve), the fleet split its spend 33/41/26% for 45/35/20% of the SPENDs,
-// 6 to 14 points off (TestMixedHostsSpendByDemand). Metering what each host
+// 8 to 14 points off (TestMixedHostsSpendByDemand). Metering what each host
 // spent binds every way of asking at once. Not only while the host asks for
 // more than its share (as shareThrottle): its demand, measured over a few
 // SPENDs, often looked below it, and each such look restored the credit (the
@@ -716,11 +723,7 @@ func (c *campaign) meterSpend(now time.Time, ds *dayState) {
 	spent := net - ds.spendSeen
 	first, dt := ds.spendAt.IsZero(), max(now.Sub(ds.spendAt).Seconds(), 0)
 	ds.spendSeen, ds.spendAt = net, now
-	rate := ds.fleetPace
-	if ds.fleetCatching {
-		rate = ds.fleetRate
-	}
-	rate *= c.share
+	rate := c.shareRate(ds)
 	limit := max(4*float64(c.unit()), rate*c.cfg.LeaseWindow.Seconds())
 	if c.share <= 0 || c.share >= 1 || rate <= 0 || first {
 		ds.spendCredit = limit
