@@ -550,7 +550,9 @@ func Split(total int64, n int) []int64 {
 // HourPermille/1000 times the plan's share of the hour, plus one Unit, less
 // what it held (available and leased) at its first call in the hour; what
 // is beyond waits for the next hour. 0: no bound (as a daemon from before
-// it).
+// it). HourUnit, if set, is the bid the hour's bound allows in place of Unit:
+// the campaign's usual largest bid, where Unit may be one outlying SPEND
+// (which then waits for an hour with room for it, or for none).
 type Pace struct {
 	Now, Cap        int64
 	Unit            int64
@@ -558,6 +560,7 @@ type Pace struct {
 	Shards          int64
 	Hour, HourPPB   int64
 	HourPermille    int64
+	HourUnit        int64
 }
 
 // maxDayHours is the last hour a local day can have (a day that gains an
@@ -640,6 +643,8 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("pace hour %d: want 0 to %d", r.Pace.Hour, maxDayHours)
 	case r.Pace.HourPPB < 0 || r.Pace.HourPPB > bucket.PPB:
 		return fmt.Errorf("pace hour share %d ppb: want 0 to %d", r.Pace.HourPPB, int64(bucket.PPB))
+	case r.Pace.HourUnit < 0 || r.Pace.HourUnit > MaxBudgetMicros:
+		return fmt.Errorf("pace hour unit %d micros out of range", r.Pace.HourUnit)
 	case r.Demand < 0 || r.Demand > MaxBudgetMicros:
 		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
 	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
@@ -661,7 +666,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille)
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -696,7 +701,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille)
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

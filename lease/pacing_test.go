@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -515,8 +516,15 @@ func TestHourBoundOutOfRangeIsRefused(t *testing.T) {
 			t.Errorf("hour %d, %d ppb, %d permille: error %v, want one saying %q", tc.hour, tc.ppb, tc.permille, err, tc.want)
 		}
 	}
+	for _, hu := range []int64{-1, lease.MaxBudgetMicros + 1} {
+		r := grantReq("bad", key, 1_000, now, c)
+		r.Pace.CatchUpPermille, r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit = rampK, 1, ppb/24, 2000, hu
+		if _, err := l.Grant(ctx, r); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("pace hour unit %d micros out of range", hu)) {
+			t.Errorf("hour unit %d: error %v, want one naming it", hu, err)
+		}
+	}
 	r := grantReq("good", key, 1_000, now, c)
-	r.Pace.CatchUpPermille, r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille = rampK, 1, ppb/24, 2000
+	r.Pace.CatchUpPermille, r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit = rampK, 1, ppb/24, 2000, rampUnit
 	if _, err := l.Grant(ctx, r); err != nil {
 		t.Fatalf("a bound in range: %v", err)
 	}
@@ -552,4 +560,86 @@ func spendAll(t *testing.T, l *lease.Ledger, r lease.GrantRequest) int64 {
 		}
 	}
 	return g.Granted
+}
+
+// A grant refused for want of micros (its Min above what the shard could
+// release) does not use up its hour: what the call released for it and the
+// cap took back unleased is the hour's to release again. Before, one SPEND
+// too large for the hour's room closed the hour to every other SPEND (the
+// simulator's 20-bid budgets: one SPEND of three bids, asked with itself as
+// the Unit and refused at 15:09, paced every SPEND of that hour and the next
+// while 5,000 micros behind their curve). On its plan a unit ahead (a call a
+// minute, each granted all it can and spent), with at 12:30 one call asking
+// for three hours of the plan, its Unit four hours.
+func TestHourBoundRefusedGrantLeavesTheHourOpen(t *testing.T) {
+	const hourPlan, unit = rampBudget / 24, rampUnit
+	run := func(refuse bool) (hour12 int64) {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", rampBudget, 1), rampDay)
+		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+		for at := time.Minute; at < 13*time.Hour; at += time.Minute {
+			now := t0.Add(at)
+			c := int64(at/time.Millisecond) * ppb / 86_400_000
+			pace := lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
+				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: unit}
+			if refuse && at == 12*time.Hour+30*time.Minute {
+				r := grantReq("outlier", key, 3*hourPlan, now, c)
+				r.Pace, r.Min = pace, 3*hourPlan
+				r.Pace.Unit = 4 * hourPlan
+				if got := spendAll(t, l, r); got != 0 {
+					t.Fatalf("a grant for more than the hour's room got %d", got)
+				}
+			}
+			r := grantReq(fmt.Sprintf("L%v", at), key, lease.MaxBudgetMicros, now, c)
+			r.Pace = pace
+			if got := spendAll(t, l, r); at >= 12*time.Hour {
+				hour12 += got
+			}
+		}
+		mustBalance(t, l, "c", rampDay)
+		return hour12
+	}
+	open, refused := run(false), run(true)
+	if open < hourPlan-hourPlan/10 || open > 2*hourPlan+unit {
+		t.Fatalf("without the refusal the hour spent %d: want about the plan's %d", open, hourPlan)
+	}
+	if refused > 2*hourPlan+unit {
+		t.Errorf("after a refused grant the hour spent %d: more than twice the plan's %d and a unit", refused, hourPlan)
+	}
+	if refused < open-hourPlan/10 {
+		t.Errorf("after a refused grant at 12:30 the hour spent %d, against %d without it: the refusal used up the hour's room", refused, open)
+	}
+	t.Logf("hour 12:00 spent %d, %d with the refused grant", open, refused)
+}
+
+// HourUnit, when set, is the bid the hour's bound allows over its share in
+// place of Unit: a daemon passes its largest recent SPEND as Unit (which may
+// be one outlying SPEND, asked now) and the campaign's usual bid as
+// HourUnit, and no hour then spends more than the bound's share and that
+// bid. Caught up from noon with a Unit of two hours' plan and an HourUnit of
+// half an hour's; without HourUnit the same run exceeds that.
+func TestHourBoundTakesItsBidFromHourUnit(t *testing.T) {
+	const hourPlan, unit, hourUnit = rampBudget / 24, 2_000_000, rampUnit
+	run := func(hu int64) (worst int64) {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", rampBudget, 1), rampDay)
+		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+		var hours [24]int64
+		for at := 12 * time.Hour; at < 24*time.Hour; at += time.Minute {
+			now := t0.Add(at)
+			c := int64(at/time.Millisecond) * ppb / 86_400_000
+			r := grantReq(fmt.Sprintf("L%v", at), key, lease.MaxBudgetMicros, now, c)
+			r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
+				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: hu}
+			hours[at/time.Hour] += spendAll(t, l, r)
+		}
+		mustBalance(t, l, "c", rampDay)
+		return slices.Max(hours[:])
+	}
+	if w := run(0); w <= 2*hourPlan+hourUnit {
+		t.Fatalf("without HourUnit the worst hour spent %d, within twice the plan's %d and the HourUnit: the case does not exercise it", w, hourPlan)
+	}
+	if w := run(hourUnit); w > 2*hourPlan+hourUnit {
+		t.Errorf("the worst hour spent %d: more than twice the plan's %d and the HourUnit (%d)", w, hourPlan, hourUnit)
+	}
 }

@@ -332,19 +332,22 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
     s.adv = s.adv + math.max(0, allowance - (locked0 - s.locked))
     if s.adv >= unit then s.adv = ADV_WHOLE else ramping = true end
   end
-  -- The hour's bound (hour, above): what this call released so far counts
-  -- against what the hour has left; beyond it goes back to locked, and the
-  -- advance below may take only what is left.
+  -- The hour's bound (hour, above): what this call let out so far (net of
+  -- what the cap took back) counts against what the hour has left; beyond
+  -- it goes back to locked, and the advance below may take only what is
+  -- left.
   local room
   if hour and k > 0 then
-    local moved_now = math.max(0, locked0 - s.locked)
+    local net = locked0 - s.locked
     if s.hr < hour.idx + 1 then -- a host whose clock is behind counts in the later hour
       s.hr = hour.idx + 1
-      s.hrel = math.max(0, s.available + s.leased - moved_now)
+      s.hrel = math.max(0, s.available + s.leased - net)
     end
-    room = scale(muldiv(plan, hour.ppb, PPB), hour.permille) + unit - s.hrel - moved_now
+    local bid = unit
+    if hour.unit > 0 then bid = hour.unit end
+    room = scale(muldiv(plan, hour.ppb, PPB), hour.permille) + bid - s.hrel - net
     if room < 0 then
-      local back = math.min(-room, moved_now, s.available)
+      local back = math.min(-room, math.max(0, net), s.available)
       s.available = s.available - back
       s.locked = s.locked + back
       room = 0
@@ -366,17 +369,21 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
       s.available = s.available + x
     end
   end
-  if room then s.hrel = s.hrel + math.max(0, locked0 - s.locked) end
+  -- Signed: budget the hour let out and the cap took back unleased (a
+  -- call that released for a SPEND and then refused it, for want of a few
+  -- micros) is the hour's to release again. Counted as released, one SPEND
+  -- too large for the hour's room closed the hour to every other SPEND.
+  if room then s.hrel = math.max(0, s.hrel + locked0 - s.locked) end
   if PPB - s.cppb <= FAIR_END * (c_cap - s.cppb) then return nil end -- the curve's last cap windows: no split
   return cap
 end
 
 -- hour_arg is release_by_curve's hour from a call's arguments: nil without
 -- them (an older daemon) or with permille 0.
-local function hour_arg(idx, ppb, permille)
+local function hour_arg(idx, ppb, permille, unit)
   permille = num(permille)
   if permille <= 0 then return nil end
-  return {idx = num(idx), ppb = num(ppb), permille = permille}
+  return {idx = num(idx), ppb = num(ppb), permille = permille, unit = num(unit)}
 end
 
 -- Lease records: "amount|holder|expiry_ms".
