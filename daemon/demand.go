@@ -70,6 +70,22 @@ func (c *campaign) unitWindowsSeen() int {
 // advance: what this host saw, or the fleet's if larger.
 func (c *campaign) unit() int64 { return max(c.seenUnit(), c.fleetUnit) }
 
+// usualUnit is the bid the hour's bound allows over its share
+// (lease.Pace.HourUnit): the campaign's usual largest bid, not one SPEND
+// asked now. The fleet's bid (the ledger's, as an operator set it or a host
+// last reported it) when known; else the largest SPEND of the earlier
+// windows here, so that one SPEND of several bids is not its own allowance;
+// unit while neither is known.
+func (c *campaign) usualUnit() int64 {
+	if c.fleetUnit > 0 {
+		return c.fleetUnit
+	}
+	if seen := slices.Max(c.unitHistory[:]); seen > 0 {
+		return seen
+	}
+	return c.unit()
+}
+
 // updateDemand folds the SPEND demand since the last tick into the EWMAs.
 func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 	st := ds.b.Stats(now)

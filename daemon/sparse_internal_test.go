@@ -106,17 +106,29 @@ func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
 	if got, want := c.curveAhead(ds, eleven, c.arrivalLead(s, ds, eleven)), ds.curve.AtTime(eleven, day)+maxLeadBids*bucket.PPB/288; got < want-1 || got > want+1 {
 		t.Errorf("at 23:00: the ledger is asked for %d PPB, want the curve's position plus %d bids, %d", got, maxLeadBids, want)
 	}
-	// A budget of 20 bids: half a bid at noon is 36 minutes of a flat
-	// curve, more than the 15 minutes the half hour has grown to: the
-	// ledger is asked for the curve's position plus half a bid.
+	// A budget of 20 bids: leadBids (two) grown halfway, a bid, at noon is
+	// 72 minutes of a flat curve, more than the 15 minutes the half hour has
+	// grown to: the ledger is asked for the curve's position plus a bid.
 	small := &settings{Campaign: lease.Campaign{DailyMicros: 20 * c.fleetUnit}}
+	tol := int64(2 * bucket.PPB / small.DailyMicros) // two micros: the bound below is reckoned in micros
 	ds.shardLeft[0] = small.DailyMicros / 2
 	l := c.arrivalLead(small, ds, noon)
-	if want := int64(bucket.PPB / 40); l.ppb < want-1 || l.ppb > want+1 {
-		t.Errorf("20-bid budget at noon: lead %d PPB, want half a bid, %d", l.ppb, want)
+	if want := int64(bucket.PPB / 20); l.ppb < want-tol || l.ppb > want+1 {
+		t.Errorf("20-bid budget at noon: lead %d PPB, want a bid, %d", l.ppb, want)
 	}
-	if got, want := c.curveAhead(ds, noon, l), ds.curve.AtTime(noon, day)+bucket.PPB/40; got < want-1 || got > want+1 {
-		t.Errorf("20-bid budget at noon: the ledger is asked for %d PPB, want the curve plus half a bid, %d", got, want)
+	if got, want := c.curveAhead(ds, noon, l), ds.curve.AtTime(noon, day)+bucket.PPB/20; got < want-tol || got > want+1 {
+		t.Errorf("20-bid budget at noon: the ledger is asked for %d PPB, want the curve plus a bid, %d", got, want)
+	}
+	// Behind its curve by 0.6 of a bid, it is led by 0.4 of one: no
+	// further than a bid past what its shards have released. Led a bid,
+	// the shards would stand 1.6 bids behind the release point the lead
+	// set, where only catch-up releases, as that point's time passes; and
+	// its hosts, more than a bid behind now, would call unled, before that
+	// point (tiny scenario, seed 3: a 20-bid campaign's shard released
+	// nothing for three hours that way).
+	ds.shardLeft[0] = small.DailyMicros/2 + 6*c.fleetUnit/10
+	if l, want := c.arrivalLead(small, ds, noon), int64(bucket.PPB/20*4/10); l.ppb < want-tol || l.ppb > want+tol {
+		t.Errorf("20-bid budget 0.6 bids behind at noon: lead %d PPB, want 0.4 of a bid, %d", l.ppb, want)
 	}
 	// Near the day's end the lead stops halfway from the curve's position to
 	// its end, for the bid lead as for the time lead. The furthest position
@@ -229,6 +241,44 @@ func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
 	c.cfg.CatchUp = 1
 	if got := c.catchUpPermille(day.End.Add(-time.Minute), ds); got != 1000 {
 		t.Errorf("catch-up 1x in the last hour: %d permille, want 1000", got)
+	}
+}
+
+// The hour bound's bid (lease.Pace.HourUnit) is the campaign's usual
+// largest bid, not one SPEND asked now: the fleet's bid when known, else the
+// largest SPEND of this host's earlier windows, else the unit. With the
+// SPEND being asked as its own allowance, a 20-bid campaign's SPEND of
+// three bids went through in an hour that already held two (tiny scenario,
+// 30 seeds: 304 of 360 days within twice the curve's hour, less a bid; with
+// the usual bid and a refused grant no longer closing its hour, 358).
+func TestHourUnitIsTheUsualBid(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	ds := &dayState{day: day, curve: bucket.Flat(24)}
+	small := &settings{Campaign: lease.Campaign{DailyMicros: 80_000}}
+	noon := day.Start.Add(12 * time.Hour)
+	hourUnit := func(c *campaign) int64 {
+		p := lease.Pace{Unit: c.unit(), CatchUpPermille: 3000}
+		c.hourPace(&p, noon, small, ds)
+		if p.HourPermille == 0 {
+			t.Fatal("a 20-bid budget: no hour bound")
+		}
+		return p.HourUnit
+	}
+	c := &campaign{}
+	c.maxAmount.Store(12_000) // this window: one SPEND of three bids
+	if got := hourUnit(c); got != 12_000 {
+		t.Errorf("nothing known but this window: hour unit %d, want the unit, 12000", got)
+	}
+	c.unitHistory[0], c.unitHistory[1] = 3_000, 4_000
+	if got := hourUnit(c); got != 4_000 {
+		t.Errorf("earlier windows' largest 4000: hour unit %d, want 4000, not this window's 12000", got)
+	}
+	c.fleetUnit = 3_500
+	if got := hourUnit(c); got != 3_500 {
+		t.Errorf("the fleet's bid 3500: hour unit %d, want 3500", got)
+	}
+	if c.unit() != 12_000 {
+		t.Errorf("unit %d: the advance and standing bids still take the largest SPEND, 12000", c.unit())
 	}
 }
 
