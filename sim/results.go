@@ -124,6 +124,11 @@ type Quality struct {
 	// through it.
 	HostShareAskedDev float64 `json:"host_share_asked_dev_points"`
 	HostShareNoise    float64 `json:"host_share_noise_points"`
+	// DemandAsked is what the day's SPENDs asked for, allowed or not, over
+	// the budget (pacer only): the day's draw of the demand. A 20-bid budget
+	// at 1.5x is asked about 30 SPENDs, and a day of 21 (1.6 standard
+	// deviations short, one day in twenty) asks about its budget and no more.
+	DemandAsked float64 `json:"demand_asked"`
 }
 
 // CampaignResult is one campaign's figures, per strategy, and its ledger.
@@ -306,6 +311,9 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 					for i, sh := range q.HostShares {
 						q.HostShareAskedDev = max(q.HostShareAskedDev, 100*math.Abs(sh-q.HostRequestShares[i]))
 					}
+				}
+				if budget > 0 {
+					q.DemandAsked = float64(c.askedMicros(r)) / float64(budget)
 				}
 				if allowed := c.allowedSpends(r); allowed > 0 {
 					for _, p := range q.HostRequestShares {
@@ -500,6 +508,16 @@ func (c *campaignRT) allowedSpends(r *runner) int64 {
 	var n int64
 	for _, h := range r.hosts {
 		n += h.c[c.idx].allowed
+	}
+	return n
+}
+
+// askedMicros is what the campaign's SPENDs asked for over the day, on
+// every host, allowed or not.
+func (c *campaignRT) askedMicros(r *runner) int64 {
+	var n int64
+	for _, h := range r.hosts {
+		n += h.c[c.idx].askedMicros
 	}
 	return n
 }

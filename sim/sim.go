@@ -134,6 +134,7 @@ type sample struct {
 type hostCampaign struct {
 	requests, allowed, paced, exhausted, errors int64
 	allowedMicros                               int64
+	askedMicros                                 int64 // what the SPENDs asked for, allowed or not
 	firstExhausted                              time.Time
 
 	npAllowed int64
@@ -707,6 +708,7 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 	}
 	// pacer: the production hot path.
 	hc.requests++
+	hc.askedMicros += amount
 	var dec pacer.Decision
 	var err error
 	id, micros := pacer.CampaignID(c.spec.ID), pacer.Micros(amount)

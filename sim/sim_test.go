@@ -54,6 +54,12 @@ func TestSmokeScenario(t *testing.T) {
 		if c.OracleUtilisation < 0.98 || c.OracleUtilisation > 1 {
 			t.Errorf("%s: the curve oracle spent %.4f of the budget; want 0.98..1 (the smoke campaigns' traffic reaches their curves)", c.ID, c.OracleUtilisation)
 		}
+		// The day's demand as asked: what its SPENDs asked for, over the
+		// budget; at least what was spent, and for these campaigns (hundreds
+		// of SPENDs a second) their configured demand to a few percent.
+		if q.DemandAsked < q.Utilisation || math.Abs(q.DemandAsked-c.Demand) > 0.05*c.Demand {
+			t.Errorf("%s: demand asked %.3fx; want at least the %.3f spent and within 5%% of the configured %.2fx", c.ID, q.DemandAsked, q.Utilisation, c.Demand)
+		}
 		if q.HostShareNoise <= 0 || q.HostShareNoise > 50 || q.HostShareAskedDev < 0 || q.HostShareAskedDev > 100 {
 			t.Errorf("%s: host share sampling error %.2f points, gap to the SPENDs asked %.2f points", c.ID, q.HostShareNoise, q.HostShareAskedDev)
 		}
