@@ -283,3 +283,64 @@ func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 	}
 	f.check(t, "few")
 }
+
+// A 20-bid campaign's SPEND of eight bids is refused by the hour's bound,
+// and the hour stays open to its ordinary bids. Before, the daemon's bid for
+// the bound was its largest recent SPEND, this one included, so the SPEND
+// was its own allowance (a 6.6x hour in the simulator's tiny scenario; here
+// hour 10 allowed eight bids). That a grant refused after the ledger released
+// the hour's room for it does not use the hour up is the ledger's
+// TestHourBoundRefusedGrantLeavesTheHourOpen. Flat curve, a bid of 2,000
+// (the fleet's), a SPEND of one bid every 72 minutes (the curve's pace) on
+// three hosts in turn; at 10:05 one of 16,000, at 10:06 one bid again.
+func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
+	const bid = 2_000
+	const budget = 20 * bid
+	f := newFixture(t)
+	f.campaign(t, "tiny", budget, 1)
+	if err := f.ledger.SetBid(ctx, "tiny", bid); err != nil {
+		t.Fatal(err)
+	}
+	daemons := []*daemon.Daemon{f.daemon(t, "a"), f.daemon(t, "b"), f.daemon(t, "c")}
+	var allowed, hour10 int64
+	spend := func(at time.Duration, host int, amount int64) pacer.Decision {
+		t.Helper()
+		dec, err := daemons[host].Spend("tiny", pacer.Micros(amount), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dec == pacer.Allowed {
+			allowed += amount
+			if at/time.Hour == 10 {
+				hour10 += amount
+			}
+		}
+		return dec
+	}
+	const step = 10 * time.Second
+	n := 0
+	for now := time.Duration(0); now < 11*time.Hour; now += step {
+		f.clock.Set(midnight.Add(now))
+		for _, d := range daemons {
+			d.Step(ctx)
+		}
+		switch {
+		case now%(72*time.Minute) == 36*time.Minute:
+			spend(now, n%len(daemons), bid)
+			n++
+		case now == 10*time.Hour+5*time.Minute:
+			if dec := spend(now, 0, 8*bid); dec != pacer.Paced {
+				t.Errorf("a SPEND of eight bids at 10:05: %v, want paced (an hour of a 20-bid budget holds twice its plan and a bid)", dec)
+			}
+		case now == 10*time.Hour+6*time.Minute:
+			if dec := spend(now, 1, bid); dec != pacer.Allowed {
+				t.Errorf("a SPEND of one bid at 10:06, after the refused one: %v, want allowed (the campaign is on its curve)", dec)
+			}
+		}
+	}
+	if plan := int64(budget / 24); hour10 > 2*plan+bid {
+		t.Errorf("hour 10 allowed %d micros: more than twice its plan (%d) and a bid", hour10, plan)
+	}
+	t.Logf("allowed %d micros by 11:00 (the curve's %d), %d in hour 10", allowed, budget*11/24, hour10)
+	f.check(t, "tiny")
+}
