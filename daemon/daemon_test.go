@@ -75,6 +75,17 @@ func (f *fixture) campaign(t testing.TB, id string, daily int64, shards int) {
 	}
 }
 
+// campaignWithBid is campaign with the campaign's bid recorded too, as
+// pacerctl campaign set --bid does (or the fleet's reports would): what sizes
+// a sparse campaign's standing bids, advance and hour bound from its start.
+func (f *fixture) campaignWithBid(t testing.TB, id string, daily int64, shards int, bid int64) {
+	t.Helper()
+	f.campaign(t, id, daily, shards)
+	if err := f.ledger.SetBid(ctx, id, bid); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 	t.Helper()
 	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock})

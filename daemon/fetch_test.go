@@ -30,10 +30,7 @@ func tinyDay(t *testing.T, f *fixture, ds []*daemon.Daemon) (allowed, budget, le
 	const day20 = 20 * bid
 	ids := []string{"t0", "t1", "t2", "t3", "t4", "t5"}
 	for _, id := range ids {
-		f.campaign(t, id, day20, 8)
-		if err := f.ledger.SetBid(ctx, id, 2*bid); err != nil { // the operator's: the bids' typical largest
-			t.Fatal(err)
-		}
+		f.campaignWithBid(t, id, day20, 8, 2*bid) // the operator's: the bids' typical largest
 		budget += day20
 	}
 	rng := rand.New(rand.NewPCG(848, 10))
@@ -219,10 +216,7 @@ func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
 func TestFetchAfterARefusalAsksAgain(t *testing.T) {
 	const bid = 2_000
 	f := newFixture(t)
-	f.campaign(t, "s", 20*bid, 1)
-	if err := f.ledger.SetBid(ctx, "s", bid); err != nil {
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "s", 20*bid, 1, bid)
 	d := f.fetchDaemon(t, "h")
 	f.clock.Set(midnight.Add(time.Hour))
 	d.Warm([]string{"s"})

@@ -18,10 +18,7 @@ func TestSparseCampaignSpendsItsBudget(t *testing.T) {
 	const bid = 2_000
 	const budget = 100 * bid
 	f := newFixture(t)
-	f.campaign(t, "sparse", budget, 8)
-	if err := f.ledger.SetBid(ctx, "sparse", bid); err != nil { // as pacerctl campaign set --bid does
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "sparse", budget, 8, bid) // as pacerctl campaign set --bid does
 	hosts := []string{"a", "b", "c"}
 	daemons := make([]*daemon.Daemon, len(hosts))
 	for i, h := range hosts {
@@ -87,10 +84,7 @@ func TestTinyBudgetStaysNearItsCurve(t *testing.T) {
 	const bids = 20
 	const budget = bids * bid
 	f := newFixture(t)
-	f.campaign(t, "tiny", budget, 8)
-	if err := f.ledger.SetBid(ctx, "tiny", bid); err != nil {
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "tiny", budget, 8, bid)
 	hosts := []string{"a", "b", "c"}
 	daemons := make([]*daemon.Daemon, len(hosts))
 	for i, h := range hosts {
@@ -161,10 +155,7 @@ func TestSparseCampaignsLastBidsComeOutEarly(t *testing.T) {
 	const bid = 2_000
 	const budget = 144 * bid
 	f := newFixture(t)
-	f.campaign(t, "s", budget, 8)
-	if err := f.ledger.SetBid(ctx, "s", bid); err != nil {
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "s", budget, 8, bid)
 	daemons := make([]*daemon.Daemon, 3)
 	for i := range daemons {
 		daemons[i] = f.standingDaemon(t, string(rune('a'+i)))
@@ -259,10 +250,7 @@ func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 	const bid = 4_000
 	f := newFixture(t)
-	f.campaign(t, "few", 40*bid, 1)
-	if err := f.ledger.SetBid(ctx, "few", bid); err != nil {
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "few", 40*bid, 1, bid)
 	d := f.daemon(t, "a")
 	const step = 10 * time.Second
 	for now := time.Duration(0); now <= 2*time.Hour; now += step {
@@ -297,10 +285,7 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 	const bid = 2_000
 	const budget = 20 * bid
 	f := newFixture(t)
-	f.campaign(t, "tiny", budget, 1)
-	if err := f.ledger.SetBid(ctx, "tiny", bid); err != nil {
-		t.Fatal(err)
-	}
+	f.campaignWithBid(t, "tiny", budget, 1, bid)
 	daemons := []*daemon.Daemon{f.daemon(t, "a"), f.daemon(t, "b"), f.daemon(t, "c")}
 	var allowed, hour10 int64
 	spend := func(at time.Duration, host int, amount int64) pacer.Decision {
