@@ -13,7 +13,7 @@ import (
 //
 //	pacer:{c/d/s}:state   hash   budget locked available leased spent lost cppb fence opened_ms;
 //	                             adv (the one-unit advance's ramp, prelude.lua);
-//	                             hr hrel (the hour's bound: the hour, what it released);
+//	                             hr hrel (the hour's bound: the hour, what it let out, net of what the cap took back);
 //	                             r_* the day's report counters (prelude.lua's audit)
 //	pacer:{c/d/s}:leases  hash   lease id -> "amount|holder|expiry_ms" (outstanding leases)
 //	pacer:{c/d/s}:exp     zset   lease id by expiry_ms (for settlement)

@@ -313,9 +313,9 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 					}
 				}
 				if budget > 0 {
-					q.DemandAsked = float64(c.askedMicros(r)) / float64(budget)
+					q.DemandAsked = float64(c.overHosts(r, func(hc *hostCampaign) int64 { return hc.askedMicros })) / float64(budget)
 				}
-				if allowed := c.allowedSpends(r); allowed > 0 {
+				if allowed := c.overHosts(r, func(hc *hostCampaign) int64 { return hc.allowed }); allowed > 0 {
 					for _, p := range q.HostRequestShares {
 						q.HostShareNoise = max(q.HostShareNoise, 100*math.Sqrt(p*(1-p)/float64(allowed)))
 					}
@@ -502,22 +502,13 @@ func (r *runner) hostShareDev(c *campaignRT) float64 {
 	return dev
 }
 
-// allowedSpends is how many of the campaign's SPENDs pacer allowed, over
-// the hosts.
-func (c *campaignRT) allowedSpends(r *runner) int64 {
+// overHosts sums one count of the campaign's over its hosts: what pacer
+// allowed (allowed), or what its SPENDs asked for, allowed or not
+// (askedMicros).
+func (c *campaignRT) overHosts(r *runner, count func(*hostCampaign) int64) int64 {
 	var n int64
 	for _, h := range r.hosts {
-		n += h.c[c.idx].allowed
-	}
-	return n
-}
-
-// askedMicros is what the campaign's SPENDs asked for over the day, on
-// every host, allowed or not.
-func (c *campaignRT) askedMicros(r *runner) int64 {
-	var n int64
-	for _, h := range r.hosts {
-		n += h.c[c.idx].askedMicros
+		n += count(&h.c[c.idx])
 	}
 	return n
 }
