@@ -643,3 +643,62 @@ func TestHourBoundTakesItsBidFromHourUnit(t *testing.T) {
 		t.Errorf("the worst hour spent %d: more than twice the plan's %d and the HourUnit (%d)", w, hourPlan, hourUnit)
 	}
 }
+
+// A shard's last two bids are released once they are all it has left: a
+// SPEND that fits them is granted, ahead of the curve, rather than waiting
+// for the curve to come within a bid of it and then, as the day's last
+// SPENDs are few, for one small enough to fit what was left. Before, the
+// family's small campaigns ended their days with part of a bid unspent that
+// a SPEND had asked for hours before midnight (family seed 7: a 72-bid
+// budget refused a 1,253-micros SPEND at 22:12 with 3,299 left, and ended
+// with 777). A 20-bid day (2,000 micros a bid) on a flat curve, spent a bid
+// ahead of it by a call every ten minutes; at 20:00 (4,945 left) a SPEND of
+// 1.5 bids waits for the curve; after two SPENDs of a quarter bid, at 20:41
+// (3,945 left), it is granted.
+func TestLastBidsWaitForNoCurve(t *testing.T) {
+	const bid, budget = 2_000, 20 * 2_000
+	hourPlan := int64(budget / 24)
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", budget, 1), rampDay)
+	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	pace := func(at time.Duration) lease.Pace {
+		c := int64(at/time.Millisecond) * ppb / 86_400_000
+		return lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
+			Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
+	}
+	var hours [24]int64
+	spend := func(id string, at time.Duration, want, least int64) int64 {
+		t.Helper()
+		r := grantReq(id, key, want, t0.Add(at), pace(at).Now)
+		r.Pace, r.Min = pace(at), least
+		g := spendAll(t, l, r)
+		hours[at/time.Hour] += g
+		return g
+	}
+	for at := 10 * time.Minute; at < 20*time.Hour; at += 10 * time.Minute {
+		spend(fmt.Sprintf("L%v", at), at, lease.MaxBudgetMicros, 0)
+	}
+	left := func() int64 { return budget - mustBalance(t, l, "c", rampDay).Spent }
+	if n := left(); n <= 2*bid || n > 3*bid {
+		t.Fatalf("at 20:00 %d left: the case wants between two and three bids", n)
+	}
+	if g := spend("early", 20*time.Hour, 3*bid/2, 3*bid/2); g != 0 {
+		t.Fatalf("at 20:00 with %d left (more than two bids) a SPEND of 1.5 bids was granted %d: it should wait for the curve", left(), g)
+	}
+	for _, at := range []time.Duration{20*time.Hour + 20*time.Minute, 20*time.Hour + 40*time.Minute} {
+		if g := spend(fmt.Sprintf("L%v", at), at, bid/4, bid/4); g != bid/4 { // a quarter bid each, within the curve's
+			t.Fatalf("at %v a SPEND of a quarter bid was granted %d", at, g)
+		}
+	}
+	n := left()
+	if n > 2*bid || n < 3*bid/2 {
+		t.Fatalf("at 20:41 %d left: the case wants between 1.5 and two bids", n)
+	}
+	if g := spend("tail", 20*time.Hour+41*time.Minute, 3*bid/2, 3*bid/2); g != 3*bid/2 {
+		t.Fatalf("at 20:41 with %d left (the last two bids) a SPEND of 1.5 bids was granted %d: want all of it", n, g)
+	}
+	if hours[20] > 2*hourPlan+bid {
+		t.Errorf("hour 20 spent %d: more than twice its plan's %d and a bid", hours[20], hourPlan)
+	}
+	t.Logf("left at 20:41: %d; hour 20 spent %d (plan %d)", n, hours[20], hourPlan)
+}

@@ -217,7 +217,8 @@ end
 -- shard is behind its plan by more than a unit: then only the catch-up rule
 -- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
--- is locked is released.
+-- is locked is released; so is what is left once it is at most TAIL_BIDS
+-- bids.
 -- ramp: the campaign-day has more than one shard, so a new shard, or one
 -- that was far behind, takes up its advance at the catch-up pace (adv).
 -- hour: {idx, ppb, permille} (or nil): the call falls in hour idx of the
@@ -244,6 +245,19 @@ local FAIR_END = 3
 -- hours at 2.2-2.7x its plan, less a bid, over five seeds (the issue's bound
 -- for small budgets is 2x); at 2x, 1.6-2.1x.
 local RAMP_PERMILLE = 2000
+-- TAIL_BIDS: a shard's last bids wait for no curve. Once what it has left
+-- (locked and available) is at most TAIL_BIDS bids (the hour's usual bid,
+-- else the unit), locked is released, within the hour's bound, unless the
+-- shard is far behind (then the catch-up paces it to the end) or ramping.
+-- Held back a bid ahead of the curve, a small campaign's last bid or two
+-- waited for the curve's last hours, where its few SPENDs rarely fit what was
+-- left: the family's small budgets (22-72 bids, seeds 1-64) ended their
+-- days with part of a bid unspent that a SPEND had asked for hours before
+-- midnight. Released, the remainder meets every SPEND from then on: those
+-- days reached 99.5% on 239 of 512 (205), and where the curve oracle did,
+-- on 54 of 81 (48); the tiny scenario's 20-bid days held their hours (358
+-- of 360 within 2x, as before). Three bids: no better (52 of 81).
+local TAIL_BIDS = 2
 local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   unit = unit or 0
   k = k or 0
@@ -366,7 +380,22 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
     end
     if x > 0 then
       s.locked = s.locked - x
+      if room then room = room - x end
       s.available = s.available + x
+    end
+  end
+  -- The shard's last bids (TAIL_BIDS): the rest of locked, within the
+  -- hour's room.
+  if unit > 0 and k > 0 and not far_behind and not ramping and s.locked > 0 then
+    local bid = unit
+    if hour and hour.unit > 0 then bid = hour.unit end
+    if s.locked + s.available <= TAIL_BIDS * bid then
+      local x = s.locked
+      if room then x = math.min(x, room) end
+      if x > 0 then
+        s.locked = s.locked - x
+        s.available = s.available + x
+      end
     end
   end
   -- Signed: budget the hour let out and the cap took back unleased (a
