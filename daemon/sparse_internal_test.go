@@ -285,8 +285,9 @@ func TestHourUnitIsTheUsualBid(t *testing.T) {
 // The ledger's hour bound is asked for a campaign whose average hour is at
 // most hourBoundBids of its bids, in the hour of its local day the call
 // falls in, at twice the curve's share of it (the catch-up multiple if
-// less); for a larger campaign only in the day's last hour, at
-// lastHourPermille; never outside the day. A day that gains an hour at a
+// less), and in the day's last hour at lastHourSmallPermille with no bid
+// over it; for a larger campaign only in the day's last hour, at
+// lastHourPermille and a bid; never outside the day. A day that gains an hour at a
 // DST change has an hour 24.
 func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
@@ -304,15 +305,19 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 		t.Errorf("a 20-bid campaign at 13:30: hour %d, %d ppb, %d permille; want hour 13, %d ppb, 2000 permille",
 			p.Hour, p.HourPPB, p.HourPermille, int64(bucket.PPB/24))
 	}
-	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourCatchUpPermille {
-		t.Errorf("its last hour: hour %d, %d permille; want 23, the catch-up's %d", p.Hour, p.HourPermille, int64(lastHourCatchUpPermille))
+	if p.HourNoBid {
+		t.Errorf("a 20-bid campaign at 13:30: no bid over the hour's bound; want a bid")
+	}
+	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourSmallPermille || !p.HourNoBid {
+		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille, no bid over it",
+			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourSmallPermille))
 	}
 	if p := pace(hourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
 		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
 	}
 	large := int64(hourBoundBids*24*bid + 1)
 	if p := pace(large, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille ||
-		p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
+		p.HourNoBid || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
 		t.Errorf("a campaign of more bids an hour, at 23:00: hour %d, %d ppb, %d permille; want 23, %d ppb, %d permille",
 			p.Hour, p.HourPPB, p.HourPermille, int64(bucket.PPB/24), int64(lastHourPermille))
 	}
@@ -336,8 +341,12 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	}
 	long := bucket.DayOf(time.Date(2026, 10, 25, 12, 0, 0, 0, berlin), berlin) // 25 hours
 	ds = &dayState{day: long, curve: bucket.Flat(24)}
-	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != 1250 {
-		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille; want 24, 1250", p.Hour, p.HourPermille)
+	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourSmallPermille || !p.HourNoBid {
+		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille, no bid %v; want 24, %d, no bid",
+			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourSmallPermille))
+	}
+	if p := pace(small, long.End.Add(-time.Hour-time.Minute), 1250); p.Hour != 23 || p.HourPermille != 1250 || p.HourNoBid {
+		t.Errorf("the hour before it: hour %d, %d permille, no bid %v; want 23, the catch-up's 1250, a bid", p.Hour, p.HourPermille, p.HourNoBid)
 	}
 	if p := pace(large, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourPermille {
 		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(lastHourPermille))

@@ -552,7 +552,10 @@ func Split(total int64, n int) []int64 {
 // is beyond waits for the next hour. 0: no bound (as a daemon from before
 // it). HourUnit, if set, is the bid the hour's bound allows in place of Unit:
 // the campaign's usual largest bid, where Unit may be one outlying SPEND
-// (which then waits for an hour with room for it, or for none).
+// (which then waits for an hour with room for it, or for none). HourNoBid
+// allows no bid over the hour's share: the hour spends at most HourPermille/
+// 1000 times it, whatever the bids (a small campaign's last hour, where the
+// issue's bound of 1.5x is exact; a script from before it allows the bid).
 type Pace struct {
 	Now, Cap        int64
 	Unit            int64
@@ -561,6 +564,15 @@ type Pace struct {
 	Hour, HourPPB   int64
 	HourPermille    int64
 	HourUnit        int64
+	HourNoBid       bool
+}
+
+// flag is a script argument's 1 or 0.
+func flag(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // maxDayHours is the last hour a local day can have (a day that gains an
@@ -666,7 +678,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit)
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid))
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -701,7 +713,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit)
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid))
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}

@@ -702,3 +702,51 @@ func TestLastBidsWaitForNoCurve(t *testing.T) {
 	}
 	t.Logf("left at 20:41: %d; hour 20 spent %d (plan %d)", n, hours[20], hourPlan)
 }
+
+// HourNoBid: the hour spends at most HourPermille/1000 times its share, no
+// bid over it. A small campaign's last hour is bounded so at 1.5x, the
+// issue's bound, exact: with a bid over the bound, a 30-bid budget (whose
+// last hour is worth 1.25 bids) less than a bid behind at 23:00 spent what
+// it was behind and the hour in it. A 30-bid day on a flat curve, spent a
+// bid ahead of it by a call a minute until 21:26 (more than its last two
+// bids left), idle until 23:00 (1,917 micros behind), then a call a minute.
+func TestLastHourWithoutBid(t *testing.T) {
+	const bid, budget = 2_000, 30 * 2_000
+	hourPlan := int64(budget / 24)
+	run := func(noBid bool) (hour23 int64) {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", budget, 1), rampDay)
+		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+		for at := time.Minute; at < 24*time.Hour; at += time.Minute {
+			if at >= 21*time.Hour+26*time.Minute && at < 23*time.Hour {
+				continue
+			}
+			c := int64(at/time.Millisecond) * ppb / 86_400_000
+			r := grantReq(fmt.Sprintf("L%v", at), key, lease.MaxBudgetMicros, t0.Add(at), c)
+			r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
+				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
+			if at >= 23*time.Hour {
+				r.Pace.CatchUpPermille, r.Pace.HourPermille, r.Pace.HourNoBid = 1250, 1500, noBid
+			}
+			if g := spendAll(t, l, r); at >= 23*time.Hour {
+				hour23 += g
+			}
+		}
+		mustBalance(t, l, "c", rampDay)
+		return hour23
+	}
+	most := 3 * hourPlan / 2
+	if h := run(false); h <= most {
+		t.Fatalf("with a bid over the bound the last hour spent %d, within 1.5x its plan's %d: the case does not exercise it", h, hourPlan)
+	} else {
+		t.Logf("with a bid over the bound the last hour spent %d", h)
+	}
+	h := run(true)
+	if h > most {
+		t.Errorf("the last hour spent %d: more than 1.5x its plan's %d", h, hourPlan)
+	}
+	if h < most-bid/10 {
+		t.Errorf("the last hour spent %d, behind its curve: want its bound, 1.5x the plan's %d", h, hourPlan)
+	}
+	t.Logf("no bid over the bound: the last hour spent %d (plan %d)", h, hourPlan)
+}

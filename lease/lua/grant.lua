@@ -1,11 +1,11 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit]]]]]]]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid]]]]]]]]
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
 -- hour hour_ppb hour_permille hour_unit: release_by_curve's hour bound (permille 0: none;
--- hour_unit 0 or absent: unit).
+-- hour_unit 0 or absent: unit; hour_no_bid 1: no bid over the share).
 -- Reply: {status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status 0 granted now, 1 already granted (retry), 2 lease already closed,
 -- 3 the day is closed (no more grants), 4 frozen after a loss of state
@@ -27,7 +27,7 @@ if s.closed == 1 then return shard_reply(3, 0, s) end
 if now < num(redis.call('HGET', K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
-local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22]))
+local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]))
 local take = want
 local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[17]))
 if cap and cap < take then take = cap end

@@ -221,9 +221,10 @@ end
 -- bids.
 -- ramp: the campaign-day has more than one shard, so a new shard, or one
 -- that was far behind, takes up its advance at the catch-up pace (adv).
--- hour: {idx, ppb, permille} (or nil): the call falls in hour idx of the
--- local day, whose share of the curve is ppb; in that hour the shard
--- releases at most permille x the plan's share of it, plus one unit, less
+-- hour: {idx, ppb, permille, unit, no_bid} (or nil): the call falls in hour
+-- idx of the local day, whose share of the curve is ppb; in that hour the
+-- shard releases at most permille x the plan's share of it, plus one unit
+-- (hour.unit if set; none with no_bid), less
 -- what it held (available and leased) at its first call in the hour, so
 -- that no hour spends more than that multiple of its plan and a bid (and
 -- what hosts spent of their leases between the hour's start and that call).
@@ -359,6 +360,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
     end
     local bid = unit
     if hour.unit > 0 then bid = hour.unit end
+    if hour.no_bid then bid = 0 end
     room = scale(muldiv(plan, hour.ppb, PPB), hour.permille) + bid - s.hrel - net
     if room < 0 then
       local back = math.min(-room, math.max(0, net), s.available)
@@ -409,10 +411,10 @@ end
 
 -- hour_arg is release_by_curve's hour from a call's arguments: nil without
 -- them (an older daemon) or with permille 0.
-local function hour_arg(idx, ppb, permille, unit)
+local function hour_arg(idx, ppb, permille, unit, no_bid)
   permille = num(permille)
   if permille <= 0 then return nil end
-  return {idx = num(idx), ppb = num(ppb), permille = permille, unit = num(unit)}
+  return {idx = num(idx), ppb = num(ppb), permille = permille, unit = num(unit), no_bid = num(no_bid) == 1}
 end
 
 -- Lease records: "amount|holder|expiry_ms".
