@@ -928,9 +928,14 @@ func (c *campaign) standingIdle() time.Duration {
 // two ledger calls a SPEND fetching, one every few SPENDs standing:
 // TestWarmCampaignTopsUpEveryFewSpends); and what it holds at midnight is
 // one window's worth. A rarer host fetches: a bid held for hours, or over
-// midnight, is budget nobody spends.
+// midnight, is budget nobody spends. The interval is the larger of the
+// SPENDs' and the time since the last one: a burst of four SPENDs in six
+// minutes, then none, kept a 28-bid campaign's host standing two bids,
+// renewed unspent every five minutes from 22:04 to midnight, while the
+// other hosts' SPENDs were refused for want of them (family's f00, seed
+// 27: 83.71% spent, the curve oracle 99.05%).
 func (c *campaign) standsHere(now time.Time, ds *dayState) bool {
-	iv := c.sparseInterval()
+	iv := max(c.sparseInterval(), now.Sub(c.lastDemandAt))
 	return c.demandTickN > sparseSpends && iv > 0 && iv <= c.cfg.StandingWindow && ds.day.End.Sub(now) > 2*iv
 }
 

@@ -329,3 +329,38 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 	t.Logf("allowed %d micros by 11:00 (the curve's %d), %d in hour 10", allowed, budget*11/24, hour10)
 	f.check(t, "tiny")
 }
+
+// A host whose SPENDs of a sparse campaign stop keeps no standing bid for
+// the hours after them: its interval is the larger of its SPENDs' and the
+// time since the last. Taken from its last SPENDs alone, a burst of them
+// then none kept it standing, renewing an unspent bid every few minutes
+// until midnight while other hosts' SPENDs were refused for want of it (the
+// family's f00, 28 bids, seed 27: two bids held so from 22:04, 83.71% spent
+// where the curve oracle spent 99.05%). A SPEND a minute for ten minutes,
+// then none for half an hour, on a 2,000-bid budget from the start of its
+// day (a SPEND a minute is under its pace).
+func TestStandingBidEndsWhenItsSpendsStop(t *testing.T) {
+	f := newFixture(t)
+	const bid = 1_000
+	f.campaignWithBid(t, "s", 2_000*bid, 1, bid)
+	f.clock.Set(midnight.Add(time.Minute))
+	d := f.daemon(t, "h")
+	var allowed int64
+	for i := range 10 * 60 {
+		if i%60 == 0 {
+			allowed += spendAttempts(t, d, "s", bid, 1)
+		}
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	if leased := f.check(t, "s").Leased; leased == 0 || allowed == 0 {
+		t.Fatalf("a SPEND a minute: %d allowed, %d leased: the case wants a host standing a bid", allowed, leased)
+	}
+	for range 30 * 60 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	if leased := f.check(t, "s").Leased; leased != 0 {
+		t.Errorf("half an hour after its last SPEND the host still holds %d micros of the campaign", leased)
+	}
+}
