@@ -285,9 +285,10 @@ func TestHourUnitIsTheUsualBid(t *testing.T) {
 // The ledger's hour bound is asked for a campaign whose average hour is at
 // most hourBoundBids of its bids, in the hour of its local day the call
 // falls in, at twice the curve's share of it (the catch-up multiple if
-// less), and in the day's last hour at lastHourSmallPermille with no bid
+// less), and in the day's last hour at lastHourExactPermille with no bid
 // over it; for a larger campaign only in the day's last hour, at
-// lastHourPermille and a bid; never outside the day. A day that gains an hour at a
+// lastHourPermille and a bid, or lastHourExactPermille and none where the
+// bid is more than a fifth of the hour; never outside the day. A day that gains an hour at a
 // DST change has an hour 24.
 func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
@@ -308,18 +309,24 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	if p.HourNoBid {
 		t.Errorf("a 20-bid campaign at 13:30: no bid over the hour's bound; want a bid")
 	}
-	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourSmallPermille || !p.HourNoBid {
+	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
 		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille, no bid over it",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourSmallPermille))
+			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourExactPermille))
 	}
 	if p := pace(hourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
 		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
 	}
 	large := int64(hourBoundBids*24*bid + 1)
-	if p := pace(large, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille ||
-		p.HourNoBid || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
-		t.Errorf("a campaign of more bids an hour, at 23:00: hour %d, %d ppb, %d permille; want 23, %d ppb, %d permille",
-			p.Hour, p.HourPPB, p.HourPermille, int64(bucket.PPB/24), int64(lastHourPermille))
+	if p := pace(large, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille ||
+		!p.HourNoBid || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
+		t.Errorf("a campaign of more bids an hour, whose bid is more than a fifth of its last hour, at 23:00: hour %d, %d ppb, %d permille, no bid %v; want 23, %d ppb, %d permille, no bid",
+			p.Hour, p.HourPPB, p.HourPermille, p.HourNoBid, int64(bucket.PPB/24), int64(lastHourExactPermille))
+	}
+	// 1.3x and a bid is less than 1.5x once the bid is under a fifth of the hour.
+	larger := int64(6 * 24 * bid)
+	if p := pace(larger, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille || p.HourNoBid {
+		t.Errorf("a campaign whose bid is a sixth of its last hour, at 23:00: hour %d, %d permille, no bid %v; want 23, %d permille and a bid",
+			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourPermille))
 	}
 	for _, tc := range []struct {
 		name  string
@@ -341,14 +348,14 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	}
 	long := bucket.DayOf(time.Date(2026, 10, 25, 12, 0, 0, 0, berlin), berlin) // 25 hours
 	ds = &dayState{day: long, curve: bucket.Flat(24)}
-	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourSmallPermille || !p.HourNoBid {
+	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
 		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille, no bid %v; want 24, %d, no bid",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourSmallPermille))
+			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourExactPermille))
 	}
 	if p := pace(small, long.End.Add(-time.Hour-time.Minute), 1250); p.Hour != 23 || p.HourPermille != 1250 || p.HourNoBid {
 		t.Errorf("the hour before it: hour %d, %d permille, no bid %v; want 23, the catch-up's 1250, a bid", p.Hour, p.HourPermille, p.HourNoBid)
 	}
-	if p := pace(large, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourPermille {
+	if p := pace(larger, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourPermille {
 		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(lastHourPermille))
 	}
 }

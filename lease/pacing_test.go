@@ -750,3 +750,49 @@ func TestLastHourWithoutBid(t *testing.T) {
 	}
 	t.Logf("no bid over the bound: the last hour spent %d (plan %d)", h, hourPlan)
 }
+
+// With no bid over an hour's bound, what the shard held available at the
+// hour's first call beyond it goes back to locked: released the hour
+// before, it would be spent in this one. A 20-bid day on a flat curve,
+// nothing asked until 22:58, when a call far behind its curve fills
+// available to its Unit of two bids; at 23:00:10 a grant asks for all of
+// it: 1.5x the last hour's share at most.
+func TestLastHourReLocksWhatItHeld(t *testing.T) {
+	const bid, budget = 2_000, 20 * 2_000
+	hourPlan := int64(budget / 24)
+	run := func(noBid bool) int64 {
+		l, _ := newLedger(t)
+		mustOpen(t, l, campaign("c", budget, 1), rampDay)
+		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+		pace := func(at time.Duration) lease.Pace {
+			c := int64(at/time.Millisecond) * ppb / 86_400_000
+			p := lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: 2 * bid, CatchUpPermille: rampK, Shards: 1,
+				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
+			if at >= 23*time.Hour {
+				p.CatchUpPermille, p.HourPermille, p.HourNoBid = 1250, 1500, noBid
+			}
+			return p
+		}
+		at := 22*time.Hour + 58*time.Minute
+		r := grantReq("fill", key, 1, t0.Add(at), pace(at).Now)
+		r.Pace = pace(at)
+		if g := spendAll(t, l, r); g != 1 {
+			t.Fatalf("at 22:58 a grant of one micro got %d", g)
+		}
+		if avail := mustBalance(t, l, "c", rampDay).Available; avail <= 3*hourPlan/2 {
+			t.Fatalf("at 22:58 the shard holds %d available, within 1.5x the last hour's %d: the case does not exercise it", avail, hourPlan)
+		}
+		at = 23*time.Hour + 10*time.Second
+		r = grantReq("all", key, 2*bid, t0.Add(at), pace(at).Now)
+		r.Pace = pace(at)
+		g := spendAll(t, l, r)
+		mustBalance(t, l, "c", rampDay)
+		return g
+	}
+	if g := run(false); g <= 3*hourPlan/2 {
+		t.Fatalf("with a bid over the bound the last hour's first grant got %d, within 1.5x its share %d: the case does not exercise it", g, hourPlan)
+	}
+	if g := run(true); g > 3*hourPlan/2 {
+		t.Errorf("the last hour's first grant got %d: more than 1.5x its share %d", g, hourPlan)
+	}
+}
