@@ -123,6 +123,15 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 	}
 	c.rotateLargestSpend(now)
 	c.updateDemand(now, ds)
+	// The fleet's rate, which the share meters take this host's share of,
+	// as of now: want computes it too, but not for a host whose SPENDs
+	// fetch their leases (nor while a grant waits), and a host that went
+	// from standing to fetching at dawn kept the night's pace all day: a
+	// 171-bid campaign on a daytime curve had its 20% host credited at
+	// 480 micros an hour from 07:49, each SPEND there paced for hours after
+	// the one before, and the campaign 58,000 micros behind its curve by
+	// 18:00 (family seed 8's f46: 92.08% spent, the curve oracle 99.68%).
+	c.fleetWindow(now, s, ds)
 	c.meterSpend(now, ds)
 	// A campaign loaded here a lease window ago (Warm, at a restart or the
 	// day's first use) and not asked for since is as sparse as one seen

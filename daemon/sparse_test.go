@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
 )
 
 // Issue 10: a campaign of about 100 bids a day, its 150 SPENDs spread at
@@ -363,4 +365,62 @@ func TestStandingBidEndsWhenItsSpendsStop(t *testing.T) {
 	if leased := f.check(t, "s").Leased; leased != 0 {
 		t.Errorf("half an hour after its last SPEND the host still holds %d micros of the campaign", leased)
 	}
+}
+
+// A host whose SPENDs fetch their leases meters its spend by its share of
+// the fleet's rate as of now, not as of its last standing bid: the share
+// meters took the fleet's rate from want, which a fetching host never
+// reaches, so one that began its day at a night curve's pace kept it all
+// day (family seed 8's f46, 171 bids on a daytime curve: its 20% host was
+// credited 480 micros an hour from 07:49 and paced for hours after each
+// SPEND; the campaign spent 92.08% where the curve oracle spent 99.68%).
+// Two hosts, a SPEND of a bid every six minutes each (fetching, not
+// standing), from 04:00 on a curve of a bid an hour until 06:00 and ten an
+// hour after, twice that demanded: from 07:00 to 10:00 the fleet spends
+// about its curve.
+func TestFetchingHostsMeterByTheCurvesPaceNow(t *testing.T) {
+	f := newFixture(t)
+	const bid = 1_000
+	weights := make([]float64, 24)
+	for i := range weights {
+		weights[i] = 10
+		if i < 6 {
+			weights[i] = 1
+		}
+	}
+	curve, err := bucket.NewCurve("dawn", weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "d", DailyMicros: 186 * bid, TZ: "UTC", Curve: "dawn", Shards: 1, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(midnight.Add(4 * time.Hour))
+	var hosts []*daemon.Daemon
+	for _, h := range []string{"a", "b"} {
+		d, err := daemon.New(f.ledger, daemon.Config{Holder: h, Clock: f.clock, Curves: map[string]*bucket.Curve{"dawn": curve}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close(ctx) })
+		hosts = append(hosts, d)
+	}
+	var day int64
+	for at := 4 * time.Hour; at < 10*time.Hour; at += time.Second {
+		for i, d := range hosts {
+			d.Step(ctx)
+			if at%(6*time.Minute) == time.Duration(i)*3*time.Minute {
+				if a := spendAttempts(t, d, "d", bid, 1); at >= 7*time.Hour {
+					day += a
+				}
+			}
+		}
+		f.clock.Add(time.Second)
+	}
+	want := int64(30 * bid) // the curve's ten bids an hour, 07:00-10:00
+	if day < want*8/10 {
+		t.Errorf("the fleet spent %d from 07:00 to 10:00, the curve %d: its hosts were metered by the night's pace", day, want)
+	}
+	t.Logf("07:00-10:00: spent %d, the curve %d", day, want)
+	f.check(t, "d")
 }
