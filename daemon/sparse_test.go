@@ -333,9 +333,9 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 }
 
 // A host whose SPENDs of a sparse campaign stop keeps no standing bid for
-// the hours after them: its interval is the larger of its SPENDs' and the
-// time since the last. Taken from its last SPENDs alone, a burst of them
-// then none kept it standing, renewing an unspent bid every few minutes
+// the hours after them: it stands only while its last SPEND is at most
+// three of their intervals (and a standing window) ago. Judged by its last
+// SPENDs' interval alone, a burst of them then none kept it standing, renewing an unspent bid every few minutes
 // until midnight while other hosts' SPENDs were refused for want of it (the
 // family's f00, 28 bids, seed 27: two bids held so from 22:04, 83.71% spent
 // where the curve oracle spent 99.05%). A SPEND a minute for ten minutes,
