@@ -260,6 +260,14 @@ local RAMP_PERMILLE = 2000
 -- on 54 of 81 (48); the tiny scenario's 20-bid days held their hours (358
 -- of 360 within 2x, as before). Three bids: no better (52 of 81).
 local TAIL_BIDS = 2
+
+-- usual_bid is the bid the hour's bound and the tail count in: the hour's
+-- (the campaign's usual largest bid) if the call gave one, else the unit.
+local function usual_bid(unit, hour)
+  if hour and hour.unit > 0 then return hour.unit end
+  return unit
+end
+
 local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   unit = unit or 0
   k = k or 0
@@ -359,8 +367,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
       s.hr = hour.idx + 1
       s.hrel = math.max(0, s.available + s.leased - net)
     end
-    local bid = unit
-    if hour.unit > 0 then bid = hour.unit end
+    local bid = usual_bid(unit, hour)
     if hour.no_bid then bid = 0 end
     room = scale(muldiv(plan, hour.ppb, PPB), hour.permille) + bid - s.hrel - net
     if room < 0 then
@@ -397,9 +404,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   -- The shard's last bids (TAIL_BIDS): the rest of locked, within the
   -- hour's room.
   if unit > 0 and k > 0 and not far_behind and not ramping and s.locked > 0 then
-    local bid = unit
-    if hour and hour.unit > 0 then bid = hour.unit end
-    if s.locked + s.available <= TAIL_BIDS * bid then
+    if s.locked + s.available <= TAIL_BIDS * usual_bid(unit, hour) then
       local x = s.locked
       if room then x = math.min(x, room) end
       if x > 0 then
