@@ -796,3 +796,76 @@ func TestLastHourReLocksWhatItHeld(t *testing.T) {
 		t.Errorf("the last hour's first grant got %d: more than 1.5x its share %d", g, hourPlan)
 	}
 }
+
+// The end-of-day rules under retried calls (a daemon that lost a reply
+// sends the same call again): a granted lease is returned by its id, not
+// released again, and a refused one, which recorded nothing, runs again
+// under the same bounds. A 20-bid day on a flat curve, spent a bid ahead of
+// it by a call every ten minutes until 20:50 (its last two bids then
+// released: the tail); and a second day, nothing spent until 23:00, a call a minute
+// with no bid over the hour's 1.5x; every call is sent twice, and one that
+// asks for more than the hour's room, refused, twice too. The last hour
+// spends at most 1.5x its share, and every shard balances.
+func TestEndOfDayRulesUnderRetries(t *testing.T) {
+	const bid, budget = 2_000, 20 * 2_000
+	hourPlan := int64(budget / 24)
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", budget, 1), rampDay)
+	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	twice := func(id string, at time.Duration, want, least int64) int64 {
+		t.Helper()
+		c := int64(at/time.Millisecond) * ppb / 86_400_000
+		r := grantReq(id, key, want, t0.Add(at), c)
+		r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
+			Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
+		if at >= 23*time.Hour {
+			r.Pace.CatchUpPermille, r.Pace.HourPermille, r.Pace.HourNoBid = 1250, 1500, true
+		}
+		r.Min = least
+		first, err := l.Grant(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := l.Grant(ctx, r) // the reply was lost: the same call again
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Granted != first.Granted {
+			t.Fatalf("%s at %v: granted %d, its retry %d", id, at, first.Granted, again.Granted)
+		}
+		if first.Granted > 0 {
+			if _, err := l.Release(ctx, key, id, 0, t0.Add(at)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return first.Granted
+	}
+	for at := 10 * time.Minute; at <= 20*time.Hour+50*time.Minute; at += 10 * time.Minute {
+		twice(fmt.Sprintf("L%v", at), at, lease.MaxBudgetMicros, 0)
+	}
+	// The tail released the last two bids at once, each granted once.
+	if left := budget - mustBalance(t, l, "c", rampDay).Spent; left != 0 {
+		t.Errorf("at 20:50, its last two bids released, %d left unspent", left)
+	}
+	// A fresh day's shard for the last hour: the first day is spent out.
+	mustOpen(t, l, campaign("d", budget, 1), rampDay)
+	key = lease.ShardKey{Campaign: "d", Day: rampDay, Shard: 0}
+	var hour23 int64
+	for at := 23 * time.Hour; at < 24*time.Hour; at += time.Minute {
+		if at == 23*time.Hour+30*time.Minute {
+			if g := twice("outlier", at, 2*hourPlan, 2*hourPlan); g != 0 {
+				t.Fatalf("a grant of more than the last hour's room got %d", g)
+			}
+		}
+		hour23 += twice(fmt.Sprintf("M%v", at), at, lease.MaxBudgetMicros, 0)
+	}
+	if hour23 > 3*hourPlan/2 {
+		t.Errorf("the last hour spent %d under retries: more than 1.5x its share %d", hour23, hourPlan)
+	}
+	if hour23 < hourPlan {
+		t.Errorf("the last hour spent %d, far behind its curve: want at least its share %d", hour23, hourPlan)
+	}
+	mustBalance(t, l, "c", rampDay)
+	mustBalance(t, l, "d", rampDay)
+	t.Logf("last hour spent %d (share %d) with every call sent twice", hour23, hourPlan)
+}
