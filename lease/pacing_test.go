@@ -658,14 +658,8 @@ func TestHourBoundTakesItsBidFromHourUnit(t *testing.T) {
 func TestLastBidsWaitForNoCurve(t *testing.T) {
 	const bid, budget = 2_000, 20 * 2_000
 	hourPlan := int64(budget / 24)
-	l, _ := newLedger(t)
-	mustOpen(t, l, campaign("c", budget, 1), rampDay)
-	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
-	pace := func(at time.Duration) lease.Pace {
-		c := int64(at/time.Millisecond) * ppb / 86_400_000
-		return lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
-			Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
-	}
+	l, key := openSmallDay(t, budget)
+	pace := func(at time.Duration) lease.Pace { return smallDayPace(at, bid, bid, false) }
 	var hours [24]int64
 	spend := func(id string, at time.Duration, want, least int64) int64 {
 		t.Helper()
@@ -721,13 +715,8 @@ func TestLastHourWithoutBid(t *testing.T) {
 			if at >= 21*time.Hour+26*time.Minute && at < 23*time.Hour {
 				continue
 			}
-			c := int64(at/time.Millisecond) * ppb / 86_400_000
-			r := grantReq(fmt.Sprintf("L%v", at), key, lease.MaxBudgetMicros, t0.Add(at), c)
-			r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
-				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
-			if at >= 23*time.Hour {
-				r.Pace.CatchUpPermille, r.Pace.HourPermille, r.Pace.HourNoBid = 1250, 1500, noBid
-			}
+			r := grantReq(fmt.Sprintf("L%v", at), key, lease.MaxBudgetMicros, t0.Add(at), 0)
+			r.Pace = smallDayPace(at, bid, bid, noBid)
 			if g := spendAll(t, l, r); at >= 23*time.Hour {
 				hour23 += g
 			}
@@ -764,15 +753,7 @@ func TestLastHourReLocksWhatItHeld(t *testing.T) {
 		l, _ := newLedger(t)
 		mustOpen(t, l, campaign("c", budget, 1), rampDay)
 		key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
-		pace := func(at time.Duration) lease.Pace {
-			c := int64(at/time.Millisecond) * ppb / 86_400_000
-			p := lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: 2 * bid, CatchUpPermille: rampK, Shards: 1,
-				Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
-			if at >= 23*time.Hour {
-				p.CatchUpPermille, p.HourPermille, p.HourNoBid = 1250, 1500, noBid
-			}
-			return p
-		}
+		pace := func(at time.Duration) lease.Pace { return smallDayPace(at, 2*bid, bid, noBid) }
 		at := 22*time.Hour + 58*time.Minute
 		r := grantReq("fill", key, 1, t0.Add(at), pace(at).Now)
 		r.Pace = pace(at)
@@ -809,19 +790,11 @@ func TestLastHourReLocksWhatItHeld(t *testing.T) {
 func TestEndOfDayRulesUnderRetries(t *testing.T) {
 	const bid, budget = 2_000, 20 * 2_000
 	hourPlan := int64(budget / 24)
-	l, _ := newLedger(t)
-	mustOpen(t, l, campaign("c", budget, 1), rampDay)
-	key := lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
+	l, key := openSmallDay(t, budget)
 	twice := func(id string, at time.Duration, want, least int64) int64 {
 		t.Helper()
-		c := int64(at/time.Millisecond) * ppb / 86_400_000
-		r := grantReq(id, key, want, t0.Add(at), c)
-		r.Pace = lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: bid, CatchUpPermille: rampK, Shards: 1,
-			Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: bid}
-		if at >= 23*time.Hour {
-			r.Pace.CatchUpPermille, r.Pace.HourPermille, r.Pace.HourNoBid = 1250, 1500, true
-		}
-		r.Min = least
+		r := grantReq(id, key, want, t0.Add(at), 0)
+		r.Pace, r.Min = smallDayPace(at, bid, bid, true), least
 		first, err := l.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -868,4 +841,27 @@ func TestEndOfDayRulesUnderRetries(t *testing.T) {
 	mustBalance(t, l, "c", rampDay)
 	mustBalance(t, l, "d", rampDay)
 	t.Logf("last hour spent %d (share %d) with every call sent twice", hour23, hourPlan)
+}
+
+// smallDayPace is a small campaign's pace at at into a flat day, as pacerd
+// asks it: a call's cap window of five minutes, catch-up at rampK, the
+// hour's bound at 2x with hourUnit over it; from 23:00 the last hour's
+// catch-up (1.25x) and its bound of 1.5x, with no bid over it if noBid.
+func smallDayPace(at time.Duration, unit, hourUnit int64, noBid bool) lease.Pace {
+	c := int64(at/time.Millisecond) * ppb / 86_400_000
+	p := lease.Pace{Now: c, Cap: min(ppb, c+ppb*5/(24*60)), Unit: unit, CatchUpPermille: rampK, Shards: 1,
+		Hour: int64(at / time.Hour), HourPPB: ppb / 24, HourPermille: 2000, HourUnit: hourUnit}
+	if at >= 23*time.Hour {
+		p.CatchUpPermille, p.HourPermille, p.HourNoBid = 1250, 1500, noBid
+	}
+	return p
+}
+
+// openSmallDay opens campaign "c", one shard of budget on rampDay, on a
+// fresh ledger.
+func openSmallDay(t *testing.T, budget int64) (*lease.Ledger, lease.ShardKey) {
+	t.Helper()
+	l, _ := newLedger(t)
+	mustOpen(t, l, campaign("c", budget, 1), rampDay)
+	return l, lease.ShardKey{Campaign: "c", Day: rampDay, Shard: 0}
 }
