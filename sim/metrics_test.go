@@ -163,3 +163,22 @@ func TestCurveOracle(t *testing.T) {
 		t.Fatalf("oracle spent %d in the last hour, far behind; want 1.25x the pace, about %d", got, want)
 	}
 }
+
+// The oracle's allowance grows with the curve, not with the order its
+// arrivals come in: the simulator's hosts hand them in out of order by up
+// to a step, and each step back and forth again counted as pace.
+func TestCurveOracleArrivalsOutOfOrder(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 86_400_000 // 1,000 micros a second on a flat curve
+	c := &campaignRT{day: day, curve: bucket.Flat(24), budget: budget, maxBid: 1_000}
+	// Far behind in the last hour, SPENDs every 100 ms at 10x the pace, each
+	// pair handed in later one first, a second apart.
+	from := day.End.Add(-time.Hour)
+	for at := from; at.Before(day.End.Add(-time.Second)); at = at.Add(200 * time.Millisecond) {
+		oracleSpend(c, 1_000, at.Add(time.Second))
+		oracleSpend(c, 1_000, at)
+	}
+	if got, want := c.oracleSpent, int64(4_500_000); got < want-2_000 || got > want+75_000+1_000 {
+		t.Fatalf("oracle spent %d in the last hour, arrivals out of order; want 1.25x the pace, about %d", got, want)
+	}
+}
