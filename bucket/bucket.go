@@ -48,10 +48,14 @@ type Grant struct {
 
 // Closed is the outcome of a grant whose feed has closed. Unused micros
 // must go back to the ledger when the lease is released; Amount-Unused is
-// what the lease spent (net of refunds this bucket accepted).
+// what the lease spent (net of refunds this bucket accepted). Forgone is
+// the part of Unused the feed was entitled to while the bucket was at
+// capacity (see Bucket); the rest of Unused is what it took with it from
+// the tokens and what it had not been entitled to yet.
 type Closed struct {
 	ID             string
 	Amount, Unused int64 // micros
+	Forgone        int64 // micros, of Unused
 }
 
 // Stats is a snapshot of a Bucket, in micros. At every instant
@@ -136,8 +140,12 @@ func (f *feed) entitled(elapsed uint64) int64 {
 //
 // The accounting that makes "no overspend" hold:
 //   - Tokens never exceed the sum of what the open feeds have dripped. When
-//     a feed closes it withdraws min(tokens, dripped) from the tokens, so
-//     no token outlives the lease that backed it.
+//     a feed closes it withdraws from the tokens what of them the other open
+//     feeds' drip does not cover (at most what it dripped), so no token
+//     outlives the leases that back it. Spends are charged to the feeds
+//     that end first, as drip fills them: a lease ending while its
+//     successor's drip covers the bucket takes none of the successor's
+//     tokens with it.
 //   - A feed closes when its End is reached, inside every call: Spend never
 //     uses a lease past its deadline even if nobody calls Expire.
 //   - A closing feed's Unused is its undripped amount plus what it
@@ -455,9 +463,22 @@ func (b *Bucket) drip(t int64) {
 
 func (b *Bucket) closeFeed(i int) Closed {
 	f := b.feeds[i]
-	withdrawn := min(b.tokens, f.dripped)
+	// What the other open feeds dripped backs that many tokens; only the
+	// rest must go with this one. (Withdrawing min(tokens, dripped), as
+	// until 2026-11-27, charged every spend to the feeds still open: at
+	// each lease's end a host lost the tokens its successor had dripped,
+	// and a campaign of a few SPENDs a second, behind its curve all
+	// afternoon, had 2-3% of them paced there with the successor's tokens
+	// in hand.)
+	var others int64
+	for j := range b.nfeeds {
+		if j != i {
+			others += b.feeds[j].dripped
+		}
+	}
+	withdrawn := min(f.dripped, max(b.tokens-others, 0))
 	b.tokens -= withdrawn
-	c := Closed{ID: f.id, Amount: f.amount, Unused: f.amount - f.dripped + withdrawn}
+	c := Closed{ID: f.id, Amount: f.amount, Unused: f.amount - f.dripped + withdrawn, Forgone: f.due - f.dripped}
 	b.returned += c.Unused
 	copy(b.feeds[i:b.nfeeds], b.feeds[i+1:b.nfeeds])
 	b.nfeeds--

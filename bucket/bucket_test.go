@@ -123,11 +123,12 @@ func TestBucketSteps(t *testing.T) {
 			Spent: 6500, Refunded: 600, OpenFeeds: 2, DripPerSecond: 2000,
 			Requested: 11503 + 3100 + 1, Allows: 3, Denials: 5}},
 		// g1 ends at t0+10s, before anyone looks: Spend closes it on its way,
-		// withdrawing its 500 tokens (Unused = 3600 undripped + 500 withdrawn).
+		// withdrawing its 500 tokens (Unused = 3600 undripped + 500 withdrawn;
+		// of the 3600, 3100 forgone at capacity and 500 not yet due at 9.5s).
 		{sec: 12, op: "spend", n: 1, want: true},
 		// Only g2's spend can be refunded; g1's was settled when it closed.
 		{sec: 12, op: "refund", n: 1000, want: int64(1)},
-		{sec: 12, op: "expire", want: []Closed{{ID: "g1", Amount: 10_000, Unused: 4100}}},
+		{sec: 12, op: "expire", want: []Closed{{ID: "g1", Amount: 10_000, Unused: 4100, Forgone: 3100}}},
 		{sec: 12, op: "expire", want: []Closed(nil)},
 		{sec: 12, op: "add", g: g3, want: nil},
 		{sec: 13, op: "close", id: "g2", want: Closed{ID: "g2", Amount: 4000, Unused: 4000}},
@@ -153,17 +154,46 @@ func TestBucketClosedByClock(t *testing.T) {
 		add(0, "b", 200, 0, 2),
 		add(0, "c", 300, 0, 3),
 		{sec: 0.5, op: "spend", n: 50, want: true}, // a 50, b 50, c 50 dripped
-		// a and b close at t0+2.5s before c drips, and withdraw all they
-		// dripped from the 100 tokens left: the 50 spent is charged to c.
-		{sec: 2.5, op: "stats", want: Stats{Tokens: 200, Reserve: 50,
-			Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 300, OpenFeeds: 1, DripPerSecond: 100,
+		// a and b close at t0+2.5s before c drips. The 50 spent is charged
+		// to a, which ends first: of the 100 tokens left, b's and c's drip
+		// back all, so a withdraws none (Unused 50, undripped); c's 50
+		// back half, so b withdraws the other 50 (Unused 150 + 50). Then c
+		// drips to 250.
+		{sec: 2.5, op: "stats", want: Stats{Tokens: 250, Reserve: 50,
+			Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 250, OpenFeeds: 1, DripPerSecond: 100,
 			Requested: 50, Allows: 1}},
 		{sec: 2.5, op: "add", g: Grant{ID: "a", Amount: 1, Start: at(2.5), End: at(9)}, want: ErrDuplicateGrant},
 		{sec: 2.5, op: "close", id: "b", want: Closed{ID: "b", Amount: 200, Unused: 200}},
 		{sec: 2.5, op: "close", id: "b", want: Closed{}},
-		{sec: 2.6, op: "revoke", want: []Closed{{ID: "a", Amount: 100, Unused: 100}, {ID: "c", Amount: 300, Unused: 250}}},
+		{sec: 2.6, op: "revoke", want: []Closed{{ID: "a", Amount: 100, Unused: 50}, {ID: "c", Amount: 300, Unused: 300}}},
 		{sec: 2.6, op: "stats", want: Stats{Capacity: 1_000_000, Granted: 600, Spent: 50, Returned: 550,
 			Requested: 50, Allows: 1}},
+	})
+}
+
+// TestClosingFeedKeepsItsSuccessorsTokens checks that a feed closing
+// takes with it only the tokens no other open feed's drip backs: a lease
+// ending while its successor drips leaves the successor's tokens
+// spendable. (Taking all it dripped, the bucket was empty at each lease's
+// end and a SPEND there was refused with the successor's tokens in hand.)
+func TestClosingFeedKeepsItsSuccessorsTokens(t *testing.T) {
+	b := New(1_000_000)
+	runSteps(t, b, []step{
+		{sec: 0, op: "add", g: Grant{ID: "a", Amount: 600, Start: at(0), End: at(6)}},
+		{sec: 0, op: "add", g: Grant{ID: "b", Amount: 600, Start: at(3), End: at(9)}},
+		// a dripped 500, b 200: 700 tokens, 200 after the spend.
+		{sec: 5, op: "spend", n: 500, want: true},
+		// a closes at t0+6s: the 200 tokens are b's drip, so a withdraws
+		// none (Unused: its 100 undripped); b then drips to 300.
+		{sec: 6, op: "expire", want: []Closed{{ID: "a", Amount: 600, Unused: 100}}},
+		{sec: 6, op: "stats", want: Stats{Tokens: 300, Reserve: 300, Capacity: 1_000_000, Granted: 1200,
+			Spent: 500, Returned: 100, OpenFeeds: 1, DripPerSecond: 100, Requested: 500, Allows: 1}},
+		{sec: 6, op: "spend", n: 250, want: true},
+		// b's end takes the rest: tokens never outlive the leases.
+		{sec: 9, op: "expire", want: []Closed{{ID: "b", Amount: 600, Unused: 350}}},
+		{sec: 9, op: "stats", want: Stats{Capacity: 1_000_000, Granted: 1200, Spent: 750, Returned: 450,
+			Requested: 750, Allows: 2}},
+		{sec: 9, op: "spend", n: 1, want: false},
 	})
 }
 
@@ -228,8 +258,9 @@ func TestBucketCapacity(t *testing.T) {
 		{sec: 9.5, op: "spend", n: 50, want: true},
 		{sec: 9.5, op: "stats", want: Stats{Capacity: 50, Granted: 1000, Spent: 350, Reserve: 650,
 			OpenFeeds: 1, DripPerSecond: 100, Requested: 203 + 201 + 200 + 50, Allows: 3, Denials: 4}},
-		// Dripped 350 and all spent; the 650 forgone or not yet due go back.
-		{sec: 20, op: "expire", want: []Closed{{ID: "g", Amount: 1000, Unused: 650}}},
+		// Dripped 350 and all spent; the 650 forgone (500 at capacity 0, 100
+		// idle at 200) or not yet due (50) go back.
+		{sec: 20, op: "expire", want: []Closed{{ID: "g", Amount: 1000, Unused: 650, Forgone: 600}}},
 	})
 }
 

@@ -56,12 +56,24 @@ func (m *model) handBack(t *testing.T, where string, cs []Closed) {
 			t.Fatalf("%s: closed unknown feed %+v", where, c)
 		case m.out[c.ID]:
 			t.Fatalf("%s: feed %q handed back twice", where, c.ID)
-		case c.Amount != g.Amount || c.Unused < 0 || c.Unused > c.Amount:
-			t.Fatalf("%s: %+v: want Amount %d, Unused in [0, Amount]", where, c, g.Amount)
+		case c.Amount != g.Amount || c.Unused < 0 || c.Unused > c.Amount || c.Forgone < 0 || c.Forgone > c.Unused:
+			t.Fatalf("%s: %+v: want Amount %d, Unused in [0, Amount], Forgone in [0, Unused]", where, c, g.Amount)
 		}
 		m.out[c.ID] = true
 		m.unused += c.Unused
 	}
+}
+
+// openAmount sums the grants whose feeds are open: accepted, not handed
+// back, and not yet at their End.
+func (m *model) openAmount() int64 {
+	var sum int64
+	for _, id := range m.order {
+		if g := m.grants[id]; !m.out[id] && g.End.After(m.hw) {
+			sum += g.Amount
+		}
+	}
+	return sum
 }
 
 // entitledSum bounds what the bucket may ever have let out by t: the
@@ -221,6 +233,11 @@ func runProperty(t *testing.T, seed uint64, ops int) {
 		}
 		if _, open := m.pending(); s.OpenFeeds != open {
 			t.Fatalf("%s: %d open feeds; want %d", where, s.OpenFeeds, open)
+		}
+		// No token outlives the leases that back it: what the bucket can
+		// still let out is within what its open grants hold.
+		if held := m.openAmount(); s.Tokens+s.Reserve > held {
+			t.Fatalf("%s: %d tokens and %d reserve; the open grants hold %d", where, s.Tokens, s.Reserve, held)
 		}
 	}
 	// Close the day: every micro is spent or handed back, exactly once.

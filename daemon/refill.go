@@ -179,13 +179,18 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 			}
 		}
 	}
-	// The tokens of a lease that ended are withdrawn with it (they were
-	// spendable only until its end); its successor credits as much at once,
-	// so a renewal does not empty the bucket under a slow campaign every
-	// half window. What this tick's grants do not take is not carried on.
+	// The tokens a lease that ended took with it (those no other lease's
+	// drip backed: they were spendable only until its end), and its drip
+	// not yet due, are credited at once by its successor, so a renewal does
+	// not empty the bucket under a slow campaign every half window. Not what
+	// it forwent while the bucket was full: credited at once, that was
+	// forgone again, and took the successor's drip with it (a campaign
+	// asked for half its pace renewed leases half credited that way and
+	// dripped at 0.8x its demand). What this tick's grants do not take is
+	// not carried on.
 	ds.carry = 0
 	for _, cl := range closed {
-		ds.carry += cl.Unused
+		ds.carry += cl.Unused - cl.Forgone
 	}
 	defer func() { ds.carry = 0 }()
 	for _, cl := range closed {
