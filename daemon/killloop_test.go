@@ -118,3 +118,88 @@ func TestSIGKILLLoopLosesLittle(t *testing.T) {
 		})
 	}
 }
+
+// A daemon whose campaign asks for a quarter of what the ledger may release
+// ends its leases with tokens in the bucket, which a lease that ends keeps
+// for its successor when the successor's drip backs them (the bucket charges
+// spends to the leases that end first). Run without kills, what the clients
+// were allowed is exactly what the ledger counts spent: no lease gave back a
+// token that a later one spent. SIGKILLed every few seconds (81 kills, some
+// just after such an end, before the successor closed), each restart
+// reclaims by the journal what the dead run had not dripped, and the clients
+// were never allowed more than the ledger counts spent. Every shard balances.
+func TestSIGKILLWithTokensCarriedAcrossLeaseEnds(t *testing.T) {
+	for _, kills := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no-kills", true: "kills"}[kills], func(t *testing.T) {
+			allowed, tot := carriedTokensRun(t, kills)
+			switch {
+			case !kills && allowed != tot.Spent:
+				t.Fatalf("clients were allowed %d, the ledger counts %d spent; want them equal", allowed, tot.Spent)
+			case allowed > tot.Spent:
+				t.Fatalf("overspend: clients were allowed %d, the ledger counts %d spent", allowed, tot.Spent)
+			case allowed < 100_000*300/2:
+				t.Fatalf("allowed %d in 5 minutes of 100,000 micros a second: the scenario did not spend", allowed)
+			}
+			t.Logf("kills %v: clients allowed %d, ledger spent %d", kills, allowed, tot.Spent)
+		})
+	}
+}
+
+// carriedTokensRun is TestSIGKILLWithTokensCarriedAcrossLeaseEnds's five
+// minutes: it returns what the clients were allowed and the day's totals.
+func carriedTokensRun(t *testing.T, kills bool) (int64, lease.Shard) {
+	t.Helper()
+	f := newFixture(t)
+	const budget = 11_520_000_000 // 133,333 micros a second; caught up at 3x
+	f.campaign(t, "c", budget, 4)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	path := filepath.Join(t.TempDir(), "leases.journal")
+	start := func() (*daemon.Daemon, *daemon.Journal) {
+		j, left, err := daemon.OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, Journal: j})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Reclaim(ctx, j, left); err != nil {
+			t.Fatal(err)
+		}
+		return d, j
+	}
+	var allowed int64
+	d, j := start()
+	for tick := 1; tick <= 3000; tick++ { // 5 minutes in steps of 100 ms
+		f.clock.Add(100 * time.Millisecond)
+		d.Step(ctx)
+		// 100,000 micros a second: a quarter of the catch-up pace.
+		for range 2 {
+			if dec, err := d.Spend("c", 5_000, ""); err != nil {
+				t.Fatal(err)
+			} else if dec == pacer.Allowed {
+				allowed += 5_000
+			}
+		}
+		if kills && tick%37 == 0 { // no Close, no release
+			j.Close()
+			f.clock.Add(500 * time.Millisecond)
+			d, j = start()
+		}
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	f.clock.Add(time.Minute)
+	for i := range 4 {
+		if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i}, f.clock.Now(), 5*time.Second, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tot := f.check(t, "c")
+	if tot.Leased != 0 {
+		t.Fatalf("leases still outstanding: %+v", tot)
+	}
+	return allowed, tot
+}
