@@ -33,75 +33,8 @@ func TestSIGKILLLoopLosesLittle(t *testing.T) {
 	for _, journal := range []bool{true, false} {
 		name := map[bool]string{true: "journal", false: "no-journal"}[journal]
 		t.Run(name, func(t *testing.T) {
-			f := newFixture(t)
-			// 133,333 micros a second: caught up at 3x, 400,000 a second.
-			const budget = 11_520_000_000
-			f.campaign(t, "c", budget, 4)
-			f.clock.Set(midnight.Add(12 * time.Hour))
-			path := filepath.Join(t.TempDir(), "leases.journal")
-			var allowed int64
-			start := func() (*daemon.Daemon, *daemon.Journal) {
-				var j *daemon.Journal
-				cfg := daemon.Config{Holder: "h", Clock: f.clock}
-				if journal {
-					var left []daemon.JournalLease
-					var err error
-					if j, left, err = daemon.OpenJournal(path, nil); err != nil {
-						t.Fatal(err)
-					}
-					cfg.Journal = j
-					d, err := daemon.New(f.ledger, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := d.Reclaim(ctx, j, left); err != nil {
-						t.Fatal(err)
-					}
-					return d, j
-				}
-				d, err := daemon.New(f.ledger, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return d, nil
-			}
-			d, j := start()
-			for tick := 1; tick <= 3000; tick++ { // 5 minutes in steps of 100 ms
-				f.clock.Add(100 * time.Millisecond)
-				d.Step(ctx)
-				// Demand: 20 SPENDs of 5,000 a tick, 1,000,000 a second.
-				for range 20 {
-					if dec, err := d.Spend("c", 5_000, ""); err != nil {
-						t.Fatal(err)
-					} else if dec == pacer.Allowed {
-						allowed += 5_000
-					}
-				}
-				if tick%230 == 0 { // 13 kills: no Close, no release
-					if j != nil {
-						j.Close()
-					}
-					f.clock.Add(500 * time.Millisecond) // systemd restarts it
-					d, j = start()
-				}
-			}
-			if err := d.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if j != nil {
-				j.Close()
-			}
-			// Every lease is closed once expiry plus grace has passed.
-			f.clock.Add(time.Minute)
-			for i := range 4 {
-				if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i}, f.clock.Now(), 5*time.Second, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			tot := f.check(t, "c")
-			if tot.Leased != 0 {
-				t.Fatalf("leases still outstanding: %+v", tot)
-			}
+			// Demand: 20 SPENDs of 5,000 a tick, 1,000,000 a second; 13 kills.
+			allowed, tot := killLoop(t, killRun{journal: journal, spendsPerTick: 20, killEvery: 230})
 			if allowed > tot.Spent {
 				t.Fatalf("overspend: clients were allowed %d, the ledger counts %d spent", allowed, tot.Spent)
 			}
@@ -131,7 +64,13 @@ func TestSIGKILLLoopLosesLittle(t *testing.T) {
 func TestSIGKILLWithTokensCarriedAcrossLeaseEnds(t *testing.T) {
 	for _, kills := range []bool{false, true} {
 		t.Run(map[bool]string{false: "no-kills", true: "kills"}[kills], func(t *testing.T) {
-			allowed, tot := carriedTokensRun(t, kills)
+			// 2 SPENDs of 5,000 a tick: 100,000 micros a second, a quarter of
+			// the catch-up pace.
+			run := killRun{journal: true, spendsPerTick: 2}
+			if kills {
+				run.killEvery = 37
+			}
+			allowed, tot := killLoop(t, run)
 			switch {
 			case !kills && allowed != tot.Spent:
 				t.Fatalf("clients were allowed %d, the ledger counts %d spent; want them equal", allowed, tot.Spent)
@@ -145,52 +84,74 @@ func TestSIGKILLWithTokensCarriedAcrossLeaseEnds(t *testing.T) {
 	}
 }
 
-// carriedTokensRun is TestSIGKILLWithTokensCarriedAcrossLeaseEnds's five
-// minutes: it returns what the clients were allowed and the day's totals.
-func carriedTokensRun(t *testing.T, kills bool) (int64, lease.Shard) {
+// killRun is one of killLoop's five minutes.
+type killRun struct {
+	journal       bool // the daemon keeps a lease journal and reclaims by it
+	spendsPerTick int  // SPENDs of 5,000 micros every 100 ms
+	killEvery     int  // ticks between SIGKILLs (no Close, no release); 0: none
+}
+
+// killLoop runs one daemon for 5 minutes in steps of 100 ms on a campaign
+// half a day behind its curve (133,333 micros a second, caught up at 3x,
+// 400,000 a second), killing and restarting it (half a second, as systemd)
+// as run says; then closes it, settles every lease, checks that every shard
+// balances, and returns what the clients were allowed and the day's totals.
+func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 	t.Helper()
 	f := newFixture(t)
-	const budget = 11_520_000_000 // 133,333 micros a second; caught up at 3x
+	const budget = 11_520_000_000
 	f.campaign(t, "c", budget, 4)
 	f.clock.Set(midnight.Add(12 * time.Hour))
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := func() (*daemon.Daemon, *daemon.Journal) {
-		j, left, err := daemon.OpenJournal(path, nil)
+		cfg := daemon.Config{Holder: "h", Clock: f.clock}
+		var j *daemon.Journal
+		var left []daemon.JournalLease
+		if run.journal {
+			var err error
+			if j, left, err = daemon.OpenJournal(path, nil); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Journal = j
+		}
+		d, err := daemon.New(f.ledger, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, Journal: j})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Reclaim(ctx, j, left); err != nil {
-			t.Fatal(err)
+		if j != nil {
+			if _, err := d.Reclaim(ctx, j, left); err != nil {
+				t.Fatal(err)
+			}
 		}
 		return d, j
 	}
 	var allowed int64
 	d, j := start()
-	for tick := 1; tick <= 3000; tick++ { // 5 minutes in steps of 100 ms
+	for tick := 1; tick <= 3000; tick++ {
 		f.clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
-		// 100,000 micros a second: a quarter of the catch-up pace.
-		for range 2 {
+		for range run.spendsPerTick {
 			if dec, err := d.Spend("c", 5_000, ""); err != nil {
 				t.Fatal(err)
 			} else if dec == pacer.Allowed {
 				allowed += 5_000
 			}
 		}
-		if kills && tick%37 == 0 { // no Close, no release
-			j.Close()
-			f.clock.Add(500 * time.Millisecond)
+		if run.killEvery > 0 && tick%run.killEvery == 0 {
+			if j != nil {
+				j.Close()
+			}
+			f.clock.Add(500 * time.Millisecond) // systemd restarts it
 			d, j = start()
 		}
 	}
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j.Close()
+	if j != nil {
+		j.Close()
+	}
+	// Every lease is closed once expiry plus grace has passed.
 	f.clock.Add(time.Minute)
 	for i := range 4 {
 		if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i}, f.clock.Now(), 5*time.Second, 0); err != nil {
