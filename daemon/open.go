@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pacer/pacer/broadcast"
@@ -44,7 +49,9 @@ type Links struct {
 
 	// StateDir, if set, holds the lease journal (leases.journal): Open gives
 	// back to the ledger what the previous run's leases had not dripped,
-	// and Close closes the journal. Only one daemon may use a StateDir.
+	// and Close closes the journal. A StateDir belongs to one daemon: Open
+	// locks it (pacerd.lock, with the holder's pid in it) until Close, and
+	// refuses a StateDir another daemon holds (ErrStateDirInUse).
 	StateDir string
 
 	// NATS, if set, is the URL (or comma-separated URLs) of the broadcasts:
@@ -65,6 +72,7 @@ type opened struct {
 	ownRDB  bool
 	gate    *LedgerGate
 	journal *Journal
+	lock    *os.File // StateDir's lock, held until close
 	bc      *broadcast.Broadcaster
 	stop    context.CancelFunc
 	loops   sync.WaitGroup
@@ -114,6 +122,9 @@ func Open(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	var leftover []JournalLease
 	if ln.StateDir != "" {
+		if o.lock, err = lockStateDir(ln.StateDir); err != nil {
+			return nil, err
+		}
 		if o.journal, leftover, err = OpenJournal(filepath.Join(ln.StateDir, "leases.journal"), log); err != nil {
 			return nil, err
 		}
@@ -177,6 +188,9 @@ func (o *opened) close() {
 		if o.journal != nil {
 			o.journal.Close()
 		}
+		if o.lock != nil {
+			o.lock.Close() // releases the flock
+		}
 		if o.bc != nil {
 			o.bc.Close()
 		}
@@ -217,6 +231,44 @@ func newDurabilityGate(rdb redis.UniversalClient, ln Links, timeout time.Duratio
 // more than the skew bound, or credentials or a certificate Redis refuses.
 // No wait fixes them.
 var ErrRefused = errors.New("refusing to start")
+
+// ErrStateDirInUse marks Open's refusal of a StateDir another daemon holds.
+var ErrStateDirInUse = errors.New("state_dir in use by another pacerd")
+
+// stateLockFile is the file in a StateDir whose flock says which process
+// owns the directory.
+const stateLockFile = "pacerd.lock"
+
+// lockStateDir takes an exclusive flock on dir's lock file, held while the
+// returned file stays open (the kernel drops it when the process dies,
+// however it dies, so a SIGKILLed run never leaves it stale), and writes
+// this process's pid in it. The journal in dir must have one writer: a
+// second daemon would read the first's live leases as a dead run's and
+// give back their undripped part while the first still spends it. A dir
+// another daemon holds is refused, naming the dir and the holder's pid.
+func lockStateDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	path := filepath.Join(dir, stateLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("state_dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked by pid %s (%s): stop that pacerd, or give this one its own state_dir",
+				ErrStateDirInUse, dir, strings.TrimSpace(string(pid)), path)
+		}
+		return nil, fmt.Errorf("state_dir: lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
 
 // firstLedgerCheck runs the gate's checks once before the daemon serves. A
 // Redis that does not meet the policy, or a clock beyond the skew bound,
