@@ -22,6 +22,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -104,12 +106,25 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		metrics:  newMetrics(),
 		ledger:   ledger,
 		log:      cfg.Logger.Named("daemon"),
-		bootID:   strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36),
+		bootID:   newBootID(),
 	}
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
 	d.life, d.endLife = context.WithCancel(context.Background())
 	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
 	return d, nil
+}
+
+// newBootID returns this run's part of its lease ids (holder-bootID-seq):
+// 64 random bits, in base 36 (at most 13 characters). Ids are unique by
+// construction, not by the clock: two runs with one holder name (duplicate
+// hostnames, a fleet embedded in one process on one fake clock) would
+// otherwise take the same ids, and the ledger would answer the second's
+// grant with the first's lease, counting once what both spend. Among n runs
+// of one holder, two share a boot id with probability about n²/2^65.
+func newBootID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return strconv.FormatUint(binary.LittleEndian.Uint64(b[:]), 36)
 }
 
 // firstLoadTimeout bounds how long the first SPEND of a campaign waits for its
