@@ -28,6 +28,14 @@ var (
 	// ErrShardFrozen: the shard lost acknowledged writes and is frozen while
 	// the fleet re-asserts the leases it holds; grants resume afterwards.
 	ErrShardFrozen = errors.New("lease: shard frozen after a loss of acknowledged writes; re-assert held leases")
+	// ErrShardHeld: a budget cut holds the shard while it reads and applies
+	// the day's shards (milliseconds); grants resume when it lands. It wraps
+	// ErrShardFrozen: a caller backs off as from a frozen shard.
+	ErrShardHeld = fmt.Errorf("lease: shard held while a budget cut is applied: %w", ErrShardFrozen)
+	// ErrLeaseIDTaken: the lease id is another holder's: ids must be unique
+	// per holder run (holder-bootID-seq); the shard answers a known id only
+	// to its own holder.
+	ErrLeaseIDTaken = errors.New("lease: lease id belongs to another holder")
 	// ErrLedgerDiverged: the shard no longer has the history the caller saw:
 	// Redis lost writes it had acknowledged (restarted from an older AOF or
 	// snapshot, or failed over to a lagging replica).

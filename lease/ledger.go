@@ -69,6 +69,8 @@ var (
 	luaFreeze string
 	//go:embed lua/reassert.lua
 	luaReassert string
+	//go:embed lua/hold.lua
+	luaHold string
 )
 
 func script(body string) *redis.Script { return redis.NewScript(luaPrelude + "\n" + body) }
@@ -86,6 +88,7 @@ var (
 	dayOpScript    = redis.NewScript(luaDayOp)
 	freezeScript   = script(luaFreeze)
 	reassertScript = script(luaReassert)
+	holdScript     = script(luaHold)
 )
 
 // Config tunes a Ledger. The zero value is usable.
@@ -99,6 +102,12 @@ type Config struct {
 	SettleBatch int
 	// Durability is the policy every money-changing script runs under.
 	Durability Durability
+	// Steps, if set, is called between the steps of the ledger's multi-step
+	// operations (a day's budget change: after each read and before each
+	// apply) with the step's name, on the operation's goroutine. It is for
+	// tests that run other fleet operations at each of those points (the
+	// model checker, lease's interleaving tests); production leaves it nil.
+	Steps func(ctx context.Context, step string)
 }
 
 // Ledger is the Redis ledger. It is safe for concurrent use; it holds no state
@@ -694,6 +703,10 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrShardFrozen)
 	case 5:
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: history at seq %d: %w", r.Shard, r.LeaseID, r.Known.Seq, ErrLedgerDiverged)
+	case 6:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrShardHeld)
+	case 7:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s for %s: %w", r.Shard, r.LeaseID, r.Holder, ErrLeaseIDTaken)
 	}
 	return Grant{Granted: g, Shard: sh}, nil
 }
@@ -725,7 +738,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		return out, fmt.Errorf("ledger %s: renew %s: lease already closed", r.Shard, r.LeaseID)
 	}
 	if len(extra) > 0 && extra[0] >= 3 {
-		refused := map[int64]error{3: ErrDayClosed, 4: ErrShardFrozen, 5: ErrLedgerDiverged}[extra[0]]
+		refused := map[int64]error{3: ErrDayClosed, 4: ErrShardFrozen, 5: ErrLedgerDiverged, 6: ErrShardHeld, 7: ErrLeaseIDTaken}[extra[0]]
 		if refused == nil {
 			refused = fmt.Errorf("unexpected status %d", extra[0])
 		}
@@ -852,12 +865,23 @@ func (l *Ledger) AdjustDay(ctx context.Context, campaign, day string, newBudget 
 
 // AdjustDayOp moves an open campaign-day's budget to newBudget, exactly once
 // per opID, and returns the day's budget afterwards. The delta is decided
-// once (from the day's budget when the op begins) and spread over the shards;
-// a cut below what is already leased or spent is applied in full: the shards
-// owe the rest and take it from leases as they come back, so the day can never
-// spend more than newBudget from then on (ShardTotals' Owed shows what is
-// still owed). A call that fails half-way is finished by calling again with the
-// same opID, or by the reconciler (FinishDayOps).
+// once (from the day's budget when the op begins, recorded as the op's
+// intent) and spread over the shards; a cut below what is already leased or
+// spent is applied in full: the shards owe the rest and take it from leases
+// as they come back. A call that fails half-way is finished by calling again
+// with the same opID, or by the reconciler (FinishDayOps).
+//
+// The bound a cut keeps, under every interleaving of its steps with the
+// fleet's grants, renewals, releases, settlements and moves: what the day
+// spends is at most max(newBudget, leased + spent when the cut applied).
+// A cut holds every shard of the day (no grant, no move out) before it reads
+// them, and each shard's hold ends with its part's apply; so between the read
+// and the apply a shard's budget left to grant only grows (leases coming
+// back) and its part, at most what it had left at the read, is taken whole.
+// Only a cut deeper than all the budget left is owed, by the shards holding
+// leases, and those can then grant no more than what comes back beyond it.
+// Holds last milliseconds (2n+3 ledger calls); grants refused meanwhile wrap
+// ErrShardHeld.
 func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, newBudget int64, now time.Time) (int64, error) {
 	if newBudget < 0 || newBudget > MaxBudgetMicros {
 		return 0, fmt.Errorf("ledger %s/%s: budget %d: %w", campaign, day, newBudget, ErrBudgetTooLarge)
@@ -876,23 +900,85 @@ func (l *Ledger) AdjustDayOp(ctx context.Context, campaign, day, opID string, ne
 	if err != nil {
 		return 0, err
 	}
+	if _, err := l.readOpenShards(ctx, campaign, day, n); err != nil {
+		return 0, err
+	}
+	l.step(ctx, "adjust: day budget read")
+	delta, _, err := l.dayOp(ctx, "intend", campaign, day, opID, newBudget-cur)
+	if err != nil {
+		return 0, err
+	}
+	l.step(ctx, "adjust: intent recorded")
+	return l.completeDayOp(ctx, campaign, day, opID, delta, n, now)
+}
+
+// readOpenShards reads a day's n shards; a closed one fails with
+// ErrDayClosed (its remaining budget is carried over or reported: the day's
+// budget is final).
+func (l *Ledger) readOpenShards(ctx context.Context, campaign, day string, n int) ([]Shard, error) {
 	shards := make([]Shard, n)
 	for i := range n {
+		var err error
 		if shards[i], err = l.ReadShard(ctx, ShardKey{campaign, day, i}); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if shards[i].Closed {
-			// Its remaining budget is carried over or reported: the day's
-			// budget is final.
-			return 0, fmt.Errorf("ledger %s/%s: adjust: %w", campaign, day, ErrDayClosed)
+			return nil, fmt.Errorf("ledger %s/%s: adjust: %w", campaign, day, ErrDayClosed)
 		}
 	}
-	delta := newBudget - cur
+	return shards, nil
+}
+
+// completeDayOp takes a day op from its intent to done: a cut holds the
+// day's shards and lands the moves in flight between them (neither shard
+// would count their micros); then the shards are read, the split decided
+// once (beginDayOp) and applied, each apply ending its shard's hold.
+func (l *Ledger) completeDayOp(ctx context.Context, campaign, day, opID string, delta int64, n int, now time.Time) (int64, error) {
+	if delta < 0 {
+		for i := range n {
+			if _, _, _, _, err := l.run(ctx, holdScript, ShardKey{campaign, day, i}, opID); err != nil {
+				return 0, fmt.Errorf("ledger %s/%s: day op %s: hold: %w", campaign, day, opID, err)
+			}
+			l.step(ctx, "adjust: shard held")
+		}
+		if _, err := l.FinishMoves(ctx, campaign, day, n, now); err != nil {
+			return 0, err
+		}
+	}
+	shards, err := l.readOpenShards(ctx, campaign, day, n)
+	if errors.Is(err, ErrDayClosed) {
+		return 0, errors.Join(err, l.abandonDayOp(ctx, campaign, day, opID, n, now))
+	}
+	if err != nil {
+		return 0, err
+	}
+	l.step(ctx, "adjust: shards read")
 	delta, parts, err := l.beginDayOp(ctx, campaign, day, opID, delta, SplitChange(delta, shards))
 	if err != nil {
 		return 0, err
 	}
+	l.step(ctx, "adjust: split decided")
 	return l.applyDayOp(ctx, campaign, day, opID, delta, parts, AdjustOwe, now)
+}
+
+// abandonDayOp forgets an op that never got past its intent because its day
+// closed: a zero adjust on each shard ends the op's holds.
+func (l *Ledger) abandonDayOp(ctx context.Context, campaign, day, opID string, n int, now time.Time) error {
+	for i := range n {
+		if _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, opID, 0, AdjustTake, now); err != nil {
+			return err
+		}
+	}
+	_, _, err := l.dayOp(ctx, "abandon", campaign, day, opID, 0)
+	return err
+}
+
+// step calls Config.Steps, if set, between the steps of a multi-step
+// operation.
+func (l *Ledger) step(ctx context.Context, name string) {
+	if l.cfg.Steps != nil {
+		l.cfg.Steps(ctx, name)
+	}
 }
 
 // SplitChange divides a change of a day's budget over its shards. A cut is
@@ -990,12 +1076,13 @@ func sum(v []int64) int64 {
 // once per shard, and marks the op done.
 func (l *Ledger) applyDayOp(ctx context.Context, campaign, day, opID string, delta int64, parts []int64, mode string, now time.Time) (int64, error) {
 	for i, part := range parts {
-		if part == 0 {
-			continue
+		if part == 0 && delta >= 0 {
+			continue // a cut applies every part, 0 too: the apply ends the shard's hold
 		}
 		if _, err := l.Adjust(ctx, ShardKey{campaign, day, i}, opID, part, mode, now); err != nil {
 			return 0, err
 		}
+		l.step(ctx, "adjust: shard applied")
 	}
 	_, budget, err := l.dayOp(ctx, "done", campaign, day, opID, delta)
 	return budget, err
@@ -1036,6 +1123,9 @@ type PendingDayOp struct {
 	ID    string
 	Delta int64
 	Parts []int64 // per shard
+	// Intent: the op's delta is decided but its split is not (it stopped
+	// before reading its shards); FinishDayOps holds, reads and splits.
+	Intent bool
 }
 
 // PendingDayOps lists a campaign's unfinished budget changes.
@@ -1052,7 +1142,11 @@ func (l *Ledger) PendingDayOps(ctx context.Context, campaign string) ([]PendingD
 		if !ok || !ok2 || err != nil {
 			return nil, fmt.Errorf("ledger %s: malformed pending day op %q=%q", campaign, f, v)
 		}
-		op := PendingDayOp{Day: day, ID: id, Delta: d}
+		op := PendingDayOp{Day: day, ID: id, Delta: d, Intent: ps == "intent"}
+		if op.Intent {
+			out = append(out, op)
+			continue
+		}
 		for _, p := range strings.Split(ps, ",") {
 			if p == "" {
 				continue
@@ -1077,6 +1171,16 @@ func (l *Ledger) FinishDayOps(ctx context.Context, campaign string, now time.Tim
 		return 0, err
 	}
 	for _, op := range ops {
+		if op.Intent {
+			n, err := l.DayShards(ctx, campaign, op.Day)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := l.completeDayOp(ctx, campaign, op.Day, op.ID, op.Delta, n, now); err != nil && !errors.Is(err, ErrDayClosed) {
+				return 0, err
+			}
+			continue
+		}
 		mode := AdjustOwe
 		if strings.HasPrefix(op.ID, carryOutOp) {
 			mode = AdjustTake

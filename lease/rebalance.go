@@ -45,6 +45,9 @@ func (l *Ledger) move(ctx context.Context, campaign, day string, from, to int, a
 	if status == -3 {
 		return 0, fmt.Errorf("ledger %s: move %s: %w", src, moveID, ErrFenced)
 	}
+	if status == -4 {
+		return 0, nil // held by a budget cut: nothing moved, the next pass moves
+	}
 	if err := l.finishMove(ctx, src, to, moveID, taken, now); err != nil {
 		return 0, err
 	}

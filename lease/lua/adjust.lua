@@ -16,6 +16,11 @@ local op, delta, now, maxb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonu
 local mode, maxlen = ARGV[5], ARGV[6]
 local s = load_shard(K.state)
 if not s then return no_day() end
+-- The op's hold on the shard (if it took one) ends with its apply, first
+-- time or retried.
+if redis.call('HDEL', K.ops, 'hold:' .. op) == 1 then
+  redis.call('HINCRBY', K.state, 'holds', -1)
+end
 local rec = redis.call('HGET', K.ops, op)
 if rec then
   local a, o = string.match(rec, '^(-?%d+)|(-?%d+)$')

@@ -1,7 +1,13 @@
 -- dayop: records a change to a campaign-day's budget (an operator's raise or
--- cut, a carry-over) exactly once per op id, in two steps around the change
+-- cut, a carry-over) exactly once per op id, in steps around the change
 -- to the shards (other slots):
---   begin: decides the op's delta and its split over the shards once
+--   intend: decides the op's delta once, before its shards are held and read
+--          ("<day>:op:<id>" = "intent|delta|"), and lists it in the pending
+--          set (value "delta|intent"); returns {delta, day_budget};
+--   abandon: forgets an op still at intent (its day closed before it was
+--          split); returns {0, day_budget};
+--   begin: decides the op's split over the shards once (its delta too, if no
+--          intent decided it)
 --          ("<day>:op:<id>" = "pending|delta|p0,p1,..."), lists it in the
 --          pending set, and returns the decided delta and split;
 --   done:  adds the delta to the day's budget once, marks the op done.
@@ -13,7 +19,25 @@ local action, day, op, delta, parts = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5
 local field = day .. ':op:' .. op
 redis.call('HINCRBY', KEYS[1], ':touch', 1) -- a write for WAIT to cover (see load_shard)
 local rec = redis.call('HGET', KEYS[1], field)
-if action == 'begin' then
+if action == 'intend' then
+  if not rec then
+    rec = 'intent|' .. delta .. '|'
+    redis.call('HSET', KEYS[1], field, rec)
+    redis.call('HSET', KEYS[2], day .. '|' .. op, delta .. '|intent')
+  end
+  local _, d = string.match(rec, '^(%a+)|(-?%d+)|')
+  return {tonumber(d), tonumber(redis.call('HGET', KEYS[1], day .. ':budget') or 0)}
+elseif action == 'abandon' then
+  if rec and string.match(rec, '^intent|') then
+    redis.call('HDEL', KEYS[1], field)
+    redis.call('HDEL', KEYS[2], day .. '|' .. op)
+  end
+  return {0, tonumber(redis.call('HGET', KEYS[1], day .. ':budget') or 0)}
+elseif action == 'begin' then
+  if rec and string.match(rec, '^intent|') then
+    delta = string.match(rec, '^intent|(-?%d+)|')
+    rec = nil
+  end
   if not rec then
     rec = 'pending|' .. delta .. '|' .. parts
     redis.call('HSET', KEYS[1], field, rec)

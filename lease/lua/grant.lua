@@ -10,7 +10,9 @@
 -- status 0 granted now, 1 already granted (retry), 2 lease already closed,
 -- 3 the day is closed (no more grants), 4 frozen after a loss of state
 -- (re-assert held leases; grants resume later), 5 the caller's known history
--- is not the shard's (it lost writes: nothing granted), -1 no such day.
+-- is not the shard's (it lost writes: nothing granted), 6 held by a budget cut
+-- being applied (grants resume when it lands), 7 the lease id is another
+-- holder's (nothing granted), -1 no such day.
 local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -21,10 +23,12 @@ if not s then return no_day() end
 s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12]))
 if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis.call('HGET', K.leases, id)
+if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
 if cur then return shard_reply(1, (parse_lease(cur)), s) end
 if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
 if now < num(redis.call('HGET', K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
+if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
 local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]))

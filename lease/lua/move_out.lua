@@ -9,7 +9,8 @@
 -- KEYS: state leases exp done audit moves
 -- ARGV: move_id amount peer_shard fence now_ms audit_maxlen [mode]
 -- Reply: {status, taken, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
--- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off.
+-- status 0 moved now, 1 already recorded (retry), -1 no such day, -3 fenced off,
+-- -4 held by a budget cut being applied (nothing moved).
 local K = keys_of(KEYS)
 local id, amount, peer = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fence, now, maxlen = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
@@ -21,6 +22,7 @@ if rec then
   return shard_reply(1, tonumber(amt), s)
 end
 if not check_fence(K, fence) then return shard_reply(-3, 0, s) end
+if held(K) then return shard_reply(-4, 0, s) end
 local take = math.min(amount, s.locked)
 if ARGV[7] == 'free' then
   take = math.max(math.min(amount, s.locked + s.available - s.owed), 0)

@@ -486,6 +486,22 @@ end
 -- check_fence refuses a reconciler call whose fencing token is older than one
 -- the shard has seen (a deposed leader), and records a newer one. fence 0 is
 -- "no election" and is always accepted without recording anything.
+-- A budget cut holds each shard of its day before it reads them: while a
+-- shard is held (state field 'holds' > 0, one ops field 'hold:<op>' per cut),
+-- it grants nothing and moves nothing out, so between the cut's read and its
+-- apply what a shard has left to grant can only grow (releases) and never be
+-- handed out; the cut's adjust releases its hold. See AdjustDayOp.
+local function held(K)
+  return num(redis.call('HGET', K.state, 'holds')) > 0
+end
+
+-- lease_of reports whether a lease id the shard knows (record rec)
+-- belongs to holder: a known id is answered only to its own holder.
+local function lease_of(rec, holder)
+  local _, h = parse_lease(rec)
+  return h == holder
+end
+
 local function check_fence(K, fence)
   if fence <= 0 then return true end
   local seen = num(redis.call('HGET', K.state, 'fence'))

@@ -23,6 +23,8 @@ local new_status, g = 0, 0
 local cur = redis.call('HGET', K.leases, id)
 if s.diverged then
   new_status = 5
+elseif cur and not lease_of(cur, holder) then
+  new_status = 7
 elseif cur then
   new_status, g = 1, (parse_lease(cur))
 elseif redis.call('HEXISTS', K.done, id) == 1 then
@@ -31,6 +33,8 @@ elseif s.closed == 1 then
   new_status = 3
 elseif now < num(redis.call('HGET', K.state, 'frozen_until')) then
   new_status = 4
+elseif held(K) then
+  new_status = 6
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
