@@ -34,7 +34,9 @@ type cutLease struct {
 	amount int64
 }
 
-func (w *cutWorld) key(s int) lease.ShardKey { return lease.ShardKey{Campaign: "c", Day: w.day, Shard: s} }
+func (w *cutWorld) key(s int) lease.ShardKey {
+	return lease.ShardKey{Campaign: "c", Day: w.day, Shard: s}
+}
 
 // grant asks shard s for up to want micros; a refusal (the shard held by the
 // cut) takes nothing.
