@@ -289,6 +289,7 @@ func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, a
 	// No shared state on this path: the bucket counts allowed SPENDs under
 	// its lock; latency is sampled by the socket server (ObserveSpend).
 	now := d.cfg.Clock.Now()
+	d.fence(now)
 	dec := c.spend(now, amount, auctionID)
 	if dec == pacer.Paced && d.cfg.SparseWait > 0 && c.sparseNow.Load() && c.fetchFor(now, amount) {
 		dec = c.spendAgain(now, amount, auctionID)
@@ -335,6 +336,7 @@ func (d *Daemon) spendAt(now time.Time, campaignID pacer.CampaignID, amountMicro
 		}
 		now = d.cfg.Clock.Now()
 	}
+	d.fence(now)
 	dec := c.spend(now, amount, auctionID)
 	// A sparse campaign's SPEND that found the bucket short fetches a lease
 	// of what it lacks (SparseWait); it is then decided again, as one SPEND.
@@ -351,6 +353,16 @@ func (d *Daemon) spendAt(now time.Time, campaignID pacer.CampaignID, amountMicro
 		c.countDenial(dec)
 	}
 	return dec, now, nil
+}
+
+// fence keeps the lease journal's promise before a SPEND at now: no SPEND
+// beyond the journal's last fence (Journal.Fence). The refill loop keeps
+// the fence ahead of the clock; a SPEND writes one only while that loop
+// is stalled.
+func (d *Daemon) fence(now time.Time) {
+	if j := d.cfg.Journal; j != nil && !j.Covers(now) {
+		j.Extend(now)
+	}
 }
 
 // decisionCounts sums the campaigns' SPEND answers.
@@ -461,6 +473,9 @@ func (d *Daemon) Step(ctx context.Context) {
 	if d.changes.last.IsZero() || now.Sub(d.changes.last) >= d.cfg.CampaignRefresh {
 		d.changes.last = now
 		d.followChanges(ctx)
+	}
+	if d.cfg.Journal != nil {
+		d.cfg.Journal.Fence(now) // before any SPEND beyond it (Reclaim)
 	}
 	d.runDue(ctx, now)
 	d.removeRetired(now)
