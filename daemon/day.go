@@ -197,11 +197,3 @@ func (ds *dayState) oldestLease() (string, bool) {
 	}
 	return best, best != ""
 }
-
-// leaseExpiry returns a held lease's expiry, or def if it is not held.
-func (ds *dayState) leaseExpiry(id string, def time.Time) time.Time {
-	if h, ok := ds.leases[id]; ok {
-		return h.expiry
-	}
-	return def
-}

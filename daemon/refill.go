@@ -201,7 +201,7 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 		// that could not is running dry, and the next lease should come from
 		// another one, or budget would strand on shards nobody visits.
 		if want > 0 && ds.shardFilled[h.shard] {
-			c.grant(ctx, now, s, ds, h.shard, want, 0, standing, &cl)
+			c.grant(ctx, now, s, ds, h.shard, want, 0, standing, &renewal{Closed: cl, expiry: h.expiry})
 			want = 0
 			continue
 		}
@@ -1085,10 +1085,22 @@ func (c *campaign) standingBids(s *settings, unit int64) int64 {
 	return max(min(k, maxStandingBids, s.DailyMicros/(100*unit)), 1)
 }
 
+// renewal is the lease a grant renews: closed in the bucket and gone from
+// the day's leases, released by the renewal's ledger call.
+type renewal struct {
+	bucket.Closed
+	expiry time.Time
+}
+
+// release returns the ending lease's release, to be done on its own.
+func (r *renewal) release(key lease.ShardKey, until time.Time) release {
+	return release{key: key, id: r.ID, amount: r.Amount, unused: r.Unused, expiry: r.expiry, until: until}
+}
+
 // grant asks the ledger for a new lease on shard of up to want micros, and
 // at least least (0: any part of it); with ending set, it renews: the ending
 // lease is released in the same call.
-func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want, least int64, standing bool, ending *bucket.Closed) {
+func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *dayState, shard int, want, least int64, standing bool, ending *renewal) {
 	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	ds.shardAskedAt[shard] = now
@@ -1101,9 +1113,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	if c.d.ledgerRefusal(ctx) != nil { // the gate logs why; retried next tick, from memory
 		if ending != nil { // the ending lease's unused micros still go back
-			h := ds.leases[ending.ID]
-			c.releaseLease(ctx, now, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: h.expiry,
-				until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
+			c.releaseLease(ctx, now, ending.release(key, now.Add(cfg.LeaseWindow+cfg.Grace+time.Minute)))
 		}
 		return
 	}
@@ -1133,31 +1143,10 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	defer cancel()
 	var g lease.Grant
 	var err error
-	start := time.Now()
 	if ending != nil {
-		g, err = c.ledger.Renew(cctx, ending.ID, ending.Unused, req)
-		c.d.observeLedger("renew", start, err)
-		if errors.Is(err, lease.ErrUnknownLease) || g.Shard.Diverged {
-			// The ending lease was ours and unsettled (it was in our bucket
-			// until now): the ledger forgot it, or our history.
-			c.lostWrites(ctx, now, ds, shard, fmt.Sprintf("renewal of %s: %v", ending.ID, err))
-		}
-		if err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) || errors.Is(err, lease.ErrNotDurable) ||
-			errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged) {
-			// The release half happened (one script) whatever became of the grant.
-			c.d.counters.leasesReleased.Add(1)
-			c.d.journalClosed(ending.ID)
-			if errors.Is(err, lease.ErrLeaseSettled) {
-				c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
-			}
-			if errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrUnknownLease) {
-				err = nil
-			}
-		} else {
-			// Neither half happened (one script); release on its own later.
-			c.pending = append(c.pending, release{key: key, id: ending.ID, amount: ending.Amount, unused: ending.Unused, expiry: ds.leaseExpiry(ending.ID, now.Add(cfg.LeaseWindow)), until: now.Add(cfg.LeaseWindow + cfg.Grace + time.Minute)})
-		}
+		g, err = c.renew(ctx, cctx, now, ds, key, ending, req)
 	} else {
+		start := time.Now()
 		g, err = c.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
 	}
@@ -1280,6 +1269,44 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		// later, not every tick.
 		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 2)
 	}
+}
+
+// renew asks the ledger for req in the call that releases the ending lease
+// (one script: both halves happen or neither), and sees to the ending lease:
+// released, or to be released on its own. A renewal whose release half
+// finds the ending lease unknown means the ledger forgot it, though it was
+// ours and unsettled (in our bucket until now): as a release that finds it
+// unknown (tryRelease), it is re-asserted, by lostWrites, which re-asserts
+// the releases pending, and then released, so that the part our SPENDs took
+// stays counted spent. The error returned is the grant half's.
+func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState, key lease.ShardKey, ending *renewal, req lease.GrantRequest) (lease.Grant, error) {
+	start := time.Now()
+	g, err := c.ledger.Renew(cctx, ending.ID, ending.Unused, req)
+	c.d.observeLedger("renew", start, err)
+	until := now.Add(c.cfg.LeaseWindow + c.cfg.Grace + time.Minute)
+	unknown := errors.Is(err, lease.ErrUnknownLease)
+	if unknown {
+		c.pending = append(c.pending, ending.release(key, until))
+	}
+	if unknown || g.Shard.Diverged {
+		c.lostWrites(ctx, now, ds, key.Shard, fmt.Sprintf("renewal of %s: %v", ending.ID, err))
+	}
+	switch {
+	case unknown:
+		return g, nil // the grant half is the script's answer
+	case err == nil || errors.Is(err, lease.ErrLeaseSettled) || errors.Is(err, lease.ErrNotDurable) ||
+		errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged):
+		// The release half happened whatever became of the grant.
+		c.d.counters.leasesReleased.Add(1)
+		c.d.journalClosed(ending.ID)
+		if errors.Is(err, lease.ErrLeaseSettled) {
+			c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
+			err = nil
+		}
+	default:
+		c.pending = append(c.pending, ending.release(key, until)) // neither half happened
+	}
+	return g, err
 }
 
 func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
