@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -174,8 +175,11 @@ type modelRun struct {
 	byID     map[string]*auctionRec
 	nextID   int
 	healAt   int
-	stats    modelStats
-	stuck    []history.Violation // liveness: exhausted with budget in the ledger
+	// during is the fleet's work run at one step of the operator's budget
+	// change (lease.Config.Steps): nil outside a change.
+	during *interleaved
+	stats  modelStats
+	stuck  []history.Violation // liveness: exhausted with budget in the ledger
 }
 
 var modelZones = []string{"UTC", "America/New_York", "Asia/Kolkata"}
@@ -208,7 +212,11 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 			t.Fatal(err)
 		}
 		m.clients = append(m.clients, rdb)
-		return lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+		cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
+		if role == "operator" {
+			cfg.Steps = m.operatorStep
+		}
+		return lease.New(rdb, cfg, nil)
 	}
 	dLedger := ledger("daemon")
 	m.opLedger, m.rcLedger = ledger("operator"), ledger("reconciler")
@@ -767,11 +775,18 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 	m.put(c)
 	var applied int64
 	if open > 0 {
+		m.during = m.interleave(kind, slices.Index(m.camps, c), k, committed)
 		for range 3 {
 			if applied, err = m.opLedger.AdjustDay(ctx, k.Campaign, k.Day, newBudget, now); err == nil {
 				break
 			}
 		}
+		if w := m.during; w != nil && len(w.ran) > 0 {
+			committed = w.peak
+			below = below || m.owes(k, open)
+			m.drain(w)
+		}
+		m.during = nil
 	}
 	m.note(k.Campaign, "operator sets %s daily=%d shards=%d (today %s: plan %d -> %d, spent+leased %d, ledger budget after %d, err %v)",
 		k.Campaign, newBudget, c.stored.Shards, k.Day, p.Budget, newBudget, committed, applied, err)
@@ -788,6 +803,106 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 	p.Earlier = append(p.Earlier, history.EarlierLimit{Until: before, Limit: p.Limit})
 	p.Limit = max(p.Budget, m.floors[k])
 	return true
+}
+
+// interleaved is the fleet's work at one step of an operator's budget
+// change: the history checker must find a cut whose read and apply let the
+// fleet grant what the cut takes (issue 34), so the fleet spends and steps
+// between them, at every step some history.
+type interleaved struct {
+	at, step int
+	r        *rand.Rand
+	ci       int
+	day      history.DayKey
+	clockOK  bool  // the clock may move (not near a midnight)
+	peak     int64 // the day's largest leased + spent seen during the change
+	ran      []string
+}
+
+// interleave decides, from its own generator (the history's other choices
+// stay as they were), whether and at which step the fleet works during this
+// change; nil: not this time.
+func (m *modelRun) interleave(kind string, ci int, k history.DayKey, committed int64) *interleaved {
+	r := rand.New(rand.NewPCG(m.seed, 0x1e7e+uint64(m.stats.ops)))
+	if r.IntN(3) == 0 {
+		return nil
+	}
+	return &interleaved{at: r.IntN(12), r: r, ci: ci, day: k, clockOK: kind == "set", peak: committed}
+}
+
+// operatorStep is the operator's ledger's step hook: at the drawn step of a
+// budget change, the fleet spends on the campaign and steps (grants,
+// renewals, releases), sometimes with a reconciler pass; then the day's
+// leased + spent is observed.
+func (m *modelRun) operatorStep(_ context.Context, name string) {
+	w := m.during
+	if w == nil {
+		return
+	}
+	if w.step++; w.step-1 != w.at {
+		return
+	}
+	w.ran = append(w.ran, name)
+	r := w.r
+	if w.clockOK && r.IntN(2) == 0 {
+		m.clock.Add(time.Duration(200+r.IntN(800)) * time.Millisecond)
+	}
+	for range 1 + r.IntN(4) {
+		switch r.IntN(4) {
+		case 0:
+			for range 1 + r.IntN(10) {
+				m.spend(r.IntN(len(m.nodes)), w.ci, []int64{4_000, 20_000, 60_000}[r.IntN(3)], "")
+			}
+		case 1:
+			m.stepAll()
+		case 2:
+			m.pass(m.rc, m.fence, "leader (during a budget change)")
+		case 3:
+			// The operator's revoke broadcast reaches a daemon before the
+			// change has applied: it sees the stored cut and gives back
+			// its leases, which other shards may then grant.
+			n := m.nodes[r.IntN(len(m.nodes))]
+			n.d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: w.day.Campaign})
+			n.d.Step(ctx)
+		}
+		tot, err := m.env.direct.DayTotals(ctx, w.day.Campaign, w.day.Day)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		w.peak = max(w.peak, tot.Leased+tot.Spent)
+	}
+	m.note(w.day.Campaign, "the fleet spent and stepped at %q of the operator's change (leased+spent up to %d)", name, w.peak)
+}
+
+// drain is the demand after an interleaved change: every daemon asks for
+// the campaign as fast as it is allowed for a few steps, so that what the
+// change left grantable is spent and an overspend shows.
+func (m *modelRun) drain(w *interleaved) {
+	for range 3 {
+		for node := range m.nodes {
+			for range 10 {
+				m.spend(node, w.ci, 60_000, "")
+			}
+		}
+		if w.clockOK {
+			m.clock.Add(time.Second)
+		}
+		m.stepAll()
+	}
+}
+
+// owes reports whether a day's shards owe a cut's part after it applied.
+func (m *modelRun) owes(k history.DayKey, shards int) bool {
+	for i := range shards {
+		sh, err := m.env.direct.ReadShard(ctx, lease.ShardKey{Campaign: k.Campaign, Day: k.Day, Shard: i})
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		if sh.Owed > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // quiesce stops the load, lets every lease end, closes the daemons (they
