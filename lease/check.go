@@ -24,69 +24,118 @@ func (p Problem) String() string { return p.Shard.String() + ": " + p.What }
 //
 //	budget = locked + available + leased + spent, exactly;
 //	every field >= 0, lost <= spent;
-//	leased = the sum of the shard's outstanding leases.
+//	leased = the sum of the shard's outstanding leases;
+//
+// and on the day: its budget = its shards' budgets less what cuts still
+// owe, plus the moves in flight between them, less what budget changes
+// begun and not finished already did to them (each such change is a
+// problem: the reconciler finishes it).
 //
 // It returns the day's totals and the problems found (none when the ledger
 // balances). Reads are not one snapshot across shards, but each shard is read
 // in one MULTI, so a shard's own equation is checked at one instant.
+// CheckDayReport says the same and names the moves in flight.
 func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []Problem, error) {
+	r, err := l.CheckDayReport(ctx, campaign, day)
+	return r.Totals, r.Problems, err
+}
+
+// DayReport is what CheckDayReport found on a campaign-day.
+type DayReport struct {
+	Totals   Shard // its shards' sums
+	Problems []Problem
+	// Moves are the moves of budget between its shards begun and not
+	// finished: counted in flight by the day's equation, not yet in the
+	// target shard's budget (Totals.Budget lacks them).
+	Moves []MoveInFlight
+}
+
+// MoveInFlight is a move of budget between two shards of a day whose first
+// step (out of the source) is done and whose last is not: its mover is at
+// work (milliseconds), or died and left it to the reconciler, which
+// finishes every move it finds pending (FinishMoves) when it looks at the
+// day (at least once per sweep period).
+type MoveInFlight struct {
+	ID     string `json:"id"`
+	From   int    `json:"from"`
+	To     int    `json:"to"`
+	Amount int64  `json:"amount"`
+	// Began is when the mover began it, by its clock, as its id says
+	// (the reconciler's ids end ".<unix ms>.<from>-<to>"); zero if the id
+	// does not say.
+	Began time.Time `json:"began,omitzero"`
+}
+
+// CheckDayReport is CheckDay, with the moves in flight named.
+func (l *Ledger) CheckDayReport(ctx context.Context, campaign, day string) (DayReport, error) {
+	var r DayReport
 	n, err := l.DayShards(ctx, campaign, day)
-	if err != nil {
-		return Shard{}, nil, err
+	if err != nil || n == 0 {
+		return r, err
 	}
-	if n == 0 {
-		return Shard{}, nil, nil
-	}
-	var total Shard
-	var problems []Problem
 	for i := range n {
-		k := ShardKey{campaign, day, i}
-		sh, leases, lost, err := l.readShardAndLeases(ctx, k)
-		if err != nil {
-			problems = append(problems, Problem{k, err.Error()})
-			continue
-		}
-		total = total.Add(sh)
-		if sum := sh.Locked + sh.Available + sh.Leased + sh.Spent; sum != sh.Budget {
-			problems = append(problems, Problem{k, fmt.Sprintf(
-				"budget %d != locked %d + available %d + leased %d + spent %d = %d (off by %d)",
-				sh.Budget, sh.Locked, sh.Available, sh.Leased, sh.Spent, sum, sum-sh.Budget)})
-		}
-		for name, v := range map[string]int64{"budget": sh.Budget, "locked": sh.Locked,
-			"available": sh.Available, "leased": sh.Leased, "spent": sh.Spent, "lost": sh.Lost, "owed": sh.Owed} {
-			if v < 0 {
-				problems = append(problems, Problem{k, fmt.Sprintf("%s is negative: %d", name, v)})
-			}
-		}
-		if sh.Lost > sh.Spent {
-			problems = append(problems, Problem{k, fmt.Sprintf("lost %d exceeds spent %d", sh.Lost, sh.Spent)})
-		}
-		if lost != "" {
-			at, why, _ := strings.Cut(lost, " ")
-			ms, _ := strconv.ParseInt(at, 10, 64)
-			problems = append(problems, Problem{k, fmt.Sprintf(
-				"the ledger lost acknowledged writes (found %s: %s); the shard was frozen and the leases held re-asserted: check Redis's durability (ledger.durability)",
-				time.UnixMilli(ms).UTC().Format(time.RFC3339), why)})
-		}
-		if leases != sh.Leased {
-			problems = append(problems, Problem{k, fmt.Sprintf(
-				"leased %d != sum of outstanding leases %d", sh.Leased, leases)})
+		sh, problems := l.checkShard(ctx, ShardKey{campaign, day, i})
+		r.Totals = r.Totals.Add(sh)
+		r.Problems = append(r.Problems, problems...)
+	}
+	err = l.checkDayBudget(ctx, campaign, day, n, &r)
+	return r, err
+}
+
+// checkShard reads one shard and returns it with its own equation's problems.
+func (l *Ledger) checkShard(ctx context.Context, k ShardKey) (Shard, []Problem) {
+	sh, leases, lost, err := l.readShardAndLeases(ctx, k)
+	if err != nil {
+		return Shard{}, []Problem{{k, err.Error()}}
+	}
+	var problems []Problem
+	if sum := sh.Locked + sh.Available + sh.Leased + sh.Spent; sum != sh.Budget {
+		problems = append(problems, Problem{k, fmt.Sprintf(
+			"budget %d != locked %d + available %d + leased %d + spent %d = %d (off by %d)",
+			sh.Budget, sh.Locked, sh.Available, sh.Leased, sh.Spent, sum, sum-sh.Budget)})
+	}
+	for name, v := range map[string]int64{"budget": sh.Budget, "locked": sh.Locked,
+		"available": sh.Available, "leased": sh.Leased, "spent": sh.Spent, "lost": sh.Lost, "owed": sh.Owed} {
+		if v < 0 {
+			problems = append(problems, Problem{k, fmt.Sprintf("%s is negative: %d", name, v)})
 		}
 	}
-	// Across shards: the day's budget is its shards' targets (budget less
-	// what cuts still owe), plus moves in flight between two shards, less
-	// what begun-but-unfinished budget changes already did to the shards.
+	if sh.Lost > sh.Spent {
+		problems = append(problems, Problem{k, fmt.Sprintf("lost %d exceeds spent %d", sh.Lost, sh.Spent)})
+	}
+	if lost != "" {
+		at, why, _ := strings.Cut(lost, " ")
+		ms, _ := strconv.ParseInt(at, 10, 64)
+		problems = append(problems, Problem{k, fmt.Sprintf(
+			"the ledger lost acknowledged writes (found %s: %s); the shard was frozen and the leases held re-asserted: check Redis's durability (ledger.durability)",
+			time.UnixMilli(ms).UTC().Format(time.RFC3339), why)})
+	}
+	if leases != sh.Leased {
+		problems = append(problems, Problem{k, fmt.Sprintf(
+			"leased %d != sum of outstanding leases %d", sh.Leased, leases)})
+	}
+	return sh, problems
+}
+
+// checkDayBudget checks the day's equation across its n shards: the day's
+// budget is its shards' targets (budget less what cuts still owe), plus
+// moves in flight between two shards, less what begun-but-unfinished
+// budget changes already did to the shards. It names the moves in r.
+func (l *Ledger) checkDayBudget(ctx context.Context, campaign, day string, n int, r *DayReport) error {
 	pending, err := l.PendingMoves(ctx, campaign, day, n)
 	if err != nil {
-		return total, problems, err
+		return err
 	}
 	var inFlight int64
 	for _, m := range pending {
 		inFlight += m.Amount
+		began, _ := moveBegan(m.ID)
+		r.Moves = append(r.Moves, MoveInFlight{ID: m.ID, From: m.From.Shard, To: m.To, Amount: m.Amount, Began: began})
 	}
+	slices.SortFunc(r.Moves, func(a, b MoveInFlight) int { return strings.Compare(a.ID, b.ID) })
 	ops, err := l.PendingDayOps(ctx, campaign)
 	if err != nil {
-		return total, problems, err
+		return err
 	}
 	var unfinished int64
 	for _, op := range ops {
@@ -96,7 +145,7 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 		for i := range n {
 			d, err := l.shardOpDelta(ctx, ShardKey{campaign, day, i}, op.ID)
 			if err != nil {
-				return total, problems, err
+				return err
 			}
 			unfinished += d
 		}
@@ -104,19 +153,34 @@ func (l *Ledger) CheckDay(ctx context.Context, campaign, day string) (Shard, []P
 	dayKey := ShardKey{campaign, day, -1}
 	dayBudget, err := l.DayBudget(ctx, campaign, day)
 	if err != nil {
-		problems = append(problems, Problem{dayKey, fmt.Sprintf("day budget record unreadable: %v", err)})
-	} else if got := total.Target() + inFlight - unfinished; got != dayBudget {
-		problems = append(problems, Problem{dayKey, fmt.Sprintf(
+		r.Problems = append(r.Problems, Problem{dayKey, fmt.Sprintf("day budget record unreadable: %v", err)})
+	} else if got := r.Totals.Target() + inFlight - unfinished; got != dayBudget {
+		r.Problems = append(r.Problems, Problem{dayKey, fmt.Sprintf(
 			"day budget %d != shards' budgets %d - owed %d + in-flight moves %d - unfinished changes %d = %d",
-			dayBudget, total.Budget, total.Owed, inFlight, unfinished, got)})
+			dayBudget, r.Totals.Budget, r.Totals.Owed, inFlight, unfinished, got)})
 	}
 	for _, op := range ops {
 		if op.Day == day {
-			problems = append(problems, Problem{dayKey, fmt.Sprintf(
+			r.Problems = append(r.Problems, Problem{dayKey, fmt.Sprintf(
 				"budget change %s (%+d micros) begun and not finished: the reconciler finishes it", op.ID, op.Delta)})
 		}
 	}
-	return total, problems, nil
+	return nil
+}
+
+// moveBegan reads when a move began from its id, where the mover put its
+// clock's unix milliseconds before ".<from>-<to>" (the reconciler's
+// rebalancing and debt-paying moves do); false if it did not.
+func moveBegan(id string) (time.Time, bool) {
+	f := strings.Split(id, ".")
+	if len(f) < 3 {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(f[len(f)-2], 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // shardOpDelta returns what a budget change did to one shard's target (0 if

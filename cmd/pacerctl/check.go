@@ -3,9 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/pacer/pacer/lease"
 )
+
+// defaultStaleAfter is how old a move between two shards of a day may be
+// before check fails on it: two of the reconciler's sweep periods (5 min by
+// default), within which an elected reconciler finishes every move a dead
+// mover left (a live mover finishes its own in milliseconds).
+const defaultStaleAfter = 10 * time.Minute
 
 // dayCheck is one campaign-day's result, for check --json.
 type dayCheck struct {
@@ -14,13 +21,20 @@ type dayCheck struct {
 	OK       bool            `json:"ok"`
 	Totals   lease.Shard     `json:"totals"`
 	Problems []lease.Problem `json:"problems,omitempty"`
+	// Moves are the moves of budget between the day's shards begun and not
+	// finished: the day's budget counts them, its shards' totals do not.
+	Moves []lease.MoveInFlight `json:"moves,omitempty"`
 }
 
 // check verifies conservation on every open day of one campaign or of all:
-// budget = locked + available + leased + spent, on every shard. It prints
-// one line per day, and fails (exit status 1) if any day is off.
+// budget = locked + available + leased + spent, on every shard, and the
+// day's budget across them. It prints one line per day, a line per move
+// still in flight between two of its shards, and fails (exit status 1) if
+// any day is off or a move is older than --stale-after.
 func (a *app) check(ctx context.Context, args []string) error {
-	pos, err := a.parseArgs(newFlagSet("check"), args, "[<id>]")
+	fs := newFlagSet("check")
+	staleAfter := fs.Duration("stale-after", defaultStaleAfter, "fail on a move between shards begun longer ago than this")
+	pos, err := a.parseArgs(fs, args, "[<id>]")
 	if err != nil {
 		return err
 	}
@@ -35,27 +49,10 @@ func (a *app) check(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ids []string
-	if len(pos) == 1 {
-		id, err := campaignArg("check", pos)
-		if err != nil {
-			return err
-		}
-		// An unknown id would otherwise pass with nothing checked.
-		if _, err := l.GetCampaign(ctx, id); err != nil {
-			return err
-		}
-		ids = []string{id}
-	} else {
-		cs, err := l.ListCampaigns(ctx)
-		if err != nil {
-			return err
-		}
-		for _, c := range cs {
-			ids = append(ids, c.ID)
-		}
+	ids, err := a.checkIDs(ctx, l, pos)
+	if err != nil {
+		return err
 	}
-
 	var results []dayCheck
 	problems := 0
 	for _, id := range ids {
@@ -64,23 +61,17 @@ func (a *app) check(ctx context.Context, args []string) error {
 			return err
 		}
 		for _, day := range days {
-			total, ps, err := l.CheckDay(ctx, id, day)
+			rep, err := l.CheckDayReport(ctx, id, day)
 			if err != nil {
 				return err
 			}
-			r := dayCheck{Campaign: id, Day: day, OK: len(ps) == 0, Totals: total, Problems: ps}
+			r := dayCheck{Campaign: id, Day: day, Totals: rep.Totals, Problems: rep.Problems, Moves: rep.Moves}
+			r.Problems = append(r.Problems, a.staleMoves(id, day, rep.Moves, *staleAfter)...)
+			r.OK = len(r.Problems) == 0
 			results = append(results, r)
-			problems += len(ps)
-			if a.json {
-				continue
-			}
-			if r.OK {
-				fmt.Fprintf(a.stdout, "ok %s %s budget=%d locked=%d available=%d leased=%d spent=%d\n",
-					id, day, total.Budget, total.Locked, total.Available, total.Leased, total.Spent)
-				continue
-			}
-			for _, p := range ps {
-				fmt.Fprintf(a.stdout, "FAIL %s %s: %s\n", id, day, p)
+			problems += len(r.Problems)
+			if !a.json {
+				a.printDayCheck(r)
 			}
 		}
 	}
@@ -104,4 +95,73 @@ func (a *app) check(ctx context.Context, args []string) error {
 		fmt.Fprintln(a.stdout, "no open campaign-days to check")
 	}
 	return nil
+}
+
+// checkIDs returns the campaigns check looks at: the one named, which must
+// exist (an unknown id would otherwise pass with nothing checked), or all.
+func (a *app) checkIDs(ctx context.Context, l *lease.Ledger, pos []string) ([]string, error) {
+	if len(pos) == 1 {
+		id, err := campaignArg("check", pos)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := l.GetCampaign(ctx, id); err != nil {
+			return nil, err
+		}
+		return []string{id}, nil
+	}
+	cs, err := l.ListCampaigns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// staleMoves returns a problem for each move begun longer than staleAfter
+// ago: no reconciler is finishing it. A move whose id does not say when it
+// began is never stale.
+func (a *app) staleMoves(id, day string, moves []lease.MoveInFlight, staleAfter time.Duration) []lease.Problem {
+	var out []lease.Problem
+	for _, m := range moves {
+		if age := a.now().Sub(m.Began); !m.Began.IsZero() && age > staleAfter {
+			out = append(out, lease.Problem{Shard: lease.ShardKey{Campaign: id, Day: day, Shard: m.From}, What: fmt.Sprintf(
+				"move %s of %d micros to shard %d begun %v ago and not finished (--stale-after %v): is a reconciler elected? (pacerctl status)",
+				m.ID, m.Amount, m.To, age.Round(time.Second), staleAfter)})
+		}
+	}
+	return out
+}
+
+// printDayCheck prints a day's result: ok with its shards' totals (and the
+// micros moving between them, which the day's budget counts), or each
+// problem; then each move in flight.
+func (a *app) printDayCheck(r dayCheck) {
+	if r.OK {
+		t := r.Totals
+		fmt.Fprintf(a.stdout, "ok %s %s budget=%d locked=%d available=%d leased=%d spent=%d",
+			r.Campaign, r.Day, t.Budget, t.Locked, t.Available, t.Leased, t.Spent)
+		var moving int64
+		for _, m := range r.Moves {
+			moving += m.Amount
+		}
+		if moving > 0 {
+			fmt.Fprintf(a.stdout, " moving=%d", moving)
+		}
+		fmt.Fprintln(a.stdout)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(a.stdout, "FAIL %s %s: %s\n", r.Campaign, r.Day, p)
+	}
+	for _, m := range r.Moves {
+		age := "at an unknown time"
+		if !m.Began.IsZero() {
+			age = a.now().Sub(m.Began).Round(time.Second).String() + " ago"
+		}
+		fmt.Fprintf(a.stdout, "pending %s %s: move %s of %d micros from shard %d to shard %d, begun %s (the day's budget counts it; the reconciler finishes it)\n",
+			r.Campaign, r.Day, m.ID, m.Amount, m.From, m.To, age)
+	}
 }

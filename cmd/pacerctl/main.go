@@ -179,7 +179,11 @@ func commands() []command {
 			help: "Verify that Redis meets the durability policy (--durability; as pacerd checks at start:\n" +
 				"CONFIG GET appendonly/appendfsync, INFO persistence/replication on every master), and that\n" +
 				"every open day of one campaign, or of all, balances:\n" +
-				"budget = locked + available + leased + spent. Exit status 1 if anything is off.",
+				"budget = locked + available + leased + spent on every shard, and the day's budget =\n" +
+				"its shards' budgets - owed + moves in flight. Each move of budget between two shards begun\n" +
+				"and not finished is named (\"pending\"; ok adds moving=MICROS): the reconciler finishes it.\n" +
+				"A move begun longer ago than --stale-after (default 10m: two reconciler sweep periods) fails,\n" +
+				"as does a budget change begun and not finished. Exit status 1 if anything is off.",
 			run: (*app).check},
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
 			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
