@@ -14,6 +14,8 @@ type metrics struct {
 	backlog     prometheus.Gauge
 	campaigns   prometheus.Gauge
 	errors      prometheus.Counter
+	rollbacks   prometheus.Counter
+	frozenDays  prometheus.Gauge
 }
 
 func newMetrics() metrics {
@@ -31,6 +33,12 @@ func newMetrics() metrics {
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pacer_reconciler_errors_total", Help: "Reconciler failures (a campaign, a shard or an index read); each is retried next pass.",
 		}),
+		rollbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pacer_ledger_rollbacks_total", Help: "Redis masters found with a write watermark behind the one recorded outside Redis: acknowledged writes lost (a restored backup, a lagging replica promoted).",
+		}),
+		frozenDays: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pacer_ledger_frozen_days", Help: "Campaign-days the reconciler froze after a rollback whose freeze has not ended.",
+		}),
 	}
 }
 
@@ -42,5 +50,6 @@ func (m metrics) observe(start time.Time, backlog, campaigns int) {
 
 // Collectors returns the reconciler's metrics, to register with the daemon's.
 func (r *Reconciler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.stats.passSeconds, r.stats.backlog, r.stats.campaigns, r.stats.errors}
+	return []prometheus.Collector{r.stats.passSeconds, r.stats.backlog, r.stats.campaigns, r.stats.errors,
+		r.stats.rollbacks, r.stats.frozenDays}
 }

@@ -4,7 +4,9 @@
 // shards, opens each campaign-day at its local midnight and closes and
 // reports the day before; every pass is idempotent, and each leader's writes
 // carry a fencing token (Leadership.Fence) so a deposed leader's late writes
-// are refused by the ledger. The election is etcd's (EtcdElector, under
+// are refused by the ledger. Every pass first compares each Redis master's
+// write watermark with the copy recorded outside Redis (watermark.go) and
+// freezes what a master that came back behind holds. The election is etcd's (EtcdElector, under
 // ElectionPrefix), or Trivial for one host and for tests; Leader and
 // Candidates read it for tools such as pacerctl status.
 //
@@ -80,6 +82,14 @@ type Config struct {
 	// sweeps a pass works from the ledger's indexes and does only what
 	// there is to do (see Step).
 	SweepPeriod time.Duration
+	// Watermarks, if set, is where each Redis master's write watermark is
+	// recorded outside Redis; every pass compares and advances it, and
+	// freezes what a master holds when it came back behind (watermark.go).
+	Watermarks WatermarkStore
+	// LeaseWindow is the daemons' lease window (default 30s): a rollback's
+	// freeze lasts LeaseWindow + Grace, so every lease granted before it has
+	// expired or been re-asserted when grants resume.
+	LeaseWindow time.Duration
 	Clock       Clock
 	Logger      *zap.Logger
 }
@@ -98,6 +108,7 @@ type Reconciler struct {
 	mu        sync.Mutex
 	exhausted map[string]bool // campaign/day exhaustion already broadcast by this leader
 	term      termState
+	frozen    map[string]time.Time // campaign/day -> end of the freeze a rollback set (watermark.go)
 }
 
 // termState is what a leader learns in its term and forgets when the term
@@ -160,6 +171,9 @@ func New(ledger *lease.Ledger, cfg Config) *Reconciler {
 	}
 	if cfg.SweepPeriod <= 0 {
 		cfg.SweepPeriod = 5 * time.Minute
+	}
+	if cfg.LeaseWindow <= 0 {
+		cfg.LeaseWindow = 30 * time.Second
 	}
 	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{},
 		term: newTermState(), stats: newMetrics()}
@@ -238,8 +252,16 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 // every campaign: every shard of today and yesterday is settled and read.
 // The first pass of a term is one; Step runs the others. A campaign that
 // fails is logged, counted and left for the next pass; the pass goes on
-// (only a newer leader's fence, or ctx, stops it).
+// (only a newer leader's fence, or ctx, stops it). Before anything else it
+// checks each Redis master's watermark (Config.Watermarks).
 func (r *Reconciler) Pass(ctx context.Context, fence int64) error {
+	if err := r.checkWatermarks(ctx, fence); err != nil {
+		return err
+	}
+	return r.pass(ctx, fence)
+}
+
+func (r *Reconciler) pass(ctx context.Context, fence int64) error {
 	start := time.Now()
 	_, pos, _, err := r.ledger.CampaignChanges(ctx, "", 0) // before the list: no change missed
 	if err != nil {
@@ -334,6 +356,9 @@ func (r *Reconciler) Step(ctx context.Context, fence int64) error {
 	if !full {
 		return r.Pass(ctx, fence)
 	}
+	if err := r.checkWatermarks(ctx, fence); err != nil {
+		return err
+	}
 	start := time.Now()
 	now := r.cfg.Clock.Now()
 	var errs []error
@@ -361,7 +386,7 @@ func (r *Reconciler) Step(ctx context.Context, fence int64) error {
 			return err
 		}
 	} else if gap {
-		return r.Pass(ctx, fence)
+		return r.pass(ctx, fence)
 	}
 	// Days to open and to close.
 	r.mu.Lock()
