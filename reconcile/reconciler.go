@@ -6,9 +6,10 @@
 // carry a fencing token (Leadership.Fence) so a deposed leader's late writes
 // are refused by the ledger. Every pass first compares each Redis master's
 // write watermark with the copy recorded outside Redis (watermark.go) and
-// freezes what a master that came back behind holds. The election is etcd's (EtcdElector, under
-// ElectionPrefix), or Trivial for one host and for tests; Leader and
-// Candidates read it for tools such as pacerctl status.
+// freezes what a master that came back behind holds. The election is
+// etcd's (EtcdElector, under ElectionPrefix), or Trivial for one host and
+// for tests; Leader and Candidates read it for tools such as pacerctl
+// status.
 //
 // It sits beside package daemon, not inside it: a daemon serves SPENDs
 // whether or not it leads, and cmd/pacerd wires the two together.

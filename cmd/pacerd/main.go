@@ -373,7 +373,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if etcd != nil {
 		rc = reconcile.New(d.Ledger(), reconcile.Config{
 			Holder: cfg.Holder, Grace: cfg.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
-			Gate: d.LedgerCheck(),
+			Gate: d.LedgerCheck(), Watermarks: reconcile.NewEtcdWatermarks(etcd), LeaseWindow: cfg.LeaseWindow,
 		})
 	}
 	var ready atomic.Bool
