@@ -30,7 +30,9 @@ type dayCheck struct {
 // budget = locked + available + leased + spent, on every shard, and the
 // day's budget across them. It prints one line per day, a line per move
 // still in flight between two of its shards, and fails (exit status 1) if
-// any day is off or a move is older than --stale-after.
+// any day is off or a move is older than --stale-after. With --etcd it also
+// fails on a Redis master behind the watermark recorded in etcd
+// (checkWatermarks).
 func (a *app) check(ctx context.Context, args []string) error {
 	fs := newFlagSet("check")
 	staleAfter := fs.Duration("stale-after", defaultStaleAfter, "fail on a move between shards begun longer ago than this")
@@ -50,6 +52,10 @@ func (a *app) check(ctx context.Context, args []string) error {
 		return err
 	}
 	ids, err := a.checkIDs(ctx, l, pos)
+	if err != nil {
+		return err
+	}
+	behind, err := a.checkWatermarks(ctx, l, ids)
 	if err != nil {
 		return err
 	}
@@ -85,6 +91,11 @@ func (a *app) check(ctx context.Context, args []string) error {
 	}
 	if problems > 0 {
 		fmt.Fprintf(a.stderr, "pacerctl: check: %d problem(s) in %d campaign-day(s) checked\n", problems, len(results))
+	}
+	if behind > 0 {
+		fmt.Fprintf(a.stderr, "pacerctl: check: %d Redis master(s) behind, or not compared with, the watermark recorded in etcd\n", behind)
+	}
+	if problems > 0 || behind > 0 {
 		return errReported
 	}
 	if !durable {

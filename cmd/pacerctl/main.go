@@ -92,7 +92,7 @@ type app struct {
 	curvesDir  string
 	json       bool
 	natsURL    string // --nats: broadcast campaign changes; "" = the ledger only
-	etcdURLs   string // --etcd: for status's reconciler leader
+	etcdURLs   string // --etcd: for status's reconciler leader and check's watermark
 
 	durability, durabilityAssume string // --durability, --durability-assume: for check
 
@@ -183,7 +183,11 @@ func commands() []command {
 				"its shards' budgets - owed + moves in flight. Each move of budget between two shards begun\n" +
 				"and not finished is named (\"pending\"; ok adds moving=MICROS): the reconciler finishes it.\n" +
 				"A move begun longer ago than --stale-after (default 10m: two reconciler sweep periods) fails,\n" +
-				"as does a budget change begun and not finished. Exit status 1 if anything is off.",
+				"as does a budget change begun and not finished. With --etcd, each Redis master's write\n" +
+				"watermark is compared with the one the reconciler records in etcd: a master behind it lost\n" +
+				"acknowledged writes (a restored backup, a lagging replica promoted) and fails, naming the\n" +
+				"days whose shards it holds; without --etcd check says it could not compare.\n" +
+				"Exit status 1 if anything is off.",
 			run: (*app).check},
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
 			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
@@ -236,9 +240,10 @@ Global flags (before the command):
                           TLS to NATS: the private CA, and a client certificate and key
   --broadcast-key-file F  the fleet's broadcast key file (pacerd's broadcast.key_file): signs
                           what --nats publishes; daemons with a key ignore unsigned events
-  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader (http://host:2379, or
-                          https:// with --etcd-ca, --etcd-cert, --etcd-key for TLS and client
-                          certificates; --etcd-user and --etcd-password-file for etcd's auth)
+  --etcd URL[,URL...]     etcd endpoints, for status's reconciler leader and check's watermark
+                          (http://host:2379, or https:// with --etcd-ca, --etcd-cert, --etcd-key
+                          for TLS and client certificates; --etcd-user and --etcd-password-file
+                          for etcd's auth)
   --durability POLICY     the ledger's durability policy, for check: fsync, replicas:N or none,
                           as pacerd's ledger.durability (default fsync)
   --durability-assume P   as pacerd's ledger.durability_assume: the policy a Redis that

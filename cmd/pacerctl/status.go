@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,8 +13,6 @@ import (
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // statusView is status's JSON.
@@ -139,26 +136,7 @@ func (a *app) status(ctx context.Context, args []string) error {
 // leader and the standbys.
 func (a *app) reconciler(ctx context.Context) (reconcilerView, error) {
 	r := reconcilerView{Standby: []string{}}
-	var eps []string
-	for _, e := range strings.Split(a.etcdURLs, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	t := a.etcdTLS
-	t.Enabled = t.CAFile != "" || t.CertFile != ""
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return r, usagef("--etcd-cert and --etcd-key go together")
-	}
-	if (a.etcdAuth.Username == "") != (a.etcdAuth.PasswordFile == "") {
-		return r, usagef("--etcd-user and --etcd-password-file go together")
-	}
-	eopt, err := config.EtcdClientOptions(eps, a.etcdAuth, t, config.Secrets{ReadFile: os.ReadFile})
-	if err != nil {
-		return r, err
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
-		Username: eopt.Username, Password: eopt.Password, TLS: eopt.TLS})
+	cli, err := a.etcdClient()
 	if err != nil {
 		return r, err
 	}
