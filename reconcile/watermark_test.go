@@ -460,6 +460,12 @@ func TestWatermarkFreezesOnlyTheRestoredMaster(t *testing.T) {
 // The etcd store writes only over what it last read: a deposed leader's
 // late record cannot move a newer one back.
 func TestWatermarkEtcdStoreCompares(t *testing.T) {
+	// The README names the prefix, and the etcd role it documents (the
+	// election's prefix) must cover it, outside the election's directory.
+	if p := reconcile.WatermarkPrefix; p != "/pacer/reconciler-watermark/" || !strings.HasPrefix(p, reconcile.ElectionPrefix) ||
+		strings.HasPrefix(p, reconcile.ElectionPrefix+"/") {
+		t.Fatalf("WatermarkPrefix %q", p)
+	}
 	_, client := startEtcd(t)
 	a, b := reconcile.NewEtcdWatermarks(client()), reconcile.NewEtcdWatermarks(client())
 	if _, ok, err := a.Load(ctx, "redis"); ok || err != nil {
