@@ -98,7 +98,7 @@ func (l *Ledger) Masters(ctx context.Context) ([]Master, error) {
 	if !l.cluster {
 		addr := "redis"
 		if c, ok := l.rdb.(*redis.Client); ok {
-			addr = c.Options().Addr
+			addr = nodeAddr(ctx, c) // a Sentinel client's options say only "FailoverClient"
 		}
 		return []Master{{Name: "redis", Addr: addr, key: watermarkKey}}, nil
 	}
