@@ -311,6 +311,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
+	ds.ran = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
 		ds.shardUnspent[i] = part
@@ -1123,7 +1124,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: c.curveAhead(ds, now, lead), Cap: lead.at(ds, now, cfg.CapWindow),
 			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
-		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.known[shard],
+		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.knownOf(shard),
 	}
 	c.hourPace(&req.Pace, now, s, ds)
 	req.Demand, req.DemandTTL = c.fairDemand(ds)
@@ -1150,6 +1151,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		g, err = c.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
 	}
+	ds.ran[shard].Granted += g.Granted // the shard recorded it, whatever follows
 	if errors.Is(err, lease.ErrNotDurable) && g.Granted > 0 {
 		c.log.Warn("lease not acknowledged by the replicas; releasing it unspent", zap.String("lease", id), zap.Error(err))
 		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
@@ -1299,6 +1301,9 @@ func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState,
 		// The release half happened whatever became of the grant.
 		c.d.counters.leasesReleased.Add(1)
 		c.d.journalClosed(ending.ID)
+		if !errors.Is(err, lease.ErrLeaseSettled) {
+			ds.ran[key.Shard].Returned += ending.Unused
+		}
 		if errors.Is(err, lease.ErrLeaseSettled) {
 			c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
 			err = nil
@@ -1321,8 +1326,22 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	_, err := c.ledger.Release(ctx, r.key, r.id, r.unused, now)
+	ds := c.day.Load()
+	if ds != nil && ds.day.Key != r.key.Day {
+		ds = nil // a lease of another day: its totals went with that day
+	}
+	var known lease.History
+	if ds != nil {
+		known = ds.knownOf(r.key.Shard)
+	}
+	sh, err := c.ledger.ReleaseKnown(ctx, r.key, r.id, r.unused, now, known)
 	c.d.observeLedger("release", start, err)
+	if err == nil && ds != nil {
+		ds.ran[r.key.Shard].Returned += r.unused
+		if sh.Diverged { // released; but the shard lost writes we saw
+			c.lostWrites(ctx, now, ds, r.key.Shard, fmt.Sprintf("release of %s: history or totals behind ours", r.id))
+		}
+	}
 	switch {
 	case err == nil:
 		c.d.counters.leasesReleased.Add(1)
@@ -1477,6 +1496,31 @@ func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState)
 			if !c.reassertOne(ctx, now, r.key, lease.LeaseRecord{ID: r.id, Amount: r.amount, Holder: c.cfg.Holder, Expiry: r.expiry}) {
 				ds.reassert.Store(true)
 			}
+		}
+	}
+	c.reassertRan(ctx, now, ds)
+}
+
+// reassertRan re-asserts our run's totals on each shard of the day, after
+// the leases we hold: what our clients spent from leases a shard forgot
+// (granted and given back in the writes it lost) is counted spent there.
+func (c *campaign) reassertRan(ctx context.Context, now time.Time, ds *dayState) {
+	run := c.cfg.Holder + "-" + c.d.bootID
+	for shard, tot := range ds.ran {
+		if tot.Granted == 0 {
+			continue
+		}
+		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
+		added, _, err := c.ledger.ReassertRun(cctx, k, run, tot, now)
+		cancel()
+		switch {
+		case err != nil:
+			c.log.Warn("cannot re-assert this run's totals; retrying", zap.Stringer("shard", k), zap.Error(err))
+			ds.reassert.Store(true)
+		case added > 0:
+			c.log.Warn("re-asserted what our clients spent from leases the ledger forgot", zap.Stringer("shard", k),
+				zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
 		}
 	}
 }

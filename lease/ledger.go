@@ -71,6 +71,8 @@ var (
 	luaReassert string
 	//go:embed lua/hold.lua
 	luaHold string
+	//go:embed lua/reassert_run.lua
+	luaReassertRun string
 )
 
 func script(body string) *redis.Script { return redis.NewScript(luaPrelude + "\n" + body) }
@@ -89,6 +91,7 @@ var (
 	freezeScript   = script(luaFreeze)
 	reassertScript = script(luaReassert)
 	holdScript     = script(luaHold)
+	reassertRun    = script(luaReassertRun)
 )
 
 // Config tunes a Ledger. The zero value is usable.
@@ -209,10 +212,17 @@ type Shard struct {
 }
 
 // History is where a shard's history stood at a reply.
-type History struct{ Seq, Tip int64 }
+//
+// Granted and Returned are the caller's run's totals on the shard, as
+// acknowledged: the micros leased to it and the micros it gave back unused
+// (a run is a daemon's holder and boot id, the lease ids' prefix). A shard
+// that recorded less than the caller's totals lost writes it acknowledged,
+// however long ago (the (Seq, Tip) history keeps only the last 64 writes).
+type History struct{ Seq, Tip, Granted, Returned int64 }
 
-// History returns the shard's history as of the reply it came in.
-func (s Shard) History() History { return History{s.Seq, s.Tip} }
+// History returns the shard's history as of the reply it came in (without
+// a run's totals: the caller keeps those).
+func (s Shard) History() History { return History{Seq: s.Seq, Tip: s.Tip} }
 
 // Remaining is what the shard can still grant today: locked plus available.
 //
@@ -687,7 +697,8 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid))
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
+		r.Known.Granted, r.Known.Returned)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -726,7 +737,8 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid))
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
+		r.Known.Granted, r.Known.Returned)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -773,7 +785,7 @@ func (l *Ledger) ReleaseKnown(ctx context.Context, k ShardKey, leaseID string, u
 	if unused < 0 {
 		return Shard{}, fmt.Errorf("ledger %s: release %s: unused %d is negative", k, leaseID, unused)
 	}
-	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip)
+	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned)
 	if err != nil {
 		return Shard{}, err
 	}
@@ -1294,6 +1306,20 @@ func (l *Ledger) OpenDayTotals(ctx context.Context, campaign, day string) (total
 func (l *Ledger) Freeze(ctx context.Context, k ShardKey, until, now time.Time, reason string) (Shard, error) {
 	_, _, sh, _, err := l.run(ctx, freezeScript, k, until.UnixMilli(), now.UnixMilli(), reason, l.cfg.AuditMaxLen)
 	return sh, err
+}
+
+// ReassertRun re-asserts a daemon run's totals on a shard that lost writes
+// (History.Granted and Returned, as the run acknowledged them), after the
+// run re-asserted the leases it holds: what the run consumed beyond what the
+// shard recorded, granted less returned, was spent by its clients, and is
+// counted spent, out of what the shard can still grant (any shortfall is
+// owed). It returns the micros added to spent.
+func (l *Ledger) ReassertRun(ctx context.Context, k ShardKey, run string, totals History, now time.Time) (int64, Shard, error) {
+	if run == "" || totals.Granted < 0 || totals.Returned < 0 || totals.Returned > totals.Granted {
+		return 0, Shard{}, fmt.Errorf("ledger %s: reassert run %q totals %d/%d: malformed", k, run, totals.Granted, totals.Returned)
+	}
+	_, added, sh, _, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen)
+	return added, sh, err
 }
 
 // Reasserted is what Reassert found.

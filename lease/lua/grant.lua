@@ -1,7 +1,8 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid]]]]]]]]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned]]]]]]]]]
+-- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
 -- hour hour_ppb hour_permille hour_unit: release_by_curve's hour bound (permille 0: none;
@@ -20,7 +21,7 @@ local c_now, c_cap, grace = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[
 local retain, maxlen = tonumber(ARGV[9]), ARGV[10]
 local s = load_shard(K.state)
 if not s then return no_day() end
-s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12]))
+s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12])) or run_behind(K, id, tonumber(ARGV[24]), tonumber(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis.call('HGET', K.leases, id)
 if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end

@@ -177,6 +177,8 @@ local function audit(key, maxlen, ...)
     redis.call('HINCRBY', st, 'r_spent', str(amount - unused))
     redis.call('HINCRBY', st, 'r_returned', str(unused))
     redis.call('HINCRBY', st, 'r_closed', str(amount))
+  elseif f.ev == 'reassert_run' then
+    redis.call('HINCRBY', st, 'r_spent', str(amount))
   elseif f.ev == 'settle' then
     redis.call('HINCRBY', st, 'r_settled', 1)
     redis.call('HINCRBY', st, 'r_lost', str(amount))
@@ -556,6 +558,36 @@ local function all_or_nothing(s, take, min)
   return take
 end
 
+-- Each daemon run's totals on the shard: what it was granted and what it
+-- gave back unused (state field 'u:<run>' = "granted|returned", the run
+-- being a lease id less its last '-' part: holder-bootID). A daemon passes
+-- back the totals it had acknowledged; a shard that recorded less than that
+-- lost writes it had acknowledged, however many writes came after (the
+-- (seq, tip) history keeps only the last HISTORY). run_totals reads them.
+local function run_of(id)
+  return string.match(id, '^(.*)%-[^%-]*$') or ''
+end
+
+local function run_totals(K, run)
+  local v = redis.call('HGET', K.state, 'u:' .. run)
+  if not v then return 0, 0 end
+  local g, r = string.match(v, '^(%d+)|(%d+)$')
+  return tonumber(g), tonumber(r)
+end
+
+local function run_add(K, run, granted, returned)
+  local g, r = run_totals(K, run)
+  redis.call('HSET', K.state, 'u:' .. run, str(g + granted) .. '|' .. str(r + returned))
+end
+
+-- run_behind reports whether the shard recorded less for the run of lease id
+-- than the caller's acknowledged totals (kg granted, kr returned).
+local function run_behind(K, id, kg, kr)
+  if not kg or (kg <= 0 and (not kr or kr <= 0)) then return false end
+  local g, r = run_totals(K, run_of(id))
+  return kg > g or (kr or 0) > r
+end
+
 local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   if s.closed == 1 then return 0 end
   local g = want
@@ -567,6 +599,7 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
     created[K.exp] = true
   end
   s.leased = s.leased + g
+  run_add(K, run_of(id), g, 0)
   redis.call('HSET', K.leases, id, str(g) .. '|' .. holder .. '|' .. str(expiry))
   redis.call('ZADD', K.exp, str(expiry), id)
   index_expiry(expiry)
@@ -704,6 +737,7 @@ local function release_lease(K, s, id, unused, now, maxlen)
   s.available = s.available + unused
   s.spent = s.spent + (amount - unused)
   pay_owed(s)
+  run_add(K, run_of(id), 0, unused)
   redis.call('HDEL', K.leases, id)
   redis.call('ZREM', K.exp, id)
   redis.call('HSET', K.done, id, 'r:' .. str(unused))

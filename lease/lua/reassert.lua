@@ -24,6 +24,7 @@ local short = amount - from_avail - from_locked
 s.budget = s.budget + short
 s.owed = s.owed + short
 s.leased = s.leased + amount
+run_add(K, run_of(id), amount, 0)
 redis.call('HSET', K.leases, id, str(amount) .. '|' .. holder .. '|' .. str(expiry))
 redis.call('ZADD', K.exp, str(expiry), id)
 index_expiry(expiry)

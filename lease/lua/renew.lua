@@ -2,7 +2,8 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid]]]]]]]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned]]]]]]]]]
+-- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
 -- hour hour_ppb hour_permille hour_unit: release_by_curve's hour bound (permille 0: none;
@@ -16,7 +17,7 @@ local c_now, c_cap, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[
 local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
 local s = load_shard(K.state)
 if not s then local r = no_day(); r[13] = -1; return r end
-s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14]))
+s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14])) or run_behind(K, id, tonumber(ARGV[26]), tonumber(ARGV[27]))
 local st, credited = release_lease(K, s, old_id, unused, now, maxlen)
 if type(st) == 'table' then return st end
 local new_status, g = 0, 0
