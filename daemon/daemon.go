@@ -52,6 +52,7 @@ type Daemon struct {
 	loads     sync.Map // campaign id -> *load (first-use loads in flight)
 	loadSlots chan struct{}
 	unknown   *unknownCampaigns
+	ran       *runTotals // this run's totals on each shard-day
 
 	// The refill loop (Step): its schedule, the change stream it follows,
 	// and the campaigns it dropped for idleness.
@@ -108,6 +109,7 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		log:      cfg.Logger.Named("daemon"),
 		bootID:   newBootID(),
 	}
+	d.ran = newRunTotals()
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
 	d.life, d.endLife = context.WithCancel(context.Background())
 	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
@@ -478,6 +480,8 @@ func (d *Daemon) Step(ctx context.Context) {
 		d.cfg.Journal.Fence(now) // before any SPEND beyond it (Reclaim)
 	}
 	d.runDue(ctx, now)
+	d.reassertAsked(ctx, now)
+	d.ran.forgetBefore(now.UTC().Add(-48 * time.Hour).Format(time.DateOnly))
 	d.removeRetired(now)
 	d.metrics.lastStep.Store(time.Now().UnixNano())
 }

@@ -73,13 +73,6 @@ type dayState struct {
 	// ledger checks it on every grant, renewal and release, and tells us
 	// if it lost writes we saw.
 	known []lease.History
-	// ran is this run's totals on each shard, as the shard acknowledged
-	// them: micros granted to us and micros we gave back unused
-	// (lease.History's Granted and Returned). Passed back with known, they
-	// let a shard that lost our writes tell, however long ago they were;
-	// re-asserted after a loss, they make the shard count what our clients
-	// spent from leases it forgot we had.
-	ran []lease.History
 	// closed: the ledger closed the day (it is over there): no more grants.
 	closed bool
 	// carry: micros withdrawn from the bucket with the leases that ended
@@ -203,12 +196,4 @@ func (ds *dayState) oldestLease() (string, bool) {
 		}
 	}
 	return best, best != ""
-}
-
-// knownOf is what we pass the ledger as our history with shard: the
-// shard's (seq, tip) of our last reply, and our run's totals on it.
-func (ds *dayState) knownOf(shard int) lease.History {
-	h := ds.known[shard]
-	h.Granted, h.Returned = ds.ran[shard].Granted, ds.ran[shard].Returned
-	return h
 }

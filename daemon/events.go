@@ -38,6 +38,11 @@ func (d *Daemon) publish(e pacer.Event) {
 func (d *Daemon) HandleEvent(e pacer.Event) {
 	c, ok := d.campaigns.get(e.Campaign)
 	if !ok {
+		if e.Kind == pacer.EventLostWrites && len(d.ran.day(e.Campaign, e.Day)) > 0 {
+			// A day we leased from and no longer hold in memory: our
+			// totals there are re-asserted by the next Step.
+			d.ran.ask(e.Campaign, e.Day)
+		}
 		return
 	}
 	switch e.Kind {
@@ -61,6 +66,8 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 		// out of what the ledger can grant again.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
 			ds.reassertHint.Store(true)
+		} else if len(d.ran.day(e.Campaign, e.Day)) > 0 {
+			d.ran.ask(e.Campaign, e.Day) // a day of ours no longer held
 		}
 	}
 	c.wake.Store(true) // whatever it asked, the next tick looks

@@ -155,9 +155,17 @@ type modelRun struct {
 	// few minutes (the "rare" kind), where sparse SPENDs fetch their leases
 	// (lease.sparse_wait); nil for the regression seeds, as sparseRng.
 	rareRng *rand.Rand
-	opRng   *rand.Rand // the current step's own choices (seeded per step)
-	clock   *manualClock
-	clients []redis.UniversalClient
+	// restoreRng turns some steps into a backup of a campaign-day's shards
+	// or a restore of the last backup (the "backup" and "restore" kinds),
+	// drawn aside as sparseRng; nil for the regression seeds.
+	restoreRng *rand.Rand
+	backup     *shardBackup
+	watermarks *memWatermarks
+	restored   bool                   // a backup was restored: the reconciler names every day it froze
+	changes    map[history.DayKey]int // budget changes applied to a day (a restore must not undo one)
+	opRng      *rand.Rand             // the current step's own choices (seeded per step)
+	clock      *manualClock
+	clients    []redis.UniversalClient
 
 	nodes    []*modelNode
 	camps    []*modelCampaign
@@ -201,9 +209,12 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		byID:  map[string]*auctionRec{}, stats: modelStats{kinds: map[string]int{}}}
 	m.sparseRng = rand.New(rand.NewPCG(seed, 0x5ba55e))
 	m.rareRng = rand.New(rand.NewPCG(seed, 0xfe7c4))
+	m.restoreRng = rand.New(rand.NewPCG(seed, 0xba0c))
+	m.changes = map[history.DayKey]int{}
+	m.watermarks = &memWatermarks{w: map[string]lease.Watermark{}}
 	for _, rs := range regressionSeeds {
 		if rs.seed == seed {
-			m.sparseRng, m.rareRng = nil, nil
+			m.sparseRng, m.rareRng, m.restoreRng = nil, nil, nil
 		}
 	}
 	ledger := func(role string) *lease.Ledger {
@@ -316,9 +327,44 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	return m.check()
 }
 
+// reconciler is a new leader. Every leader records the ledger's watermark
+// in one store (etcd's part) and broadcasts to every daemon (NATS's part).
 func (m *modelRun) reconciler() *reconcile.Reconciler {
 	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
-	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off}})
+	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off},
+		Watermarks: m.watermarks, Publisher: fleetBroadcast{m}})
+}
+
+// memWatermarks is the reconcilers' watermark record (etcd's part).
+type memWatermarks struct {
+	mu sync.Mutex
+	w  map[string]lease.Watermark
+}
+
+func (s *memWatermarks) Load(_ context.Context, master string) (lease.Watermark, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.w[master]
+	return w, ok, nil
+}
+
+func (s *memWatermarks) Store(_ context.Context, master string, w lease.Watermark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w[master] = w
+	return nil
+}
+
+var _ reconcile.WatermarkStore = (*memWatermarks)(nil)
+
+// fleetBroadcast delivers a reconciler's broadcasts to every daemon.
+type fleetBroadcast struct{ m *modelRun }
+
+func (b fleetBroadcast) Publish(e pacer.Event) error {
+	for _, n := range b.m.nodes {
+		n.d.HandleEvent(e)
+	}
+	return nil
 }
 
 func (m *modelRun) note(campaign, format string, args ...any) {
@@ -384,6 +430,12 @@ func (m *modelRun) op() {
 	}
 	if m.sparseRng != nil && m.sparseRng.IntN(40) == 0 {
 		kind = "sparse" // drawn aside, so the kinds' stream stays as it was
+	}
+	if m.restoreRng != nil && m.restoreRng.IntN(25) == 0 {
+		kind = "backup" // likewise; a restore when a backup waits
+		if m.backup != nil {
+			kind = "restore"
+		}
 	}
 	if m.rareRng != nil && m.rareRng.IntN(30) == 0 {
 		kind = "rare" // likewise
@@ -532,6 +584,10 @@ func (m *modelRun) do(kind string) bool {
 		c.stored.State = state
 		m.put(c)
 		m.note(c.stored.ID, "operator sets %s %s", c.stored.ID, state)
+	case "backup":
+		return m.takeBackup(c)
+	case "restore":
+		return m.restore()
 	case "carry":
 		c.stored.CarryOver = !c.stored.CarryOver
 		m.put(c)
@@ -788,6 +844,7 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 		}
 		m.during = nil
 	}
+	m.changes[k]++
 	m.note(k.Campaign, "operator sets %s daily=%d shards=%d (today %s: plan %d -> %d, spent+leased %d, ledger budget after %d, err %v)",
 		k.Campaign, newBudget, c.stored.Shards, k.Day, p.Budget, newBudget, committed, applied, err)
 	p.Budget = newBudget
@@ -802,6 +859,78 @@ func (m *modelRun) set(kind string, c *modelCampaign) bool {
 	// The events before this change were held to the limit before it.
 	p.Earlier = append(p.Earlier, history.EarlierLimit{Until: before, Limit: p.Limit})
 	p.Limit = max(p.Budget, m.floors[k])
+	return true
+}
+
+// shardBackup is a copy of one campaign's ledger (every day's shards, its
+// days and pending day ops) and of the ledger's watermark, to restore later:
+// Redis coming back with less than it acknowledged (a restored backup, a
+// failover to a replica that never acknowledged, durability none), while
+// the daemons run. The campaign's settings are left as the operator last
+// stored them (the history's plans follow them).
+type shardBackup struct {
+	day     history.DayKey
+	snap    map[string]string
+	changes int
+	at      time.Time
+}
+
+// campaignKeys lists the keys a backup of campaign id copies.
+func (m *modelRun) campaignKeys(id string) []string {
+	keys, err := m.env.rdb.Keys(ctx, "pacer:{"+id+"/*").Result()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	return append(keys, "pacer:days:{"+id+"}", "pacer:dayops:{"+id+"}", modelWatermarkKey)
+}
+
+// takeBackup copies campaign c's ledger, once today's shards are open.
+func (m *modelRun) takeBackup(c *modelCampaign) bool {
+	now := m.clock.Now()
+	today := bucket.DayOf(now, c.loc)
+	if today.End.Sub(now) < 20*time.Second {
+		return false // the day would close before a restore
+	}
+	k := history.DayKey{Campaign: c.stored.ID, Day: today.Key}
+	n, err := m.env.direct.DayShards(ctx, k.Campaign, k.Day)
+	if err != nil || n == 0 {
+		return false
+	}
+	for i := range n {
+		if _, err := m.env.direct.ReadShard(ctx, lease.ShardKey{Campaign: k.Campaign, Day: k.Day, Shard: i}); err != nil {
+			return false // planned, not opened yet
+		}
+	}
+	keys := m.campaignKeys(k.Campaign)
+	m.backup = &shardBackup{day: k, snap: m.env.srv.Snapshot(keys...), changes: m.changes[k], at: now}
+	m.note(k.Campaign, "a copy of %s's ledger is taken (%d keys)", k.Campaign, len(keys))
+	return true
+}
+
+// modelWatermarkKey is the single server's watermark (lease/watermark.go).
+const modelWatermarkKey = "pacer:watermark"
+
+// restore puts the backup back: the campaign's writes since are lost, and
+// the watermark goes back with them. Not across an operator's change of the
+// day (the history's plan would not know which budget stands), nor past the
+// day's end.
+func (m *modelRun) restore() bool {
+	b := m.backup
+	m.backup = nil
+	c := m.camps[slices.IndexFunc(m.camps, func(c *modelCampaign) bool { return c.stored.ID == b.day.Campaign })]
+	now := m.clock.Now()
+	if m.changes[b.day] != b.changes || bucket.DayOf(now, c.loc).Key != b.day.Day || bucket.DayOf(now, c.loc).End.Sub(now) < 5*time.Second {
+		return false
+	}
+	keys := m.campaignKeys(b.day.Campaign)
+	for k := range b.snap {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	m.env.srv.Restore(b.snap, keys...)
+	m.restored = true // the reconciler names every day it froze
+	m.note(b.day.Campaign, "Redis loses the writes to %s's ledger since %s (the copy is restored)", b.day.Campaign, b.at.UTC().Format(time.TimeOnly))
 	return true
 }
 
@@ -931,6 +1060,9 @@ func (m *modelRun) check() (history.Report, modelStats) {
 	// carry is bounded by the checker from the clients' counts.
 	plans := map[history.DayKey]history.DayPlan{}
 	for k, p := range m.plans {
+		if m.restored {
+			p.Restored, p.Shortfall = true, m.shortfall(k)
+		}
 		plans[k] = *p
 	}
 	for k := range m.plans {
@@ -980,6 +1112,30 @@ func (m *modelRun) check() (history.Report, modelStats) {
 		}
 	}
 	return rep, m.stats
+}
+
+// shortfall is what re-assertion found granted twice on a restored day: the
+// 'short' of its shards' reassert and reassert_run audit events.
+func (m *modelRun) shortfall(k history.DayKey) int64 {
+	n, err := m.env.direct.DayShards(ctx, k.Campaign, k.Day)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	var short int64
+	for i := range n {
+		audit := lease.ShardKey{Campaign: k.Campaign, Day: k.Day, Shard: i}.RedisKeys()[4]
+		xs, err := m.env.rdb.XRange(ctx, audit, "-", "+").Result()
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		for _, x := range xs {
+			if ev := x.Values["ev"]; ev == "reassert" || ev == "reassert_run" {
+				v, _ := strconv.ParseInt(fmt.Sprint(x.Values["short"]), 10, 64)
+				short += v
+			}
+		}
+	}
+	return short
 }
 
 func envInt(t *testing.T, name string, def int) int {

@@ -311,7 +311,6 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
-	ds.ran = make([]lease.History, n)
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
 		ds.shardUnspent[i] = part
@@ -1124,7 +1123,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: c.curveAhead(ds, now, lead), Cap: lead.at(ds, now, cfg.CapWindow),
 			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
-		Grace: cfg.Grace, DayStart: ds.day.Start, Known: ds.knownOf(shard),
+		Grace: cfg.Grace, DayStart: ds.day.Start, Known: c.knownOf(ds, shard),
 	}
 	c.hourPace(&req.Pace, now, s, ds)
 	req.Demand, req.DemandTTL = c.fairDemand(ds)
@@ -1151,7 +1150,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		g, err = c.ledger.Grant(cctx, req)
 		c.d.observeLedger("grant", start, err)
 	}
-	ds.ran[shard].Granted += g.Granted // the shard recorded it, whatever follows
+	c.d.ran.add(key, g.Granted, 0) // the shard recorded it, whatever follows
 	if errors.Is(err, lease.ErrNotDurable) && g.Granted > 0 {
 		c.log.Warn("lease not acknowledged by the replicas; releasing it unspent", zap.String("lease", id), zap.Error(err))
 		c.releaseLease(ctx, now, release{key: key, id: id, amount: g.Granted, unused: g.Granted, expiry: expiry, until: expiry.Add(cfg.Grace + time.Minute)})
@@ -1302,7 +1301,7 @@ func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState,
 		c.d.counters.leasesReleased.Add(1)
 		c.d.journalClosed(ending.ID)
 		if !errors.Is(err, lease.ErrLeaseSettled) {
-			ds.ran[key.Shard].Returned += ending.Unused
+			c.d.ran.add(key, 0, ending.Unused)
 		}
 		if errors.Is(err, lease.ErrLeaseSettled) {
 			c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
@@ -1328,17 +1327,17 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	start := time.Now()
 	ds := c.day.Load()
 	if ds != nil && ds.day.Key != r.key.Day {
-		ds = nil // a lease of another day: its totals went with that day
+		ds = nil // a lease of another day
 	}
-	var known lease.History
+	known := c.d.ran.of(r.key)
 	if ds != nil {
-		known = ds.knownOf(r.key.Shard)
+		known = c.knownOf(ds, r.key.Shard)
 	}
 	sh, err := c.ledger.ReleaseKnown(ctx, r.key, r.id, r.unused, now, known)
 	c.d.observeLedger("release", start, err)
-	if err == nil && ds != nil {
-		ds.ran[r.key.Shard].Returned += r.unused
-		if sh.Diverged { // released; but the shard lost writes we saw
+	if err == nil {
+		c.d.ran.add(r.key, 0, r.unused)
+		if sh.Diverged && ds != nil { // released; but the shard lost writes we saw
 			c.lostWrites(ctx, now, ds, r.key.Shard, fmt.Sprintf("release of %s: history or totals behind ours", r.id))
 		}
 	}
@@ -1502,27 +1501,20 @@ func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState)
 }
 
 // reassertRan re-asserts our run's totals on each shard of the day, after
-// the leases we hold: what our clients spent from leases a shard forgot
-// (granted and given back in the writes it lost) is counted spent there.
+// the leases we hold (runTotals).
 func (c *campaign) reassertRan(ctx context.Context, now time.Time, ds *dayState) {
-	run := c.cfg.Holder + "-" + c.d.bootID
-	for shard, tot := range ds.ran {
-		if tot.Granted == 0 {
-			continue
-		}
-		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
-		added, _, err := c.ledger.ReassertRun(cctx, k, run, tot, now)
-		cancel()
-		switch {
-		case err != nil:
-			c.log.Warn("cannot re-assert this run's totals; retrying", zap.Stringer("shard", k), zap.Error(err))
-			ds.reassert.Store(true)
-		case added > 0:
-			c.log.Warn("re-asserted what our clients spent from leases the ledger forgot", zap.Stringer("shard", k),
-				zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
-		}
+	if !c.d.reassertRun(ctx, now, c.id, ds.day.Key, c.log) {
+		ds.reassert.Store(true)
 	}
+}
+
+// knownOf is what we pass the ledger as our history with a shard of the
+// day: the shard's (seq, tip) of our last reply, and our run's totals on it.
+func (c *campaign) knownOf(ds *dayState, shard int) lease.History {
+	h := ds.known[shard]
+	t := c.d.ran.of(lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard})
+	h.Granted, h.Returned = t.Granted, t.Returned
+	return h
 }
 
 // reassertOne re-asserts one lease and reports whether the ledger answered.
