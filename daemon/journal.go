@@ -401,9 +401,7 @@ func (d *Daemon) Reclaim(ctx context.Context, j *Journal, left []JournalLease) (
 			continue // reclaimed already
 		}
 		unused := jl.Unspendable(at)
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
-		_, err := d.ledger.Release(cctx, jl.Key, jl.ID, unused, now)
-		cancel()
+		err := d.reclaimOne(ctx, jl, unused, now)
 		switch {
 		case err == nil:
 			back += unused
@@ -445,4 +443,29 @@ func (d *Daemon) reclaimInstant(now time.Time, j *Journal) time.Time {
 		return at
 	}
 	return fence
+}
+
+// reclaimOne releases a lease the previous run left, with unused micros
+// back. A lease the ledger does not know was forgotten (Redis lost the
+// writes that granted it) while the previous run spent from it: it is
+// re-asserted first, as a release that finds its lease unknown does
+// (tryRelease), so that the part its clients spent is counted spent.
+func (d *Daemon) reclaimOne(ctx context.Context, jl JournalLease, unused int64, now time.Time) error {
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
+	defer cancel()
+	_, err := d.ledger.Release(cctx, jl.Key, jl.ID, unused, now)
+	if !errors.Is(err, lease.ErrUnknownLease) {
+		return err
+	}
+	got, _, rerr := d.ledger.Reassert(cctx, jl.Key, lease.LeaseRecord{ID: jl.ID, Amount: jl.Amount, Holder: d.cfg.Holder, Expiry: jl.Expiry}, now)
+	if rerr != nil {
+		return rerr
+	}
+	if got == lease.Rerecorded {
+		d.counters.leasesReasserted.Add(1)
+		d.log.Warn("re-asserted a lease the previous run held and the ledger forgot", zap.Stringer("shard", jl.Key),
+			zap.String("lease", jl.ID), zap.Int64("amount", jl.Amount))
+	}
+	_, err = d.ledger.Release(cctx, jl.Key, jl.ID, unused, now)
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,9 +115,12 @@ func newModelEnv(t *testing.T) *modelEnv {
 }
 
 type modelNode struct {
-	name  string
-	d     *daemon.Daemon
-	clock offsetClock
+	name    string // the client's name in the history
+	holder  string // the daemon's holder name (two nodes may share one)
+	d       *daemon.Daemon
+	clock   offsetClock
+	journal *daemon.Journal
+	path    string // its lease journal
 }
 
 type modelCampaign struct {
@@ -161,6 +165,8 @@ type modelRun struct {
 	restoreRng *rand.Rand
 	backup     *shardBackup
 	watermarks *memWatermarks
+	dLedger    *lease.Ledger          // the daemons' ledger
+	crashes    int                    // daemons killed and restarted so far
 	restored   bool                   // a backup was restored: the reconciler names every day it froze
 	changes    map[history.DayKey]int // budget changes applied to a day (a restore must not undo one)
 	opRng      *rand.Rand             // the current step's own choices (seeded per step)
@@ -270,25 +276,31 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		}
 		m.camps = append(m.camps, &modelCampaign{stored: c, loc: loc})
 	}
+	// Some histories give every daemon one holder name (duplicate host
+	// names): lease ids stay unique by their random boot ids (issue 34).
+	// Drawn aside, as restoreRng.
+	sameHolder := m.restoreRng != nil && rand.New(rand.NewPCG(seed, 0xd0b1e)).IntN(4) == 0
+	dir := t.TempDir()
 	for i := range 2 + r.IntN(2) {
 		off := time.Duration(r.IntN(901)-450) * time.Millisecond
-		n := &modelNode{name: "d" + strconv.Itoa(i), clock: offsetClock{m.clock, off}}
-		// A sparse SPEND waits for its fetched lease as long as a ledger
-		// call may take, so that whether it was allowed never depends on how
-		// fast this machine ran it: a seed replays the same history.
-		d, err := daemon.New(dLedger, daemon.Config{Holder: n.name, Clock: n.clock, Curves: e.curves, LedgerTimeout: 500 * time.Millisecond,
-			LeaseTiming: daemon.LeaseTiming{SparseWait: 500 * time.Millisecond}, Logger: dbgLogger(t)})
-		if err != nil {
-			t.Fatal(err)
+		n := &modelNode{name: "d" + strconv.Itoa(i), clock: offsetClock{m.clock, off}, path: filepath.Join(dir, "d"+strconv.Itoa(i)+".journal")}
+		n.holder = n.name
+		if sameHolder {
+			n.holder = "d"
 		}
-		n.d = d
+		m.startNode(n, dLedger)
 		m.nodes = append(m.nodes, n)
 	}
+	if sameHolder {
+		m.note("", "every daemon has the holder name %q", "d")
+	}
+	m.dLedger = dLedger
 	closed := false
 	defer func() {
 		if !closed {
 			for _, n := range m.nodes {
 				n.d.Close(ctx)
+				n.journal.Close()
 			}
 		}
 	}()
@@ -329,6 +341,41 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 
 // reconciler is a new leader. Every leader records the ledger's watermark
 // in one store (etcd's part) and broadcasts to every daemon (NATS's part).
+// startNode starts node n's daemon on its lease journal: a run after a
+// crash gives back what the journal says its predecessor left unspent.
+func (m *modelRun) startNode(n *modelNode, ledger *lease.Ledger) {
+	j, left, err := daemon.OpenJournal(n.path, nil)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	// A sparse SPEND waits for its fetched lease as long as a ledger call
+	// may take, so that whether it was allowed never depends on how fast
+	// this machine ran it: a seed replays the same history.
+	d, err := daemon.New(ledger, daemon.Config{Holder: n.holder, Clock: n.clock, Curves: m.env.curves, LedgerTimeout: 500 * time.Millisecond,
+		LeaseTiming: daemon.LeaseTiming{SparseWait: 500 * time.Millisecond}, Logger: dbgLogger(m.t), Journal: j})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	n.d, n.journal = d, j
+	if len(left) > 0 {
+		back, err := d.Reclaim(ctx, j, left)
+		m.note("", "%s's new run reclaims %d leases its predecessor left: %d micros back (err %v)", n.name, len(left), back, err)
+	}
+}
+
+// crashRestart kills node n's daemon (nothing released: its leases stay in
+// the ledger and its journal) and starts a new run on its journal, its
+// clock stepped back by up to 0.9 s (still within the skew bound): the
+// new run must never give back what its predecessor dripped and spent.
+func (m *modelRun) crashRestart(r *rand.Rand, n *modelNode) {
+	n.journal.Close()
+	step := time.Duration(r.IntN(901)) * time.Millisecond
+	n.clock.off = max(n.clock.off-step, -950*time.Millisecond)
+	m.crashes++
+	m.note("", "%s is killed and restarts, its clock %v back (offset now %v)", n.name, step, n.clock.off)
+	m.startNode(n, m.dLedger)
+}
+
 func (m *modelRun) reconciler() *reconcile.Reconciler {
 	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
 	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off},
@@ -436,6 +483,9 @@ func (m *modelRun) op() {
 		if m.backup != nil {
 			kind = "restore"
 		}
+	}
+	if m.restoreRng != nil && m.restoreRng.IntN(30) == 0 {
+		kind = "crash-restart" // likewise
 	}
 	if m.rareRng != nil && m.rareRng.IntN(30) == 0 {
 		kind = "rare" // likewise
@@ -584,6 +634,8 @@ func (m *modelRun) do(kind string) bool {
 		c.stored.State = state
 		m.put(c)
 		m.note(c.stored.ID, "operator sets %s %s", c.stored.ID, state)
+	case "crash-restart":
+		m.crashRestart(r, n)
 	case "backup":
 		return m.takeBackup(c)
 	case "restore":
@@ -872,6 +924,7 @@ type shardBackup struct {
 	day     history.DayKey
 	snap    map[string]string
 	changes int
+	crashes int
 	at      time.Time
 }
 
@@ -902,7 +955,7 @@ func (m *modelRun) takeBackup(c *modelCampaign) bool {
 		}
 	}
 	keys := m.campaignKeys(k.Campaign)
-	m.backup = &shardBackup{day: k, snap: m.env.srv.Snapshot(keys...), changes: m.changes[k], at: now}
+	m.backup = &shardBackup{day: k, snap: m.env.srv.Snapshot(keys...), changes: m.changes[k], crashes: m.crashes, at: now}
 	m.note(k.Campaign, "a copy of %s's ledger is taken (%d keys)", k.Campaign, len(keys))
 	return true
 }
@@ -920,6 +973,12 @@ func (m *modelRun) restore() bool {
 	c := m.camps[slices.IndexFunc(m.camps, func(c *modelCampaign) bool { return c.stored.ID == b.day.Campaign })]
 	now := m.clock.Now()
 	if m.changes[b.day] != b.changes || bucket.DayOf(now, c.loc).Key != b.day.Day || bucket.DayOf(now, c.loc).End.Sub(now) < 5*time.Second {
+		return false
+	}
+	if m.crashes != b.crashes {
+		// A run killed since the copy took its totals with it: what its
+		// clients spent in the lost writes is what no surviving daemon saw,
+		// the README's bound, which this checker does not model.
 		return false
 	}
 	keys := m.campaignKeys(b.day.Campaign)
@@ -1049,6 +1108,7 @@ func (m *modelRun) quiesce() {
 		if err := n.d.Close(ctx); err != nil {
 			m.note("", "%s close: %v", n.name, err)
 		}
+		n.journal.Close()
 	}
 	m.clock.Add(45 * time.Second)
 	m.pass(m.rc, m.fence, "leader")
