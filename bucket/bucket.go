@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -183,6 +184,10 @@ type Bucket struct {
 	// Demand, counted under the lock Spend takes anyway, so that callers
 	// need no counters of their own on the hot path.
 	requested, allows, denials int64
+
+	// The copy of the accounts kept outside the bucket (Record); nil: none.
+	net *atomic.Int64
+	rec Recorder
 }
 
 // New returns an empty bucket holding at most capacityMicros tokens from
@@ -272,9 +277,70 @@ func (b *Bucket) AddGrant(now time.Time, g Grant) error {
 	b.feeds[i] = newFeed(g.ID, g.Amount, start, dripEnd, end)
 	b.nfeeds++
 	b.granted += g.Amount
+	if b.rec != nil {
+		b.rec.FeedOpened(g.ID, g.Amount)
+	}
 	// The new feed may already be entitled to drip (Start in the past).
 	b.drip(t)
 	return nil
+}
+
+// Recorder keeps a copy of a bucket's accounts outside the bucket, where
+// whoever settles its grants after its process dies can read them (a
+// memory-mapped file, say: see Record). Its methods are called under the
+// bucket's lock, in the order the changes happen; they must not call the
+// bucket.
+type Recorder interface {
+	// FeedOpened: the feed of grant id opened with amount micros. None of
+	// them is spendable before the call returns.
+	FeedOpened(id string, amount int64)
+	// FeedClosed: a feed closed, with the outcome Expire, Revoke or
+	// CloseFeed hands out for it.
+	FeedClosed(c Closed)
+}
+
+// ErrRecorded is returned by Record for a bucket that has had a grant or
+// is recorded already.
+var ErrRecorded = errors.New("bucket: cannot start recording a bucket that has had a grant")
+
+// Record makes the bucket keep a copy of its accounts as they change: net
+// is added every change of Spent − Refunded (an allowed Spend adds its
+// amount, an accepted Refund subtracts what it accepted), atomically and
+// before the call that made it returns; r is told of every feed that
+// opens or closes. Record must come before the bucket's first grant
+// (ErrRecorded otherwise), so that from then on, exactly,
+//
+//	net − Σ closed (Amount − Unused) = Σ open dripped − Tokens
+//
+// and Σ open Amount − (net − Σ closed (Amount − Unused)) is Tokens +
+// Reserve: what the bucket holds and no SPEND has taken. Spend pays one
+// atomic add for it, no allocation and no system call. A bucket records
+// until StopRecording.
+func (b *Bucket) Record(net *atomic.Int64, r Recorder) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.granted != 0 || b.net != nil || b.rec != nil {
+		return ErrRecorded
+	}
+	b.net, b.rec = net, r
+	return nil
+}
+
+// StopRecording ends Record's copy: once it returns, neither net nor the
+// Recorder hears from the bucket again. With idleAt set, it advances the
+// bucket to idleAt first (a feed that ended then closes, recorded) and
+// stops only if no feed is open, reporting whether it stopped.
+func (b *Bucket) StopRecording(idleAt time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !idleAt.IsZero() {
+		b.advance(idleAt)
+		if b.nfeeds > 0 {
+			return false
+		}
+	}
+	b.net, b.rec = nil, nil
+	return true
 }
 
 // Spend advances the bucket to now and takes amount micros from its tokens
@@ -293,6 +359,9 @@ func (b *Bucket) Spend(now time.Time, amount int64) bool {
 		b.tokens -= amount
 		b.spent += amount
 		b.allows++
+		if b.net != nil {
+			b.net.Add(amount)
+		}
 	} else {
 		b.denials++
 	}
@@ -334,6 +403,9 @@ func (b *Bucket) Refund(now time.Time, amount int64) int64 {
 	accepted := min(amount, max(backed-b.tokens, 0))
 	b.tokens += accepted
 	b.refunded += accepted
+	if b.net != nil && accepted > 0 {
+		b.net.Add(-accepted)
+	}
 	return accepted
 }
 
@@ -480,6 +552,9 @@ func (b *Bucket) closeFeed(i int) Closed {
 	b.tokens -= withdrawn
 	c := Closed{ID: f.id, Amount: f.amount, Unused: f.amount - f.dripped + withdrawn, Forgone: f.due - f.dripped}
 	b.returned += c.Unused
+	if b.rec != nil {
+		b.rec.FeedClosed(c)
+	}
 	copy(b.feeds[i:b.nfeeds], b.feeds[i+1:b.nfeeds])
 	b.nfeeds--
 	b.feeds[b.nfeeds] = feed{} // drop the id string for the collector
