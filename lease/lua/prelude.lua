@@ -137,6 +137,22 @@ local function no_day()
   return {-1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 end
 
+-- take_or_owe takes amount out of what the shard can still grant (available,
+-- then locked) for micros that are leased or spent after all (a re-assertion
+-- after lost writes); what is not there restores the budget by the
+-- shortfall, which is then owed, so the shard's target is unchanged. It
+-- returns the shortfall: what the lost writes let be granted twice.
+local function take_or_owe(s, amount)
+  local from_avail = math.min(amount, s.available)
+  s.available = s.available - from_avail
+  local from_locked = math.min(amount - from_avail, s.locked)
+  s.locked = s.locked - from_locked
+  local short = amount - from_avail - from_locked
+  s.budget = s.budget + short
+  s.owed = s.owed + short
+  return short
+end
+
 -- pay_owed applies what is left of a budget cut from budget not handed out
 -- (locked first, then available): a cut below leased + spent completes as
 -- leases come back, so their unused micros are never granted again.

@@ -16,13 +16,7 @@ local s = load_shard(K.state)
 if not s then return no_day() end
 if redis.call('HEXISTS', K.leases, id) == 1 then return shard_reply(1, 0, s) end
 if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
-local from_avail = math.min(amount, s.available)
-s.available = s.available - from_avail
-local from_locked = math.min(amount - from_avail, s.locked)
-s.locked = s.locked - from_locked
-local short = amount - from_avail - from_locked
-s.budget = s.budget + short
-s.owed = s.owed + short
+local short = take_or_owe(s, amount)
 s.leased = s.leased + amount
 run_add(K, run_of(id), amount, 0)
 redis.call('HSET', K.leases, id, str(amount) .. '|' .. holder .. '|' .. str(expiry))

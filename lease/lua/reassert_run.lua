@@ -30,13 +30,7 @@ if short_of <= 0 then
   store_shard(K.state, s)
   return shard_reply(1, 0, s)
 end
-local from_avail = math.min(short_of, s.available)
-s.available = s.available - from_avail
-local from_locked = math.min(short_of - from_avail, s.locked)
-s.locked = s.locked - from_locked
-local short = short_of - from_avail - from_locked
-s.budget = s.budget + short
-s.owed = s.owed + short
+local short = take_or_owe(s, short_of)
 s.spent = s.spent + short_of
 store_shard(K.state, s)
 audit(K.audit, maxlen, 'ev', 'reassert_run', 'run', run, 'amount', str(short_of), 'short', str(short), 'ms', str(now))
