@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
@@ -481,7 +482,11 @@ func (d *Daemon) Step(ctx context.Context) {
 	}
 	d.runDue(ctx, now)
 	d.reassertAsked(ctx, now)
-	d.ran.forgetBefore(now.UTC().Add(-48 * time.Hour).Format(time.DateOnly))
+	forget := now.UTC().Add(-48 * time.Hour).Format(time.DateOnly)
+	d.ran.forgetBefore(forget)
+	if d.cfg.Journal != nil {
+		d.cfg.Journal.forgetSpentBefore(forget, now)
+	}
 	d.removeRetired(now)
 	d.metrics.lastStep.Store(time.Now().UnixNano())
 }
@@ -571,8 +576,32 @@ func (d *Daemon) journalGranted(jl JournalLease) {
 	}
 }
 
-func (d *Daemon) journalClosed(id string) {
+// journalClosed records that a lease is closed, the ledger having taken
+// back returned of its micros (0: it was settled, or its day is gone).
+func (d *Daemon) journalClosed(id string, returned int64) {
 	if d.cfg.Journal != nil {
-		d.cfg.Journal.Closed(id)
+		d.cfg.Journal.Released(id, returned)
 	}
+}
+
+// returnedBy is what the ledger took back of a lease released with unused
+// micros by a call whose release half happened and returned err: nothing
+// if it had settled the lease as spent first.
+func returnedBy(err error, unused int64) int64 {
+	if errors.Is(err, lease.ErrLeaseSettled) {
+		return 0
+	}
+	return unused
+}
+
+// newDayBucket returns a new bucket for a campaign-day. With a journal, it
+// records what its SPENDs take and its leases into the journal's spent
+// map, so that a crash of this run gives back exactly what they held
+// unspent (Reclaim).
+func (d *Daemon) newDayBucket(campaign, day string, capacityMicros int64) *bucket.Bucket {
+	b := bucket.New(capacityMicros)
+	if d.cfg.Journal != nil {
+		d.cfg.Journal.record(b, d.bootID, campaign, day)
+	}
+	return b
 }

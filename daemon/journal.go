@@ -23,23 +23,39 @@ import (
 // next run gives back exactly what the crashed one could not have spent,
 // instead of the reconciler settling every held lease as wholly spent.
 //
-// It is an append-only file of one line per event: a grant (written before
-// the lease's tokens enter the bucket), a close (a release the ledger
-// acknowledged), and a fence (an instant the writer decides no SPEND
-// beyond, see Fence). Each line is one write(2) with O_APPEND and no fsync: a
-// process crash (SIGKILL, a panic, the OOM killer) keeps what the kernel
-// has, which is what matters; a machine crash loses the file's tail, and
-// the leases it named are settled by the reconciler as before.
+// It is an append-only file of one line per event: a grant (G, written
+// before the lease's tokens enter the bucket), a close (C: a release the
+// ledger acknowledged, with the micros it took back, or a settlement), a
+// fence (T: an instant the writer decides no SPEND beyond, see Fence), the
+// machine boot it was written under (B), what a Reclaim decided to give
+// back of a dead run's leases of one campaign-day (U, one line before any
+// of them is released), a run's totals on a shard-day carried over a
+// compaction (R), and that a run's totals were re-asserted (D). Each line
+// is one write(2) with O_APPEND and no fsync: a process crash (SIGKILL, a
+// panic, the OOM killer) keeps what the kernel has, which is what matters;
+// a machine crash loses the file's tail, and the leases it named are
+// settled by the reconciler as before.
 //
-// What a crashed run could not have spent is what its bucket had not
-// dripped yet: a lease's tokens become spendable only along its drip
-// schedule, so at any instant no earlier than the crashed run's last SPEND
-// the undripped part of each lease is a lower bound on its unused micros.
-// Reclaim releases exactly that, at the journal's last fence (or later):
-// never at the restarted run's clock alone, which may be behind.
+// Beside the file, the spent map (spentlog.go; the journal's path with the
+// extension .spent) records what every campaign-day's bucket let SPENDs
+// take, net of refunds, and each lease's state, with a plain atomic add
+// per SPEND: what a dead run's open leases held unspent is then known
+// exactly (Reclaim). Without the map (a machine crash may lose its pages,
+// so a map written under another boot is not trusted), what a crashed run
+// could not have spent is what its bucket had not dripped yet: a lease's
+// tokens become spendable only along its drip schedule, so at any instant
+// no earlier than the crashed run's last SPEND the undripped part of each
+// lease is a lower bound on its unused micros. Reclaim then releases
+// exactly that, at the journal's last fence (or later): never at the
+// restarted run's clock alone, which may be behind.
+//
+// The journal also keeps each run's totals on each shard-day (micros the
+// ledger granted it, micros it took back), so that a restarted daemon can
+// re-assert its predecessors' (Reclaim): what their clients spent stays
+// counted if the ledger lost writes while nobody watched.
 //
 // A Journal is safe for concurrent use. Only one daemon may use a journal
-// file at a time (Open locks its StateDir).
+// file at a time (Open locks its StateDir; the spent map is locked too).
 type Journal struct {
 	mu    sync.Mutex
 	path  string
@@ -56,6 +72,32 @@ type Journal struct {
 	// (bootWritten: it does, since the last compaction).
 	boot, wroteBoot    string
 	whole, bootWritten bool
+
+	// spent is the spent map; nil: none (Reclaim falls back to the
+	// undripped rule).
+	spent *spentMap
+	// shares: what a Reclaim decided to give back of the open leases of
+	// dead runs (U lines), until their release is recorded.
+	shares map[string]reclaimShare
+	// totals: each run's totals on each shard-day, as the ledger
+	// acknowledged them: granted (G lines) and taken back (C lines).
+	// reasserted: runs whose totals a successor re-asserted (D lines).
+	totals     map[runShard]lease.History
+	reasserted map[string]bool
+}
+
+// runShard is a run (holder-boot, its lease ids' prefix) on a shard-day.
+type runShard struct {
+	run string
+	key lease.ShardKey
+}
+
+// leaseRun returns the run of a lease id (holder-boot-seq): holder-boot.
+func leaseRun(id string) string {
+	if i := strings.LastIndexByte(id, '-'); i >= 0 {
+		return id[:i]
+	}
+	return ""
 }
 
 // JournalLease is a lease as the journal remembers it.
@@ -90,13 +132,14 @@ func (jl JournalLease) Unspendable(now time.Time) int64 {
 // before it is rewritten with only the open leases and the last fence.
 const compactAfter = 4096
 
-// OpenJournal opens (creating it if need be) the journal at path, and
-// returns it with the leases a previous run left open.
+// OpenJournal opens (creating it if need be) the journal at path and its
+// spent map, and returns it with the leases a previous run left open.
 func OpenJournal(path string, log *zap.Logger) (*Journal, []JournalLease, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	j := &Journal{path: path, open: map[string]JournalLease{}, log: log.Named("journal"), boot: machineBoot()}
+	j := &Journal{path: path, open: map[string]JournalLease{}, log: log.Named("journal"), boot: machineBoot(),
+		shares: map[string]reclaimShare{}, totals: map[runShard]lease.History{}, reasserted: map[string]bool{}}
 	if err := j.load(); err != nil {
 		return nil, nil, err
 	}
@@ -110,7 +153,20 @@ func OpenJournal(path string, log *zap.Logger) (*Journal, []JournalLease, error)
 	if err := j.compact(); err != nil {
 		return nil, nil, err
 	}
+	spent, err := openSpentMap(spentPath(path), j.log)
+	if err != nil {
+		j.log.Warn("no spent map: a crash gives back only what its leases had not dripped", zap.Error(err))
+	} else {
+		j.spent = spent
+		j.dropSpent()
+	}
 	return j, left, nil
+}
+
+// spentPath is the spent map's path beside a journal's: its extension
+// replaced by .spent (leases.journal: leases.spent).
+func spentPath(journal string) string {
+	return strings.TrimSuffix(journal, filepath.Ext(journal)) + ".spent"
 }
 
 func (j *Journal) load() error {
@@ -143,8 +199,23 @@ func (j *Journal) load() error {
 func (j *Journal) apply(line string) error {
 	f := strings.Fields(line)
 	switch {
-	case len(f) == 2 && f[0] == "C":
-		delete(j.open, f[1])
+	case (len(f) == 2 || len(f) == 3) && f[0] == "C":
+		var returned int64
+		if len(f) == 3 {
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("field %q: out of range", f[2])
+			}
+			returned = n
+		}
+		j.closeLease(f[1], returned)
+		return nil
+	case len(f) >= 4 && (len(f)-1)%3 == 0 && f[0] == "U":
+		return j.applyShares(f[1:])
+	case len(f) == 7 && f[0] == "R":
+		return j.applyTotals(f[1:])
+	case len(f) == 2 && f[0] == "D":
+		j.reasserted[f[1]] = true
 		return nil
 	case len(f) == 2 && f[0] == "B":
 		j.wroteBoot = f[1]
@@ -168,13 +239,74 @@ func (j *Journal) apply(line string) error {
 		if v[0] <= 0 || v[2] <= v[1] || v[4] < 0 || !lease.ValidCampaignID(f[2]) {
 			return errors.New("out of range")
 		}
-		j.open[f[1]] = JournalLease{
+		j.opened(JournalLease{
 			ID: f[1], Key: lease.ShardKey{Campaign: f[2], Day: f[3], Shard: int(v[4])}, Amount: v[0],
 			DripStart: time.Unix(0, v[1]), DripEnd: time.Unix(0, v[2]), Expiry: time.UnixMilli(v[3]),
-		}
+		})
 		return nil
 	}
 	return errors.New("unknown record")
+}
+
+// opened notes an open lease and counts it in its run's totals; under mu.
+func (j *Journal) opened(jl JournalLease) {
+	if _, dup := j.open[jl.ID]; dup {
+		return
+	}
+	j.open[jl.ID] = jl
+	rs := runShard{leaseRun(jl.ID), jl.Key}
+	h := j.totals[rs]
+	h.Granted += jl.Amount
+	j.totals[rs] = h
+}
+
+// closeLease notes a lease closed, the ledger having taken back returned
+// micros of it; under mu. It reports whether the lease was open.
+func (j *Journal) closeLease(id string, returned int64) bool {
+	jl, ok := j.open[id]
+	if !ok {
+		return false
+	}
+	delete(j.open, id)
+	delete(j.shares, id)
+	rs := runShard{leaseRun(id), jl.Key}
+	h := j.totals[rs]
+	h.Returned += min(returned, jl.Amount)
+	j.totals[rs] = h
+	return true
+}
+
+// applyShares reads a U line's (id, unused, exact) triplets.
+func (j *Journal) applyShares(f []string) error {
+	for i := 0; i+2 < len(f); i += 3 {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil || n < 0 || (f[i+2] != "0" && f[i+2] != "1") {
+			return fmt.Errorf("share %q %q: out of range", f[i+1], f[i+2])
+		}
+		j.shares[f[i]] = reclaimShare{unused: n, exact: f[i+2] == "1"}
+	}
+	return nil
+}
+
+// applyTotals reads an R line: run campaign day shard granted returned.
+func (j *Journal) applyTotals(f []string) error {
+	var v [3]int64
+	for i, s := range f[3:] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("field %q: out of range", s)
+		}
+		v[i] = n
+	}
+	if !lease.ValidCampaignID(f[1]) {
+		return errors.New("out of range")
+	}
+	rs := runShard{f[0], lease.ShardKey{Campaign: f[1], Day: f[2], Shard: int(v[0])}}
+	h := j.totals[rs]
+	h.Granted += v[1]
+	h.Returned += v[2]
+	j.totals[rs] = h
+	return nil
 }
 
 func grantLine(jl JournalLease) string {
@@ -194,9 +326,11 @@ func (j *Journal) compact() error {
 	if fence := j.fence.Load(); fence != 0 {
 		b.WriteString(j.bootLine() + fenceLine(fence))
 	}
+	j.writeTotals(&b)
 	for _, jl := range j.open {
 		b.WriteString(grantLine(jl))
 	}
+	j.writeShares(&b)
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o640); err != nil {
 		return fmt.Errorf("lease journal: %w", err)
 	}
@@ -214,6 +348,64 @@ func (j *Journal) compact() error {
 	return nil
 }
 
+// writeTotals writes an R line for each run's totals on a shard-day, less
+// its leases still open (their G lines count them), and forgets the totals
+// no later run needs: those of runs re-asserted, and of days two days
+// before the last fence, once no lease of theirs is open; under mu.
+func (j *Journal) writeTotals(b *strings.Builder) {
+	openAmount := map[runShard]int64{}
+	for _, jl := range j.open {
+		openAmount[runShard{leaseRun(jl.ID), jl.Key}] += jl.Amount
+	}
+	cutoff := ""
+	if fence := j.fence.Load(); fence != 0 {
+		cutoff = time.Unix(0, fence).UTC().Add(-48 * time.Hour).Format(time.DateOnly)
+	}
+	for rs, h := range j.totals {
+		held, isOpen := openAmount[rs]
+		if !isOpen && (j.reasserted[rs.run] || rs.key.Day < cutoff) {
+			delete(j.totals, rs)
+			continue
+		}
+		if granted := h.Granted - held; granted > 0 || h.Returned > 0 {
+			fmt.Fprintf(b, "R %s %s %s %d %d %d\n", rs.run, rs.key.Campaign, rs.key.Day, rs.key.Shard, granted, h.Returned)
+		}
+	}
+	clear(j.reasserted)
+}
+
+// writeShares writes Reclaim's decisions for the leases still open, a line
+// per campaign-day of a run; under mu.
+func (j *Journal) writeShares(b *strings.Builder) {
+	groups := map[spentKey][]string{}
+	for id := range j.shares {
+		if jl, ok := j.open[id]; ok {
+			k := spentKeyOf(jl)
+			groups[k] = append(groups[k], id)
+		} else {
+			delete(j.shares, id)
+		}
+	}
+	for _, ids := range groups {
+		b.WriteString(sharesLine(ids, j.shares))
+	}
+}
+
+// sharesLine is the U line of Reclaim's decisions for ids.
+func sharesLine(ids []string, shares map[string]reclaimShare) string {
+	var b strings.Builder
+	b.WriteString("U")
+	for _, id := range ids {
+		exact := 0
+		if shares[id].exact {
+			exact = 1
+		}
+		fmt.Fprintf(&b, " %s %d %d", id, shares[id].unused, exact)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
 // Granted records a lease before its tokens become spendable.
 func (j *Journal) Granted(jl JournalLease) error {
 	j.mu.Lock()
@@ -224,7 +416,7 @@ func (j *Journal) Granted(jl JournalLease) error {
 	if _, err := j.f.WriteString(grantLine(jl)); err != nil {
 		return fmt.Errorf("lease journal: %w", err)
 	}
-	j.open[jl.ID] = jl
+	j.opened(jl)
 	return nil
 }
 
@@ -341,17 +533,26 @@ func (j *Journal) LastFence() time.Time {
 	return time.Time{}
 }
 
-// Closed records that the ledger acknowledged a lease's release (or that it
-// was settled): nothing is left to reclaim.
-func (j *Journal) Closed(id string) {
+// Closed records that a lease is closed without saying what the ledger took
+// back of it (Released with 0): nothing is left to reclaim.
+func (j *Journal) Closed(id string) { j.Released(id, 0) }
+
+// Released records that the ledger acknowledged a lease's release, taking
+// back returned of its micros (0 if it was settled as spent): nothing is
+// left to reclaim, and the spent map forgets the lease.
+func (j *Journal) Released(id string, returned int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, ok := j.open[id]; !ok || j.f == nil {
+	jl, ok := j.open[id]
+	if !ok || j.f == nil {
 		return
 	}
-	delete(j.open, id)
-	if _, err := j.f.WriteString("C " + id + "\n"); err != nil {
+	j.closeLease(id, returned)
+	if _, err := j.f.WriteString("C " + id + " " + strconv.FormatInt(max(returned, 0), 10) + "\n"); err != nil {
 		j.log.Warn("lease journal: cannot record a close; a restart may release the lease again (a no-op)", zap.Error(err))
+	}
+	if seq, ok := leaseSeq(id); ok && j.spent != nil {
+		j.spent.released(spentKeyOf(jl), seq)
 	}
 	if j.stale++; j.stale >= compactAfter {
 		if err := j.compact(); err != nil {
@@ -367,54 +568,149 @@ func (j *Journal) isOpen(id string) bool {
 	return ok
 }
 
-// Close closes the file.
+// Close closes the file and the spent map: the buckets recording into it
+// stop (a daemon still spending records nothing more).
 func (j *Journal) Close() error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.f == nil {
-		return nil
+	var err error
+	if j.f != nil {
+		err = j.f.Close()
+		j.f = nil
 	}
-	err := j.f.Close()
-	j.f = nil
+	spent := j.spent
+	j.mu.Unlock()
+	if spent != nil {
+		err = errors.Join(err, spent.close())
+	}
 	return err
 }
 
-// Reclaim releases the leases a previous run left open, each with its
-// undripped part as unused (the rest counts as spent), before the
-// reconciler would settle them as wholly spent. Leases the ledger has
-// settled, forgotten or whose day is gone are dropped; those it could not
-// reach stay in the journal for the next run, and the reconciler settles
-// them meanwhile. It returns the micros given back.
+// Reclaim releases the leases previous runs left open, giving back what
+// they held unspent, before the reconciler would settle them as wholly
+// spent; then it re-asserts those runs' totals on their shard-days
+// (lease.Ledger.ReassertRun), counting what it gave back as returned, so
+// that if the ledger lost writes while no daemon watched, what their
+// clients spent is counted spent. Leases the ledger has settled, forgotten
+// or whose day is gone are dropped; those it could not reach stay in the
+// journal for the next run, and the reconciler settles them meanwhile. It
+// returns the micros given back.
 //
-// The journal replay never gives back what its predecessor dripped: each
-// lease's undripped part is taken at reclaimInstant, never earlier than the
-// predecessor's last clock reading, whatever this run's clock says.
+// What it gives back never exceeds what the dead runs' clients left
+// unspent (allowed less refunded, as the buckets counted them), and per
+// campaign-day of a run it is exactly that when the spent map has the
+// campaign-day (see planReclaim): Σ granted − Σ spent, the tokens the
+// buckets held and their undripped reserve, nothing more. Where the map
+// cannot say (no slot, one marked untrusted, a map written under another
+// machine boot), each lease gives back what had not dripped by
+// reclaimInstant, never earlier than the predecessor's last clock reading,
+// whatever this run's clock says.
 func (d *Daemon) Reclaim(ctx context.Context, j *Journal, left []JournalLease) (int64, error) {
 	now := d.cfg.Clock.Now()
 	at := d.reclaimInstant(now, j)
 	// Leases kept for a later run are taken at this instant too.
 	j.reclaimedAt(at)
+	shares, err := j.planReclaim(left, at)
+	errs := []error{err}
 	var back int64
-	var errs []error
 	for _, jl := range left {
-		if !j.isOpen(jl.ID) {
-			continue // reclaimed already
+		sh, ok := shares[jl.ID]
+		if !ok || !j.isOpen(jl.ID) {
+			continue // reclaimed already, or its decision could not be journaled
 		}
-		unused := jl.Unspendable(at)
-		err := d.reclaimOne(ctx, jl, unused, now)
-		switch {
-		case err == nil:
-			back += unused
-			j.Closed(jl.ID)
-			d.log.Info("reclaimed a lease left by the previous run", zap.Stringer("shard", jl.Key),
-				zap.String("lease", jl.ID), zap.Int64("amount", jl.Amount), zap.Int64("unused", unused))
-		case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrDayNotOpen):
-			j.Closed(jl.ID)
-		default:
-			errs = append(errs, err)
+		given, err := d.reclaimLease(ctx, j, jl, sh, now)
+		back += given
+		errs = append(errs, err)
+	}
+	j.dropSpent()
+	errs = append(errs, d.reassertPrevious(ctx, j, now))
+	return back, errors.Join(errs...)
+}
+
+// reclaimLease releases one lease a previous run left open with sh.unused
+// unused, and returns what it gave back.
+func (d *Daemon) reclaimLease(ctx context.Context, j *Journal, jl JournalLease, sh reclaimShare, now time.Time) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
+	_, err := d.ledger.Release(cctx, jl.Key, jl.ID, sh.unused, now)
+	cancel()
+	switch {
+	case err == nil:
+		// An undripped figure may repeat a release whose close line a crash
+		// lost, which the ledger answers with its first figure: it is not
+		// counted as returned in the run's totals.
+		returned := int64(0)
+		if sh.exact {
+			returned = sh.unused
+		}
+		j.Released(jl.ID, returned)
+		d.log.Info("reclaimed a lease left by the previous run", zap.Stringer("shard", jl.Key),
+			zap.String("lease", jl.ID), zap.Int64("amount", jl.Amount), zap.Int64("unused", sh.unused), zap.Bool("exact", sh.exact))
+		return sh.unused, nil
+	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrDayNotOpen):
+		j.Closed(jl.ID)
+		return 0, nil
+	}
+	return 0, err
+}
+
+// reassertPrevious re-asserts, once, the totals of the runs before this
+// one on each shard-day they leased from (after Reclaim gave back what
+// they left): a no-op where the ledger is not behind them.
+func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time) error {
+	var errs []error
+	for run, shards := range j.previousRuns(d.cfg.Holder + "-" + d.bootID) {
+		ok := true
+		for k, tot := range shards {
+			cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
+			added, _, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
+			cancel()
+			switch {
+			case errors.Is(err, lease.ErrDayNotOpen):
+			case err != nil:
+				ok = false
+				errs = append(errs, fmt.Errorf("re-assert the totals of run %s on %s: %w", run, k, err))
+			case added > 0:
+				d.log.Warn("re-asserted what a previous run's clients spent from leases the ledger forgot", zap.String("run", run),
+					zap.Stringer("shard", k), zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
+			}
+		}
+		if ok {
+			j.runReasserted(run)
 		}
 	}
-	return back, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// previousRuns returns the totals of the runs other than current that no
+// successor has re-asserted, by run and shard-day.
+func (j *Journal) previousRuns(current string) map[string]map[lease.ShardKey]lease.History {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string]map[lease.ShardKey]lease.History{}
+	for rs, h := range j.totals {
+		if rs.run == "" || rs.run == current || j.reasserted[rs.run] || h.Granted <= 0 || h.Returned > h.Granted {
+			continue
+		}
+		if out[rs.run] == nil {
+			out[rs.run] = map[lease.ShardKey]lease.History{}
+		}
+		out[rs.run][rs.key] = h
+	}
+	return out
+}
+
+// runReasserted records that a successor re-asserted run's totals: they
+// are dropped at the next compaction once none of its leases is open.
+func (j *Journal) runReasserted(run string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil || j.reasserted[run] {
+		return
+	}
+	j.reasserted[run] = true
+	if _, err := j.f.WriteString("D " + run + "\n"); err != nil {
+		j.log.Warn("lease journal: cannot record a re-assertion; the next start repeats it (a no-op)", zap.Error(err))
+	}
+	j.stale++
 }
 
 // reclaimInstant is the instant at which Reclaim takes what the previous

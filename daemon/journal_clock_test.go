@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,23 +14,30 @@ import (
 // A daemon SIGKILLed while it spends, restarted on the same state_dir with
 // a clock 0.9 s behind the killed run's last instant (both within the skew
 // bound of 1 s of Redis's): the journal replay never gives back what its
-// predecessor dripped. Its reclaim gives back at most what the killed run
-// had not dripped at its last SPEND, and the clients, counted by
-// themselves, were never allowed more than the ledger counts spent, nor
-// more than the budget, once every lease is settled. So too when the
-// killed run's refill loop had stalled (a slow ledger) for its last two
-// seconds while its SPENDs went on.
+// predecessor's clients spent. With the spent map, its reclaim gives back
+// exactly what the killed run's leases held unspent (the ledger then
+// counts spent exactly what the clients were allowed), whatever either
+// clock says; with the map lost (a machine crash), it gives back at most
+// what the killed run had not dripped at its last SPEND. Either way the
+// clients, counted by themselves, were never allowed more than the ledger
+// counts spent, nor more than the budget, once every lease is settled. So
+// too when the killed run's refill loop had stalled (a slow ledger) for its
+// last two seconds while its SPENDs went on.
 func TestReclaimAfterTheClockSteppedBack(t *testing.T) {
 	for _, stall := range []int{0, 20} {
-		t.Run(map[int]string{0: "loop-running", 20: "loop-stalled"}[stall], func(t *testing.T) {
-			reclaimAfterStepBack(t, stall)
-		})
+		for _, lostMap := range []bool{false, true} {
+			name := map[int]string{0: "loop-running", 20: "loop-stalled"}[stall] + map[bool]string{false: "", true: "/map-lost"}[lostMap]
+			t.Run(name, func(t *testing.T) {
+				reclaimAfterStepBack(t, stall, lostMap)
+			})
+		}
 	}
 }
 
 // reclaimAfterStepBack runs TestReclaimAfterTheClockSteppedBack with the
-// killed run's last stall ticks (100 ms) spent without a refill step.
-func reclaimAfterStepBack(t *testing.T, stall int) {
+// killed run's last stall ticks (100 ms) spent without a refill step, and
+// its spent map lost if lostMap.
+func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 	f := newFixture(t)
 	const budget = 300_000
 	cfg := morningCampaign(t, f, "c", budget, 1) // from 13:00 all of it may be leased at once
@@ -61,6 +70,11 @@ func reclaimAfterStepBack(t *testing.T, stall int) {
 		t.Fatalf("the killed run's last SPEND was allowed at %v, %v before its end", last, f.clock.Now().Sub(last))
 	}
 	j.Close() // SIGKILL: no Close, no release
+	if lostMap {
+		if err := os.Remove(strings.TrimSuffix(path, ".journal") + ".spent"); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	j2, left, err := daemon.OpenJournal(path, nil)
 	if err != nil {
@@ -83,12 +97,16 @@ func reclaimAfterStepBack(t *testing.T, stall int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back > undripped {
+	if lostMap && back > undripped {
 		t.Errorf("the reclaim gave back %d micros; the killed run had only %d undripped at its last SPEND (%d it had dripped)",
 			back, undripped, back-undripped)
 	}
-	if tot := f.check(t, "c"); allowed > tot.Spent {
+	tot := f.check(t, "c")
+	if allowed > tot.Spent {
 		t.Errorf("clients were allowed %d micros; after the reclaim the ledger counts %d spent", allowed, tot.Spent)
+	}
+	if !lostMap && (tot.Spent != allowed || tot.Leased != 0) {
+		t.Errorf("after the reclaim the ledger counts %d spent and %d leased; the clients were allowed %d: want it all back but that", tot.Spent, tot.Leased, allowed)
 	}
 	spend(next, behind, 1200, true)
 	if err := next.Close(ctx); err != nil {
@@ -98,7 +116,7 @@ func reclaimAfterStepBack(t *testing.T, stall int) {
 	if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, behind.Now(), 5*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
-	tot := f.check(t, "c")
+	tot = f.check(t, "c")
 	if tot.Spent < budget*9/10 {
 		t.Fatalf("the day was not nearly spent (%+v): the budget check below would prove nothing", tot)
 	}

@@ -47,9 +47,10 @@ type Links struct {
 	AssumeDurability *lease.Durability
 	CheckInterval    time.Duration
 
-	// StateDir, if set, holds the lease journal (leases.journal): Open gives
-	// back to the ledger what the previous run's leases had not dripped,
-	// and Close closes the journal. A StateDir belongs to one daemon: Open
+	// StateDir, if set, holds the lease journal (leases.journal) and its
+	// spent map (leases.spent): Open gives back to the ledger what the
+	// previous run's leases held unspent and re-asserts that run's totals
+	// (Reclaim), and Close closes the journal. A StateDir belongs to one daemon: Open
 	// locks it (pacerd.lock, with the holder's pid in it) until Close, and
 	// refuses a StateDir another daemon holds (ErrStateDirInUse).
 	StateDir string
@@ -150,9 +151,10 @@ func Open(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
-	if len(leftover) > 0 {
+	if o.journal != nil {
+		// Also with no lease left: the previous runs' totals are re-asserted.
 		back, err := d.Reclaim(ctx, o.journal, leftover)
-		d.log.Info("gave back what the previous run's leases had not dripped", zap.Int("leases", len(leftover)),
+		d.log.Info("gave back what the previous run's leases held unspent", zap.Int("leases", len(leftover)),
 			zap.Int64("micros", back), zap.Error(err))
 	}
 	if o.bc != nil {

@@ -281,7 +281,7 @@ func (c *campaign) refresh(ctx context.Context, now time.Time) bool {
 func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day bucket.Day) *dayState {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
-	ds := &dayState{day: day, b: bucket.New(c.capacity(0)), leases: map[string]heldLease{}, curve: s.curve}
+	ds := &dayState{day: day, b: c.d.newDayBucket(c.id, day.Key, c.capacity(0)), leases: map[string]heldLease{}, curve: s.curve}
 	start := time.Now()
 	n, err := c.ledger.OpenDay(ctx, s.Campaign, day.Key, day.Start, now)
 	c.d.observeLedger("open", start, err)
@@ -1299,7 +1299,7 @@ func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState,
 		errors.Is(err, lease.ErrDayClosed) || errors.Is(err, lease.ErrShardFrozen) || errors.Is(err, lease.ErrLedgerDiverged):
 		// The release half happened whatever became of the grant.
 		c.d.counters.leasesReleased.Add(1)
-		c.d.journalClosed(ending.ID)
+		c.d.journalClosed(ending.ID, returnedBy(err, ending.Unused))
 		if !errors.Is(err, lease.ErrLeaseSettled) {
 			c.d.ran.add(key, 0, ending.Unused)
 		}
@@ -1344,7 +1344,7 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	switch {
 	case err == nil:
 		c.d.counters.leasesReleased.Add(1)
-		c.d.journalClosed(r.id)
+		c.d.journalClosed(r.id, r.unused)
 		c.gaveBack(r)
 		return true
 	case errors.Is(err, lease.ErrUnknownLease):
@@ -1359,7 +1359,7 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 		return false // released on the next retry, now that the ledger has it again
 	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrDayNotOpen):
 		c.log.Warn("lease release refused by the ledger", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
-		c.d.journalClosed(r.id)
+		c.d.journalClosed(r.id, 0)
 		return true
 	case now.After(r.until):
 		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
