@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -186,8 +185,10 @@ type Bucket struct {
 	requested, allows, denials int64
 
 	// The copy of the accounts kept outside the bucket (Record); nil: none.
-	net *atomic.Int64
-	rec Recorder
+	// stopped: it was recorded, and no longer is (it takes no grant).
+	net     *int64
+	rec     Recorder
+	stopped bool
 }
 
 // New returns an empty bucket holding at most capacityMicros tokens from
@@ -262,6 +263,9 @@ func (b *Bucket) AddGrant(now time.Time, g Grant) error {
 	if b.nfeeds == MaxFeeds {
 		return fmt.Errorf("%w: %d open, cannot add %q", ErrTooManyFeeds, MaxFeeds, g.ID)
 	}
+	if b.stopped {
+		return fmt.Errorf("%w: cannot add %q", ErrRecordingStopped, g.ID)
+	}
 	if g.Amount > math.MaxInt64-b.granted {
 		return fmt.Errorf("%w %q: amount %d micros overflows the %d micros granted", ErrInvalidGrant, g.ID, g.Amount, b.granted)
 	}
@@ -299,27 +303,30 @@ type Recorder interface {
 	FeedClosed(c Closed)
 }
 
-// ErrRecorded is returned by Record for a bucket that has had a grant or
-// is recorded already.
-var ErrRecorded = errors.New("bucket: cannot start recording a bucket that has had a grant")
+// Errors of Record, and of AddGrant on a bucket that stopped recording.
+var (
+	ErrRecorded         = errors.New("bucket: cannot start recording a bucket that has had a grant or was recorded")
+	ErrRecordingStopped = errors.New("bucket: recorded bucket stopped recording; it takes no grant")
+)
 
-// Record makes the bucket keep a copy of its accounts as they change: net
-// is added every change of Spent − Refunded (an allowed Spend adds its
-// amount, an accepted Refund subtracts what it accepted), atomically and
-// before the call that made it returns; r is told of every feed that
-// opens or closes. Record must come before the bucket's first grant
-// (ErrRecorded otherwise), so that from then on, exactly,
+// Record makes the bucket keep a copy of its accounts as they change, for
+// a reader in another process after this one died: *net is set to Spent −
+// Refunded (a plain store of an aligned word, under the bucket's lock,
+// before the Spend or Refund that changed it returns), and r is told of
+// every feed that opens or closes. Record must come before the bucket's
+// first grant (ErrRecorded otherwise), so that from then on, exactly,
 //
-//	net − Σ closed (Amount − Unused) = Σ open dripped − Tokens
+//	*net − Σ closed (Amount − Unused) = Σ open dripped − Tokens
 //
-// and Σ open Amount − (net − Σ closed (Amount − Unused)) is Tokens +
+// and Σ open Amount − (*net − Σ closed (Amount − Unused)) is Tokens +
 // Reserve: what the bucket holds and no SPEND has taken. Spend pays one
-// atomic add for it, no allocation and no system call. A bucket records
-// until StopRecording.
-func (b *Bucket) Record(net *atomic.Int64, r Recorder) error {
+// store for it: no atomic instruction, no allocation, no system call. In
+// this process, read *net only once the bucket stopped recording (or no
+// goroutine uses it). A bucket records until StopRecording.
+func (b *Bucket) Record(net *int64, r Recorder) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.granted != 0 || b.net != nil || b.rec != nil {
+	if b.granted != 0 || b.net != nil || b.rec != nil || b.stopped {
 		return ErrRecorded
 	}
 	b.net, b.rec = net, r
@@ -327,19 +334,24 @@ func (b *Bucket) Record(net *atomic.Int64, r Recorder) error {
 }
 
 // StopRecording ends Record's copy: once it returns, neither net nor the
-// Recorder hears from the bucket again. With idleAt set, it advances the
-// bucket to idleAt first (a feed that ended then closes, recorded) and
-// stops only if no feed is open, reporting whether it stopped.
+// Recorder hears from the bucket again, and AddGrant refuses it
+// (ErrRecordingStopped): no token it would not record is ever spent. With
+// idleAt set, it advances the bucket to idleAt first (a feed that ended
+// then closes, recorded) and stops only if no feed is open, reporting
+// whether it stopped.
 func (b *Bucket) StopRecording(idleAt time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.net == nil && b.rec == nil {
+		return true
+	}
 	if !idleAt.IsZero() {
 		b.advance(idleAt)
 		if b.nfeeds > 0 {
 			return false
 		}
 	}
-	b.net, b.rec = nil, nil
+	b.net, b.rec, b.stopped = nil, nil, true
 	return true
 }
 
@@ -360,7 +372,7 @@ func (b *Bucket) Spend(now time.Time, amount int64) bool {
 		b.spent += amount
 		b.allows++
 		if b.net != nil {
-			b.net.Add(amount)
+			*b.net = b.spent - b.refunded
 		}
 	} else {
 		b.denials++
@@ -404,7 +416,7 @@ func (b *Bucket) Refund(now time.Time, amount int64) int64 {
 	b.tokens += accepted
 	b.refunded += accepted
 	if b.net != nil && accepted > 0 {
-		b.net.Add(-accepted)
+		*b.net = b.spent - b.refunded
 	}
 	return accepted
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -12,7 +11,7 @@ import (
 // tally is a Recorder that keeps what a successor would read: each feed's
 // amount while open, and its Unused once closed.
 type tally struct {
-	net          atomic.Int64
+	net          int64
 	open         map[string]int64
 	closedSpent  int64
 	closedAmount int64
@@ -42,14 +41,15 @@ func (r *tally) held() int64 {
 	for _, a := range r.open {
 		sum += a
 	}
-	return sum - (r.net.Load() - r.closedSpent)
+	return sum - (r.net - r.closedSpent)
 }
 
 // A recorded bucket's copy of its accounts says, at every step of a random
 // schedule of grants, spends, refunds, closes and revokes, exactly what the
 // bucket holds unspent (Tokens + Reserve): Σ open Amount − (net − Σ closed
 // (Amount − Unused)). A bucket stops recording on StopRecording (only when
-// idle, if asked so), and cannot start once it has had a grant.
+// idle, if asked so) and then takes no grant; it cannot start once it has
+// had a grant.
 func TestRecordedAccountsMatchTheBucket(t *testing.T) {
 	for seed := range uint64(50) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -81,18 +81,21 @@ func TestRecordedAccountsMatchTheBucket(t *testing.T) {
 			if got, want := rec.held(), st.Tokens+st.Reserve; got != want {
 				t.Fatalf("seed %d step %d: the record says %d held unspent, the bucket %d (%+v)", seed, step, got, want, st)
 			}
-			if got, want := rec.net.Load(), st.Spent-st.Refunded; got != want {
+			if got, want := rec.net, st.Spent-st.Refunded; got != want {
 				t.Fatalf("seed %d step %d: net %d, the bucket's spent − refunded %d", seed, step, got, want)
 			}
 		}
 		if !b.StopRecording(now.Add(time.Hour)) {
 			t.Fatalf("seed %d: an idle bucket did not stop recording", seed)
 		}
-		events, before := rec.events, rec.net.Load()
-		_ = b.AddGrant(now.Add(time.Hour), Grant{ID: "after", Amount: 1_000, Start: now, End: now.Add(2 * time.Hour)})
+		events, before := rec.events, rec.net
+		if err := b.AddGrant(now.Add(time.Hour), Grant{ID: "after", Amount: 1_000, Start: now, End: now.Add(2 * time.Hour)}); !errors.Is(err, ErrRecordingStopped) {
+			t.Fatalf("seed %d: a grant after recording stopped: %v, want ErrRecordingStopped", seed, err)
+		}
 		b.Spend(now.Add(time.Hour), 1)
+		b.Refund(now.Add(time.Hour), 1)
 		b.Expire(now.Add(3 * time.Hour))
-		if rec.net.Load() != before || rec.events != events {
+		if rec.net != before || rec.events != events {
 			t.Fatalf("seed %d: a bucket that stopped recording still reports", seed)
 		}
 	}
@@ -103,7 +106,7 @@ func TestRecordRefusesABucketWithGrants(t *testing.T) {
 	if err := b.AddGrant(t0, Grant{ID: "g", Amount: 1_000, Start: t0, End: t0.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	var net atomic.Int64
+	var net int64
 	if err := b.Record(&net, &tally{open: map[string]int64{}}); !errors.Is(err, ErrRecorded) {
 		t.Fatalf("Record after a grant: %v, want ErrRecorded", err)
 	}
@@ -120,5 +123,8 @@ func TestRecordRefusesABucketWithGrants(t *testing.T) {
 	}
 	if !busy.StopRecording(time.Time{}) {
 		t.Fatal("StopRecording without an instant did not stop")
+	}
+	if err := busy.Record(&net, rec); !errors.Is(err, ErrRecorded) {
+		t.Fatalf("Record after StopRecording: %v, want ErrRecorded", err)
 	}
 }

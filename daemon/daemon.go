@@ -601,7 +601,7 @@ func returnedBy(err error, unused int64) int64 {
 func (d *Daemon) newDayBucket(campaign, day string, capacityMicros int64) *bucket.Bucket {
 	b := bucket.New(capacityMicros)
 	if d.cfg.Journal != nil {
-		d.cfg.Journal.record(b, d.bootID, campaign, day)
+		d.cfg.Journal.record(b, d.bootID, campaign, day, d.cfg.Clock.Now())
 	}
 	return b
 }

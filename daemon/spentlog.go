@@ -35,8 +35,11 @@ import (
 // slot holds its key and
 //
 //   - net: what the day's buckets let SPENDs take, net of the refunds they
-//     accepted (an atomic add per allowed SPEND or accepted REFUND: no
-//     system call, no allocation);
+//     accepted: each bucket's own word, set by a plain store per allowed
+//     SPEND or accepted REFUND (no atomic instruction, no system call, no
+//     allocation), plus base, what the day's buckets that stopped
+//     recording (dropped days: a campaign paused, cut, or loaded again)
+//     had counted;
 //   - closed: Σ (Amount − Unused) over the feeds that closed, each counted
 //     once its entry below says so;
 //   - an entry per lease (by the sequence number ending its id) from the
@@ -69,17 +72,19 @@ type spentMap struct {
 type spentKey struct{ boot, campaign, day string }
 
 // The file's geometry. A slot is 1 KiB: its key (a campaign id is at most
-// 128 bytes), three counters and spentEntries lease entries. A daemon's
-// buckets hold at most bucket.MaxFeeds feeds at once; the rest of the
-// entries keep leases whose feed closed until their release is journaled.
-// The file is sparse: only slots in use take space.
+// 128 bytes), its counters, spentEntries lease entries and the net words
+// of spentInstances buckets. A daemon's buckets hold at most
+// bucket.MaxFeeds feeds at once; the rest of the entries keep leases whose
+// feed closed until their release is journaled. The file is sparse: only
+// slots in use take space.
 const (
-	spentMagic     = "pacer spentmap1\n"
+	spentMagic     = "pacer spentmap2\n"
 	spentHeader    = 4096
 	spentSlotSize  = 1024
 	spentSlots     = 1 << 16
-	spentEntries   = 32
+	spentEntries   = 30
 	spentEntrySize = 24
+	spentInstances = 12
 )
 
 // Header offsets: magic, slot size, slot count, slots used, machine boot.
@@ -93,14 +98,15 @@ const (
 // Slot offsets. An entry is a sequence number (0: free), an amount, and
 // unused micros (−1 while the feed is open).
 const (
-	slotState    = 0 // 1: live
-	slotPoisoned = 8 // 1: the slot misses something; Reclaim does not trust it
-	slotNet      = 16
-	slotClosed   = 24
-	slotBoot     = 32  // a length byte and up to 23 bytes
-	slotDay      = 56  // a length byte and up to 15 bytes
-	slotCampaign = 72  // a length byte and up to 135 bytes
-	slotEntries  = 208 // spentEntries × spentEntrySize, to 976
+	slotState     = 0 // 1: live
+	slotPoisoned  = 8 // 1: the slot misses something; Reclaim does not trust it
+	slotBase      = 16
+	slotClosed    = 24
+	slotBoot      = 32  // a length byte and up to 23 bytes
+	slotDay       = 56  // a length byte and up to 15 bytes
+	slotCampaign  = 72  // a length byte and up to 135 bytes
+	slotEntries   = 208 // spentEntries × spentEntrySize, to 928
+	slotInstances = 928 // spentInstances net words, to 1024
 )
 
 // openSpentMap opens (creating it if need be) the spent map at path, locked
@@ -210,41 +216,99 @@ func (k spentKey) fits() bool {
 }
 
 // spentSlot is a slot buckets of this process record into: it is their
-// bucket.Recorder.
+// bucket.Recorder. inst[i] is the bucket whose net word is the slot's i-th.
 type spentSlot struct {
-	m       *spentMap
-	i       int
-	key     spentKey
-	buckets []*bucket.Bucket
+	m    *spentMap
+	i    int
+	key  spentKey
+	inst [spentInstances]*bucket.Bucket
 }
 
 // record makes b, a campaign-day's new bucket, record into k's slot,
-// allocating it if need be. It reports false if b does not record (the
-// map is full or closed): then k's slot, if any, is marked untrusted, and
-// Reclaim falls back to the undripped rule for k.
-func (m *spentMap) record(b *bucket.Bucket, k spentKey) bool {
+// allocating it if need be (now: the clock, to tell the day's older
+// buckets idle). It reports false if b does not record (the map is full or
+// closed, or k has more buckets at once than a slot has words): then k's
+// slot, if any, is marked untrusted, and Reclaim falls back to the
+// undripped rule for k.
+func (m *spentMap) record(b *bucket.Bucket, k spentKey, now time.Time) bool {
 	m.mu.Lock()
 	s, ok := m.slotFor(k)
 	m.mu.Unlock()
 	if !ok {
 		return false
 	}
-	// Outside mu: the bucket's lock comes after mu (a feed that closes
-	// under it reports to the slot), never before.
-	if err := b.Record(m.word(slotOff(s.i)+slotNet), s); err != nil {
+	w, ok := m.instance(s, b, now)
+	if !ok {
 		m.mu.Lock()
 		m.poison(s.i)
 		m.mu.Unlock()
 		return false
 	}
+	// Outside mu: the bucket's lock comes after mu (a feed that closes
+	// under it reports to the slot), never before.
+	err := b.Record((*int64)(unsafe.Pointer(&m.data[slotOff(s.i)+slotInstances+8*w])), s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closing {
+	if err != nil || m.closing {
 		b.StopRecording(time.Time{}) // no feed yet: nothing was recorded
+		s.inst[w] = nil
+		m.poison(s.i)
 		return false
 	}
-	s.buckets = append(s.buckets, b)
 	return true
+}
+
+// instance reserves a net word of slot s for b: a free one, or one whose
+// bucket stopped recording, idle at now (its day dropped), once its count
+// is folded into the slot's base.
+func (m *spentMap) instance(s *spentSlot, b *bucket.Bucket, now time.Time) (int, bool) {
+	m.mu.Lock()
+	if w := s.free(); w >= 0 {
+		s.inst[w] = b
+		m.mu.Unlock()
+		return w, true
+	}
+	old := s.inst
+	m.mu.Unlock()
+	for w, ob := range old {
+		if ob != nil && ob.StopRecording(now) {
+			m.mu.Lock()
+			m.fold(s, w, ob)
+			m.mu.Unlock()
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w := s.free(); w >= 0 {
+		s.inst[w] = b
+		return w, true
+	}
+	return 0, false
+}
+
+// free returns a net word no bucket holds, or -1; under mu.
+func (s *spentSlot) free() int {
+	for w, b := range s.inst {
+		if b == nil {
+			return w
+		}
+	}
+	return -1
+}
+
+// fold adds the w-th net word of s, whose bucket ob stopped recording, to
+// the slot's base and frees it: base first, so a process killed between
+// the two stores counts it twice (less given back), never not at all.
+// Under mu.
+func (m *spentMap) fold(s *spentSlot, w int, ob *bucket.Bucket) {
+	if s.inst[w] != ob || m.data == nil {
+		return
+	}
+	off := slotOff(s.i)
+	word := m.word(off + slotInstances + 8*w)
+	m.word(off + slotBase).Add(word.Load())
+	word.Store(0)
+	s.inst[w] = nil
 }
 
 // slotFor returns k's slot for this process's buckets, allocating it if
@@ -299,7 +363,11 @@ func (m *spentMap) allocate(k spentKey) (int, bool) {
 }
 
 // poison marks slot i untrusted; under mu.
-func (m *spentMap) poison(i int) { m.word(slotOff(i) + slotPoisoned).Store(1) }
+func (m *spentMap) poison(i int) {
+	if m.data != nil {
+		m.word(slotOff(i) + slotPoisoned).Store(1)
+	}
+}
 
 // leaseSeq returns the sequence number ending a lease id (holder-boot-seq,
 // the seq in base 36), or false.
@@ -432,8 +500,11 @@ func (m *spentMap) snapshot(k spentKey) (spentSnapshot, bool) {
 		return spentSnapshot{}, false
 	}
 	off := slotOff(i)
-	snap := spentSnapshot{net: m.word(off + slotNet).Load(), closed: m.word(off + slotClosed).Load(),
+	snap := spentSnapshot{net: m.word(off + slotBase).Load(), closed: m.word(off + slotClosed).Load(),
 		poisoned: m.word(off+slotPoisoned).Load() != 0, entries: map[uint64]spentEntry{}}
+	for w := range spentInstances {
+		snap.net += m.word(off + slotInstances + 8*w).Load()
+	}
 	for e := range spentEntries {
 		eo := off + slotEntries + e*spentEntrySize
 		if seq := uint64(m.word(eo).Load()); seq != 0 {
@@ -492,35 +563,20 @@ func (m *spentMap) forgetBefore(day string, now time.Time) {
 // s once none records into it.
 func (m *spentMap) forgetSlot(s *spentSlot, now time.Time) {
 	m.mu.Lock()
-	buckets := append([]*bucket.Bucket(nil), s.buckets...)
+	old := s.inst
 	m.mu.Unlock()
-	var stopped []*bucket.Bucket
-	for _, b := range buckets {
-		if b.StopRecording(now) {
-			stopped = append(stopped, b)
+	for w, b := range old {
+		if b != nil && b.StopRecording(now) {
+			m.mu.Lock()
+			m.fold(s, w, b)
+			m.mu.Unlock()
 		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	kept := s.buckets[:0]
-	for _, b := range s.buckets {
-		if !containsBucket(stopped, b) {
-			kept = append(kept, b)
-		}
-	}
-	s.buckets = kept
-	if len(kept) == 0 && m.users[s.i] == s && !m.closing {
+	if s.inst == [spentInstances]*bucket.Bucket{} && m.users[s.i] == s && !m.closing {
 		m.freeSlot(s.key, s.i)
 	}
-}
-
-func containsBucket(bs []*bucket.Bucket, b *bucket.Bucket) bool {
-	for _, x := range bs {
-		if x == b {
-			return true
-		}
-	}
-	return false
 }
 
 // close stops every bucket recording into the map, then unmaps it and
@@ -531,7 +587,11 @@ func (m *spentMap) close() error {
 	m.closing = true
 	var buckets []*bucket.Bucket
 	for _, s := range m.users {
-		buckets = append(buckets, s.buckets...)
+		for _, b := range s.inst {
+			if b != nil {
+				buckets = append(buckets, b)
+			}
+		}
 	}
 	m.mu.Unlock()
 	for _, b := range buckets {
@@ -718,9 +778,9 @@ func (j *Journal) dropSpent() {
 
 // record makes a campaign-day's new bucket of run boot record into the
 // spent map, if there is one.
-func (j *Journal) record(b *bucket.Bucket, boot, campaign, day string) {
+func (j *Journal) record(b *bucket.Bucket, boot, campaign, day string, now time.Time) {
 	if j.spent != nil {
-		j.spent.record(b, spentKey{boot: boot, campaign: campaign, day: day})
+		j.spent.record(b, spentKey{boot: boot, campaign: campaign, day: day}, now)
 	}
 }
 

@@ -27,7 +27,7 @@ func openTestSpentMap(t *testing.T, path string) *spentMap {
 func recorded(t *testing.T, m *spentMap, k spentKey) *bucket.Bucket {
 	t.Helper()
 	b := bucket.New(1_000_000)
-	if !m.record(b, k) {
+	if !m.record(b, k, spentT0) {
 		t.Fatalf("bucket of %+v does not record", k)
 	}
 	return b
@@ -166,7 +166,7 @@ func TestSpentMapEntriesRunOut(t *testing.T) {
 	if snap, _ := m.snapshot(k); !snap.poisoned {
 		t.Fatal("a slot whose entries are all open took one more lease without being marked untrusted")
 	}
-	if m.record(bucket.New(1), spentKey{boot: "b1", campaign: strings.Repeat("c", 136), day: "2026-11-21"}) {
+	if m.record(bucket.New(1), spentKey{boot: "b1", campaign: strings.Repeat("c", 136), day: "2026-11-21"}, spentT0) {
 		t.Fatal("a key too long for a slot got one")
 	}
 }
@@ -237,4 +237,43 @@ func withoutEntry(s spentSnapshot, seq uint64) spentSnapshot {
 	s = withEntry(s, seq, spentEntry{})
 	delete(s.entries, seq)
 	return s
+}
+
+// A campaign-day's buckets each count in a word of the slot; a bucket that
+// stopped recording (its day dropped: it is idle) gives its word up to the
+// next one, its count folded into the slot's base. A slot whose words are
+// all held by buckets with a feed open takes no more: it is no longer
+// trusted.
+func TestSpentMapBucketsOfADay(t *testing.T) {
+	m := openTestSpentMap(t, filepath.Join(t.TempDir(), "leases.spent"))
+	defer m.close()
+	k := spentKey{boot: "b1", campaign: "c", day: "2026-11-21"}
+	var net int64
+	for i := range 3 * spentInstances { // dropped one after the other: the words are reused
+		b := recorded(t, m, k)
+		id := fmt.Sprintf("h-b1-%d", i+1)
+		grantAt(t, b, spentT0, id, 1_000)
+		if !b.Spend(spentT0, 100+int64(i)) {
+			t.Fatal("spend refused")
+		}
+		net += 100 + int64(i)
+		b.Revoke(spentT0)
+	}
+	checkSnapshot(t, m, k, spentSnapshot{net: net, closed: net, entries: snapEntries(t, m, k)})
+	for i := range spentInstances { // all at once, each with a feed open
+		b := recorded(t, m, k)
+		grantAt(t, b, spentT0, fmt.Sprintf("h-b1-%d", 100+i), 10)
+	}
+	if m.record(bucket.New(1), k, spentT0) {
+		t.Fatal("a bucket recorded with every word held by a bucket with a feed open")
+	}
+	if snap, _ := m.snapshot(k); !snap.poisoned {
+		t.Fatal("a bucket of the day does not record, and the slot is still trusted")
+	}
+}
+
+func snapEntries(t *testing.T, m *spentMap, k spentKey) map[uint64]spentEntry {
+	t.Helper()
+	snap, _ := m.snapshot(k)
+	return snap.entries
 }
