@@ -38,8 +38,8 @@ import (
 //
 // Beside the file, the spent map (spentlog.go; the journal's path with the
 // extension .spent) records what every campaign-day's bucket let SPENDs
-// take, net of refunds, and each lease's state, with a plain atomic add
-// per SPEND: what a dead run's open leases held unspent is then known
+// take, net of refunds, and each lease's state, with one plain store per
+// SPEND: what a dead run's open leases held unspent is then known
 // exactly (Reclaim). Without the map (a machine crash may lose its pages,
 // so a map written under another boot is not trusted), what a crashed run
 // could not have spent is what its bucket had not dripped yet: a lease's
