@@ -237,36 +237,38 @@ func (m *spentMap) record(b *bucket.Bucket, k spentKey, now time.Time) bool {
 	if !ok {
 		return false
 	}
-	w, ok := m.instance(s, b, now)
+	w, net, ok := m.instance(s, b, now)
 	if !ok {
 		m.mu.Lock()
 		m.poison(s.i)
 		m.mu.Unlock()
 		return false
 	}
-	// Outside mu: the bucket's lock comes after mu (a feed that closes
-	// under it reports to the slot), never before.
-	err := b.Record((*int64)(unsafe.Pointer(&m.data[slotOff(s.i)+slotInstances+8*w])), s)
+	// Outside mu: a bucket's lock is taken before mu (a feed that closes
+	// under it reports to the slot), never after.
+	err := b.Record(net, s)
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err != nil || m.closing {
-		b.StopRecording(time.Time{}) // no feed yet: nothing was recorded
+	failed := err != nil || m.closing
+	if failed {
 		s.inst[w] = nil
 		m.poison(s.i)
-		return false
 	}
-	return true
+	m.mu.Unlock()
+	if failed {
+		b.StopRecording(time.Time{}) // no feed yet: nothing was recorded
+	}
+	return !failed
 }
 
-// instance reserves a net word of slot s for b: a free one, or one whose
-// bucket stopped recording, idle at now (its day dropped), once its count
-// is folded into the slot's base.
-func (m *spentMap) instance(s *spentSlot, b *bucket.Bucket, now time.Time) (int, bool) {
+// instance reserves a net word of slot s for b, and returns it: a free
+// one, or one whose bucket stopped recording, idle at now (its day
+// dropped), once its count is folded into the slot's base.
+func (m *spentMap) instance(s *spentSlot, b *bucket.Bucket, now time.Time) (int, *int64, bool) {
 	m.mu.Lock()
-	if w := s.free(); w >= 0 {
+	if w := s.free(); w >= 0 && m.data != nil {
 		s.inst[w] = b
 		m.mu.Unlock()
-		return w, true
+		return w, m.netWord(s.i, w), true
 	}
 	old := s.inst
 	m.mu.Unlock()
@@ -279,11 +281,17 @@ func (m *spentMap) instance(s *spentSlot, b *bucket.Bucket, now time.Time) (int,
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if w := s.free(); w >= 0 {
+	if w := s.free(); w >= 0 && m.data != nil {
 		s.inst[w] = b
-		return w, true
+		return w, m.netWord(s.i, w), true
 	}
-	return 0, false
+	return 0, nil, false
+}
+
+// netWord is slot i's w-th net word, for its bucket's plain stores; under
+// mu.
+func (m *spentMap) netWord(i, w int) *int64 {
+	return (*int64)(unsafe.Pointer(&m.data[slotOff(i)+slotInstances+8*w]))
 }
 
 // free returns a net word no bucket holds, or -1; under mu.
@@ -522,6 +530,9 @@ func (m *spentMap) snapshot(k spentKey) (spentSnapshot, bool) {
 func (m *spentMap) dropUnused(keep func(spentKey) bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.data == nil {
+		return
+	}
 	for k, i := range m.index {
 		if m.users[i] == nil && !keep(k) {
 			m.freeSlot(k, i)
