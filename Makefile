@@ -34,11 +34,12 @@ test: deps ## Run every test with -race, a line per package as it finishes (PKGS
 	$(GO) run ./internal/tools/testsum -race -count=1 -timeout 10m -run 'TestWellBehavedClientThroughAttacks' ./transport/
 
 .PHONY: soak
-soak: deps ## Long model-based and fault runs, and every pair of a budget cut's interleavings (SEEDS=2000 by default; over an hour on 2 cores).
+soak: deps ## Long model-based and fault runs, every pair of a budget cut's interleavings, 12 SIGKILLs of two pacerds in 3 minutes (SEEDS=2000 by default; over an hour on 2 cores).
 	@mkdir -p .run; PACER_MODEL_SEEDS=$${SEEDS:-2000} PACER_MODEL_FIRST_SEED=$${FIRST_SEED:-1000} \
 		$(GO) test -race -count=1 -timeout 6h -run 'TestModel|Fault' -v ./daemon/ > .run/soak.log 2>&1; \
 		rc=$$?; PACER_CUT_ALL_PAIRS=1 $(GO) test -race -count=1 -timeout 1h -run 'TestCutHolds' -v ./lease/ >> .run/soak.log 2>&1 || rc=1; \
-		grep -E '^(---|ok|FAIL|PASS)|histories|interleavings|seed' .run/soak.log | tail -40; echo "full log: .run/soak.log"; exit $$rc
+		PACER_SOAK_KILLS=1 $(GO) test -count=1 -timeout 20m -run 'TestSIGKILLLoopRealProcesses' -v ./cmd/pacerd/ >> .run/soak.log 2>&1 || rc=1; \
+		grep -E '^(---|ok|FAIL|PASS)|histories|interleavings|seed|SIGKILLs' .run/soak.log | tail -40; echo "full log: .run/soak.log"; exit $$rc
 
 .PHONY: lint
 lint: ## gofmt, go vet, and staticcheck where it installs.
