@@ -113,6 +113,9 @@ const (
 // for this process. A map written under another machine boot, or with
 // another geometry, is emptied: its slots cannot be trusted.
 func openSpentMap(path string, log *zap.Logger) (*spentMap, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	boot := machineBoot()
 	if boot == "" || len(boot) > 63 {
 		return nil, errors.New("spent map: this machine has no boot id to tell a reboot by")
