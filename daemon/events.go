@@ -38,7 +38,7 @@ func (d *Daemon) publish(e pacer.Event) {
 func (d *Daemon) HandleEvent(e pacer.Event) {
 	c, ok := d.campaigns.get(e.Campaign)
 	if !ok {
-		if e.Kind == pacer.EventLostWrites && len(d.ran.day(e.Campaign, e.Day)) > 0 {
+		if e.Kind == pacer.EventLostWrites && d.ran.has(e.Campaign, e.Day) {
 			// A day we leased from and no longer hold in memory: our
 			// totals there are re-asserted by the next Step.
 			d.ran.ask(e.Campaign, e.Day)
@@ -66,7 +66,7 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 		// out of what the ledger can grant again.
 		if ds := c.day.Load(); ds != nil && ds.day.Key == e.Day {
 			ds.reassertHint.Store(true)
-		} else if len(d.ran.day(e.Campaign, e.Day)) > 0 {
+		} else if d.ran.has(e.Campaign, e.Day) {
 			d.ran.ask(e.Campaign, e.Day) // a day of ours no longer held
 		}
 	}

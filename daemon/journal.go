@@ -361,17 +361,28 @@ func (j *Journal) writeTotals(b *strings.Builder) {
 	if fence := j.fence.Load(); fence != 0 {
 		cutoff = time.Unix(0, fence).UTC().Add(-48 * time.Hour).Format(time.DateOnly)
 	}
+	// A run's totals are kept until their day is past, re-asserted or not:
+	// a restore after a successor re-asserted them may take that away, and
+	// they are re-asserted again then (runTotals.inherit).
+	kept := map[string]bool{}
 	for rs, h := range j.totals {
 		held, isOpen := openAmount[rs]
-		if !isOpen && (j.reasserted[rs.run] || rs.key.Day < cutoff) {
+		if !isOpen && rs.key.Day < cutoff {
 			delete(j.totals, rs)
 			continue
 		}
 		if granted := h.Granted - held; granted > 0 || h.Returned > 0 {
 			fmt.Fprintf(b, "R %s %s %s %d %d %d\n", rs.run, rs.key.Campaign, rs.key.Day, rs.key.Shard, granted, h.Returned)
+			kept[rs.run] = true
 		}
 	}
-	clear(j.reasserted)
+	for run := range j.reasserted {
+		if kept[run] {
+			fmt.Fprintf(b, "D %s\n", run)
+		} else {
+			delete(j.reasserted, run)
+		}
+	}
 }
 
 // writeShares writes Reclaim's decisions for the leases still open, a line
@@ -657,7 +668,16 @@ func (d *Daemon) reclaimLease(ctx context.Context, j *Journal, jl JournalLease, 
 // they left): a no-op where the ledger is not behind them.
 func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time) error {
 	var errs []error
-	for run, shards := range j.previousRuns(d.cfg.Holder + "-" + d.bootID) {
+	current := d.cfg.Holder + "-" + d.bootID
+	// Every previous run's totals the journal keeps are re-asserted again
+	// after a later loss (runTotals), those re-asserted at an earlier start
+	// too: a restore may take that re-assertion away.
+	for run, shards := range j.previousRuns(current, true) {
+		for k, tot := range shards {
+			d.ran.inherit(run, k, tot)
+		}
+	}
+	for run, shards := range j.previousRuns(current, false) {
 		ok := true
 		for k, tot := range shards {
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
@@ -680,14 +700,15 @@ func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time
 	return errors.Join(errs...)
 }
 
-// previousRuns returns the totals of the runs other than current that no
-// successor has re-asserted, by run and shard-day.
-func (j *Journal) previousRuns(current string) map[string]map[lease.ShardKey]lease.History {
+// previousRuns returns the totals of the runs other than current (with
+// reasserted false, only those no successor has re-asserted), by run and
+// shard-day.
+func (j *Journal) previousRuns(current string, reasserted bool) map[string]map[lease.ShardKey]lease.History {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := map[string]map[lease.ShardKey]lease.History{}
 	for rs, h := range j.totals {
-		if rs.run == "" || rs.run == current || j.reasserted[rs.run] || h.Granted <= 0 || h.Returned > h.Granted {
+		if rs.run == "" || rs.run == current || (j.reasserted[rs.run] && !reasserted) || h.Granted <= 0 || h.Returned > h.Granted {
 			continue
 		}
 		if out[rs.run] == nil {

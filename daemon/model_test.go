@@ -357,8 +357,8 @@ func (m *modelRun) startNode(n *modelNode, ledger *lease.Ledger) {
 		m.t.Fatal(err)
 	}
 	n.d, n.journal = d, j
-	if len(left) > 0 {
-		back, err := d.Reclaim(ctx, j, left)
+	back, err := d.Reclaim(ctx, j, left) // and re-asserts its predecessors' totals, as Open does
+	if len(left) > 0 || err != nil {
 		m.note("", "%s's new run reclaims %d leases its predecessor left: %d micros back (err %v)", n.name, len(left), back, err)
 	}
 }
@@ -973,12 +973,6 @@ func (m *modelRun) restore() bool {
 	c := m.camps[slices.IndexFunc(m.camps, func(c *modelCampaign) bool { return c.stored.ID == b.day.Campaign })]
 	now := m.clock.Now()
 	if m.changes[b.day] != b.changes || bucket.DayOf(now, c.loc).Key != b.day.Day || bucket.DayOf(now, c.loc).End.Sub(now) < 5*time.Second {
-		return false
-	}
-	if m.crashes != b.crashes {
-		// A run killed since the copy took its totals with it: what its
-		// clients spent in the lost writes is what no surviving daemon saw,
-		// the README's bound, which this checker does not model.
 		return false
 	}
 	keys := m.campaignKeys(b.day.Campaign)

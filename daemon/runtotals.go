@@ -25,13 +25,52 @@ import (
 type runTotals struct {
 	mu      sync.Mutex
 	byShard map[lease.ShardKey]lease.History
+	// inherited: the totals of the runs before this one on this host, as
+	// their journal kept them (Reclaim): re-asserted after a loss too, so a
+	// restore after a restart still counts what their clients spent.
+	inherited map[string]map[lease.ShardKey]lease.History
 	// asked: campaign-days whose totals a lost-writes broadcast asked us
 	// to re-assert while no campaign here held the day (Step does it).
 	asked map[lease.ShardKey]bool // Shard -1: the whole day
 }
 
 func newRunTotals() *runTotals {
-	return &runTotals{byShard: map[lease.ShardKey]lease.History{}, asked: map[lease.ShardKey]bool{}}
+	return &runTotals{byShard: map[lease.ShardKey]lease.History{}, asked: map[lease.ShardKey]bool{},
+		inherited: map[string]map[lease.ShardKey]lease.History{}}
+}
+
+// inherit keeps a previous run's totals on shard k.
+func (t *runTotals) inherit(run string, k lease.ShardKey, h lease.History) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.inherited[run] == nil {
+		t.inherited[run] = map[lease.ShardKey]lease.History{}
+	}
+	t.inherited[run][k] = h
+}
+
+// inheritedDay returns the previous runs' totals on a campaign-day's
+// shards, by run and shard.
+func (t *runTotals) inheritedDay(campaign, day string) map[string]map[lease.ShardKey]lease.History {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]map[lease.ShardKey]lease.History{}
+	for run, shards := range t.inherited {
+		for k, h := range shards {
+			if k.Campaign == campaign && k.Day == day && h.Granted > 0 {
+				if out[run] == nil {
+					out[run] = map[lease.ShardKey]lease.History{}
+				}
+				out[run][k] = h
+			}
+		}
+	}
+	return out
+}
+
+// has reports whether this run or a previous one leased from the day.
+func (t *runTotals) has(campaign, day string) bool {
+	return len(t.day(campaign, day)) > 0 || len(t.inheritedDay(campaign, day)) > 0
 }
 
 // of returns the totals on shard k.
@@ -101,6 +140,16 @@ func (t *runTotals) forgetBefore(day string) {
 			delete(t.byShard, k)
 		}
 	}
+	for run, shards := range t.inherited {
+		for k := range shards {
+			if k.Day < day {
+				delete(shards, k)
+			}
+		}
+		if len(shards) == 0 {
+			delete(t.inherited, run)
+		}
+	}
 }
 
 func compareStrings(a, b string) int {
@@ -118,19 +167,22 @@ func compareStrings(a, b string) int {
 // shard forgot is counted spent there. It reports whether every shard
 // answered.
 func (d *Daemon) reassertRun(ctx context.Context, now time.Time, campaign, day string, log *zap.Logger) bool {
-	run := d.cfg.Holder + "-" + d.bootID
+	runs := d.ran.inheritedDay(campaign, day)
+	runs[d.cfg.Holder+"-"+d.bootID] = d.ran.day(campaign, day)
 	ok := true
-	for k, tot := range d.ran.day(campaign, day) {
-		cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
-		added, _, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
-		cancel()
-		switch {
-		case err != nil:
-			log.Warn("cannot re-assert this run's totals; retrying", zap.Stringer("shard", k), zap.Error(err))
-			ok = false
-		case added > 0:
-			log.Warn("re-asserted what our clients spent from leases the ledger forgot", zap.Stringer("shard", k),
-				zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
+	for run, shards := range runs {
+		for k, tot := range shards {
+			cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
+			added, _, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
+			cancel()
+			switch {
+			case err != nil:
+				log.Warn("cannot re-assert a run's totals; retrying", zap.String("run", run), zap.Stringer("shard", k), zap.Error(err))
+				ok = false
+			case added > 0:
+				log.Warn("re-asserted what a run's clients spent from leases the ledger forgot", zap.String("run", run), zap.Stringer("shard", k),
+					zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
+			}
 		}
 	}
 	return ok
