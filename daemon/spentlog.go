@@ -275,13 +275,7 @@ func (m *spentMap) instance(s *spentSlot, b *bucket.Bucket, now time.Time) (int,
 	}
 	old := s.inst
 	m.mu.Unlock()
-	for w, ob := range old {
-		if ob != nil && ob.StopRecording(now) {
-			m.mu.Lock()
-			m.fold(s, w, ob)
-			m.mu.Unlock()
-		}
-	}
+	m.foldIdle(s, old, now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w := s.free(); w >= 0 && m.data != nil {
@@ -573,12 +567,10 @@ func (m *spentMap) forgetBefore(day string, now time.Time) {
 	}
 }
 
-// forgetSlot stops s's buckets recording if they are idle at now and frees
-// s once none records into it.
-func (m *spentMap) forgetSlot(s *spentSlot, now time.Time) {
-	m.mu.Lock()
-	old := s.inst
-	m.mu.Unlock()
+// foldIdle stops recording the buckets of old (s's, as read under mu) that
+// are idle at now, and folds each into s. Called without mu: StopRecording
+// takes the bucket's lock, which is never taken inside mu.
+func (m *spentMap) foldIdle(s *spentSlot, old [spentInstances]*bucket.Bucket, now time.Time) {
 	for w, b := range old {
 		if b != nil && b.StopRecording(now) {
 			m.mu.Lock()
@@ -586,6 +578,15 @@ func (m *spentMap) forgetSlot(s *spentSlot, now time.Time) {
 			m.mu.Unlock()
 		}
 	}
+}
+
+// forgetSlot stops s's buckets recording if they are idle at now and frees
+// s once none records into it.
+func (m *spentMap) forgetSlot(s *spentSlot, now time.Time) {
+	m.mu.Lock()
+	old := s.inst
+	m.mu.Unlock()
+	m.foldIdle(s, old, now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s.inst == [spentInstances]*bucket.Bucket{} && m.users[s.i] == s && !m.closing {
