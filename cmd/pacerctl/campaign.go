@@ -76,7 +76,7 @@ type todayChange struct {
 func (a *app) campaignSet(ctx context.Context, args []string) error {
 	flags := newFlagSet("campaign set")
 	var daily moneyFlag
-	flags.Var(&daily, "daily", "daily budget, MONEY (integer micros, or units with suffix u: 1.5u)")
+	flags.Var(&daily, "daily", "daily budget, MONEY (integer micros, or currency units with the suffix units: 1.5units)")
 	tz := flags.String("tz", "", "IANA time zone of the campaign's day, such as Europe/Paris (new campaigns: UTC)")
 	curve := flags.String("curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
 	shards := flags.Int("shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
@@ -133,7 +133,7 @@ func (a *app) campaignSet(ctx context.Context, args []string) error {
 		// A new campaign that can never spend is a typo. An existing
 		// one may be cut to 0 (today's unspent budget taken back).
 		if daily.micros == 0 {
-			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5u)", id)
+			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5units)", id)
 		}
 		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
 	}

@@ -17,7 +17,7 @@ import (
 // older than --stale-after (default 10m), check fails, naming it.
 func TestCheckNamesPendingMoves(t *testing.T) {
 	h := newHarness(t)
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "2")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "2")
 	h.openToday("c1")
 	recent := fmt.Sprintf("7.%d.0-1", t0.Add(-3*time.Second).UnixMilli()) // as the reconciler names moves
 	h.moveOut(0, 1, 500_000, recent)

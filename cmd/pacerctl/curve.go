@@ -10,6 +10,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/daemon"
 )
 
 // loadCurves reads --curves. If the directory itself cannot be read it
@@ -43,6 +44,9 @@ type curveSummary struct {
 	PeakStart    string `json:"peak_start"` // local wall clock on a 24-hour day, "19:00"
 	PeakEnd      string `json:"peak_end"`
 	PeakSharePPB int64  `json:"peak_share_ppb"`
+	// Fitted: the built-in auto, a curve fitted per campaign-day (no
+	// fixed peak: the peak fields are zero).
+	Fitted bool `json:"fitted,omitempty"`
 }
 
 func shares(c *bucket.Curve) []int64 {
@@ -89,12 +93,19 @@ func (a *app) curveList(ctx context.Context, args []string) error {
 	for i, n := range names {
 		list[i] = summarize(curves[n])
 	}
+	if _, shadowed := curves[daemon.AutoCurve]; !shadowed {
+		list = append(list, curveSummary{Name: daemon.AutoCurve, Slots: daemon.AutoCurveSlots, Fitted: true})
+	}
 	if a.json {
 		return a.printJSON(list)
 	}
 	tw := a.table()
 	fmt.Fprintln(tw, "NAME\tSLOTS\tPEAK SLOT\tPEAK SHARE")
 	for _, s := range list {
+		if s.Fitted {
+			fmt.Fprintf(tw, "%s\t%d\tfitted daily per campaign\t(pacerctl curve show %s)\n", s.Name, s.Slots, s.Name)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%d (%s-%s)\t%s\n", s.Name, s.Slots, s.PeakSlot, s.PeakStart, s.PeakEnd, percentNearest(s.PeakSharePPB))
 	}
 	return tw.Flush()
@@ -185,6 +196,12 @@ func (a *app) curveShow(ctx context.Context, args []string) error {
 		return err
 	}
 	c, ok := curves[pos[0]]
+	if !ok && pos[0] == daemon.AutoCurve {
+		if *png != "" {
+			return usagef("curve show: %s has no fixed shape to draw: it is fitted per campaign-day", daemon.AutoCurve)
+		}
+		return a.showAuto()
+	}
 	if !ok {
 		return fmt.Errorf("unknown curve %q (see pacerctl curve list)", pos[0])
 	}
@@ -217,4 +234,54 @@ func (a *app) curveShow(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "\ndrew %s (%dx%d)\n", *png, width, height)
 	}
 	return nil
+}
+
+// autoDetail is curve show auto's JSON: the rule, with its constants.
+type autoDetail struct {
+	Name        string  `json:"name"`
+	Slots       int     `json:"slots"`
+	Fitted      bool    `json:"fitted"`
+	Days        int     `json:"days"`
+	MinRequests int64   `json:"min_requests"`
+	MinShare    float64 `json:"min_share"` // times the mean share per slot
+	MaxShare    float64 `json:"max_share"`
+	Description string  `json:"description"`
+}
+
+// showAuto explains the built-in curve auto, which has no shape of its own.
+func (a *app) showAuto() error {
+	d := autoDetail{Name: daemon.AutoCurve, Slots: daemon.AutoCurveSlots, Fitted: true, Days: daemon.AutoCurveDays,
+		MinRequests: daemon.AutoCurveMinRequests, MinShare: daemon.AutoCurveMin, MaxShare: daemon.AutoCurveMax}
+	d.Description = fmt.Sprintf("A campaign with curve %s is paced, each local day, by a %d-slot curve fitted to the SPEND "+
+		"requests its fleet recorded on the %d local days before (the method of pacerctl curve fit), every slot "+
+		"bounded to %g..%g times the mean share. The first daemon to open the day decides the fit and records it "+
+		"in the ledger; every other daemon reads it, so the whole fleet paces one curve. With fewer than %d "+
+		"requests recorded the day is paced flat.", d.Name, d.Slots, d.Days, d.MinShare, d.MaxShare, d.MinRequests)
+	if a.json {
+		return a.printJSON(d)
+	}
+	fmt.Fprintf(a.stdout, "curve %s: built in, fitted per campaign-day (%d slots)\n\n", d.Name, d.Slots)
+	for _, line := range wrap(d.Description, 78) {
+		fmt.Fprintf(a.stdout, "  %s\n", line)
+	}
+	fmt.Fprintf(a.stdout, "\n  To see what it would fit for a campaign now: pacerctl curve fit <campaign> --days %d --slots %d\n",
+		d.Days, d.Slots)
+	return nil
+}
+
+// wrap breaks text into lines of at most width bytes at spaces.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return append(lines, line)
 }

@@ -41,7 +41,7 @@ func runEnv(envVars map[string]string, args ...string) result {
 func TestEnvDefaults(t *testing.T) {
 	h := newHarness(t)
 	vars := map[string]string{"PACER_REDIS": h.redis.Socket, "PACER_CURVES": "../../configs/curves"}
-	if r := runEnv(vars, "campaign", "set", "c1", "--daily", "1u", "--curve", "daytime"); r.code != 0 {
+	if r := runEnv(vars, "campaign", "set", "c1", "--daily", "1units", "--curve", "daytime"); r.code != 0 {
 		t.Fatalf("campaign set with PACER_REDIS and PACER_CURVES: %+v", r)
 	}
 	if r := runEnv(vars, "curve", "list"); r.code != 0 || !strings.Contains(r.stdout, "daytime") || r.stderr != "" {
@@ -65,7 +65,7 @@ func TestErrorsSayWhatToRunNext(t *testing.T) {
 	}{
 		{[]string{"--redis", filepath.Join(dir, "redis.sock"), "campaign", "list"}, "`make run`, then `. .run/env` (sets PACER_REDIS) or pass --redis .run/redis.sock"},
 		{[]string{"--redis", "127.0.0.1:1", "campaign", "list"}, "no Redis ledger answers on --redis 127.0.0.1:1"},
-		{[]string{"--socket", filepath.Join(dir, "pacer.sock"), "spend", "demo", "1u"}, "`make run`, then `. .run/env` (sets PACER_SOCKET) or pass --socket .run/pacer-1.sock"},
+		{[]string{"--socket", filepath.Join(dir, "pacer.sock"), "spend", "demo", "1units"}, "`make run`, then `. .run/env` (sets PACER_SOCKET) or pass --socket .run/pacer-1.sock"},
 	} {
 		r := runArgs(append([]string{"--timeout", "5s"}, tc.args...)...)
 		if r.code != exitFailure || !strings.Contains(r.stderr, tc.want) {
@@ -76,10 +76,10 @@ func TestErrorsSayWhatToRunNext(t *testing.T) {
 
 func TestDailyZeroAndReportHint(t *testing.T) {
 	h := newHarness(t)
-	h.ok("campaign", "set", "c1", "--daily", "1u")
+	h.ok("campaign", "set", "c1", "--daily", "1units")
 	// A new campaign with nothing to spend is refused; cutting an existing
 	// one to 0 stays possible (TestCampaignSetAdjustsOpenDay).
-	for _, zero := range []string{"0", "0u"} {
+	for _, zero := range []string{"0", "0units"} {
 		r := h.run("campaign", "set", "c2", "--daily", zero)
 		if want := `pacerctl: campaign set: campaign "c2" is new: --daily 0 would never spend; give a positive budget`; r.code != exitUsage || !strings.HasPrefix(r.stderr, want) {
 			t.Errorf("new campaign with --daily %s: %+v, want exit 2 and %q", zero, r, want)

@@ -240,8 +240,8 @@ func rows(n int) string {
 func TestCurveFitFromRedis(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.ok("campaign", "set", "c1", "--daily", "10u")
-	h.ok("campaign", "set", "c2", "--daily", "10u")
+	h.ok("campaign", "set", "c1", "--daily", "10units")
+	h.ok("campaign", "set", "c2", "--daily", "10units")
 	// Two of the last seven days have data (t0 is 2099-03-08 in UTC), and
 	// today's partial day is not used: mornings 10 requests a slot, the
 	// rest 30.

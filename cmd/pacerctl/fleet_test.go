@@ -53,15 +53,15 @@ func TestBroadcast(t *testing.T) {
 		return h.ok(append([]string{"--nats", n.URL}, args...)...)
 	}
 
-	out := withNATS("campaign", "set", "c1", "--daily", "10u", "--shards", "1")
+	out := withNATS("campaign", "set", "c1", "--daily", "10units", "--shards", "1")
 	if !strings.HasSuffix(out, "broadcast pacer.changed.c1 (version 1)\n") {
 		t.Errorf("set: %q", out)
 	}
 	expect("create", pacer.EventChanged, 1)
 	h.openToday("c1")
-	withNATS("campaign", "set", "c1", "--daily", "4u")
+	withNATS("campaign", "set", "c1", "--daily", "4units")
 	expect("budget cut", pacer.EventRevoked, 2)
-	withNATS("campaign", "set", "c1", "--daily", "6u")
+	withNATS("campaign", "set", "c1", "--daily", "6units")
 	expect("budget raise", pacer.EventChanged, 3)
 	withNATS("campaign", "set", "c1", "--curve", "daytime")
 	expect("curve change", pacer.EventChanged, 4)
@@ -108,7 +108,7 @@ func grant(t *testing.T, l *lease.Ledger, k lease.ShardKey, id, holder string, w
 func TestReport(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "2")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "2")
 	c, err := h.ledger.GetCampaign(ctx, "c1")
 	if err != nil {
 		t.Fatal(err)
@@ -144,15 +144,15 @@ func TestReport(t *testing.T) {
 	r := h.run("report", "c1")
 	wantOut := "report c1 2099-03-07 (UTC): PROVISIONAL, the day is not closed: rebuilt from the audit streams now,\n" +
 		"its figures can still change\n\n" +
-		"                MICROS    UNITS  OF BUDGET  WHAT\n" +
-		"budget          10000000  10u    100.0%     opened, plus or minus adjustments\n" +
-		"spent           4000000   4u     40.0%      reported by daemons, plus lost\n" +
-		"returned        1000000   1u     10.0%      unused lease budget given back\n" +
-		"lost            2000000   2u     20.0%      settled leases of daemons that never reported\n" +
-		"outstanding     1000000   1u     10.0%      still leased\n" +
-		"under_delivery  6000000   6u     60.0%      budget - spent\n" +
-		"leases          3                           granted\n" +
-		"settled_leases  1                           expired unreported and settled as spent\n"
+		"                MICROS    UNITS    OF BUDGET  WHAT\n" +
+		"budget          10000000  10units  100.0%     opened, plus or minus adjustments\n" +
+		"spent           4000000   4units   40.0%      reported by daemons, plus lost\n" +
+		"returned        1000000   1units   10.0%      unused lease budget given back\n" +
+		"lost            2000000   2units   20.0%      settled leases of daemons that never reported\n" +
+		"outstanding     1000000   1units   10.0%      still leased\n" +
+		"under_delivery  6000000   6units   60.0%      budget - spent\n" +
+		"leases          3                             granted\n" +
+		"settled_leases  1                             expired unreported and settled as spent\n"
 	if r.code != 0 || r.stdout != wantOut || r.stderr != "" {
 		t.Errorf("report: exit %d\n%s\nwant:\n%s\nstderr %q", r.code, r.stdout, wantOut, r.stderr)
 	}
@@ -244,10 +244,10 @@ func TestStatus(t *testing.T) {
 		<-standby
 	})
 
-	// c1: open, 5u of 10u leased by two daemons, one lease expired.
+	// c1: open, 5units of 10units leased by two daemons, one lease expired.
 	// c2: paused, today not open. c3: everything leased: exhausted.
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "2")
-	h.ok("campaign", "set", "c2", "--daily", "1u", "--tz", "Europe/Paris", "--curve", "evening-peak")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "2")
+	h.ok("campaign", "set", "c2", "--daily", "1units", "--tz", "Europe/Paris", "--curve", "evening-peak")
 	h.ok("campaign", "pause", "c2")
 	h.ok("campaign", "set", "c3", "--daily", "1", "--shards", "1")
 	day := h.openToday("c1")
@@ -316,11 +316,11 @@ func TestStatus(t *testing.T) {
 	out := h.ok(append(global, "status")...)
 	for _, line := range []string{
 		"reconciler: leader host-a (standby: host-b)\n",
-		"DAEMON  LEASES  LEASED     EXPIRED  CAMPAIGNS\nhost-a  2       4.000001u  0        2\nhost-b  1       1u         1        1\n",
-		"CAMPAIGN  DAY         STATE      BUDGET     SPENT  LEASED     SPENT%  TARGET%  PACE\n" +
-			"c1        2099-03-08  active     10u        0u     5u         0.00%   97.91%   -97.91 pts\n" +
-			"c2        2099-03-09  paused     -          -      -          -       0.73%    day not open\n" +
-			"c3        2099-03-08  exhausted  0.000001u  0u     0.000001u  0.00%   97.91%   -97.91 pts\n",
+		"DAEMON  LEASES  LEASED         EXPIRED  CAMPAIGNS\nhost-a  2       4.000001units  0        2\nhost-b  1       1units         1        1\n",
+		"CAMPAIGN  DAY         STATE      BUDGET         SPENT   LEASED         SPENT%  TARGET%  PACE\n" +
+			"c1        2099-03-08  active     10units        0units  5units         0.00%   97.91%   -97.91 pts\n" +
+			"c2        2099-03-09  paused     -              -       -              -       0.73%    day not open\n" +
+			"c3        2099-03-08  exhausted  0.000001units  0units  0.000001units  0.00%   97.91%   -97.91 pts\n",
 		"\nSPENT counts what daemons have reported: spend from a lease shows as the lease renews or\n",
 	} {
 		if !strings.Contains(out, line) {

@@ -38,7 +38,7 @@ func TestRedisSecured(t *testing.T) {
 	}
 	tlsFlags := []string{"--redis", srv.Addr, "--redis-ca", certs.CA, "--redis-cert", certs.ClientCert, "--redis-key", certs.ClientKey}
 
-	r := runEnv(nil, append(tlsFlags, "--redis-user", "operator", "--redis-password-file", pwFile, "campaign", "set", "c1", "--daily", "5u")...)
+	r := runEnv(nil, append(tlsFlags, "--redis-user", "operator", "--redis-password-file", pwFile, "campaign", "set", "c1", "--daily", "5units")...)
 	if r.code != 0 {
 		t.Fatalf("password file: exit %d: %s", r.code, r.stderr)
 	}
@@ -125,7 +125,7 @@ func TestSignedBroadcastFromPacerctl(t *testing.T) {
 	}
 	sub.Flush(5 * time.Second)
 
-	h.ok("campaign", "set", "c1", "--daily", "10u")
+	h.ok("campaign", "set", "c1", "--daily", "10units")
 	h.ok("--nats", n.URL, "campaign", "pause", "c1") // unsigned
 	h.ok("--nats", n.URL, "--broadcast-key-file", keyFile, "campaign", "pause", "c1")
 	select {

@@ -104,6 +104,9 @@ type app struct {
 	natsTLS   config.TLS       // --nats-ca, --nats-cert, --nats-key
 	keyFile   string           // --broadcast-key-file: signs broadcasts
 
+	timeout     time.Duration // --timeout
+	showVersion bool          // --version
+
 	rdb    redis.UniversalClient
 	ledger *lease.Ledger
 }
@@ -154,8 +157,9 @@ func commands() []command {
 				"(active, paused, or exhausted when nothing is left to grant).",
 			run: (*app).status},
 		{name: "curve list", args: "",
-			help: "List the pacing curves in --curves plus the built-in flat: slots and peak slot.",
-			run:  (*app).curveList},
+			help: "List the pacing curves in --curves plus the built-in flat and auto: slots and peak slot\n" +
+				"(auto has none: it is fitted per campaign-day; see curve show auto).",
+			run: (*app).curveList},
 		{name: "curve show", args: "<name> [--png FILE] [--size WxH]",
 			help: "Draw a curve's weights as a sparkline and print its cumulative share every 3 hours.\n" +
 				"--png also draws it to a PNG image (default 1000x500 pixels): the share of the day per\n" +
@@ -210,7 +214,7 @@ func usage(w io.Writer) {
 
 Usage: pacerctl [global flags] <command> [arguments]
 
-Global flags (before the command):
+Global flags (anywhere on the line, before a "--"):
   --redis ADDR[,ADDR...]  the Redis ledger: host:port, a Unix socket path (starting with / or .),
                           sentinel://master-name@host:port[,host:port...], or several
                           host:port Cluster seeds (default `+defaultRedis+`)
@@ -267,8 +271,9 @@ Commands:
 		}
 	}
 	fmt.Fprint(w, `
-MONEY is a plain integer of micros (1500000), or currency units with the suffix u,
-exact to 6 decimals: 1.5u = 1500000 micros, 0.000001u = 1 micro. Never negative.
+MONEY is an integer of micros (1500000, or 1500000micros), or currency units with the
+suffix units, exact to 6 decimals: 1.5units = 1500000 micros, 0.000001units = 1 micro.
+Never negative. (The former suffix u is refused: it reads as µ.)
 
 Run "pacerctl <command> -h" for a command's flags.
 Exit status: 0 success, 1 failure (or check found a problem), 2 usage error.
@@ -296,7 +301,8 @@ func run(ctx context.Context, e env, args []string) int {
 	}
 }
 
-func (a *app) main(ctx context.Context, args []string) error {
+// globalFlags returns the flag set of the global flags, bound to a's fields.
+func (a *app) globalFlags() *flag.FlagSet {
 	fs := flag.NewFlagSet("pacerctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&a.redisAddrs, "redis", defaultRedis, "")
@@ -329,8 +335,72 @@ func (a *app) main(ctx context.Context, args []string) error {
 	fs.StringVar(&a.redisTLS.CertFile, "redis-cert", "", "")
 	fs.StringVar(&a.redisTLS.KeyFile, "redis-key", "", "")
 	fs.StringVar(&a.redisTLS.ServerName, "redis-server-name", "", "")
-	timeout := fs.Duration("timeout", defaultTimeout, "")
-	showVersion := fs.Bool("version", false, "")
+	fs.DurationVar(&a.timeout, "timeout", defaultTimeout, "")
+	fs.BoolVar(&a.showVersion, "version", false, "")
+	return fs
+}
+
+// splitGlobals takes the global flags (and their values) out of args,
+// wherever they stand, so that "pacerctl campaign list --json" means what
+// "pacerctl --json campaign list" does. The rest, in order, is the command
+// and its own arguments. After "--" nothing is taken. Before the command
+// word, any flag is taken, so that an unknown one is reported as a global
+// flag (and -h prints the usage); after it, only the global ones are.
+func splitGlobals(fs *flag.FlagSet, args []string) (globals, rest []string) {
+	command := false
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			if !command {
+				i++ // "pacerctl -- spend c1 5": the "--" ends the global flags only
+			}
+			return globals, append(rest, args[i:]...)
+		}
+		if !isFlag(arg) {
+			command = true
+			rest = append(rest, arg)
+			continue
+		}
+		name, hasValue := flagName(arg)
+		f := fs.Lookup(name)
+		if f == nil && command {
+			rest = append(rest, arg)
+			continue
+		}
+		globals = append(globals, arg)
+		if f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			globals = append(globals, args[i])
+		}
+	}
+	return globals, rest
+}
+
+// isFlag says whether arg is a flag rather than an argument: it starts with
+// a dash and is not a lone dash or a negative number ("-5", "-1.5units"),
+// which are arguments, so that a command can refuse them with a reason.
+func isFlag(arg string) bool {
+	if len(arg) < 2 || arg[0] != '-' {
+		return false
+	}
+	return !(arg[1] >= '0' && arg[1] <= '9' || arg[1] == '.')
+}
+
+// flagName returns the name of a flag argument ("--daily=5" -> "daily")
+// and whether it carries its value.
+func flagName(arg string) (string, bool) {
+	name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+	name, _, hasValue := strings.Cut(name, "=")
+	return name, hasValue
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (a *app) main(ctx context.Context, args []string) error {
+	fs := a.globalFlags()
 	if a.getenv != nil {
 		for _, d := range envDefaults {
 			if v := a.getenv(d.env); v != "" {
@@ -340,18 +410,18 @@ func (a *app) main(ctx context.Context, args []string) error {
 			}
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	globals, rest := splitGlobals(fs, args)
+	if err := fs.Parse(globals); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(a.stdout)
 			return errHelp
 		}
 		return usagef("%v", err)
 	}
-	if *timeout <= 0 {
-		return usagef("--timeout %v: must be positive", *timeout)
+	if a.timeout <= 0 {
+		return usagef("--timeout %v: must be positive", a.timeout)
 	}
-	rest := fs.Args()
-	if *showVersion || (len(rest) > 0 && rest[0] == "version") {
+	if a.showVersion || (len(rest) > 0 && rest[0] == "version") {
 		fmt.Fprintln(a.stdout, "pacerctl", version)
 		return nil
 	}
@@ -369,7 +439,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	if err := cmd.run(a, ctx, args); err != nil {
 		var ue *usageError
@@ -427,35 +497,50 @@ func newFlagSet(name string) *flag.FlagSet {
 }
 
 // parseArgs parses a command's flags, which may come before, between or
-// after its positional arguments ("campaign set c1 --daily 5u"), and returns
-// the positional ones. After "--" everything is positional.
+// after its positional arguments ("campaign set c1 --daily 5units"), and
+// returns the positional ones. A negative number is an argument, not a flag
+// (so "spend c1 -5" is refused as a negative amount). After "--" everything
+// is positional.
 func (a *app) parseArgs(fs *flag.FlagSet, args []string, synopsis string) ([]string, error) {
 	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
+	for len(args) > 0 {
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		if !isFlag(args[0]) {
+			pos = append(pos, args[0])
+			args = args[1:]
+			continue
+		}
+		n := 1 // the flag, and its value when it takes the next argument
+		if name, hasValue := flagName(args[0]); !hasValue && len(args) > 1 {
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) {
+				n = 2
+			}
+		}
+		if err := fs.Parse(args[:n]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprintf(a.stdout, "Usage: pacerctl %s\n", strings.TrimSpace(fs.Name()+" "+synopsis))
-				for _, c := range commands() {
-					if c.name == fs.Name() {
-						fmt.Fprintf(a.stdout, "\n%s\n", c.help)
-					}
-				}
-				fs.SetOutput(a.stdout)
-				fs.PrintDefaults()
+				a.commandHelp(fs, synopsis)
 				return nil, errHelp
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}
-		rest := fs.Args()
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		args = args[n:]
 	}
+	return pos, nil
+}
+
+// commandHelp prints a command's synopsis, help and flags (for -h, --help).
+func (a *app) commandHelp(fs *flag.FlagSet, synopsis string) {
+	fmt.Fprintf(a.stdout, "Usage: pacerctl %s\n", strings.TrimSpace(fs.Name()+" "+synopsis))
+	for _, c := range commands() {
+		if c.name == fs.Name() {
+			fmt.Fprintf(a.stdout, "\n%s\n", c.help)
+		}
+	}
+	fs.SetOutput(a.stdout)
+	fs.PrintDefaults()
+	fmt.Fprintln(a.stdout, "\nThe global flags (pacerctl help) may be given anywhere on the line.")
 }
 
 // noArgs parses the flags of a command that takes no arguments (its -h

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -108,8 +109,8 @@ func wantFields(t *testing.T, step string, got map[string]any, want map[string]a
 func TestCampaignRoundTrip(t *testing.T) {
 	h := newHarness(t)
 
-	out := h.ok("campaign", "set", "c1", "--daily", "5u", "--tz", "Europe/Paris", "--curve", "evening-peak")
-	if want := "campaign c1 created (version 1): daily 5000000 micros (5u), tz Europe/Paris, curve evening-peak, 8 shards, active\n" +
+	out := h.ok("campaign", "set", "c1", "--daily", "5units", "--tz", "Europe/Paris", "--curve", "evening-peak")
+	if want := "campaign c1 created (version 1): daily 5000000 micros (5units), tz Europe/Paris, curve evening-peak, 8 shards, active\n" +
 		"today 2099-03-09 is not open yet: it will open with the new budget\n"; out != want {
 		t.Errorf("set c1:\n got %q\nwant %q", out, want)
 	}
@@ -146,9 +147,9 @@ func TestCampaignRoundTrip(t *testing.T) {
 
 	// Today's spent share shows once the day is open.
 	h.openToday("c0")
-	want := "ID  DAILY  TZ            CURVE         SHARDS  STATE   SPENT TODAY\n" +
-		"c0  1.5u   UTC           flat          8       active  0.0%\n" +
-		"c1  5u     Europe/Paris  evening-peak  4       active  -\n"
+	want := "ID  DAILY     TZ            CURVE         SHARDS  STATE   SPENT TODAY\n" +
+		"c0  1.5units  UTC           flat          8       active  0.0%\n" +
+		"c1  5units    Europe/Paris  evening-peak  4       active  -\n"
 	if out := h.ok("campaign", "list"); out != want {
 		t.Errorf("list:\n%s\nwant:\n%s", out, want)
 	}
@@ -175,19 +176,19 @@ func TestCampaignRoundTrip(t *testing.T) {
 func TestCampaignSetAdjustsOpenDay(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "1")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "1")
 	day := h.openToday("c1")
 	if day.Key != "2099-03-08" {
 		t.Fatalf("day %s", day.Key)
 	}
 
 	// A raise and a cut that fits are applied in full.
-	out := h.ok("campaign", "set", "c1", "--daily", "12u")
-	if want := "campaign c1 updated (version 2): daily 12000000 micros (12u), tz UTC, curve flat, 1 shards, active\n" +
+	out := h.ok("campaign", "set", "c1", "--daily", "12units")
+	if want := "campaign c1 updated (version 2): daily 12000000 micros (12units), tz UTC, curve flat, 1 shards, active\n" +
 		"today 2099-03-08 is open: budget 10000000 -> 12000000 micros (+2000000)\n"; out != want {
 		t.Errorf("raise:\n got %q\nwant %q", out, want)
 	}
-	h.ok("campaign", "set", "c1", "--daily", "4u")
+	h.ok("campaign", "set", "c1", "--daily", "4units")
 	wantFields(t, "after cut", h.get("c1"), map[string]any{"budget": 4e6, "locked": 4e6, "day_open": true})
 
 	// Lease part of the budget, then cut to zero: the cut is applied in full,
@@ -220,13 +221,13 @@ func TestCampaignSetAdjustsOpenDay(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	h := newHarness(t)
-	h.ok("campaign", "set", "c1", "--daily", "1u")
+	h.ok("campaign", "set", "c1", "--daily", "1units")
 	for _, tc := range []struct {
 		args []string
 		want string // the first line of stderr
 	}{
 		{[]string{"campaign", "set", "c1", "--daily", "-5"}, `campaign set: invalid value "-5" for flag -daily: amount "-5" is negative`},
-		{[]string{"campaign", "set", "c1", "--daily", "1.5"}, `campaign set: invalid value "1.5" for flag -daily: amount "1.5": a plain number is integer micros; write currency units with the suffix u (1.5u)`},
+		{[]string{"campaign", "set", "c1", "--daily", "1.5"}, `campaign set: invalid value "1.5" for flag -daily: amount "1.5": a plain number is integer micros; write currency units with the suffix units (1.5units)`},
 		{[]string{"campaign", "set", "c1", "--tz", "Mars/Olympus"}, `campaign set: unknown time zone "Mars/Olympus": want an IANA zone such as Europe/Paris or UTC`},
 		{[]string{"campaign", "set", "c1", "--tz", "Local"}, `campaign set: unknown time zone "Local": want an IANA zone such as Europe/Paris or UTC`},
 		{[]string{"campaign", "set", "bad/id", "--daily", "1"}, `campaign set: bad campaign id "bad/id": want 1 to 128 characters from [A-Za-z0-9_.-]`},
@@ -235,7 +236,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"campaign", "set", "c1", "--curve", "nope"}, `campaign set: unknown curve "nope": ../../configs/curves has daytime, evening-peak, flat, overnight-low`},
 		{[]string{"campaign", "set", "c1", "--curve", "Bad"}, `campaign set: curve name "Bad": want 1 to 64 characters from [a-z0-9_-]`},
 		{[]string{"campaign", "set", "c1", "--shards", "0"}, `campaign set: --shards 0: want 1 to 256`},
-		{[]string{"campaign", "set", "c1", "--daily", "1000000001u"}, `campaign set: --daily 1000000001u: at most 1000000000000000 micros (1000000000u)`},
+		{[]string{"campaign", "set", "c1", "--daily", "1000000001units"}, `campaign set: --daily 1000000001units: at most 1000000000000000 micros (1000000000units)`},
 		{[]string{"campaign", "set", "c1", "--color"}, `campaign set: flag provided but not defined: -color`},
 		{[]string{"campaign", "get"}, `campaign get: want exactly one campaign id, got 0 arguments`},
 		{[]string{"campaign", "list", "x"}, `campaign list: takes no arguments, got ["x"]`},
@@ -244,8 +245,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"check", "a", "b"}, `check: want at most one campaign id, got 2 arguments`},
 		{[]string{"spend", "c1", "0"}, `spend: amount must be positive`},
+		// A negative number is an argument (refused as money), not a flag.
+		{[]string{"spend", "c1", "-5"}, `spend: amount "-5" is negative`},
+		{[]string{"refund", "c1", "-1.5units", "a1"}, `refund: amount "-1.5units" is negative`},
+		{[]string{"campaign", "set", "c1", "--daily", "86400u"}, `campaign set: invalid value "86400u" for flag -daily: amount "86400u": the suffix u is no longer read (it looks like µ, micro); write 86400units for currency units or 86400000000 for micros`},
+		{[]string{"campaign", "list", "--timeout"}, `flag needs an argument: -timeout`},
+		{[]string{"campaign", "list", "--timeout", "0s"}, `--timeout 0s: must be positive`},
 		{[]string{"spend", "c1"}, `spend: want <campaign> <MONEY> [auction-id], got 1 arguments`},
-		{[]string{"refund", "c1", "1.0000001u"}, `refund: amount "1.0000001u" has more than 6 decimals; 0.000001u (1 micro) is the smallest amount`},
+		{[]string{"refund", "c1", "1.0000001units"}, `refund: amount "1.0000001units" has more than 6 decimals; 0.000001units (1 micro) is the smallest amount`},
 		{[]string{"curve", "show"}, `curve show: want exactly one curve name, got 0 arguments`},
 	} {
 		r := h.run(tc.args...)
@@ -289,9 +296,52 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// TestGlobalFlagsAnywhere: a global flag means the same before the command,
+// after it, or between its arguments; a command's own flags still work, and
+// "--" ends the flags.
+func TestGlobalFlagsAnywhere(t *testing.T) {
+	h := newHarness(t)
+	h.ok("campaign", "set", "c1", "--daily", "5units", "--tz", "Europe/Paris")
+	first := runArgs("--redis", h.redis.Socket, "--json", "campaign", "list")
+	if first.code != 0 || !strings.HasPrefix(first.stdout, "[") {
+		t.Fatalf("--json campaign list: %+v", first)
+	}
+	for _, args := range [][]string{
+		{"campaign", "list", "--json", "--redis", h.redis.Socket},
+		{"campaign", "--redis=" + h.redis.Socket, "list", "-json"},
+		{"--redis", h.redis.Socket, "campaign", "list", "--json=true", "--timeout", "1m"},
+	} {
+		if r := runArgs(args...); r.code != 0 || r.stdout != first.stdout {
+			t.Errorf("pacerctl %s: %+v\nwant the output of --json campaign list:\n%s", strings.Join(args, " "), r, first.stdout)
+		}
+	}
+	// A command flag and a global flag mixed after the positional id.
+	r := runArgs("campaign", "set", "c1", "--json", "--daily", "6units", "--redis", h.redis.Socket)
+	var set setResult
+	if err := json.Unmarshal([]byte(r.stdout), &set); r.code != 0 || err != nil || set.Campaign.DailyMicros != 6_000_000 {
+		t.Errorf("campaign set c1 --json --daily 6units --redis ...: %+v %v", r, err)
+	}
+	// -h after the command is the command's help, not the global usage.
+	if r := runArgs("campaign", "list", "--json", "-h"); r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: pacerctl campaign list") ||
+		!strings.Contains(r.stdout, "global flags (pacerctl help) may be given anywhere") {
+		t.Errorf("campaign list --json -h: %+v", r)
+	}
+	// After "--", a flag-like word is an argument: here a campaign id.
+	if r := runArgs("--redis", h.redis.Socket, "campaign", "get", "--", "--json"); r.code != 1 || !strings.Contains(r.stderr, `unknown campaign "--json"`) {
+		t.Errorf("campaign get -- --json: %+v", r)
+	}
+	// A "--" before the command ends the flags there.
+	if r := runArgs("--redis", h.redis.Socket, "--", "campaign", "list"); r.code != 0 || !strings.HasPrefix(r.stdout, "ID ") {
+		t.Errorf("--redis R -- campaign list: %+v", r)
+	}
+	if r := runArgs("--redis", h.redis.Socket, "--", "campaign", "list", "--json"); r.code != 2 || !strings.Contains(r.stderr, "flag provided but not defined: -json") {
+		t.Errorf("--redis R -- campaign list --json: %+v", r)
+	}
+}
+
 func TestCheck(t *testing.T) {
 	h := newHarness(t)
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "2")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "2")
 	h.ok("campaign", "set", "c2", "--daily", "3", "--shards", "2", "--tz", "Asia/Tokyo")
 
 	if out := withoutDurability(h.ok("check")); out != "no open campaign-days to check\n" {
@@ -346,9 +396,41 @@ func TestCurveCommands(t *testing.T) {
 		"daytime        24     9 (09:00-10:00)   7.52%\n" +
 		"evening-peak   24     20 (20:00-21:00)  11.76%\n" +
 		"flat           24     0 (00:00-01:00)   4.17%\n" + // 1/24, rounded to the nearest
-		"overnight-low  24     8 (08:00-09:00)   5.41%\n"
+		"overnight-low  24     8 (08:00-09:00)   5.41%\n" +
+		"auto           96     fitted daily per campaign  (pacerctl curve show auto)\n"
+	want = strings.ReplaceAll(want, "PEAK SLOT         PEAK SHARE", "PEAK SLOT                  PEAK SHARE")
+	want = strings.ReplaceAll(want, ")   ", ")            ")
+	want = strings.ReplaceAll(want, ")  1", ")           1")
 	if r.code != 0 || r.stdout != want {
 		t.Errorf("curve list: %+v\nwant:\n%s", r, want)
+	}
+
+	// auto is built in: listed, and explained by curve show with the
+	// daemon's own constants.
+	r = runArgs(append(curves, "curve", "show", "auto")...)
+	for _, s := range []string{
+		"curve auto: built in, fitted per campaign-day (96 slots)\n",
+		"on the 7 local days before", "bounded to 0.2..5 times the mean share", "With fewer than 200",
+		"pacerctl curve fit <campaign> --days 7 --slots 96",
+	} {
+		if r.code != 0 || !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), strings.Join(strings.Fields(s), " ")) {
+			t.Errorf("curve show auto: %+v\nwant it to contain %q", r, s)
+		}
+	}
+	var auto autoDetail
+	r = runArgs(append(curves, "curve", "show", "auto", "--json")...)
+	if err := json.Unmarshal([]byte(r.stdout), &auto); err != nil || auto.Days != daemon.AutoCurveDays || auto.Slots != daemon.AutoCurveSlots ||
+		auto.MinRequests != daemon.AutoCurveMinRequests || !auto.Fitted {
+		t.Errorf("curve show auto --json: %+v %v", r, err)
+	}
+	var list []curveSummary
+	r = runArgs(append(curves, "curve", "list", "--json")...)
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list) != 5 || list[4].Name != "auto" || !list[4].Fitted {
+		t.Errorf("curve list --json: %+v %v", r, err)
+	}
+	if r := runArgs(append(curves, "curve", "show", "auto", "--png", filepath.Join(t.TempDir(), "a.png"))...); r.code != 2 ||
+		!strings.Contains(r.stderr, "auto has no fixed shape to draw") {
+		t.Errorf("curve show auto --png: %+v", r)
 	}
 
 	r = runArgs(append(curves, "curve", "show", "evening-peak")...)
@@ -418,29 +500,37 @@ func TestParseMoney(t *testing.T) {
 	}{
 		{"1500000", 1_500_000, ""},
 		{"0", 0, ""},
-		{"1.5u", 1_500_000, ""},
-		{"0.000001u", 1, ""},
-		{"12u", 12_000_000, ""},
-		{"007u", 7_000_000, ""},
-		{"1.000000u", 1_000_000, ""},
+		{"1.5units", 1_500_000, ""},
+		{"0.000001units", 1, ""},
+		{"12units", 12_000_000, ""},
+		{"007units", 7_000_000, ""},
+		{"1.000000units", 1_000_000, ""},
 		{"9223372036854775807", math.MaxInt64, ""},
-		{"9223372036854.775807u", math.MaxInt64, ""},
-		{"1.0000001u", 0, `amount "1.0000001u" has more than 6 decimals; 0.000001u (1 micro) is the smallest amount`},
+		{"9223372036854.775807units", math.MaxInt64, ""},
+		{"1.0000001units", 0, `amount "1.0000001units" has more than 6 decimals; 0.000001units (1 micro) is the smallest amount`},
 		{"-1", 0, `amount "-1" is negative`},
-		{"-1.5u", 0, `amount "-1.5u" is negative`},
+		{"-1.5units", 0, `amount "-1.5units" is negative`},
 		{"9223372036854775808", 0, `amount "9223372036854775808" is too large`},
-		{"9223372036854.775808u", 0, `amount "9223372036854.775808u" is too large`},
-		{"9223372036855u", 0, `amount "9223372036855u" is too large`},
-		{"99999999999999999999u", 0, `amount "99999999999999999999u" is too large`},
-		{"1.5", 0, `amount "1.5": a plain number is integer micros; write currency units with the suffix u (1.5u)`},
+		{"9223372036854.775808units", 0, `amount "9223372036854.775808units" is too large`},
+		{"9223372036855units", 0, `amount "9223372036855units" is too large`},
+		{"99999999999999999999units", 0, `amount "99999999999999999999units" is too large`},
+		{"1.5", 0, `amount "1.5": a plain number is integer micros; write currency units with the suffix units (1.5units)`},
 		{"", 0, "empty amount"},
-		{"u", 0, `amount "u": want currency units such as 1.5u or 12u`},
-		{".5u", 0, `amount ".5u": want currency units such as 1.5u or 12u`},
-		{"1.u", 0, `amount "1.u": want currency units such as 1.5u or 12u`},
-		{"+1", 0, `amount "+1": want integer micros (1500000) or currency units with the suffix u (1.5u)`},
-		{"1e6", 0, `amount "1e6": want integer micros (1500000) or currency units with the suffix u (1.5u)`},
-		{"1,000", 0, `amount "1,000": want integer micros (1500000) or currency units with the suffix u (1.5u)`},
-		{"1.5U", 0, `amount "1.5U": want integer micros (1500000) or currency units with the suffix u (1.5u)`},
+		{"1500000micros", 1_500_000, ""},
+		{"0micros", 0, ""},
+		{"1.5micros", 0, `amount "1.5micros": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"units", 0, `amount "units": want currency units such as 1.5units or 12units`},
+		{".5units", 0, `amount ".5units": want currency units such as 1.5units or 12units`},
+		{"1.units", 0, `amount "1.units": want currency units such as 1.5units or 12units`},
+		// The former suffix u reads as µ: refused, naming both spellings.
+		{"86400u", 0, `amount "86400u": the suffix u is no longer read (it looks like µ, micro); write 86400units for currency units or 86400000000 for micros`},
+		{"1.5u", 0, `amount "1.5u": the suffix u is no longer read (it looks like µ, micro); write 1.5units for currency units or 1500000 for micros`},
+		{"u", 0, `amount "u": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"+1", 0, `amount "+1": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"1e6", 0, `amount "1e6": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"1,000", 0, `amount "1,000": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"1.5U", 0, `amount "1.5U": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
+		{"1.5UNITS", 0, `amount "1.5UNITS": want integer micros (1500000) or currency units with the suffix units (1.5units)`},
 	} {
 		got, err := parseMoney(tc.in)
 		switch {
@@ -454,8 +544,8 @@ func TestParseMoney(t *testing.T) {
 
 func TestFormatUnits(t *testing.T) {
 	for micros, want := range map[int64]string{
-		0: "0u", 1: "0.000001u", 1_500_000: "1.5u", 12_000_000: "12u", -2_500_000: "-2.5u",
-		math.MaxInt64: "9223372036854.775807u", math.MinInt64: "-9223372036854.775808u",
+		0: "0units", 1: "0.000001units", 1_500_000: "1.5units", 12_000_000: "12units", -2_500_000: "-2.5units",
+		math.MaxInt64: "9223372036854.775807units", math.MinInt64: "-9223372036854.775808units",
 	} {
 		if got := formatUnits(micros); got != want {
 			t.Errorf("formatUnits(%d) = %q, want %q", micros, got, want)
@@ -548,14 +638,14 @@ func TestLocalCommands(t *testing.T) {
 		out  string
 		err  string
 	}{
-		{[]string{"spend", "c1", "1.5u", "auction-1"}, 0, "allowed 1\n", ""},
+		{[]string{"spend", "c1", "1.5units", "auction-1"}, 0, "allowed 1\n", ""},
 		{[]string{"spend", "c1", "600000"}, 0, "paced 0\n", ""},
 		{[]string{"spend", "empty", "1"}, 0, "exhausted -1\n", ""},
-		{[]string{"refund", "c1", "0.25u", "auction-1"}, 0, "refunded 250000\n", ""},
+		{[]string{"refund", "c1", "0.25units", "auction-1"}, 0, "refunded 250000\n", ""},
 		{[]string{"balance", "c1"}, 0, "tokens=750000 reserve=7 pace=100/s state=active\n", ""},
 		{[]string{"--json", "spend", "c1", "1"}, 0, "{\n  \"campaign\": \"c1\",\n  \"amount_micros\": 1,\n  \"decision\": \"allowed\",\n  \"reply\": 1\n}\n", ""},
 		{[]string{"spend", "nope", "1"}, 1, "", "pacerctl: spend: pacerd: unknown campaign \"nope\"\n"},
-		{[]string{"spend", "c1", "6u"}, 1, "", "pacerctl: spend: pacerd: amount 6000000 exceeds the per-call maximum 5000000\n"},
+		{[]string{"spend", "c1", "6units"}, 1, "", "pacerctl: spend: pacerd: amount 6000000 exceeds the per-call maximum 5000000\n"},
 		{[]string{"balance", "nope"}, 1, "", "pacerctl: balance: pacerd: unknown campaign \"nope\"\n"},
 	} {
 		r := local(st.args...)

@@ -36,7 +36,7 @@ func TestCheckWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	h.ok("campaign", "set", "c1", "--daily", "10u", "--shards", "2")
+	h.ok("campaign", "set", "c1", "--daily", "10units", "--shards", "2")
 	day := h.openToday("c1")
 	rc := reconcile.New(h.ledger, reconcile.Config{Clock: clockAt(t0), Watermarks: reconcile.NewEtcdWatermarks(cli)})
 	if err := rc.Pass(ctx, 1); err != nil {
