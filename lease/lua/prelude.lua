@@ -175,8 +175,16 @@ end
 -- counted exactly as BuildReport used to replay the stream: the report is
 -- exact however long the stream grew (it is capped at maxlen entries, and
 -- stays the audit trail, not the account).
+--
+-- A stream with a consumer group is exported (pacer-export, docs/EXPORT.md):
+-- it is not capped here, and the exporter trims it (trim.lua) only below
+-- what every group acknowledged. Without a group the cap stays.
 local function audit(key, maxlen, ...)
-  redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+  if redis.call('EXISTS', key) == 1 and #redis.call('XINFO', 'GROUPS', key) > 0 then
+    redis.call('XADD', key, '*', ...)
+  else
+    redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+  end
   local a = {...}
   local f = {}
   for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
