@@ -139,7 +139,7 @@ func ConnectWith(url string, opt Options) (*Broadcaster, error) {
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			// A permissions violation: the server refused something this
-			// client's NATS user may not do (see README "Security"). Other
+			// client's NATS user may not do (see docs/SECURITY.md). Other
 			// asynchronous errors (a slow consumer) are only logged.
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				b.refused.Add(1)

@@ -22,7 +22,7 @@ import (
 )
 
 // daemonPermissions and operatorPermissions are the NATS permissions the
-// README's Security section documents: daemons hear everything and may
+// docs/SECURITY.md documents: daemons hear everything and may
 // publish only what the ledger told them; only operators revoke or change.
 var (
 	daemonPermissions = &natsserver.Permissions{

@@ -26,7 +26,7 @@ import (
 // same daemons running through the restore, the clients are never allowed
 // more than the budget; with the daemons replaced by new ones that saw
 // nothing, the overspend is at most what the clients were allowed in the lost
-// window (README, "What is guaranteed": Bounded). Either way the ledger names
+// window (docs/GUARANTEES.md, "Bounded"). Either way the ledger names
 // the loss (lease.CheckDay: "lost acknowledged writes", so `pacerctl check`
 // exits 1) and otherwise balances.
 func TestFaultRedisRestoredFromAnOlderAOF(t *testing.T) {

@@ -10,13 +10,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis TIME is the fleet's one clock for money. Daemons still stamp ledger
-// calls with their own clock, so each daemon measures how far its clock is
-// from Redis's and takes no new lease while that offset is beyond the
-// clock-skew bound: a host whose clock runs ahead could otherwise settle other
+// Redis TIME is the fleet's one clock for money. The ledger scripts do not
+// read it: every call passes the caller's clock (milliseconds since the
+// epoch), so each daemon measures how far its clock is from Redis's and takes
+// no new lease while that offset, widened by the measurement's uncertainty,
+// is beyond the clock-skew bound; the reconciler runs no pass while its own
+// host's is. A host whose clock runs ahead could otherwise settle other
 // daemons' live leases early, and one whose clock runs behind would spend a
-// lease after the ledger considers it expired. (The settlement scripts are to
-// read TIME themselves; see DESIGN.md "Leases and time".)
+// lease after the ledger considers it expired. Within the bound, a daemon
+// stops spending a lease at its expiry minus the bound, and the reconciler
+// settles it only after its expiry plus a grace larger than the bound.
 
 // ErrClockSkew is wrapped by *ClockSkewError.
 var ErrClockSkew = errors.New("lease: clock differs from Redis TIME beyond the skew bound")

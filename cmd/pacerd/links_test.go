@@ -130,7 +130,7 @@ func TestBroadcastKeyAtStart(t *testing.T) {
 	}
 }
 
-// restrictedACL is the narrowest Redis ACL the README recommends for the
+// restrictedACL is the narrowest Redis ACL docs/SECURITY.md recommends for the
 // daemons: keys under pacer: only, no channels, and only the command
 // categories and commands the ledger, its scripts and the durability and
 // clock checks use. The default user is the operator's (all rights).

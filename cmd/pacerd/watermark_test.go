@@ -19,7 +19,7 @@ import (
 )
 
 // The elected pacerd advances the ledger's watermark every pass and records
-// it in etcd, with the etcd role the README documents (read/write on the
+// it in etcd, with the etcd role docs/SECURITY.md documents (read/write on the
 // election's prefix, /pacer/reconciler, and nothing else).
 func TestPacerdRecordsTheWatermarkInEtcd(t *testing.T) {
 	e, certs := secureEtcd(t)

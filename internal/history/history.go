@@ -153,7 +153,7 @@ type DayPlan struct {
 	// (CheckDay's "lost acknowledged writes", not a violation here), and
 	// what the fleet's re-assertion found leased or spent twice, Shortfall
 	// (the ledger owes it, and restores the budget by it), is the bound the
-	// README states: the day may net up to Limit + Shortfall.
+	// docs/GUARANTEES.md states: the day may net up to Limit + Shortfall.
 	Restored  bool
 	Shortfall int64
 }
