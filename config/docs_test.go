@@ -20,6 +20,7 @@ var docsQuotingDefaults = []string{
 	"docs/OPERATIONS.md",
 	"docs/PROTOCOL.md",
 	"docs/SECURITY.md",
+	"docs/SIMULATION.md",
 }
 
 // quotedDefault is how the manual quotes a config key's default in prose:
@@ -106,6 +107,7 @@ func TestDocsQuoteTheConstants(t *testing.T) {
 		required string // a page that must quote it
 	}{
 		{regexp.MustCompile(`flat until ([0-9,]+) SPENDs`), fmt.Sprint(daemon.AutoCurveMinRequests), "docs/CONFIGURATION.md"},
+		{regexp.MustCompile(`fewer than ([0-9,]+) SPENDs, the day is flat`), fmt.Sprint(daemon.AutoCurveMinRequests), "docs/SIMULATION.md"},
 		{regexp.MustCompile(`recorded\s+over the ([0-9]+) days before`), fmt.Sprint(daemon.AutoCurveDays), "docs/CONFIGURATION.md"},
 	} {
 		found := false
