@@ -3,7 +3,8 @@
 #   - redis-server and redis-cli (tests and `make run` start their own servers),
 #   - the compatibility suite's clients (compat/): Debian's python3-redis for
 #     /usr/bin/python3, and Node with ioredis and node-redis pinned in
-#     compat/node/package-lock.json, installed in compat/node/node_modules.
+#     compat/node/package-lock.json, installed in compat/node/node_modules,
+#   - postgresql-15 (the exporter's tests run its initdb and pg_ctl).
 # Idempotent: a second run installs nothing. Otherwise it says what to run.
 # `scripts/deps.sh run` installs only what `make run` needs (redis).
 set -euo pipefail
@@ -18,6 +19,10 @@ if ! $only_run; then
   if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; then
     pkgs+=(python3 python3-redis)
   fi
+  # PostgreSQL 15 for the exporter's tests (export/, cmd/pacer-export,
+  # pacerctl reconcile): they run initdb and pg_ctl from Debian's versioned
+  # server directory (internal/pgtest), never a system cluster.
+  [ -x /usr/lib/postgresql/15/bin/initdb ] || pkgs+=(postgresql-15)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
@@ -32,7 +37,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     exit 1
   fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "missing: ${pkgs[*]}, and this is not a Debian-like system: install redis-server (>= 6), redis-cli, python3 with redis-py, and Node >= 18 with npm by hand." >&2
+    echo "missing: ${pkgs[*]}, and this is not a Debian-like system: install redis-server (>= 6; >= 7 for pacer-export), redis-cli, python3 with redis-py, PostgreSQL 15 (set PACER_PG_BIN to its bin directory), and Node >= 18 with npm by hand." >&2
     exit 1
   fi
   echo "installing ${pkgs[*]} from Debian's packages..." >&2

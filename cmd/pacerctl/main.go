@@ -193,6 +193,7 @@ func commands() []command {
 				"days whose shards it holds; without --etcd check says it could not compare.\n" +
 				"Exit status 1 if anything is off.",
 			run: (*app).check},
+		reconcileCommand(),
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
 			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
 			run:  (*app).spend},

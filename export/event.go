@@ -1,0 +1,169 @@
+package export
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+// event is one audit-stream entry as a ledger_events row.
+type event struct {
+	id       streamID
+	kind     string
+	micros   int64 // the entry's amount (a release's lease amount, of which unused came back)
+	unused   int64
+	ref      string // the lease, budget op, move or daemon run the entry is about
+	holder   string
+	at       time.Time // the ledger's time of the change (the entry's ms field)
+	fields   map[string]string
+	carryOut bool // an adjust that is a carry-over's take (op carry-out)
+}
+
+// streamID is a Redis stream entry id, ms-seq.
+type streamID struct{ ms, seq int64 }
+
+func (id streamID) String() string { return fmt.Sprintf("%d-%d", id.ms, id.seq) }
+
+func (id streamID) less(o streamID) bool {
+	return id.ms < o.ms || (id.ms == o.ms && id.seq < o.seq)
+}
+
+func parseStreamID(s string) (streamID, error) {
+	ms, seq, ok := strings.Cut(s, "-")
+	a, err1 := strconv.ParseInt(ms, 10, 64)
+	b, err2 := strconv.ParseInt(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 {
+		return streamID{}, fmt.Errorf("bad stream id %q", s)
+	}
+	return streamID{a, b}, nil
+}
+
+// refFields name what an entry is about, by kind of entry; the first present wins.
+var refFields = []string{"lease", "op", "move", "run"}
+
+// parseEntry reads one audit entry. An entry that is not what the ledger's
+// scripts write (an amount that is not an integer) is an error naming it:
+// the stream stops there rather than skip money.
+func parseEntry(k lease.ShardKey, m redis.XMessage) (event, error) {
+	id, err := parseStreamID(m.ID)
+	if err != nil {
+		return event{}, fmt.Errorf("%s: %w", k, err)
+	}
+	e := event{id: id, fields: make(map[string]string, len(m.Values))}
+	for f, v := range m.Values {
+		s, ok := v.(string)
+		if !ok {
+			return event{}, fmt.Errorf("%s entry %s: field %s is %T", k, m.ID, f, v)
+		}
+		e.fields[f] = s
+	}
+	e.kind = e.fields["ev"]
+	if e.kind == "" {
+		return event{}, fmt.Errorf("%s entry %s: no ev field", k, m.ID)
+	}
+	if e.micros, err = intField(e.fields, "amount"); err != nil {
+		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+	}
+	if e.unused, err = intField(e.fields, "unused"); err != nil {
+		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+	}
+	if e.unused < 0 || (e.kind == "release" && e.unused > e.micros) {
+		return event{}, fmt.Errorf("%s entry %s: unused %d of %d", k, m.ID, e.unused, e.micros)
+	}
+	ms := id.ms
+	if s, ok := e.fields["ms"]; ok {
+		if ms, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return event{}, fmt.Errorf("%s entry %s: ms %q", k, m.ID, s)
+		}
+	}
+	e.at = time.UnixMilli(ms).UTC()
+	for _, f := range refFields {
+		if v, ok := e.fields[f]; ok {
+			e.ref = v
+			break
+		}
+	}
+	e.holder = e.fields["holder"]
+	e.carryOut = e.kind == "adjust" && strings.HasPrefix(e.fields["op"], "carry-out")
+	return e, nil
+}
+
+func intField(f map[string]string, name string) (int64, error) {
+	s, ok := f[name]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q is not an integer", name, s)
+	}
+	return n, nil
+}
+
+// Totals is what a campaign-day's (or an hour's) events add up to, counted as
+// the ledger's report counters count them (lease/lua/prelude.lua, audit), in
+// micros: so that SQL and the ledger can be compared field by field.
+type Totals struct {
+	Budget   int64 `json:"budget"`   // open + adjust (carry-over and cuts included)
+	Spent    int64 `json:"spent"`    // released minus unused, plus settled, plus re-asserted runs
+	Returned int64 `json:"returned"` // unused micros given back on release (bidders' refunds included)
+	Lost     int64 `json:"lost"`     // settled from expired leases
+	Carry    int64 `json:"carry"`    // taken from the day by its carry-over
+	Cuts     int64 `json:"cuts"`     // taken from the day by budget cuts (carry-over not included)
+	Granted  int64 `json:"granted"`
+	Closed   int64 `json:"closed"` // lease micros closed by release or settlement
+	Leases   int64 `json:"leases"`
+	Settled  int64 `json:"settled"`
+	Events   int64 `json:"events"`
+}
+
+// add counts e, and fails rather than overflow.
+func (t *Totals) add(e event) error {
+	var err error
+	inc := func(p *int64, d int64) {
+		if (d > 0 && *p > math.MaxInt64-d) || (d < 0 && *p < math.MinInt64-d) {
+			err = fmt.Errorf("%s %d: totals overflow int64", e.kind, d)
+			return
+		}
+		*p += d
+	}
+	inc(&t.Events, 1)
+	switch e.kind {
+	case "open":
+		inc(&t.Budget, e.micros)
+	case "adjust":
+		inc(&t.Budget, e.micros)
+		if e.carryOut {
+			inc(&t.Carry, -e.micros)
+		} else if e.micros < 0 {
+			inc(&t.Cuts, -e.micros)
+		}
+	case "grant":
+		inc(&t.Leases, 1)
+		inc(&t.Granted, e.micros)
+	case "release":
+		inc(&t.Spent, e.micros-e.unused)
+		inc(&t.Returned, e.unused)
+		inc(&t.Closed, e.micros)
+	case "reassert_run":
+		inc(&t.Spent, e.micros)
+	case "settle":
+		inc(&t.Settled, 1)
+		inc(&t.Lost, e.micros)
+		inc(&t.Spent, e.micros)
+		inc(&t.Closed, e.micros)
+	}
+	return err
+}
+
+// columns are Totals' fields in spend_days' and spend_hours' column order.
+func (t *Totals) columns() []int64 {
+	return []int64{t.Budget, t.Spent, t.Returned, t.Lost, t.Carry, t.Cuts, t.Granted, t.Closed, t.Leases, t.Settled, t.Events}
+}
+
+const totalsColumns = "budget, spent, returned, lost, carry, cuts, granted, closed, leases, settled, events"

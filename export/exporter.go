@@ -1,0 +1,277 @@
+// Package export owns the spend ledger in PostgreSQL: it copies every shard's
+// audit stream from the Redis ledger into ledger_events exactly once, keeps
+// per campaign-day and per hour totals in the same transactions, trims the
+// streams below what was exported, detects what it could not export (gaps),
+// and compares its totals with the ledger's counters (Reconcile).
+//
+// Exactly once: each shard's stream is read through a consumer group
+// (XREADGROUP; XAUTOCLAIM takes over what a dead consumer held). A batch's
+// rows, the totals they add and the stream's cursor (the highest id
+// exported) are one transaction; rows are keyed by stream and entry id, so an
+// entry delivered again (a crash between COMMIT and XACK, two exporters, a
+// replay) inserts nothing and adds nothing. An entry is acknowledged only
+// after its commit, and only acknowledged entries are trimmed (lease's
+// TrimAudit), so a crash at any point neither loses nor duplicates.
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Config tunes an Exporter. The zero value is usable, with Consumer set.
+type Config struct {
+	// Group is the consumer group every exporter of one database shares
+	// (default "pacer-export"). A second database is a second group: each
+	// stream is trimmed only below what every group acknowledged.
+	Group string
+	// Consumer names this exporter in the group (default "pacer-export");
+	// give each process its own (pacer-export uses host-pid).
+	Consumer string
+	// Batch is the most entries one XREADGROUP reads and one transaction
+	// writes (default 1000).
+	Batch int64
+	// BatchesPerPass bounds the batches one stream gets per pass, so that a
+	// stream with a backlog does not starve the others (default 50).
+	BatchesPerPass int
+	// ClaimIdle is how long an entry stays delivered and unacknowledged
+	// before another consumer takes it over (XAUTOCLAIM; default 1 minute).
+	ClaimIdle time.Duration
+	// Interval is the time between passes in Run (default 1 s).
+	Interval time.Duration
+	// NoTrim leaves the streams untrimmed (a second exporter group that must
+	// not trim, or tests).
+	NoTrim bool
+	// Now is the clock (default time.Now): lag and the times written.
+	Now func() time.Time
+	// Step, if set, is called at each step of a batch's export ("read",
+	// "begun", "inserted", "totals", "cursor", "committed", "acked",
+	// "trimmed"); an error it returns aborts the pass there, as a crash
+	// would. For tests; production leaves it nil.
+	Step func(ctx context.Context, step string) error
+}
+
+// Exporter copies audit streams into PostgreSQL. Pass and Run are for one
+// goroutine; several Exporters (processes) may share a group and a database.
+type Exporter struct {
+	rdb    redis.UniversalClient
+	ledger *lease.Ledger
+	store  *store
+	cfg    Config
+	m      *Metrics
+	log    *zap.Logger
+	groups map[string]bool // streams whose group this exporter has seen
+}
+
+// New returns an Exporter. m may be nil (unregistered metrics), log too.
+func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg Config, m *Metrics, log *zap.Logger) *Exporter {
+	if cfg.Group == "" {
+		cfg.Group = "pacer-export"
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "pacer-export"
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
+	}
+	if cfg.BatchesPerPass <= 0 {
+		cfg.BatchesPerPass = 50
+	}
+	if cfg.ClaimIdle <= 0 {
+		cfg.ClaimIdle = time.Minute
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if hook := cfg.Step; hook == nil {
+		cfg.Step = func(context.Context, string) error { return nil }
+	} else {
+		cfg.Step = func(ctx context.Context, step string) error {
+			if err := hook(ctx, step); err != nil {
+				return fmt.Errorf("%w %s: %w", errStep, step, err)
+			}
+			return nil
+		}
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Exporter{rdb: rdb, ledger: ledger, store: &store{db: db, step: cfg.Step, now: cfg.Now}, cfg: cfg, m: m,
+		log: log.Named("export"), groups: map[string]bool{}}
+}
+
+// Run makes a pass every Interval until ctx is done. A failed pass is
+// counted and logged, and the next one starts over from the cursors.
+func (e *Exporter) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := e.Pass(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("export pass failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// PassStats is what one pass did.
+type PassStats struct {
+	Streams    int
+	Exported   int64 // rows inserted
+	Duplicates int64 // entries read that were already exported
+	Trimmed    int64
+	Gaps       []Gap // found by this pass (new ones only)
+}
+
+// Pass exports what every stream holds beyond its cursor, and trims what was
+// exported. It stops at the first error (the next pass resumes).
+func (e *Exporter) Pass(ctx context.Context) (PassStats, error) {
+	var st PassStats
+	streams, err := e.ledger.AuditStreams(ctx)
+	if err != nil {
+		e.m.Errors.WithLabelValues("redis").Inc()
+		return st, err
+	}
+	st.Streams = len(streams)
+	e.m.Streams.Set(float64(len(streams)))
+	states, err := e.streamStates(ctx, streams)
+	if err != nil {
+		e.m.Errors.WithLabelValues("redis").Inc()
+		return st, err
+	}
+	// The cursors are read after the streams' states: a trim seen above was
+	// below what was committed before it, so below these cursors.
+	cursors, err := e.store.cursors(ctx)
+	if err != nil {
+		e.m.Errors.WithLabelValues("sql").Inc()
+		return st, err
+	}
+	if err := e.measureLag(ctx, states, cursors); err != nil {
+		return st, err
+	}
+	for _, s := range states {
+		if err := e.exportStream(ctx, s, cursors[s.k], &st); err != nil {
+			return st, err
+		}
+	}
+	e.m.LastPass.Set(float64(e.cfg.Now().UnixNano()) / 1e9)
+	return st, nil
+}
+
+// streamState is what Redis says of one stream at the start of a pass.
+type streamState struct {
+	k       lease.ShardKey
+	exists  bool
+	info    redis.XInfoStream
+	ours    *redis.XInfoGroup // our group, nil if not created yet
+	lastGen streamID
+	first   streamID // the first entry it holds (recorded-first-entry-id)
+}
+
+// streamStates reads every stream's XINFO STREAM and XINFO GROUPS in one
+// pipeline.
+func (e *Exporter) streamStates(ctx context.Context, ks []lease.ShardKey) ([]streamState, error) {
+	p := e.rdb.Pipeline()
+	infos := make([]*redis.XInfoStreamCmd, len(ks))
+	groups := make([]*redis.XInfoGroupsCmd, len(ks))
+	for i, k := range ks {
+		infos[i] = p.XInfoStream(ctx, k.AuditKey())
+		groups[i] = p.XInfoGroups(ctx, k.AuditKey())
+	}
+	_, _ = p.Exec(ctx) // a missing stream is an error of its own command
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]streamState, len(ks))
+	for i, k := range ks {
+		s := streamState{k: k}
+		info, err := infos[i].Result()
+		if isNoSuchKey(err) {
+			out[i] = s
+			continue
+		}
+		if err == nil && info == nil {
+			err = errors.New("no reply")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("export %s: xinfo: %w", k, err)
+		}
+		s.exists, s.info = true, *info
+		if s.lastGen, err = parseStreamID(info.LastGeneratedID); err != nil {
+			return nil, fmt.Errorf("export %s: %w", k, err)
+		}
+		if s.first, err = parseStreamID(info.RecordedFirstEntryID); err != nil {
+			return nil, fmt.Errorf("export %s: %w", k, err)
+		}
+		gs, err := groups[i].Result()
+		if err != nil {
+			return nil, fmt.Errorf("export %s: xinfo groups: %w", k, err)
+		}
+		for j := range gs {
+			if gs[j].Name == e.cfg.Group {
+				s.ours = &gs[j]
+			}
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
+
+// idle reports whether a stream has nothing for us: our group has every
+// entry delivered and acknowledged.
+func (s streamState) idle() bool {
+	return s.ours != nil && s.ours.Pending == 0 && s.ours.LastDeliveredID == s.info.LastGeneratedID
+}
+
+// measureLag sets the lag gauges from the streams' states and cursors: how
+// many entries each stream added beyond what was exported, and the age of
+// the oldest of them.
+func (e *Exporter) measureLag(ctx context.Context, states []streamState, cursors map[lease.ShardKey]cursor) error {
+	var entries int64
+	var oldest time.Duration
+	now := e.cfg.Now()
+	for _, s := range states {
+		c := cursors[s.k]
+		if !s.exists || s.info.EntriesAdded <= c.events {
+			continue
+		}
+		entries += s.info.EntriesAdded - c.events
+		first, err := e.rdb.XRangeN(ctx, s.k.AuditKey(), "("+c.last.String(), "+", 1).Result()
+		if err != nil {
+			e.m.Errors.WithLabelValues("redis").Inc()
+			return fmt.Errorf("export %s: lag: %w", s.k, err)
+		}
+		if len(first) == 1 {
+			if id, err := parseStreamID(first[0].ID); err == nil {
+				oldest = max(oldest, now.Sub(time.UnixMilli(id.ms)))
+			}
+		}
+	}
+	e.m.LagEntries.Set(float64(entries))
+	e.m.LagSeconds.Set(oldest.Seconds())
+	return nil
+}
+
+// errStep wraps an error a Config.Step hook returned.
+var errStep = errors.New("export: step")

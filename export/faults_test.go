@@ -1,0 +1,224 @@
+package export_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pacer/pacer/export"
+	"github.com/pacer/pacer/internal/pgtest"
+	"github.com/pacer/pacer/lease"
+)
+
+// Two exporters share the group and the database and run passes at the same
+// time while the ledger writes, each taking over what the other holds
+// (ClaimIdle 1 ms): every event lands once.
+func TestTwoExportersRacing(t *testing.T) {
+	f := newFixture(t, lease.Config{})
+	f.open(t, "race", 4)
+	f.spend(t, "race", 4, 10, "a", t0.Add(9*time.Hour))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var dups [2]int64
+	for i, name := range []string{"one", "two"} {
+		e := f.exporter(name, export.Config{Batch: 5, ClaimIdle: time.Millisecond})
+		wg.Go(func() {
+			for {
+				st, err := e.Pass(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				dups[i] += st.Duplicates
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		})
+	}
+	for i := range 4 {
+		f.spend(t, "race", 4, 10, "b"+strings.Repeat("x", i), t0.Add(10*time.Hour+time.Duration(i)*time.Minute))
+	}
+	close(stop)
+	wg.Wait()
+	passes(t, f.exporter("one", export.Config{}))
+	f.exact(t)
+	t.Logf("entries read twice and skipped: %d and %d", dups[0], dups[1])
+}
+
+// PostgreSQL crashes (pg_ctl stop -m immediate) while the ledger writes on:
+// passes fail and are counted, the streams keep everything (the lag grows),
+// and after PostgreSQL restarts the export catches up exactly.
+func TestPostgresRestartedWhileSpending(t *testing.T) {
+	srv := pgtest.Own(t)
+	dsn, err := srv.CreateDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, lease.Config{})
+	f.db.Close()
+	f.db = openDB(t, dsn)
+	f.open(t, "pg", 2)
+	m := export.NewMetrics(nil)
+	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "one", Batch: 10}, m, nil)
+	f.spend(t, "pg", 2, 10, "a", t0.Add(9*time.Hour))
+	passes(t, e)
+	if err := srv.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.spend(t, "pg", 2, 30, "b", t0.Add(10*time.Hour))
+	if _, err := e.Pass(ctx); err == nil {
+		t.Fatal("a pass with PostgreSQL down succeeded")
+	}
+	if n := errorsTotal(t, m); n < 1 {
+		t.Fatalf("pacer_export_errors_total is %v after a failed pass", n)
+	}
+	for s := range 2 {
+		if n := f.rdb.XLen(ctx, lease.ShardKey{Campaign: "pg", Day: day, Shard: s}.AuditKey()).Val(); n < 30 {
+			t.Fatalf("shard %d's stream holds %d entries while PostgreSQL is down: trimmed what was not exported", s, n)
+		}
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, age := gaugeValue(t, m.LagEntries), gaugeValue(t, m.LagSeconds); n < 2*30 || age <= 0 {
+		t.Errorf("the catch-up pass measured a lag of %v entries, %v s; want the 60+ written while PostgreSQL was down", n, age)
+	}
+	passes(t, e)
+	f.exact(t)
+}
+
+// A stream the ledger capped before any exporter read it (a day written
+// before the exporter existed, on a small cap), and a stream restored from an
+// older copy after it was exported: both are recorded as gaps, counted, and
+// reconcile names the days; what is there is still exported.
+func TestGapsAreRecordedAndReported(t *testing.T) {
+	f := newFixture(t, lease.Config{AuditMaxLen: 10})
+	f.open(t, "capped", 1)
+	f.spend(t, "capped", 1, 200, "a", t0.Add(9*time.Hour))
+	m := export.NewMetrics(nil)
+	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "one"}, m, nil)
+	st, err := e.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Gaps) != 1 || st.Gaps[0].Kind != "trimmed" || st.Gaps[0].After != "0-0" || st.Gaps[0].Missing < 300 {
+		t.Fatalf("gaps %+v: want one trimmed gap from the start of ~400 entries", st.Gaps)
+	}
+	if st.Exported == 0 {
+		t.Fatal("nothing exported after the gap: the rest of the stream was skipped")
+	}
+	if v := counterValue(t, m.Gaps.WithLabelValues("trimmed")); v != 1 {
+		t.Fatalf("pacer_export_gaps_total{kind=trimmed} = %v", v)
+	}
+	if st, err = e.Pass(ctx); err != nil || len(st.Gaps) != 0 {
+		t.Fatalf("a second pass reported %+v, %v: a gap is recorded once", st.Gaps, err)
+	}
+	diffs, _, err := export.Reconcile(ctx, f.db, f.ledger, day)
+	if err != nil || len(diffs) != 1 || !strings.Contains(diffs[0].String(), "capped/"+day) {
+		t.Fatalf("reconcile: %v, %v; want the capped day named", diffs, err)
+	}
+
+	// A restore: the stream as it was, after more was exported.
+	f.open(t, "restored", 1)
+	k := lease.ShardKey{Campaign: "restored", Day: day, Shard: 0}
+	f.spend(t, "restored", 1, 5, "a", t0.Add(9*time.Hour))
+	snap := f.srv.Snapshot(k.RedisKeys()...)
+	f.spend(t, "restored", 1, 5, "b", t0.Add(10*time.Hour))
+	passes(t, e)
+	f.srv.Restore(snap, k.RedisKeys()...)
+	if st, err = e.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Gaps) != 1 || st.Gaps[0].Kind != "behind" || st.Gaps[0].Shard != k {
+		t.Fatalf("after a restore: gaps %+v, want one behind on %v", st.Gaps, k)
+	}
+	var n int
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM export_gaps`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("export_gaps holds %d rows, %v; want 2", n, err)
+	}
+}
+
+// A database at another version, a table altered by hand and a DSN that
+// fails are clear errors, and nothing is written.
+func TestBadDatabasesAreRefused(t *testing.T) {
+	f := newFixture(t, lease.Config{})
+	if v, err := export.Migrate(ctx, f.db); err != nil || v != export.SchemaVersion() {
+		t.Fatalf("a second Migrate: %d, %v", v, err)
+	}
+	if err := export.CheckSchema(ctx, f.db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Exec(ctx, `ALTER TABLE spend_days DROP COLUMN lost; ALTER TABLE ledger_events ALTER COLUMN micros TYPE numeric`); err != nil {
+		t.Fatal(err)
+	}
+	err := export.CheckSchema(ctx, f.db)
+	if !errors.Is(err, export.ErrSchemaAltered) || !strings.Contains(err.Error(), "spend_days.lost is missing") ||
+		!strings.Contains(err.Error(), "ledger_events.micros is numeric, not bigint") {
+		t.Fatalf("altered tables: %v", err)
+	}
+
+	newer := openDB(t, pg.DB(t))
+	if _, err := newer.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES (99, 'future')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := export.Migrate(ctx, newer); !errors.Is(err, export.ErrSchemaVersion) || !strings.Contains(err.Error(), "at 99") {
+		t.Fatalf("Migrate on a newer schema: %v", err)
+	}
+	if err := export.CheckSchema(ctx, newer); !errors.Is(err, export.ErrSchemaVersion) {
+		t.Fatalf("CheckSchema on a newer schema: %v", err)
+	}
+
+	bad, err := pgxpool.New(ctx, "host=/nonexistent/dir user=pacer dbname=none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := export.Migrate(ctx, bad); err == nil || !strings.Contains(err.Error(), "export: migrate") {
+		t.Fatalf("Migrate on an unreachable DSN: %v", err)
+	}
+}
+
+// ledger_events is append-only: an UPDATE or DELETE is refused by the
+// database itself.
+func TestLedgerEventsAreAppendOnly(t *testing.T) {
+	f := newFixture(t, lease.Config{})
+	f.open(t, "ao", 1)
+	passes(t, f.exporter("one", export.Config{}))
+	for _, q := range []string{`UPDATE ledger_events SET micros = 0`, `DELETE FROM ledger_events`, `TRUNCATE ledger_events`} {
+		if _, err := f.db.Exec(ctx, q); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
+}
+
+// Replay re-exports a day from a stream id into a database that lost it (a
+// fresh one stands for a restored backup), and changes nothing where the
+// rows are there.
+func TestReplayFillsWhatIsMissingOnly(t *testing.T) {
+	f := newFixture(t, lease.Config{})
+	f.open(t, "rp", 2)
+	f.spend(t, "rp", 2, 10, "a", t0.Add(9*time.Hour))
+	e := f.exporter("one", export.Config{NoTrim: true})
+	passes(t, e)
+	f.exact(t)
+	in, dup, err := e.Replay(ctx, "rp", day, "-")
+	if err != nil || in != 0 || dup == 0 {
+		t.Fatalf("replay over a complete export: %d inserted, %d already there, %v", in, dup, err)
+	}
+	f.db = openDB(t, pg.DB(t))
+	e = f.exporter("one", export.Config{NoTrim: true})
+	in, _, err = e.Replay(ctx, "rp", day, "0")
+	if err != nil || in == 0 {
+		t.Fatalf("replay into an empty database: %d, %v", in, err)
+	}
+	f.exact(t)
+}
