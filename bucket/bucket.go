@@ -548,12 +548,9 @@ func (b *Bucket) drip(t int64) {
 func (b *Bucket) closeFeed(i int) Closed {
 	f := b.feeds[i]
 	// What the other open feeds dripped backs that many tokens; only the
-	// rest must go with this one. (Withdrawing min(tokens, dripped), as
-	// until 2026-11-27, charged every spend to the feeds still open: at
-	// each lease's end a host lost the tokens its successor had dripped,
-	// and a campaign of a few SPENDs a second, behind its curve all
-	// afternoon, had 2-3% of them paced there with the successor's tokens
-	// in hand.)
+	// rest must go with this one, so a lease's end never takes the tokens
+	// its successor has dripped (spends are not charged to the feeds still
+	// open).
 	var others int64
 	for j := range b.nfeeds {
 		if j != i {

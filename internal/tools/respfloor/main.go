@@ -97,9 +97,9 @@ func serveGoroutines(ln net.Listener) error {
 	}
 }
 
-// lockLoops is -lock: an experiment (docs/BENCHMARKS.md, issue 15) showing
-// that a loop locked to its thread costs more per request at -c 1, whatever
-// it waits in.
+// lockLoops is -lock: an experiment showing that a loop locked to its
+// thread costs more per request at -c 1, whatever it waits in (the runs
+// are in the git history of docs/BENCHMARKS.md).
 var lockLoops bool
 
 // loopCount is -loops: how many event loops the epoll and uring servers run.
