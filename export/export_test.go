@@ -40,7 +40,7 @@ type fixture struct {
 	db     *pgxpool.Pool
 }
 
-func newFixture(t *testing.T, lcfg lease.Config) *fixture {
+func newFixture(t testing.TB, lcfg lease.Config) *fixture {
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
@@ -48,7 +48,7 @@ func newFixture(t *testing.T, lcfg lease.Config) *fixture {
 	return &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lcfg, nil), db: openDB(t, pg.DB(t))}
 }
 
-func openDB(t *testing.T, dsn string) *pgxpool.Pool {
+func openDB(t testing.TB, dsn string) *pgxpool.Pool {
 	t.Helper()
 	db, err := pgxpool.New(ctx, dsn)
 	if err != nil {
@@ -67,7 +67,7 @@ func (f *fixture) exporter(consumer string, cfg export.Config) *export.Exporter 
 }
 
 // open stores a campaign of shards shards and opens its day.
-func (f *fixture) open(t *testing.T, id string, shards int) {
+func (f *fixture) open(t testing.TB, id string, shards int) {
 	t.Helper()
 	c := lease.Campaign{ID: id, DailyMicros: 100_000_000_000, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive}
 	if _, err := f.ledger.PutCampaign(ctx, c); err != nil {

@@ -71,6 +71,16 @@ const defaultMetrics = "127.0.0.1:9465"
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, []string, error) {
 	var o options
+	fs := flagSet(&o, getenv, stderr)
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	return o, fs.Args(), nil
+}
+
+// flagSet defines the command line's flags on o (docs/EXPORT.md's table
+// lists them; a test checks its defaults against these).
+func flagSet(o *options, getenv func(string) string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("pacer-export", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usageText); fs.PrintDefaults() }
@@ -82,16 +92,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.cfg.Group, "group", "pacer-export", "consumer group: one per database")
 	fs.StringVar(&o.cfg.Consumer, "consumer", orDefault(host, "pacer-export"), "this exporter's name in the group (default: the host name)")
 	fs.Int64Var(&o.cfg.Batch, "batch", 1000, "entries per read and per transaction")
+	fs.IntVar(&o.cfg.BatchesPerPass, "batches-per-pass", 50, "batches one stream may take per pass before the next stream's turn")
 	fs.DurationVar(&o.cfg.Interval, "interval", time.Second, "time between passes")
 	fs.DurationVar(&o.cfg.ClaimIdle, "claim-idle", time.Minute, "take over entries another exporter holds unacknowledged for this long")
 	fs.BoolVar(&o.cfg.NoTrim, "no-trim", false, "do not trim the streams (a second group whose database is not the record)")
 	fs.StringVar(&o.campaign, "campaign", "", "replay: the campaign")
 	fs.StringVar(&o.day, "day", "", "replay: the day")
 	fs.StringVar(&o.from, "from", "-", "replay: the first stream id")
-	if err := fs.Parse(args); err != nil {
-		return o, nil, err
-	}
-	return o, fs.Args(), nil
+	return fs
 }
 
 func orDefault(s, d string) string {

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +76,35 @@ func TestMigrateRunReplay(t *testing.T) {
 	if err := run(ctx, []string{"--redis", srv.Socket, "--sql", "host=/nonexistent user=x dbname=x"}, noEnv, &out, &errOut); err == nil || !strings.HasPrefix(err.Error(), "--sql:") {
 		t.Fatalf("an unreachable DSN: %v", err)
 	}
+}
+
+// docs/EXPORT.md's flag table quotes the defaults the command line has, and
+// lists every flag.
+func TestDocsQuoteTheFlags(t *testing.T) {
+	b, err := os.ReadFile("../../docs/EXPORT.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flagSet(&options{}, noEnv, io.Discard)
+	row := regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| ([^|]*) \\|")
+	seen := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		name, def := m[1], strings.TrimSpace(m[2])
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("docs/EXPORT.md lists --%s, which pacer-export does not have", name)
+			continue
+		}
+		seen[name] = true
+		if q, ok := strings.CutPrefix(def, "`"); ok {
+			if q = strings.TrimSuffix(q, "`"); q != f.DefValue {
+				t.Errorf("docs/EXPORT.md: --%s defaults to %q, the code to %q", name, q, f.DefValue)
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !seen[f.Name] {
+			t.Errorf("docs/EXPORT.md does not list --%s", f.Name)
+		}
+	})
 }
