@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -257,8 +258,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
   See pacing over a whole simulated day (10 to 20 s; redis-server of its own):
     bin/pacersim configs/scenarios/smoke.yaml --out %[7]s/sim && echo "plot: %[7]s/sim/sim-cumulative.png"
 
-  Ctrl-C stops the fleet (leases go back to the ledger).
+  Ctrl-C stops the fleet (leases go back to the ledger). This terminal says when the
+  redis-server stops answering or a pacerd is not ready (its /readyz), and when it recovers.
 `, rel(envPath), rel(redisSock), etcd.Endpoint, nats.URL, rel(sockets[0]), len(sockets), *dir, admins)
+
+	probes := []probe{redisProbe(rdb, rel(redisSock))}
+	for i := 1; i <= *hosts; i++ {
+		probes = append(probes, readyProbe(fmt.Sprintf("pacerd-%d", i), fmt.Sprintf("http://127.0.0.1:%d/readyz", *adminPort+i-1)))
+	}
+	stopWatch := watchInBackground(ctx, stdout, probes)
+	defer stopWatch()
 
 	exited := make(chan *proc, len(daemons))
 	for _, p := range daemons {
@@ -266,11 +275,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	select {
 	case <-ctx.Done():
+		stopWatch()
 		fmt.Fprintln(stdout, "\nstopping the fleet…")
 		return nil
 	case p := <-exited:
 		return fmt.Errorf("a pacerd exited: %v (see %s/pacerd-*.log)", p.err, *dir)
 	}
+}
+
+// watchInBackground runs watchFleet every second until the returned stop is
+// called (which waits for it).
+func watchInBackground(ctx context.Context, out io.Writer, probes []probe) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	t := time.NewTicker(time.Second)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchFleet(ctx, out, t.C, time.Now, probes)
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); t.Stop(); <-done }) }
 }
 
 // lockDir takes an exclusive lock on dir/pacer-dev.lock for the process's

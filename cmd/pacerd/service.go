@@ -185,13 +185,7 @@ func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcil
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "starting or stopping", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.HandleFunc("/readyz", readyz(ready, d.LedgerCheck()))
 	if o.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -219,6 +213,31 @@ func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcil
 	}()
 	log.Info("admin listening", zap.String("addr", ln.Addr().String()), zap.Int("max_conns", o.maxConns), zap.Bool("pprof", o.pprof))
 	return hs, nil
+}
+
+// readyz answers 200 "ready" only while pacerd is up (ready) and takes new
+// leases: the ledger gate (gate, nil when pacerd runs without one) is open,
+// so Redis answered its last check, meets the durability policy, and this
+// host's clock is within the skew bound. Otherwise it answers 503 with the
+// reason, "not ready: " and the gate's error. A daemon that refuses leases
+// still serves what it holds, so bidders keep their answers; readiness says
+// whether it can go on doing so. The gate re-checks every
+// ledger.check_interval (every second while closed), so a lost ledger shows
+// here within one interval.
+func readyz(ready *atomic.Bool, gate func(context.Context) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready: starting or stopping", http.StatusServiceUnavailable)
+			return
+		}
+		if gate != nil {
+			if err := gate(r.Context()); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ready")
+	}
 }
 
 // socketCollector exports the bidder socket's counters, so that an attack

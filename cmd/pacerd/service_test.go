@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -260,6 +261,7 @@ func TestRestartUnderLoadKeepsTheSocket(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	done := make(chan result)
+	var answered atomic.Int64 // calls answered by the first pacerd
 	go func() {
 		var r result
 		for i := 0; ; i++ {
@@ -280,10 +282,21 @@ func TestRestartUnderLoadKeepsTheSocket(t *testing.T) {
 				if r.firstErr == nil {
 					r.firstErr = err
 				}
+			} else {
+				answered.Add(1)
 			}
 		}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// SIGTERM once the first pacerd serves (so it has its signal handler)
+	// and the bidder is in full flow: by calls answered, not by time, which
+	// a machine at a load average of 20 stretches.
+	for answered.Load() < 200 {
+		select {
+		case err := <-p1.done:
+			t.Fatalf("old pacerd exited before serving: %v\n%s", err, p1.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	p1.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-p1.done; err != nil {
 		t.Fatalf("old pacerd exit: %v\n%s", err, p1.stderr.String())

@@ -27,19 +27,23 @@ import (
 func main() {
 	socket := flag.String("socket", ".run/pacer-1.sock", "pacerd's Unix `socket`")
 	campaign := flag.String("campaign", "demo", "campaign `id`")
+	// A read timeout below the auction deadline: a bidder skips an auction
+	// rather than wait. It also bounds Dial's first PING.
+	readTimeout := flag.Duration("read-timeout", 20*time.Millisecond, "give up on a reply after this long")
+	timeout := flag.Duration("timeout", 5*time.Second, "give up on the whole run after this long")
 	flag.Parse()
-	if err := run(*socket, *campaign); err != nil {
+	if err := run(*socket, *campaign, *readTimeout, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "goclient:", err)
 		os.Exit(1)
 	}
 }
 
-func run(socket, campaign string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func run(socket, campaign string, readTimeout, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	// One Client per process: it pools connections and is safe for
-	// concurrent use. A read timeout below the auction deadline.
-	c, err := transport.Dial(ctx, socket, transport.ClientOptions{ReadTimeout: 20 * time.Millisecond})
+	// concurrent use.
+	c, err := transport.Dial(ctx, socket, transport.ClientOptions{ReadTimeout: readTimeout})
 	if err != nil {
 		return fmt.Errorf("%w (is pacerd running? `make run` starts a dev fleet)", err)
 	}
