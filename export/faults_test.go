@@ -222,3 +222,35 @@ func TestReplayFillsWhatIsMissingOnly(t *testing.T) {
 	}
 	f.exact(t)
 }
+
+// A day the ledger capped before the exporter read it is completed from the
+// shards' report counters: once each stream is exported to its end,
+// Backfill writes one row per shard with what the lost entries added, and
+// reconcile agrees; a second Backfill writes nothing, and a shard with
+// entries not exported yet is refused.
+func TestBackfillFromCounters(t *testing.T) {
+	f := newFixture(t, lease.Config{AuditMaxLen: 10})
+	f.open(t, "old", 2)
+	f.spend(t, "old", 2, 100, "a", t0.Add(9*time.Hour))
+	e := f.exporter("one", export.Config{})
+	passes(t, e)
+	if diffs, _, err := export.Reconcile(ctx, f.db, f.ledger, day); err != nil || len(diffs) != 1 {
+		t.Fatalf("reconcile before the backfill: %v, %v; want the day named", diffs, err)
+	}
+	f.spend(t, "old", 2, 1, "b", t0.Add(10*time.Hour))
+	if _, err := e.Backfill(ctx, "old", day); !errors.Is(err, export.ErrNotCaughtUp) {
+		t.Fatalf("backfill with entries not exported: %v", err)
+	}
+	passes(t, e)
+	n, err := e.Backfill(ctx, "old", day)
+	if err != nil || n != 2 {
+		t.Fatalf("backfill: %d shards, %v; want 2", n, err)
+	}
+	diffs, _, err := export.Reconcile(ctx, f.db, f.ledger, day)
+	if err != nil || len(diffs) != 0 {
+		t.Fatalf("reconcile after the backfill: %v, %v", diffs, err)
+	}
+	if n, err := e.Backfill(ctx, "old", day); err != nil || n != 0 {
+		t.Fatalf("a second backfill: %d shards, %v; want none", n, err)
+	}
+}

@@ -116,3 +116,23 @@ func (l *Ledger) AuditEvents(ctx context.Context, k ShardKey) (int64, bool, erro
 	}
 	return n, true, nil
 }
+
+// ShardReport is one shard's report counters (the fields BuildReport sums
+// over a day's shards); ok is false if the shard has none (expired, or
+// opened by a version before them). Outstanding, UnderDelivery and
+// CarriedOver are left zero.
+func (l *Ledger) ShardReport(ctx context.Context, k ShardKey) (r Report, ok bool, err error) {
+	v, err := l.rdb.HMGet(ctx, k.keys()[0], reportFields...).Result()
+	if err != nil {
+		return Report{}, false, fmt.Errorf("ledger %s: report counters: %w", k, err)
+	}
+	if len(v) != len(reportFields) || v[0] == nil {
+		return Report{}, false, nil
+	}
+	f, err := parseReportFields(k, v)
+	if err != nil {
+		return Report{}, false, err
+	}
+	return Report{Campaign: k.Campaign, Day: k.Day, Events: f[0], Budget: f[1], Leases: f[2], Spent: f[4],
+		Returned: f[5], Settled: f[7], Lost: f[8]}, true, nil
+}

@@ -76,15 +76,9 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 			}
 			continue
 		}
-		var f [9]int64
-		for j := range f {
-			s, _ := v[j].(string)
-			if s == "" {
-				continue
-			}
-			if f[j], err = strconv.ParseInt(s, 10, 64); err != nil {
-				return Report{}, fmt.Errorf("ledger %s: report counter %s is %q", ShardKey{campaign, day, i}, reportFields[j], s)
-			}
+		f, err := parseReportFields(ShardKey{campaign, day, i}, v)
+		if err != nil {
+			return Report{}, err
 		}
 		r.Events += f[0]
 		r.Budget += f[1]
@@ -101,6 +95,23 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 		return Report{}, err
 	}
 	return r, nil
+}
+
+// parseReportFields reads a shard's report counters, as HMGET of
+// reportFields returned them (a counter not there yet is 0).
+func parseReportFields(k ShardKey, v []any) ([9]int64, error) {
+	var f [9]int64
+	for j := range f {
+		s, _ := v[j].(string)
+		if s == "" {
+			continue
+		}
+		var err error
+		if f[j], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return f, fmt.Errorf("ledger %s: report counter %s is %q", k, reportFields[j], s)
+		}
+	}
+	return f, nil
 }
 
 // ReplayReport rebuilds a campaign-day's report from its audit streams

@@ -52,6 +52,9 @@ Usage:
   pacer-export [flags] replay --campaign ID --day YYYY-MM-DD [--from STREAM-ID]
                                   re-export a campaign-day from a stream id (default: its start);
                                   rows already in PostgreSQL are skipped
+  pacer-export [flags] backfill --campaign ID --day YYYY-MM-DD
+                                  complete a day whose streams lost entries before they were
+                                  exported (a trimmed gap) from its shards' report counters
   pacer-export version
 
 Flags:
@@ -96,8 +99,8 @@ func flagSet(o *options, getenv func(string) string, stderr io.Writer) *flag.Fla
 	fs.DurationVar(&o.cfg.Interval, "interval", time.Second, "time between passes")
 	fs.DurationVar(&o.cfg.ClaimIdle, "claim-idle", time.Minute, "take over entries another exporter holds unacknowledged for this long")
 	fs.BoolVar(&o.cfg.NoTrim, "no-trim", false, "do not trim the streams (a second group whose database is not the record)")
-	fs.StringVar(&o.campaign, "campaign", "", "replay: the campaign")
-	fs.StringVar(&o.day, "day", "", "replay: the day")
+	fs.StringVar(&o.campaign, "campaign", "", "replay, backfill: the campaign")
+	fs.StringVar(&o.day, "day", "", "replay, backfill: the day")
 	fs.StringVar(&o.from, "from", "-", "replay: the first stream id")
 	return fs
 }
@@ -128,9 +131,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
-	case "run", "migrate", "replay":
+	case "run", "migrate", "replay", "backfill":
 	default:
-		return fmt.Errorf("unknown command %q (run, migrate, replay, version)", cmd)
+		return fmt.Errorf("unknown command %q (run, migrate, replay, backfill, version)", cmd)
 	}
 	if o.dsn == "" {
 		return errors.New("no database: give --sql DSN or set PACER_SQL")
@@ -159,8 +162,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer rdb.Close()
 	ledger := lease.New(rdb, lease.Config{}, log)
-	if cmd == "replay" {
+	switch cmd {
+	case "replay":
 		return replay(ctx, o, export.New(rdb, ledger, db, o.cfg, nil, log), stdout)
+	case "backfill":
+		return backfill(ctx, o, export.New(rdb, ledger, db, o.cfg, nil, log), stdout)
 	}
 	return serve(ctx, o, rdb, ledger, db, log)
 }
@@ -198,6 +204,18 @@ func replay(ctx context.Context, o options, e *export.Exporter, stdout io.Writer
 		return err
 	}
 	fmt.Fprintf(stdout, "%s/%s from %s: %d rows written, %d already there\n", o.campaign, o.day, o.from, in, dup)
+	return nil
+}
+
+func backfill(ctx context.Context, o options, e *export.Exporter, stdout io.Writer) error {
+	if o.campaign == "" || o.day == "" {
+		return errors.New("backfill: give --campaign and --day")
+	}
+	n, err := e.Backfill(ctx, o.campaign, o.day)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s/%s: %d shards backfilled from their counters\n", o.campaign, o.day, n)
 	return nil
 }
 

@@ -73,6 +73,11 @@ func TestMigrateRunReplay(t *testing.T) {
 		!strings.Contains(out.String(), "0 rows written, 2 already there") {
 		t.Fatalf("replay: %v, %q", err, out.String())
 	}
+	out.Reset()
+	if err := run(ctx, append(flags, "--campaign", "demo", "--day", "2026-11-21", "backfill"), noEnv, &out, &errOut); err != nil ||
+		!strings.Contains(out.String(), "0 shards backfilled") {
+		t.Fatalf("backfill of a day exported whole: %v, %q", err, out.String())
+	}
 	if err := run(ctx, []string{"--redis", srv.Socket, "--sql", "host=/nonexistent user=x dbname=x"}, noEnv, &out, &errOut); err == nil || !strings.HasPrefix(err.Error(), "--sql:") {
 		t.Fatalf("an unreachable DSN: %v", err)
 	}
