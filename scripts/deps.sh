@@ -4,7 +4,8 @@
 #   - the compatibility suite's clients (compat/): Debian's python3-redis for
 #     /usr/bin/python3, and Node with ioredis and node-redis pinned in
 #     compat/node/package-lock.json, installed in compat/node/node_modules,
-#   - postgresql-15 (the exporter's tests run its initdb and pg_ctl).
+#   - postgresql-15 (the exporter's tests run its initdb and pg_ctl),
+#   - promtool, from Debian's prometheus package (the alerting rules' tests).
 # Idempotent: a second run installs nothing. Otherwise it says what to run.
 # `scripts/deps.sh run` installs only what `make run` needs (redis).
 set -euo pipefail
@@ -23,6 +24,9 @@ if ! $only_run; then
   # pacerctl reconcile): they run initdb and pg_ctl from Debian's versioned
   # server directory (internal/pgtest), never a system cluster.
   [ -x /usr/lib/postgresql/15/bin/initdb ] || pkgs+=(postgresql-15)
+  # promtool (Debian's prometheus package) for the alerting rules' tests
+  # (cmd/pacerd TestAlertRules: promtool check rules / test rules).
+  command -v promtool >/dev/null 2>&1 || pkgs+=(prometheus)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
@@ -37,7 +41,7 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     exit 1
   fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "missing: ${pkgs[*]}, and this is not a Debian-like system: install redis-server (>= 6; >= 7 for pacer-export), redis-cli, python3 with redis-py, PostgreSQL 15 (set PACER_PG_BIN to its bin directory), and Node >= 18 with npm by hand." >&2
+    echo "missing: ${pkgs[*]}, and this is not a Debian-like system: install redis-server (>= 6; >= 7 for pacer-export), redis-cli, python3 with redis-py, PostgreSQL 15 (set PACER_PG_BIN to its bin directory), promtool (Prometheus), and Node >= 18 with npm by hand." >&2
     exit 1
   fi
   echo "installing ${pkgs[*]} from Debian's packages..." >&2

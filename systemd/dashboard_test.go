@@ -30,6 +30,26 @@ var pacerdMetrics = map[string]string{
 	"pacer_socket_connections":                "gauge",
 	"pacer_socket_connections_accepted_total": "counter",
 	"pacer_socket_connections_dropped_total":  "counter",
+	// The degraded modes (issue 38): each has a panel and an alerting rule
+	// (configs/alerts/pacerd.rules.yaml). cmd/pacerd's
+	// TestConfigsNameExportedMetrics checks these names against what pacerd
+	// registers.
+	"pacer_ledger_refusing_leases":           "gauge",
+	"pacer_ledger_clock_offset_seconds":      "gauge",
+	"pacer_ledger_lost_writes_total":         "counter",
+	"pacer_leases_reasserted_total":          "counter",
+	"pacer_ledger_rollbacks_total":           "counter",
+	"pacer_ledger_frozen_days":               "gauge",
+	"pacer_reconciler_pass_duration_seconds": "histogram",
+	"pacer_reconciler_backlog":               "gauge",
+	"pacer_reconciler_campaigns":             "gauge",
+	"pacer_reconciler_errors_total":          "counter",
+	"pacer_broadcast_rejected_total":         "counter",
+	"pacer_broadcasts_refused_total":         "counter",
+	"pacer_broadcasts_dropped_total":         "counter",
+	"pacer_auction_ids_window_seconds":       "gauge",
+	"pacer_auction_ids_remembered":           "gauge",
+	"pacer_auction_ids_memory_bytes":         "gauge",
 }
 
 var metricName = regexp.MustCompile(`\bpacer_[a-zA-Z0-9_]+`)

@@ -169,13 +169,7 @@ func listenAdmin(o adminOptions) (net.Listener, error) {
 // served too (they move only while it leads).
 func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcile.Reconciler, ready *atomic.Bool, bc *broadcast.Broadcaster, log *zap.Logger) (*http.Server, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector(), socketCollector{srv}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if rc != nil {
-		reg.MustRegister(rc.Collectors()...)
-	}
-	if bc != nil {
-		reg.MustRegister(broadcastCollector{bc})
-	}
+	reg.MustRegister(metricCollectors(d, srv, rc, bc)...)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -213,6 +207,22 @@ func admin(o adminOptions, d *daemon.Daemon, srv *transport.Server, rc *reconcil
 	}()
 	log.Info("admin listening", zap.String("addr", ln.Addr().String()), zap.Int("max_conns", o.maxConns), zap.Bool("pprof", o.pprof))
 	return hs, nil
+}
+
+// metricCollectors are what /metrics serves: the daemon's, the socket's,
+// Go's and the process's, the reconciler candidate's (rc, if not nil) and
+// the broadcaster's (bc, if not nil). configs/alerts and the Grafana
+// dashboard may name only metrics these describe (TestConfigsNameExportedMetrics).
+func metricCollectors(d *daemon.Daemon, srv *transport.Server, rc *reconcile.Reconciler, bc *broadcast.Broadcaster) []prometheus.Collector {
+	cs := []prometheus.Collector{d.Collector(), socketCollector{srv}, collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+	if rc != nil {
+		cs = append(cs, rc.Collectors()...)
+	}
+	if bc != nil {
+		cs = append(cs, broadcastCollector{bc})
+	}
+	return cs
 }
 
 // readyz answers 200 "ready" only while pacerd is up (ready) and takes new
