@@ -141,7 +141,8 @@ type PassStats struct {
 }
 
 // Pass exports what every stream holds beyond its cursor, and trims what was
-// exported. It stops at the first error (the next pass resumes).
+// exported. A stream that fails stops at the failure (the next pass resumes
+// it there) and the others go on; the errors are returned together.
 func (e *Exporter) Pass(ctx context.Context) (PassStats, error) {
 	var st PassStats
 	streams, err := e.ledger.AuditStreams(ctx)
@@ -166,10 +167,19 @@ func (e *Exporter) Pass(ctx context.Context) (PassStats, error) {
 	if err := e.measureLag(ctx, states, cursors); err != nil {
 		return st, err
 	}
+	// A stream that fails (a malformed entry, a failed transaction) stops
+	// there until a later pass; the others go on.
+	var errs []error
 	for _, s := range states {
 		if err := e.exportStream(ctx, s, cursors[s.k], &st); err != nil {
-			return st, err
+			if errors.Is(err, errStep) || ctx.Err() != nil {
+				return st, err
+			}
+			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		return st, errors.Join(errs...)
 	}
 	e.m.LastPass.Set(float64(e.cfg.Now().UnixNano()) / 1e9)
 	return st, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/pacer/pacer/export"
 	"github.com/pacer/pacer/internal/pgtest"
 	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
 )
 
 // Two exporters share the group and the database and run passes at the same
@@ -252,5 +253,37 @@ func TestBackfillFromCounters(t *testing.T) {
 	}
 	if n, err := e.Backfill(ctx, "old", day); err != nil || n != 0 {
 		t.Fatalf("a second backfill: %d shards, %v; want none", n, err)
+	}
+}
+
+// An audit entry that is not what the ledger writes (an amount that is not
+// an integer) stops its stream there, with an error naming the shard and the
+// entry, and is never skipped; the other streams are exported.
+func TestMalformedEntryStopsItsStreamOnly(t *testing.T) {
+	f := newFixture(t, lease.Config{})
+	f.open(t, "bad", 1)
+	f.open(t, "good", 1)
+	bad := lease.ShardKey{Campaign: "bad", Day: day, Shard: 0}
+	id, err := f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: bad.AuditKey(), Values: []any{"ev", "release", "amount", "1e9", "ms", "1"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.spend(t, "good", 1, 5, "a", t0.Add(9*time.Hour))
+	m := export.NewMetrics(nil)
+	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "one"}, m, nil)
+	for range 2 {
+		if _, err := e.Pass(ctx); err == nil || !strings.Contains(err.Error(), bad.String()+" entry "+id) || !strings.Contains(err.Error(), `amount "1e9"`) {
+			t.Fatalf("pass over a malformed entry: %v", err)
+		}
+	}
+	if v := counterValue(t, m.Errors.WithLabelValues("entry")); v != 2 {
+		t.Fatalf("pacer_export_errors_total{stage=entry} = %v, want 2", v)
+	}
+	good, ok, err := export.DayTotals(ctx, f.db, "good", day)
+	if err != nil || !ok || good.Leases != 5 {
+		t.Fatalf("the good campaign's totals: %+v, %v, %v", good, ok, err)
+	}
+	if n := f.rdb.XLen(ctx, bad.AuditKey()).Val(); n != 2 {
+		t.Fatalf("the bad stream holds %d entries, want its 2 (nothing past the bad one acknowledged or trimmed)", n)
 	}
 }

@@ -19,7 +19,13 @@ import (
 
 var pg pgtest.Shared
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, &pg)) }
+func TestMain(m *testing.M) {
+	if os.Getenv("PACER_EXPORT_RUN_MAIN") == "1" {
+		main() // a child process of TestSIGKILLMidBatch
+		return
+	}
+	os.Exit(pgtest.Main(m, &pg))
+}
 
 func noEnv(string) string { return "" }
 
