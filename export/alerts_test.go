@@ -3,8 +3,10 @@ package export_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +15,20 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// The alerting rules parse, every rule has an expression, a severity and a
-// summary, its for: is a duration, and every pacer_export_ series an
-// expression names is one the exporter exports.
+// The alerting rules load in promtool and each alert fires on its fault's
+// series and none on an exporter that keeps up (pacer-export.rules.test.yaml);
+// every rule has an expression, a severity and a summary, and every
+// pacer_export_ series an expression names is one the exporter exports.
 func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: install Debian's prometheus package (apt-get install --no-install-recommends prometheus; scripts/deps.sh does)")
+	}
+	for _, args := range [][]string{{"check", "rules", "../configs/alerts/pacer-export.rules.yaml"}, {"test", "rules", "../configs/alerts/pacer-export.rules.test.yaml"}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
 	b, err := os.ReadFile("../configs/alerts/pacer-export.rules.yaml")
 	if err != nil {
 		t.Fatal(err)

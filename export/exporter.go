@@ -223,6 +223,9 @@ func (e *Exporter) streamStates(ctx context.Context, ks []lease.ShardKey) ([]str
 		if err != nil {
 			return nil, fmt.Errorf("export %s: xinfo: %w", k, err)
 		}
+		if info.RecordedFirstEntryID == "" {
+			return nil, fmt.Errorf("export %s: XINFO STREAM has no recorded-first-entry-id: the exporter needs Redis 7.0 or later", k)
+		}
 		s.exists, s.info = true, *info
 		if s.lastGen, err = parseStreamID(info.LastGeneratedID); err != nil {
 			return nil, fmt.Errorf("export %s: %w", k, err)
