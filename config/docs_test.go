@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -134,4 +135,31 @@ func readDoc(t *testing.T, file string) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestRunbookNamesEveryAlert: every alert shipped in configs/alerts/ has its
+// entry in docs/OPERATIONS.md's runbook, so an operator paged by it finds
+// what to do.
+func TestRunbookNamesEveryAlert(t *testing.T) {
+	files, err := filepath.Glob("../configs/alerts/*.rules.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no alerting rules in configs/alerts/ (%v)", err)
+	}
+	runbook := readDoc(t, "docs/OPERATIONS.md")
+	alert := regexp.MustCompile(`(?m)^\s*- alert: (\w+)`)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := alert.FindAllStringSubmatch(string(data), -1)
+		if len(names) == 0 {
+			t.Errorf("%s: no alert found", f)
+		}
+		for _, m := range names {
+			if !strings.Contains(runbook, "`"+m[1]+"`") {
+				t.Errorf("%s: alert %s is not named in docs/OPERATIONS.md's runbook", f, m[1])
+			}
+		}
+	}
 }
