@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/pacer/pacer/daemon"
 )
@@ -162,4 +163,65 @@ func TestRunbookNamesEveryAlert(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDocsLinksResolve: every relative link in the manual names a file that
+// exists and, with a #fragment, a heading of that page.
+func TestDocsLinksResolve(t *testing.T) {
+	pages, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, "../README.md", "../CHANGELOG.md", "../systemd/README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, fragment, _ := strings.Cut(target, "#")
+			file := page
+			if path != "" {
+				file = filepath.Join(filepath.Dir(page), path)
+			}
+			if _, err := os.Stat(file); err != nil {
+				t.Errorf("%s links to %s, which does not exist", page, target)
+				continue
+			}
+			if fragment != "" && strings.HasSuffix(file, ".md") && !hasHeading(t, file, fragment) {
+				t.Errorf("%s links to %s: no heading of %s has the anchor #%s", page, target, file, fragment)
+			}
+		}
+	}
+}
+
+// hasHeading reports whether a Markdown page has a heading whose GitHub
+// anchor is fragment: lower case, punctuation dropped, spaces as hyphens.
+func hasHeading(t *testing.T, file, fragment string) bool {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heading := regexp.MustCompile(`(?m)^#+ (.+)$`)
+	for _, m := range heading.FindAllStringSubmatch(string(data), -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(m[1])) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		if b.String() == fragment {
+			return true
+		}
+	}
+	return false
 }
