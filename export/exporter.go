@@ -68,7 +68,6 @@ type Exporter struct {
 	cfg    Config
 	m      *Metrics
 	log    *zap.Logger
-	groups map[string]bool // streams whose group this exporter has seen
 }
 
 // New returns an Exporter. m may be nil (unregistered metrics), log too.
@@ -111,7 +110,7 @@ func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg 
 		log = zap.NewNop()
 	}
 	return &Exporter{rdb: rdb, ledger: ledger, store: &store{db: db, step: cfg.Step, now: cfg.Now}, cfg: cfg, m: m,
-		log: log.Named("export"), groups: map[string]bool{}}
+		log: log.Named("export")}
 }
 
 // Run makes a pass every Interval until ctx is done. A failed pass is

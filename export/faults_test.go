@@ -287,3 +287,24 @@ func TestMalformedEntryStopsItsStreamOnly(t *testing.T) {
 		t.Fatalf("the bad stream holds %d entries, want its 2 (nothing past the bad one acknowledged or trimmed)", n)
 	}
 }
+
+// A retired exporter's group is dropped from every stream, and the ledger
+// caps those streams again.
+func TestDropGroupCapsTheStreamsAgain(t *testing.T) {
+	f := newFixture(t, lease.Config{AuditMaxLen: 10})
+	f.open(t, "dg", 1)
+	e := f.exporter("one", export.Config{NoTrim: true})
+	passes(t, e)
+	k := lease.ShardKey{Campaign: "dg", Day: day, Shard: 0}
+	f.spend(t, "dg", 1, 50, "a", t0.Add(9*time.Hour))
+	if n := f.rdb.XLen(ctx, k.AuditKey()).Val(); n < 100 {
+		t.Fatalf("the exported stream holds %d entries: capped while its group was there", n)
+	}
+	if n, err := e.DropGroup(ctx); err != nil || n != 1 {
+		t.Fatalf("DropGroup: %d, %v; want 1", n, err)
+	}
+	f.spend(t, "dg", 1, 50, "b", t0.Add(10*time.Hour))
+	if n := f.rdb.XLen(ctx, k.AuditKey()).Val(); n >= 100 {
+		t.Fatalf("after the group was dropped the stream holds %d entries: not capped", n)
+	}
+}

@@ -65,3 +65,28 @@ func (e *Exporter) replayShard(ctx context.Context, k lease.ShardKey, from strin
 		from = "(" + msgs[len(msgs)-1].ID
 	}
 }
+
+// DropGroup retires this exporter's consumer group: it is destroyed on every
+// audit stream that has it, so those streams are trimmed below what the
+// remaining groups acknowledged, or, with none left, capped by the ledger
+// again (Config.AuditMaxLen). A group left behind by an exporter that no
+// longer runs would keep its streams from being trimmed until the day's keys
+// expire. It returns the streams the group was dropped from.
+func (e *Exporter) DropGroup(ctx context.Context) (int, error) {
+	streams, err := e.ledger.AuditStreams(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range streams {
+		dropped, err := e.rdb.XGroupDestroy(ctx, k.AuditKey(), e.cfg.Group).Result()
+		if isNoSuchKey(err) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("export %s: drop group %s: %w", k, e.cfg.Group, err)
+		}
+		n += int(dropped)
+	}
+	return n, nil
+}

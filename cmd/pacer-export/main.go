@@ -55,6 +55,8 @@ Usage:
   pacer-export [flags] backfill --campaign ID --day YYYY-MM-DD
                                   complete a day whose streams lost entries before they were
                                   exported (a trimmed gap) from its shards' report counters
+  pacer-export [flags] drop-group retire --group on every stream (its streams are trimmed
+                                  or capped without it again)
   pacer-export version
 
 Flags:
@@ -131,9 +133,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
-	case "run", "migrate", "replay", "backfill":
+	case "run", "migrate", "replay", "backfill", "drop-group":
 	default:
-		return fmt.Errorf("unknown command %q (run, migrate, replay, backfill, version)", cmd)
+		return fmt.Errorf("unknown command %q (run, migrate, replay, backfill, drop-group, version)", cmd)
 	}
 	if o.dsn == "" {
 		return errors.New("no database: give --sql DSN or set PACER_SQL")
@@ -167,6 +169,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return replay(ctx, o, export.New(rdb, ledger, db, o.cfg, nil, log), stdout)
 	case "backfill":
 		return backfill(ctx, o, export.New(rdb, ledger, db, o.cfg, nil, log), stdout)
+	case "drop-group":
+		n, err := export.New(rdb, ledger, db, o.cfg, nil, log).DropGroup(ctx)
+		if err == nil {
+			fmt.Fprintf(stdout, "group %s dropped from %d streams\n", o.cfg.Group, n)
+		}
+		return err
 	}
 	return serve(ctx, o, rdb, ledger, db, log)
 }
