@@ -306,7 +306,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("PACER_TEST_SOCKET_SERVER") == "" {
 		others := []transport.SocketServer{transport.Goroutines}
 		if runtime.GOOS == "linux" {
-			for _, kind := range []transport.SocketServer{transport.EventLoop, transport.URing, transport.Hybrid} {
+			for _, kind := range []transport.SocketServer{transport.EventLoop, transport.Hybrid} {
 				if kind != transport.DefaultSocketServer {
 					others = append(others, kind)
 				}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench` (after `make build`): pacerd's SPEND over its Unix socket, with
-# each of its socket servers (socket_server: uring, epoll, hybrid and goroutines),
+# each of its socket servers (socket_server: epoll, hybrid and goroutines),
 # next to what it is judged against, all driven by the same redis-benchmark
 # flags and interleaved in one run:
 #   floor-uring, floor-epoll,      a bare echo server (internal/tools/respfloor)
@@ -11,7 +11,7 @@
 #   redis-decrby                   redis-server's own DECRBY;
 #   lua                            redis-server running the seed article's Lua
 #                                  check-and-decrement via EVALSHA;
-#   pacerd-uring, pacerd-epoll, pacerd-hybrid, pacerd-goroutines.
+#   pacerd-epoll, pacerd-hybrid, pacerd-goroutines.
 # Each at -c 1, -c 50 and -c 50 -P 16, BENCH_ROUNDS rounds (default 5), the
 # order of the servers rotated every round. Per run: rps and latencies as
 # redis-benchmark reports them, the server's CPU (utime+stime from
@@ -58,7 +58,7 @@ budget=1000000000000000 # 1e15 micros, the largest daily budget: SPEND 1 is alwa
 for tool in redis-server redis-cli redis-benchmark awk getconf go; do
   command -v "$tool" >/dev/null || { echo "bench-resp: $tool not found (make deps installs redis)" >&2; exit 1; }
 done
-read -r -a servers <<<"${BENCH_SERVERS:-floor-uring floor-epoll floor-hybrid floor-goroutines redis-decrby lua pacerd-uring pacerd-epoll pacerd-hybrid pacerd-goroutines}"
+read -r -a servers <<<"${BENCH_SERVERS:-floor-uring floor-epoll floor-hybrid floor-goroutines redis-decrby lua pacerd-epoll pacerd-hybrid pacerd-goroutines}"
 has() { # server: is it in the run?
   local s
   for s in "${servers[@]}"; do [ "$s" = "$1" ] && return 0; done

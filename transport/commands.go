@@ -250,41 +250,66 @@ func (d *dispatcher) run(w replyWriter, args [][]byte, quit *bool) string {
 	return ""
 }
 
-// spendArgs validates `<cmd> <campaign> <micros> [<auction-id>]` before the
-// Spender sees it.
-// spendArgs checks a SPEND's or REFUND's arguments: this is where the
-// wire's bytes become the domain's CampaignID and Micros.
+// spendArgs checks a SPEND's or REFUND's arguments (checkSpend): this is
+// where the wire's bytes become the domain's CampaignID and Micros.
 func (d *dispatcher) spendArgs(args [][]byte, cmd string) (campaign pacer.CampaignID, amount pacer.Micros, auction string, msg string) {
-	if len(args) != 3 && len(args) != 4 {
-		return "", 0, "", arityError(cmd)
-	}
-	if msg := checkCampaign(args[1]); msg != "" {
-		return "", 0, "", msg
-	}
-	micros, msg := parseAmount(args[2])
+	micros, msg := d.checkSpend(args, cmd)
 	if msg != "" {
 		return "", 0, "", msg
 	}
-	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && micros > limit {
-		return "", 0, "", "amount " + strconv.FormatInt(micros, 10) +
-			" exceeds the per-call maximum " + strconv.FormatInt(limit, 10)
-	}
-	var auctionID []byte
-	if len(args) == 4 {
-		auctionID = args[3]
-		if len(auctionID) > MaxIDBytes {
-			return "", 0, "", "auction id longer than " + strconv.Itoa(MaxIDBytes) + " bytes"
-		}
-		if hasControl(auctionID) {
-			return "", 0, "", "auction id contains a control character"
-		}
-	}
-	if auctionID == nil {
+	if len(args) == 3 {
 		return pacer.CampaignID(d.intern(args[1])), pacer.Micros(micros), "", ""
 	}
-	d.ids = append(append(d.ids[:0], args[1]...), auctionID...)
+	d.ids = append(append(d.ids[:0], args[1]...), args[3]...)
 	both := string(d.ids)
 	return pacer.CampaignID(both[:len(args[1])]), pacer.Micros(micros), both[len(args[1]):], ""
+}
+
+// checkSpend validates `<cmd> <campaign> <micros> [<auction-id>]` and
+// returns the amount, or why the request is refused. MULTI checks what it
+// queues with it too, so a request is refused alike queued or not.
+func (d *dispatcher) checkSpend(args [][]byte, cmd string) (micros int64, msg string) {
+	if len(args) != 3 && len(args) != 4 {
+		return 0, arityError(cmd)
+	}
+	if msg := checkCampaign(args[1]); msg != "" {
+		return 0, msg
+	}
+	micros, msg = parseAmount(args[2])
+	if msg != "" {
+		return 0, msg
+	}
+	if limit := d.s.cfg.MaxAmountMicros; limit > 0 && micros > limit {
+		return 0, "amount " + strconv.FormatInt(micros, 10) +
+			" exceeds the per-call maximum " + strconv.FormatInt(limit, 10)
+	}
+	if len(args) == 4 {
+		auctionID := args[3]
+		if len(auctionID) > MaxIDBytes {
+			return 0, "auction id longer than " + strconv.Itoa(MaxIDBytes) + " bytes"
+		}
+		if hasControl(auctionID) {
+			return 0, "auction id contains a control character"
+		}
+	}
+	return micros, ""
+}
+
+// checkQueued refuses, as running it would, a SPEND, REFUND or BALANCE
+// whose arguments are wrong; other commands are checked when EXEC runs
+// them.
+func (d *dispatcher) checkQueued(args [][]byte) string {
+	switch name := args[0]; {
+	case is(name, "spend"):
+		_, msg := d.checkSpend(args, "spend")
+		return msg
+	case is(name, "refund"):
+		_, msg := d.checkSpend(args, "refund")
+		return msg
+	case is(name, "balance") && len(args) == 2:
+		return checkCampaign(args[1])
+	}
+	return ""
 }
 
 // parseAmount accepts only the canonical decimal form of a positive amount:

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // This file holds the commands Redis client libraries send on their own —
@@ -43,12 +44,26 @@ type connState struct {
 	tx      *txQueue // non-nil between MULTI and EXEC/DISCARD
 }
 
-// txQueue is an open MULTI.
+// txQueue is an open MULTI. Its bytes are taken from the server's buffer
+// budget until EXEC, DISCARD, RESET or the connection's close (dropTx).
 type txQueue struct {
-	cmds  [][][]byte
-	bytes int
-	dirty bool // a command failed to queue: EXEC must abort
+	cmds   [][][]byte
+	bytes  int
+	dirty  bool      // a command failed to queue: EXEC must abort
+	opened time.Time // an open MULTI is idle from here: queued commands do not count as activity
 }
+
+// dropTx ends the open MULTI, if any, and gives its bytes back.
+func (d *dispatcher) dropTx() {
+	if tx := d.st.tx; tx != nil {
+		d.s.budget.give(int64(tx.bytes))
+		d.st.tx = nil
+	}
+}
+
+// release gives back what the connection holds of the server's budget; it
+// is closing.
+func (d *dispatcher) release() { d.dropTx() }
 
 func (d *dispatcher) connID() int64 {
 	if d.st.id == 0 {
@@ -163,6 +178,10 @@ func (d *dispatcher) queue(w replyWriter, args [][]byte) {
 		fail(arityError(c.name))
 		return
 	}
+	if msg := d.checkQueued(args); msg != "" {
+		fail(msg)
+		return
+	}
 	size, cost := 0, queuedArgOverhead
 	for _, a := range args {
 		size += len(a)
@@ -171,6 +190,10 @@ func (d *dispatcher) queue(w replyWriter, args [][]byte) {
 	if len(tx.cmds) >= MaxQueuedCommands || tx.bytes+cost > MaxQueuedBytes {
 		fail("transaction too large: at most " + strconv.Itoa(MaxQueuedCommands) +
 			" commands and " + strconv.Itoa(MaxQueuedBytes) + " bytes per MULTI; DISCARD it and send smaller ones")
+		return
+	}
+	if !d.s.budget.take(int64(cost)) {
+		fail(d.s.budget.exhausted("command not queued") + "; DISCARD the transaction and retry it later")
 		return
 	}
 	// One copy per command: the arguments point into the read buffer.
@@ -213,6 +236,7 @@ func (d *dispatcher) compat(w replyWriter, args [][]byte, quit *bool) string {
 		}
 		w.WriteBulk(args[1])
 	case is(name, "reset"):
+		d.dropTx()
 		id := d.st.id
 		d.st = connState{id: id}
 		w.WriteString("RESET")
@@ -223,7 +247,7 @@ func (d *dispatcher) compat(w replyWriter, args [][]byte, quit *bool) string {
 		if d.st.tx != nil {
 			return "MULTI calls can not be nested"
 		}
-		d.st.tx = &txQueue{}
+		d.st.tx = &txQueue{opened: time.Now()}
 		w.WriteString("OK")
 	case is(name, "exec"):
 		return d.exec(w, args)
@@ -231,7 +255,7 @@ func (d *dispatcher) compat(w replyWriter, args [][]byte, quit *bool) string {
 		if d.st.tx == nil {
 			return "DISCARD without MULTI"
 		}
-		d.st.tx = nil
+		d.dropTx()
 		w.WriteString("OK")
 	case is(name, "watch"):
 		if d.st.tx != nil {
@@ -263,7 +287,7 @@ func (d *dispatcher) exec(w replyWriter, args [][]byte) string {
 	if tx == nil {
 		return "EXEC without MULTI"
 	}
-	d.st.tx = nil
+	d.dropTx() // tx.cmds stay readable: only the budget is given back
 	if tx.dirty {
 		return "EXECABORT Transaction discarded because of previous errors."
 	}

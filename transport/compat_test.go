@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // reply3 reads one whole RESP2 or RESP3 reply and returns its raw bytes.
@@ -213,12 +214,11 @@ func TestMulti(t *testing.T) {
 		{resp("SPEND", "demo", "600", "a-1"), "+QUEUED\r\n"},
 		{resp("SPEND", "demo", "600", "a-2"), "+QUEUED\r\n"},
 		{resp("SPEND", "nope", "1"), "+QUEUED\r\n"},
-		{resp("SPEND", "demo", "x"), "+QUEUED\r\n"},
 		{resp("REFUND", "demo", "600", "a-1"), "+QUEUED\r\n"},
 		{resp("BALANCE", "demo"), "+QUEUED\r\n"},
 		{resp("PING"), "+QUEUED\r\n"},
 		// Nothing has run yet.
-		{resp("EXEC"), "*7\r\n:1\r\n:0\r\n-ERR unknown campaign \"nope\"\r\n-ERR amount must be an integer number of micros\r\n:1\r\n" +
+		{resp("EXEC"), "*6\r\n:1\r\n:0\r\n-ERR unknown campaign \"nope\"\r\n:1\r\n" +
 			"*8\r\n$6\r\ntokens\r\n:1000\r\n" + balanceBody[len("$6\r\ntokens\r\n:1000\r\n"):] + "+PONG\r\n"},
 		{resp("EXEC"), "-ERR EXEC without MULTI\r\n"},
 
@@ -232,6 +232,7 @@ func TestMulti(t *testing.T) {
 		{resp("SPEND", "demo", "1"), "+QUEUED\r\n"},
 		{resp("FLUSHALL"), "-ERR unknown command 'FLUSHALL'\r\n"},
 		{resp("BALANCE"), "-ERR wrong number of arguments for 'balance' command\r\n"},
+		{resp("SPEND", "demo", "x"), "-ERR amount must be an integer number of micros\r\n"},
 		{resp("EXEC"), "-EXECABORT Transaction discarded because of previous errors.\r\n"},
 		{resp("BALANCE", "demo"), "*8\r\n" + balanceBody},
 
@@ -339,5 +340,160 @@ func TestMultiCountsArgumentOverhead(t *testing.T) {
 	}
 	if want := MaxQueuedBytes / (len("INFO") + DefaultMaxArgs*queuedArgOverhead + queuedArgOverhead); n != want {
 		t.Errorf("queued %d INFOs of %d empty arguments, want %d", n, DefaultMaxArgs-1, want)
+	}
+}
+
+// TestMultiChecksWhenQueued: a SPEND, REFUND or BALANCE that would be
+// refused for its arguments is refused when queued, with the same error,
+// and aborts the EXEC: a MULTI holds no auction id longer than
+// MaxIDBytes, and nothing reaches the Spender.
+func TestMultiChecksWhenQueued(t *testing.T) {
+	sp := newFakeSpender()
+	ts := startServer(t, sp, ServerConfig{MaxAmountMicros: 1_000_000})
+	c := dialRaw(t, ts.path)
+	long := strings.Repeat("a", MaxIDBytes+1)
+	for _, args := range [][]string{
+		{"SPEND", "demo", "1", long},
+		{"SPEND", "demo", "1", "a\x01"},
+		{"SPEND", strings.Repeat("c", MaxIDBytes+1), "1"},
+		{"SPEND", "", "1"},
+		{"SPEND", "demo", "0"},
+		{"SPEND", "demo", "-5"},
+		{"SPEND", "demo", "05"},
+		{"SPEND", "demo", "2000000"},
+		{"REFUND", "demo", "1", long},
+		{"REFUND", "demo", "x"},
+		{"BALANCE", "de\nmo"},
+		{"BALANCE", ""},
+	} {
+		direct := c.do3(t, resp(args...))
+		if !strings.HasPrefix(direct, "-ERR ") {
+			t.Fatalf("%q sent on its own = %q, want an error", args, direct)
+		}
+		runSteps(t, c, []step{
+			{resp("MULTI"), "+OK\r\n"},
+			{resp("SPEND", "demo", "1", "ok"), "+QUEUED\r\n"},
+			{resp(args...), direct},
+			{resp("EXEC"), "-EXECABORT Transaction discarded because of previous errors.\r\n"},
+		})
+	}
+	if len(sp.auction) != 0 {
+		t.Errorf("the Spender saw %q: an aborted MULTI ran", sp.auction)
+	}
+	if used := ts.budget.used.Load(); used != 0 {
+		t.Errorf("%d bytes of the buffer budget still taken after every MULTI ended", used)
+	}
+}
+
+// TestMultiSharesTheBufferBudget: what MULTIs queue, over all
+// connections, is bounded by max_buffered_bytes; past it a command is
+// refused with an error naming the limit, the EXEC aborts, and nothing is
+// kept. DISCARD, EXEC, RESET and a close give the bytes back.
+func TestMultiSharesTheBufferBudget(t *testing.T) {
+	const budget = 64 << 10
+	ts := startServer(t, newFakeSpender(), ServerConfig{MaxBufferedBytes: budget})
+	// Each request fits an idle connection's read buffer: only the
+	// queues take from the budget.
+	big := strings.Repeat("b", 3000)
+	cost := len("ECHO") + len(big) + 3*queuedArgOverhead
+	want := "-ERR command not queued: the server's buffer budget (max_buffered_bytes 65536 bytes, shared by all connections) is spent; DISCARD the transaction and retry it later\r\n"
+	var conns []*rawConn
+	queued := 0
+	for len(conns) < budget/cost+2 {
+		c := dialRaw(t, ts.path)
+		conns = append(conns, c)
+		c.do3(t, resp("MULTI"))
+		r := c.do3(t, resp("ECHO", big))
+		if r == "+QUEUED\r\n" {
+			queued++
+			continue
+		}
+		if r != want {
+			t.Fatalf("connection %d: ECHO = %q, want %q", len(conns), r, want)
+		}
+		if got := c.do3(t, resp("EXEC")); !strings.HasPrefix(got, "-EXECABORT") {
+			t.Fatalf("EXEC after a refusal = %q", got)
+		}
+	}
+	if queued != budget/cost {
+		t.Errorf("%d connections queued %d bytes each under a budget of %d, want %d", queued, cost, budget, budget/cost)
+	}
+	if used := ts.budget.used.Load(); used > budget {
+		t.Errorf("budget used %d > %d", used, budget)
+	}
+	// Each way of ending a MULTI gives its bytes back.
+	if got := conns[0].do3(t, resp("DISCARD")); got != "+OK\r\n" {
+		t.Fatalf("DISCARD = %q", got)
+	}
+	if got := conns[1].do3(t, resp("EXEC")); !strings.HasPrefix(got, "*1\r\n$3000\r\n") {
+		t.Fatalf("EXEC = %.40q", got)
+	}
+	if got := conns[2].do3(t, resp("RESET")); got != "+RESET\r\n" {
+		t.Fatalf("RESET = %q", got)
+	}
+	for _, c := range conns[3:] {
+		c.Close()
+	}
+	waitFor(t, func() bool { return ts.Stats().ConnectionsOpen == 3 })
+	waitFor(t, func() bool { return ts.budget.used.Load() == 0 })
+	c := conns[0]
+	c.do3(t, resp("MULTI"))
+	if r := c.do3(t, resp("ECHO", big)); r != "+QUEUED\r\n" {
+		t.Fatalf("ECHO once the budget was given back = %q", r)
+	}
+}
+
+// TestOpenMultiIsIdle: commands queued in a MULTI are not activity: a
+// MULTI left open is closed idle_timeout after it began, however often
+// its client sends a PING inside it, while a client that PINGs outside a
+// MULTI stays connected.
+func TestOpenMultiIsIdle(t *testing.T) {
+	const idle = 600 * time.Millisecond
+	ts := startServer(t, newFakeSpender(), ServerConfig{IdleTimeout: idle})
+	inMulti, outside := dialRaw(t, ts.path), dialRaw(t, ts.path)
+	inMulti.do3(t, resp("MULTI"))
+	start := time.Now()
+	for time.Since(start) < 2*idle {
+		if r, err := inMulti.Write([]byte(resp("PING"))); err != nil {
+			t.Logf("write after %v: %d, %v", time.Since(start), r, err)
+			break
+		}
+		if r, err := inMulti.reply3(); err != nil {
+			break
+		} else if r != "+QUEUED\r\n" {
+			t.Fatalf("PING in MULTI = %q", r)
+		}
+		if r := outside.do3(t, resp("PING")); r != "+PONG\r\n" {
+			t.Fatalf("PING outside = %q", r)
+		}
+		time.Sleep(idle / 6)
+	}
+	inMulti.expectClosed(t)
+	if d := time.Since(start); d < idle {
+		t.Errorf("open MULTI closed after %v, before idle_timeout %v", d, idle)
+	}
+	if r := outside.do3(t, resp("PING")); r != "+PONG\r\n" {
+		t.Fatalf("the client pinging outside a MULTI was dropped: %q", r)
+	}
+	if st := ts.Stats(); st.TimedOut != 1 {
+		t.Errorf("TimedOut = %d, want 1", st.TimedOut)
+	}
+	waitFor(t, func() bool { return ts.budget.used.Load() == 0 })
+}
+
+// TestBufferBudgetDefaults: the defaults README quotes: a 16 MiB budget
+// shared by all connections, named in its refusals; 4 KB read buffers
+// lent while reading; replies over 2 KB paid from the budget; a flush at
+// 16 KB of replies.
+func TestBufferBudgetDefaults(t *testing.T) {
+	s := NewServer(newFakeSpender(), ServerConfig{})
+	if s.budget.limit != 16<<20 || s.cfg.MaxBufferedBytes != 16<<20 {
+		t.Errorf("default budget %d (config %d), want 16 MiB", s.budget.limit, s.cfg.MaxBufferedBytes)
+	}
+	if msg := s.budget.exhausted("x"); !strings.Contains(msg, "max_buffered_bytes 16777216 bytes, shared by all connections") {
+		t.Errorf("refusal %q does not name the limit", msg)
+	}
+	if readBufSize != 4<<10 || replyAllowance != 2<<10 || flushBytes != 16<<10 {
+		t.Errorf("read buffer %d, reply allowance %d, flush at %d: README says 4 KB, 2 KB, 16 KB", readBufSize, replyAllowance, flushBytes)
 	}
 }

@@ -52,6 +52,7 @@ type evConn struct {
 	partialSince time.Time // when an incomplete request was first buffered
 	blockedSince time.Time // when a write first could not complete
 	sent         int       // bytes of out already written
+	outHeld      int64     // out's share of the buffer budget while it waits (holdOut)
 	wantOut      bool      // registered for EPOLLOUT instead of EPOLLIN
 	quit         bool      // close once out is written
 	// busy: a goroutine of its own owns the connection while it waits on
@@ -60,18 +61,13 @@ type evConn struct {
 	busy     bool
 	protoErr bool
 	timedOut bool
-
-	ur ringConn // the io_uring loop's state (uring_linux.go)
 }
 
-// eventLoop is one epoll set and the goroutine that waits on it, or, with
-// ring set, one io_uring (uring_linux.go), which shares everything here
-// but how a connection is read and written.
+// eventLoop is one epoll set and the goroutine that waits on it.
 type eventLoop struct {
 	s    *Server
-	epfd int // -1 with ring
+	epfd int
 	wake int // an eventfd: written by stop to end epoll_wait
-	ring *ringLoop
 	// batch, for socket_server hybrid: the ring that reads and writes a
 	// wake-up's ready connections (hybrid_linux.go); nil otherwise.
 	batch    *batchRing
@@ -88,19 +84,13 @@ type eventLoop struct {
 // buffer stays bounded by this plus one reply.
 const outFlushBytes = 64 << 10
 
-// startLoops creates the server's event loops (ServerConfig.Loops): io_uring
-// ones for socket_server uring, unless io_uring cannot be used here, in
-// which case it says why and starts epoll ones. Called with s.mu held.
+// startLoops creates the server's event loops (ServerConfig.Loops), each
+// with a batch ring for socket_server hybrid unless io_uring cannot be used
+// here, in which case it says why and serves with epoll alone. Called with
+// s.mu held.
 func (s *Server) startLoops() error {
 	if s.loops != nil {
 		return nil
-	}
-	if s.cfg.Server == URing {
-		err := s.startRingLoops()
-		if err == nil {
-			return nil
-		}
-		s.log.Warn("socket_server uring: io_uring unavailable, serving with epoll instead", zap.Error(err))
 	}
 	n := s.cfg.Loops
 	loops := make([]*eventLoop, 0, n)
@@ -160,9 +150,7 @@ func (s *Server) startLoops() error {
 const epollEvents = 256
 
 func (l *eventLoop) release() {
-	if l.epfd >= 0 {
-		unix.Close(l.epfd)
-	}
+	unix.Close(l.epfd)
 	if l.batch != nil {
 		l.batch.ring.Close()
 	}
@@ -249,11 +237,6 @@ func (l *eventLoop) register(c *evConn) bool {
 	}
 	c.lastActive = time.Now()
 	l.conns[c.fd] = c
-	if l.ring != nil {
-		l.ring.incoming = append(l.ring.incoming, c)
-		unix.Write(l.wake, wakeOne)
-		return true
-	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.fd)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		delete(l.conns, c.fd)
@@ -281,10 +264,6 @@ func (s *Server) tick() time.Duration {
 func (l *eventLoop) run() {
 	defer l.s.handlers.Done()
 	defer l.release()
-	if l.ring != nil {
-		l.ring.run(l)
-		return
-	}
 	events := make([]unix.EpollEvent, epollEvents)
 	ready := make([]*evConn, 0, epollEvents)
 	kinds := make([]uint32, 0, epollEvents)
@@ -349,7 +328,7 @@ func (l *eventLoop) run() {
 // awake 7,000-11,000 times a second, 3-4 µs of CPU per request at
 // redis-benchmark -c 1 on a 2-core VM, and moved the loop between threads
 // (docs/BENCHMARKS.md, issue 15). A yield costs a few hundred nanoseconds
-// (for the io_uring loop, locked to its thread, two thread switches).
+// (two thread switches for a loop locked to its thread).
 const loopYieldEvery = 2 * time.Millisecond
 
 // loopYield yields the loop's P at most once per loopYieldEvery.
@@ -387,6 +366,7 @@ func (l *eventLoop) serve(c *evConn, ev uint32, now time.Time) bool {
 	err := c.rd.fill(fdReader(c.fd))
 	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
+			c.rd.idle()
 			return true
 		}
 		if !errors.Is(err, io.EOF) && !errors.Is(err, unix.ECONNRESET) {
@@ -461,12 +441,7 @@ func (l *eventLoop) answer(c *evConn, now time.Time, first [][]byte, helper bool
 		}
 	} else {
 		c.partialSince = time.Time{}
-	}
-	if l.ring != nil && !helper {
-		// Sent with every other connection's replies in the loop's
-		// next io_uring_enter; kept until then.
-		l.ring.queueSend(c)
-		return !c.quit || c.sent < len(c.out.b)
+		c.rd.idle() // every request answered: wait without a buffer
 	}
 	if !helper && l.batching { // (batching is the loop goroutine's: a helper must not read it)
 		// Sent with the rest of the hybrid batch's replies.
@@ -495,6 +470,9 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 			continue
 		}
 		if err == syscall.EAGAIN {
+			if !l.holdOut(c) {
+				return false
+			}
 			if !c.wantOut {
 				c.blockedSince = now
 				c.wantOut = true
@@ -508,11 +486,10 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 			return false
 		}
 	}
-	c.out.b = c.out.b[:0]
+	c.out.reset()
 	c.sent = 0
-	if cap(c.out.b) > maxIdleWriteBuffer {
-		c.out.b = nil
-	}
+	l.s.budget.give(c.outHeld)
+	c.outHeld = 0
 	if c.wantOut {
 		c.wantOut = false
 		c.blockedSince = time.Time{}
@@ -524,11 +501,23 @@ func (l *eventLoop) flush(c *evConn, now time.Time) bool {
 	return true
 }
 
-func (l *eventLoop) watch(c *evConn, events uint32) {
-	if l.ring != nil {
-		l.ring.watch(c, events)
-		return
+// holdOut pays from the buffer budget for c's reply buffer beyond
+// replyAllowance while its client does not read it; it reports false, and
+// logs why, if the budget cannot pay: c is then closed.
+func (l *eventLoop) holdOut(c *evConn) bool {
+	want := int64(cap(c.out.b) - replyAllowance)
+	if want <= c.outHeld {
+		return true
 	}
+	if !l.s.budget.take(want - c.outHeld) {
+		l.s.log.Info("closing connection: its replies do not fit the buffer budget", zap.Int64("max_buffered_bytes", l.s.cfg.MaxBufferedBytes))
+		return false
+	}
+	c.outHeld = want
+	return true
+}
+
+func (l *eventLoop) watch(c *evConn, events uint32) {
 	ev := unix.EpollEvent{Events: events, Fd: int32(c.fd)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev); err != nil {
 		l.s.log.Warn("epoll_ctl mod failed", zap.Error(err))
@@ -542,7 +531,7 @@ func (l *eventLoop) sweep(now time.Time) {
 	l.mu.Lock()
 	for _, c := range l.conns {
 		switch {
-		case c.busy, c.ur.closed:
+		case c.busy:
 		case c.wantOut:
 			if cfg.WriteTimeout > 0 && now.Sub(c.blockedSince) >= cfg.WriteTimeout {
 				l.s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", cfg.WriteTimeout))
@@ -554,7 +543,13 @@ func (l *eventLoop) sweep(now time.Time) {
 				expired = append(expired, c)
 			}
 		default:
-			if cfg.IdleTimeout > 0 && now.Sub(c.lastActive) >= cfg.IdleTimeout {
+			idleSince := c.lastActive
+			if tx := c.d.st.tx; tx != nil {
+				// Queued commands are not activity: a MULTI must end
+				// within idle_timeout of its start.
+				idleSince = tx.opened
+			}
+			if cfg.IdleTimeout > 0 && now.Sub(idleSince) >= cfg.IdleTimeout {
 				l.s.log.Debug("closing idle connection", zap.Duration("idle_timeout", cfg.IdleTimeout))
 				expired = append(expired, c)
 			}
@@ -570,14 +565,9 @@ func (l *eventLoop) sweep(now time.Time) {
 // closeConn closes c and moves its counters to the server's totals. The
 // slot is freed before the client can see the close, as in handle.
 func (l *eventLoop) closeConn(c *evConn) {
-	if c.ur.closed {
-		return
-	}
-	if l.ring == nil {
-		l.mu.Lock()
-		delete(l.conns, c.fd)
-		l.mu.Unlock()
-	}
+	l.mu.Lock()
+	delete(l.conns, c.fd)
+	l.mu.Unlock()
 	s := l.s
 	s.mu.Lock()
 	delete(s.evConns, c)
@@ -590,10 +580,10 @@ func (l *eventLoop) closeConn(c *evConn) {
 		s.timedOut++
 	}
 	s.mu.Unlock()
-	if l.ring != nil {
-		l.ring.close(l, c)
-		return
-	}
+	c.rd.release()
+	c.d.release()
+	s.budget.give(c.outHeld)
+	c.outHeld = 0
 	unix.Close(c.fd) // also takes it out of the epoll set
 }
 
@@ -612,13 +602,8 @@ func (l *eventLoop) shutdown() {
 	l.mu.Unlock()
 	now := time.Now()
 	for _, c := range conns {
-		if !c.ur.sending {
-			l.flush(c, now)
-		}
+		l.flush(c, now)
 		l.closeConn(c)
-	}
-	if l.ring != nil {
-		l.ring.drain(l)
 	}
 }
 
@@ -645,7 +630,7 @@ func (f fdReader) Read(p []byte) (int, error) {
 }
 
 func (s *Server) newEvConn() *evConn {
-	c := &evConn{fd: -1, rd: newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))}
+	c := &evConn{fd: -1, rd: s.newRequestReader()}
 	c.d = dispatcher{s: s, c: &c.serverConn}
 	return c
 }
@@ -671,13 +656,6 @@ func (l *eventLoop) help(c *evConn, args [][]byte) {
 	closed := l.closed
 	if keep && !closed {
 		c.busy = false
-		if l.ring != nil {
-			// Only the ring's goroutine submits: it re-arms c.
-			l.ring.returned = append(l.ring.returned, c)
-			l.mu.Unlock()
-			unix.Write(l.wake, wakeOne)
-			return
-		}
 		events := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
 		if c.wantOut {
 			events = unix.EPOLLOUT

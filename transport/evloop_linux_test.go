@@ -54,7 +54,7 @@ func TestLoopYieldInterval(t *testing.T) {
 // with SPENDs
 // (the first of a campaign on a connection is handed to a helper
 // goroutine). It fails if no wake-up went through the ring (unless
-// PACER_TEST_NO_URING says io_uring is unavailable, as TestURingServes).
+// PACER_TEST_NO_URING says io_uring is unavailable).
 func TestHybridBatches(t *testing.T) {
 	ts := startServer(t, newFakeSpender(), ServerConfig{Server: Hybrid})
 	const conns, requests = 16, 150

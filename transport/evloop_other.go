@@ -7,7 +7,7 @@ import (
 	"net"
 )
 
-// The event-driven servers need epoll or io_uring; elsewhere Serve refuses them.
+// The event-driven servers need epoll; elsewhere Serve refuses them.
 
 const eventLoopSupported = false
 
@@ -15,9 +15,7 @@ type evConn struct {
 	serverConn
 }
 
-type eventLoop struct{ ring *ringLoop }
-
-type ringLoop struct{}
+type eventLoop struct{}
 
 func (s *Server) startLoops() error {
 	return errors.New("socket_server epoll needs Linux")

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"strconv"
+	"sync"
+	"syscall"
 )
 
 // ProtocolError is a malformed or oversized request. The server answers it
@@ -51,6 +53,14 @@ type requestReader struct {
 	// inline line is incomplete.
 	noLF int
 	err  error // a read error held back until buf[r:w] is parsed
+	// refused: the buffer had to grow for a large request and the
+	// server's buffer budget had no room; next returns it.
+	refused error
+	// budget pays for the buffer beyond bufSize (nil: no budget).
+	budget *bufferBudget
+	// pool lends buffers of readBufSize: a connection waiting for its
+	// next request holds none (idle). Nil: each reader has its own.
+	pool *sync.Pool
 
 	maxArgs    int
 	maxRequest int
@@ -67,6 +77,14 @@ func newRequestReader(maxArgs, maxRequest, maxInline int) *requestReader {
 	return &requestReader{maxArgs: maxArgs, maxRequest: maxRequest, maxInline: maxInline, bufSize: readBufSize}
 }
 
+// newRequestReader returns a reader with the server's limits, whose
+// growth the server's buffer budget pays for.
+func (s *Server) newRequestReader() *requestReader {
+	rd := newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))
+	rd.budget, rd.pool = s.budget, &s.readBufs
+	return rd
+}
+
 // buffered reports whether part of a request has been read.
 func (rd *requestReader) buffered() bool { return rd.w > rd.r }
 
@@ -76,7 +94,11 @@ func (rd *requestReader) fill(src io.Reader) error {
 	if rd.err != nil {
 		return rd.err
 	}
-	n, err := src.Read(rd.room())
+	p := rd.room()
+	if rd.refused != nil {
+		return nil // next reports it
+	}
+	n, err := src.Read(p)
 	rd.w += n
 	if err != nil {
 		if n > 0 {
@@ -89,17 +111,17 @@ func (rd *requestReader) fill(src io.Reader) error {
 }
 
 // room makes room in the buffer as fill does and returns the free part,
-// for a read that completes later (io_uring): until filled is called the
-// buffer must not be touched.
+// for a read that completes later (the hybrid loop's ring): until filled is called the
+// buffer must not be touched. If the buffer had to grow and the budget has
+// no room, it sets refused and returns nil.
 func (rd *requestReader) room() []byte {
 	switch {
 	case rd.r == rd.w:
 		rd.r, rd.w, rd.noLF = 0, 0, 0
-		if cap(rd.buf) != rd.bufSize {
-			// Nothing pending: give back a buffer a big request grew
-			// (and drop the last arguments, which point into it).
-			rd.buf = make([]byte, rd.bufSize)
-			clear(rd.args[:cap(rd.args)])
+		if len(rd.buf) != rd.bufSize {
+			// Nothing pending: give back a buffer a big request grew.
+			rd.dropBuf()
+			rd.newBuf()
 		}
 	case rd.w == len(rd.buf) && rd.r > 0:
 		rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
@@ -111,6 +133,10 @@ func (rd *requestReader) room() []byte {
 		if size <= len(rd.buf) {
 			size = len(rd.buf) + 1 // unreachable while next enforces maxRequest
 		}
+		if !rd.budget.take(int64(size - len(rd.buf))) {
+			rd.refused = &ProtocolError{rd.budget.exhausted("request larger than " + strconv.Itoa(len(rd.buf)) + " bytes refused")}
+			return nil
+		}
 		nb := make([]byte, size)
 		copy(nb, rd.buf[:rd.w])
 		rd.buf = nb
@@ -121,10 +147,93 @@ func (rd *requestReader) room() []byte {
 // filled records n bytes read into what room returned.
 func (rd *requestReader) filled(n int) { rd.w += n }
 
+// release gives the buffer and its share of the budget back; the
+// connection is closing.
+func (rd *requestReader) release() {
+	rd.dropBuf()
+	rd.r, rd.w = 0, 0
+}
+
+// idle gives the buffer back if it holds nothing: the connection waits for
+// its next request, and the next read takes a buffer from the pool again.
+// The arguments next returned are then invalid.
+func (rd *requestReader) idle() {
+	if rd.r == rd.w && rd.buf != nil {
+		rd.r, rd.w, rd.noLF = 0, 0, 0
+		rd.dropBuf()
+	}
+}
+
+// dropBuf lets go of the buffer: a grown one gives its share of the budget
+// back, a pooled one goes back to the pool. It drops the last arguments,
+// which point into it.
+func (rd *requestReader) dropBuf() {
+	switch {
+	case len(rd.buf) > rd.bufSize:
+		rd.budget.give(int64(len(rd.buf) - rd.bufSize))
+	case rd.pool != nil && len(rd.buf) == readBufSize:
+		rd.pool.Put((*[readBufSize]byte)(rd.buf))
+	}
+	rd.buf = nil
+	clear(rd.args[:cap(rd.args)])
+}
+
+func (rd *requestReader) newBuf() {
+	if rd.pool != nil && rd.bufSize == readBufSize {
+		rd.buf = rd.pool.Get().(*[readBufSize]byte)[:]
+		return
+	}
+	rd.buf = make([]byte, rd.bufSize)
+}
+
+// fillRaw is fill for a connection of the goroutine server: it waits for
+// the socket to be readable (under its read deadline) holding no buffer
+// while nothing is pending, so an idle connection costs its goroutine and
+// not a buffer too.
+func (rd *requestReader) fillRaw(raw syscall.RawConn) error {
+	if rd.err != nil {
+		return rd.err
+	}
+	var n int
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		p := rd.room()
+		if rd.refused != nil {
+			return true // next reports it
+		}
+		for {
+			n, rerr = syscall.Read(int(fd), p)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			rd.idle()
+			return false // wait for the socket to be readable
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return err // the deadline, or a close
+	case rd.refused != nil:
+		return nil
+	case rerr != nil:
+		return rerr
+	case n == 0:
+		return io.EOF
+	}
+	rd.w += n
+	return nil
+}
+
 // next returns the next complete request's arguments, or nil and no error
 // if the buffer holds no complete request yet. Empty and blank lines are
 // skipped, as Redis does.
 func (rd *requestReader) next() ([][]byte, error) {
+	if rd.refused != nil {
+		return nil, rd.refused
+	}
 	for rd.r < rd.w {
 		b := rd.buf[rd.r:rd.w]
 		var args [][]byte

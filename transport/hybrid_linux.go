@@ -13,13 +13,13 @@ import (
 // epoll_wait, but a wake-up that finds several connections ready reads them
 // all with one io_uring_enter and writes all their replies with another.
 //
-// Why not the io_uring loop: at redis-benchmark -c 1 every io_uring server
-// cost ~6 µs a request more than the epoll ones (docs/BENCHMARKS.md, issue
-// 15). About half is the thread lock its ring needs (SINGLE_ISSUER and
-// DEFER_TASKRUN tie it to one thread; an epoll loop locked to its thread
-// costs as much more), the rest its wake-ups (a client's write wakes a loop
-// in epoll_wait as a synchronous wake-up, which the scheduler may serve on
-// the writer's core; io_uring's do not). And why not the epoll loop alone:
+// Why not a loop that waits in io_uring too: at redis-benchmark -c 1 such a
+// loop cost ~6 µs a request more than epoll's (docs/BENCHMARKS.md). About
+// half is the thread lock its ring needs (SINGLE_ISSUER and DEFER_TASKRUN
+// tie it to one thread; an epoll loop locked to its thread costs as much
+// more), the rest its wake-ups (a client's write wakes a loop in
+// epoll_wait as a synchronous wake-up, which the scheduler may serve on the
+// writer's core; io_uring's do not). And why not the epoll loop alone:
 // with many connections ready it pays a read and a write per connection.
 //
 // So the ring here never waits and never holds a request past the enter
@@ -27,8 +27,8 @@ import (
 // completes inside that enter (with data, what fitted, or -EAGAIN). It
 // therefore needs neither flag nor the thread lock, and any thread the
 // loop's goroutine runs on may use it. The recvs go into each request
-// reader's room() and are recorded with filled(), as the io_uring loop
-// does (FuzzReaderRoomFilled checks that path against fill). A send that
+// reader's room() and are recorded with filled() (FuzzReaderRoomFilled
+// checks that path against fill). A send that
 // did not fit is finished by flush, which waits for EPOLLOUT as usual.
 
 // hybridMinReady is the fewest ready connections a wake-up batches through
@@ -88,12 +88,11 @@ func (b *batchRing) reap(n int) ([]int32, error) {
 	return b.res[:n], nil
 }
 
-// serveBatch serves one wake-up's ready connections through the ring; it
-// reports false if the ring failed (the loop then ends, closing its
-// connections, as the io_uring loop does).
-func (l *eventLoop) serveBatch(ready []*evConn, kinds []uint32, now time.Time) bool {
+// queueRecvs queues a recv for each ready connection, into its request
+// reader's room; a connection waiting to write, or refused a larger
+// buffer, is served as the epoll loop serves it.
+func (l *eventLoop) queueRecvs(ready []*evConn, kinds []uint32, now time.Time) {
 	b := l.batch
-	b.batches.Add(1)
 	for i, c := range ready {
 		if c.wantOut {
 			// Waiting for room to write: as the epoll loop.
@@ -102,11 +101,28 @@ func (l *eventLoop) serveBatch(ready []*evConn, kinds []uint32, now time.Time) b
 			}
 			continue
 		}
+		buf := c.rd.room()
+		if c.rd.refused != nil {
+			// No room in the buffer budget: refused as the epoll loop does.
+			if !l.answer(c, now, nil, false) {
+				l.closeConn(c)
+			}
+			continue
+		}
 		e := b.sqe()
-		e.PrepRecv(c.fd, c.rd.room(), uint64(len(b.reads)))
+		e.PrepRecv(c.fd, buf, uint64(len(b.reads)))
 		e.OpFlags = unix.MSG_DONTWAIT
 		b.reads = append(b.reads, c)
 	}
+}
+
+// serveBatch serves one wake-up's ready connections through the ring; it
+// reports false if the ring failed (the loop then ends, closing its
+// connections).
+func (l *eventLoop) serveBatch(ready []*evConn, kinds []uint32, now time.Time) bool {
+	b := l.batch
+	b.batches.Add(1)
+	l.queueRecvs(ready, kinds, now)
 	res, err := b.reap(len(b.reads))
 	if err != nil {
 		l.s.log.Error("io_uring_enter failed; closing the loop's connections", zap.Error(err))
@@ -123,6 +139,7 @@ func (l *eventLoop) serveBatch(ready []*evConn, kinds []uint32, now time.Time) b
 				l.closeConn(c)
 			}
 		case r == -int32(unix.EAGAIN):
+			c.rd.idle()
 		case r == 0 || r == -int32(unix.ECONNRESET):
 			l.closeConn(c)
 		default:

@@ -12,11 +12,10 @@ import (
 
 // The package's tests run once per socket server: TestMain runs them in
 // this process with goroutines, then (on Linux) runs this test binary
-// again, with the same flags, once each with PACER_TEST_SOCKET_SERVER=epoll,
-// =uring and =hybrid. Every protocol, limits, deadline, credential and
+// again, with the same flags, once each with PACER_TEST_SOCKET_SERVER=epoll
+// and =hybrid. Every protocol, limits, deadline, credential and
 // compatibility test thus holds for every server, and a failure under any
-// fails the package. (The uring run needs io_uring: where the kernel
-// refuses it the server falls back to epoll, and TestURingServes says so.)
+// fails the package.
 const kindEnv = "PACER_TEST_SOCKET_SERVER"
 
 // testKind is the socket server this process's tests run against.
@@ -30,7 +29,7 @@ func testKind() SocketServer {
 // serverKinds are the servers benchmarks compare.
 func serverKinds() []SocketServer {
 	if eventLoopSupported {
-		return []SocketServer{Goroutines, EventLoop, URing, Hybrid}
+		return []SocketServer{Goroutines, EventLoop, Hybrid}
 	}
 	return []SocketServer{Goroutines}
 }
@@ -45,7 +44,7 @@ func runOtherKinds() int {
 		return 0 // the benchmarks compare the servers themselves
 	}
 	code := 0
-	for _, kind := range []SocketServer{EventLoop, URing, Hybrid} {
+	for _, kind := range []SocketServer{EventLoop, Hybrid} {
 		fmt.Printf("=== transport: the same tests against socket_server %s\n", kind)
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), kindEnv+"="+string(kind))
@@ -75,8 +74,9 @@ func TestSocketServerChoice(t *testing.T) {
 	if k, err := ParseSocketServer("epoll"); eventLoopSupported != (err == nil) || (err == nil && k != EventLoop) {
 		t.Errorf("epoll: %q, %v", k, err)
 	}
-	if k, err := ParseSocketServer("uring"); eventLoopSupported != (err == nil) || (err == nil && k != URing) {
-		t.Errorf("uring: %q, %v", k, err)
+	// uring was removed: the setting says so and names what to use.
+	if _, err := ParseSocketServer("uring"); err == nil || !strings.Contains(err.Error(), "socket_server uring was removed; use hybrid (the default on Linux), epoll or goroutines") {
+		t.Errorf("uring: %v", err)
 	}
 	if k, err := ParseSocketServer("hybrid"); eventLoopSupported != (err == nil) || (err == nil && k != Hybrid) {
 		t.Errorf("hybrid: %q, %v", k, err)
@@ -92,32 +92,5 @@ func TestSocketServerChoice(t *testing.T) {
 	defer srv.Close()
 	if err := srv.Serve(ln); err == nil || !strings.Contains(err.Error(), "unknown socket_server") {
 		t.Fatalf("Serve with socket_server threads = %v, want a refusal", err)
-	}
-}
-
-// TestURingServes: socket_server uring serves from io_uring loops where the
-// kernel allows io_uring (it does on the machines this runs on: a fallback
-// to epoll there would make the uring run of every other test a second
-// epoll run), and otherwise falls back to epoll loops that serve.
-func TestURingServes(t *testing.T) {
-	if !eventLoopSupported {
-		t.Skip("io_uring is Linux only")
-	}
-	ts := startServer(t, newFakeSpender(), ServerConfig{Server: URing})
-	c := dialRaw(t, ts.path)
-	if got := c.do(t, resp("PING")); got != "+PONG\r\n" {
-		t.Fatalf("PING = %q", got)
-	}
-	ts.mu.Lock()
-	loops := ts.loops
-	ts.mu.Unlock()
-	if len(loops) == 0 {
-		t.Fatal("no event loops")
-	}
-	if loops[0].ring == nil {
-		if os.Getenv("PACER_TEST_NO_URING") == "" {
-			t.Fatal("socket_server uring fell back to epoll: io_uring unavailable here (see the server's log); set PACER_TEST_NO_URING=1 to accept that")
-		}
-		t.Log("io_uring unavailable: served by the epoll fallback")
 	}
 }

@@ -116,7 +116,7 @@ func readerSeeds() []string {
 	}
 }
 
-// roomReader drives a requestReader as the io_uring loop does: a recv into
+// roomReader drives a requestReader as the hybrid loop's ring does: a recv into
 // room(), completing later, recorded with filled.
 type roomReader struct{ *requestReader }
 
@@ -132,7 +132,7 @@ func (r roomReader) fill(src io.Reader) error {
 	return err
 }
 
-// FuzzReaderRoomFilled: the io_uring loop's way of reading (room, then
+// FuzzReaderRoomFilled: the hybrid ring's way of reading (room, then
 // filled once the recv completes) parses every input, however split, into
 // the same commands and error as fill, with the same bound on the buffer.
 func FuzzReaderRoomFilled(f *testing.F) {

@@ -12,6 +12,15 @@ type replyBuf struct {
 
 var _ replyWriter = (*replyBuf)(nil)
 
+// reset empties the buffer once written; one grown past
+// maxIdleWriteBuffer is dropped, so an idle connection keeps no large one.
+func (w *replyBuf) reset() {
+	w.b = w.b[:0]
+	if cap(w.b) > maxIdleWriteBuffer {
+		w.b = nil
+	}
+}
+
 func (w *replyBuf) WriteString(s string)     { w.b = redcon.AppendString(w.b, s) }
 func (w *replyBuf) WriteError(s string)      { w.b = redcon.AppendError(w.b, s) }
 func (w *replyBuf) WriteInt64(n int64)       { w.b = redcon.AppendInt(w.b, n) }

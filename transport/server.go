@@ -15,14 +15,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pacer/pacer"
-	"github.com/tidwall/redcon"
 	"go.uber.org/zap"
 )
 
@@ -141,12 +142,6 @@ const (
 	// (DefaultLoops), answering all the requests a wake-up finds with one
 	// write per connection (evloop_linux.go). Linux only.
 	EventLoop SocketServer = "epoll"
-	// URing serves every connection from a few io_uring loops
-	// (DefaultLoops), each wake-up one system call for all its connections
-	// (uring_linux.go). Where io_uring cannot be used (an old kernel,
-	// io_uring_disabled, a seccomp filter) Serve logs why and uses
-	// EventLoop. Linux only.
-	URing SocketServer = "uring"
 	// Hybrid is EventLoop, but a wake-up that finds several connections
 	// ready reads them all with one io_uring_enter and writes all their
 	// replies with another (hybrid_linux.go). Where io_uring cannot be
@@ -187,13 +182,15 @@ func ParseSocketServer(name string) (SocketServer, error) {
 		return DefaultSocketServer, nil
 	case Goroutines:
 		return Goroutines, nil
-	case EventLoop, URing, Hybrid:
+	case EventLoop, Hybrid:
 		if !eventLoopSupported {
 			return "", fmt.Errorf("transport: socket_server %s is only available on Linux; use goroutines", name)
 		}
 		return SocketServer(name), nil
+	case "uring":
+		return "", errors.New("transport: socket_server uring was removed; use hybrid (the default on Linux), epoll or goroutines")
 	}
-	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll, uring or hybrid)", name)
+	return "", fmt.Errorf("transport: unknown socket_server %q (want goroutines, epoll or hybrid)", name)
 }
 
 // ServerConfig configures a Server. The zero value is usable: every limit
@@ -202,7 +199,7 @@ type ServerConfig struct {
 	// Server is how connections are served; "" means the platform's
 	// default (ParseSocketServer). Every other setting applies to all.
 	Server SocketServer
-	// Loops is how many event loops EventLoop, URing and Hybrid run; 0 means
+	// Loops is how many event loops EventLoop and Hybrid run; 0 means
 	// DefaultLoops().
 	Loops int
 	// MaxAmountMicros caps the amount of one SPEND or REFUND, so a bidder
@@ -220,6 +217,12 @@ type ServerConfig struct {
 	// one is answered with a protocol error and disconnected. Zero means
 	// DefaultMaxInlineBytes.
 	MaxInlineBytes int64
+	// MaxBufferedBytes is the buffer budget all connections share: the
+	// bytes they may hold together beyond an idle connection's buffers
+	// (request buffers grown for requests over 4 KiB, commands queued by
+	// MULTI). A request or a queued command that would pass it is refused
+	// with an error naming it. Zero means DefaultMaxBufferedBytes.
+	MaxBufferedBytes int64
 	// MaxClients caps open connections; one more is answered
 	// "-ERR max clients reached" and closed. Zero means DefaultMaxClients;
 	// negative means no cap.
@@ -260,6 +263,10 @@ type Server struct {
 	waiting WaitingSpender // spender, if it is one
 	cfg     ServerConfig
 	log     *zap.Logger
+	budget  *bufferBudget // cfg.MaxBufferedBytes
+	// readBufs lends connections their read buffers while they read
+	// (requestReader.idle); idle connections hold none.
+	readBufs sync.Pool
 
 	closing atomic.Bool
 
@@ -275,6 +282,10 @@ type Server struct {
 	protocolFails uint64
 	rejected      uint64
 	timedOut      uint64
+	// burstWatched: a watchBurst goroutine runs.
+	burstWatched bool
+	stopped      chan struct{} // closed by the first stop
+	stopOnce     sync.Once
 
 	// The event loops (Server == EventLoop), started by the first Serve,
 	// and the connections they serve.
@@ -306,6 +317,9 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 		cfg.MaxInlineBytes = DefaultMaxInlineBytes
 	}
 	cfg.MaxInlineBytes = min(cfg.MaxInlineBytes, cfg.MaxRequestBytes)
+	if cfg.MaxBufferedBytes <= 0 {
+		cfg.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
 	if cfg.Server == "" {
 		cfg.Server, _ = ParseSocketServer("")
 	}
@@ -335,9 +349,12 @@ func NewServer(sp Spender, cfg ServerConfig) *Server {
 		waiting:   waiting,
 		cfg:       cfg,
 		log:       log.Named("transport"),
+		budget:    &bufferBudget{limit: cfg.MaxBufferedBytes},
+		readBufs:  sync.Pool{New: func() any { return new([readBufSize]byte) }},
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*serverConn]struct{}),
 		evConns:   make(map[*evConn]struct{}),
+		stopped:   make(chan struct{}),
 	}
 }
 
@@ -393,7 +410,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		ln.Close()
 		return err
 	}
-	evloop := s.cfg.Server == EventLoop || s.cfg.Server == URing || s.cfg.Server == Hybrid
+	evloop := s.cfg.Server == EventLoop || s.cfg.Server == Hybrid
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -445,11 +462,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			nc.Close()
 			return ErrServerClosed
 		}
-		if s.cfg.MaxClients > 0 && len(s.conns)+len(s.evConns) >= s.cfg.MaxClients {
+		open := len(s.conns) + len(s.evConns)
+		if s.cfg.MaxClients > 0 && open >= s.cfg.MaxClients {
 			s.mu.Unlock()
 			s.refuse(nc, "max clients reached")
 			continue
 		}
+		s.noteOpen(open + 1)
 		if evloop {
 			ec := s.newEvConn()
 			s.evConns[ec] = struct{}{}
@@ -497,6 +516,7 @@ func (s *Server) Close() error {
 
 func (s *Server) stop(force bool) {
 	s.closing.Store(true)
+	s.stopOnce.Do(func() { close(s.stopped) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for ln := range s.listeners {
@@ -586,49 +606,26 @@ func (s *Server) handle(c *serverConn) {
 	defer s.handlers.Done()
 	var protoErr *ProtocolError
 	timedOut := false
-	defer func() {
-		// Free the slot before the client can see the close, so that
-		// it may reconnect at once under max clients.
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.doneCommands += c.commands.Load()
-		s.doneErrors += c.errors.Load()
-		if protoErr != nil {
-			s.protocolFails++
-		}
-		if timedOut {
-			s.timedOut++
-		}
-		s.mu.Unlock()
-		c.nc.Close()
-	}()
+	defer func() { s.connDone(c, protoErr != nil, timedOut) }()
 
-	rd := newRequestReader(int(s.cfg.MaxArgs), int(s.cfg.MaxRequestBytes), int(s.cfg.MaxInlineBytes))
-	cw := &connWriter{nc: c.nc, timeout: s.cfg.WriteTimeout}
-	wr := redcon.NewWriter(cw)
+	rd := s.newRequestReader()
+	defer rd.release()
+	cw := &connWriter{nc: c.nc, timeout: s.cfg.WriteTimeout, budget: s.budget}
+	wr := &replyBuf{}
 	d := dispatcher{s: s, c: c}
-	var (
-		inBatch      bool
-		pending      int       // replies not yet flushed
-		partialSince time.Time // when the incomplete request in rd was first seen
-		readDeadline time.Time // the read deadline set on nc
-	)
+	defer d.release()
+	inBatch, pending := false, 0 // pending: replies not yet flushed
+	// partialSince: when the incomplete request in rd was first seen;
+	// readDeadline: the read deadline set on nc.
+	var partialSince, readDeadline time.Time
 	flush := func() bool {
 		pending = 0
-		err := wr.Flush()
-		if cw.last > maxIdleWriteBuffer {
-			// redcon keeps a flushed buffer of up to 256 KB; an idle
-			// connection should not.
-			wr = redcon.NewWriter(cw)
-		}
+		_, err := cw.Write(wr.b)
+		wr.reset()
 		if err != nil {
-			if isTimeout(err) {
-				timedOut = true
-				s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", s.cfg.WriteTimeout))
-			}
-			return false
+			timedOut = s.writeFailed(err)
 		}
-		return true
+		return err == nil
 	}
 	for {
 		args, err := rd.next()
@@ -651,39 +648,18 @@ func (s *Server) handle(c *serverConn) {
 				}
 			}
 			now := time.Now()
-			var want time.Time
-			slack := time.Duration(0)
-			if rd.buffered() {
-				if partialSince.IsZero() {
-					partialSince = now
-				}
-				if s.cfg.ReadTimeout > 0 {
-					want = partialSince.Add(s.cfg.ReadTimeout)
-				}
-			} else {
+			if !rd.buffered() {
 				partialSince = time.Time{}
-				if s.cfg.IdleTimeout > 0 {
-					want = now.Add(s.cfg.IdleTimeout)
-					// Re-arming costs a timer update; an idle deadline
-					// a little early is fine.
-					slack = s.cfg.IdleTimeout / 8
-				}
+			} else if partialSince.IsZero() {
+				partialSince = now
 			}
+			want, slack := s.readDeadline(now, partialSince, d.st.tx)
 			if d := want.Sub(readDeadline); want.IsZero() != readDeadline.IsZero() || d < 0 || d > slack {
 				c.nc.SetReadDeadline(want)
 				readDeadline = want
 			}
-			if err := rd.fill(c.nc); err != nil {
-				if isTimeout(err) {
-					timedOut = true
-					if rd.buffered() {
-						s.log.Info("closing connection: request incomplete after read_timeout", zap.Duration("read_timeout", s.cfg.ReadTimeout))
-					} else {
-						s.log.Debug("closing idle connection", zap.Duration("idle_timeout", s.cfg.IdleTimeout))
-					}
-				} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-					s.log.Debug("connection read failed", zap.Error(err))
-				}
+			if err := fillConn(rd, c.nc); err != nil {
+				timedOut = s.readFailed(err, rd.buffered())
 				return
 			}
 			continue
@@ -697,7 +673,7 @@ func (s *Server) handle(c *serverConn) {
 			d.newBatch()
 		}
 		quit := d.serve(wr, args)
-		if pending++; quit || pending >= flushEvery {
+		if pending++; quit || pending >= flushEvery || len(wr.b) >= flushBytes {
 			if !flush() || quit {
 				c.end(s)
 				return
@@ -706,21 +682,116 @@ func (s *Server) handle(c *serverConn) {
 	}
 }
 
-// maxIdleWriteBuffer: a connection whose last flush was larger starts its
-// next batch with a fresh reply buffer.
-const maxIdleWriteBuffer = 16 << 10
+// connDone closes c and moves its counters to the server's totals. It
+// frees the slot before the client can see the close, so that it may
+// reconnect at once under max clients.
+func (s *Server) connDone(c *serverConn, protoErr, timedOut bool) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.doneCommands += c.commands.Load()
+	s.doneErrors += c.errors.Load()
+	if protoErr {
+		s.protocolFails++
+	}
+	if timedOut {
+		s.timedOut++
+	}
+	s.mu.Unlock()
+	c.nc.Close()
+}
 
-// connWriter writes replies under the write deadline and remembers the size
-// of the last write, so handle can give back a grown reply buffer.
+// readDeadline is when a connection waiting for bytes is closed: read_timeout
+// after partialSince, the first bytes of an incomplete request (zero:
+// none), else idle_timeout from now, or from the start of its open MULTI
+// (queued commands are not activity). A deadline up to slack later than
+// the one set may stay: re-arming costs a timer update.
+func (s *Server) readDeadline(now, partialSince time.Time, tx *txQueue) (want time.Time, slack time.Duration) {
+	switch {
+	case !partialSince.IsZero():
+		if s.cfg.ReadTimeout > 0 {
+			want = partialSince.Add(s.cfg.ReadTimeout)
+		}
+	case s.cfg.IdleTimeout <= 0:
+	case tx != nil:
+		want = tx.opened.Add(s.cfg.IdleTimeout)
+	default:
+		want, slack = now.Add(s.cfg.IdleTimeout), s.cfg.IdleTimeout/8
+	}
+	return want, slack
+}
+
+// readFailed logs why a connection's read ended and reports whether a
+// deadline ended it.
+func (s *Server) readFailed(err error, partial bool) (timedOut bool) {
+	switch {
+	case isTimeout(err) && partial:
+		s.log.Info("closing connection: request incomplete after read_timeout", zap.Duration("read_timeout", s.cfg.ReadTimeout))
+		return true
+	case isTimeout(err):
+		s.log.Debug("closing idle connection", zap.Duration("idle_timeout", s.cfg.IdleTimeout))
+		return true
+	case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
+		s.log.Debug("connection read failed", zap.Error(err))
+	}
+	return false
+}
+
+// writeFailed logs why a connection's write failed and reports whether a
+// deadline ended it.
+func (s *Server) writeFailed(err error) (timedOut bool) {
+	switch {
+	case isTimeout(err):
+		s.log.Info("closing connection: client not reading its replies", zap.Duration("write_timeout", s.cfg.WriteTimeout))
+		return true
+	case errors.Is(err, errReplyBudget):
+		s.log.Info("closing connection: its replies do not fit the buffer budget", zap.Int64("max_buffered_bytes", s.cfg.MaxBufferedBytes))
+	}
+	return false
+}
+
+// fillConn reads from nc into rd, through fillRaw where nc gives its
+// descriptor (every Unix or TCP connection does).
+func fillConn(rd *requestReader, nc net.Conn) error {
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			return rd.fillRaw(raw)
+		}
+	}
+	return rd.fill(nc)
+}
+
+// maxIdleWriteBuffer: a connection whose reply buffer grew larger starts
+// its next batch with a fresh one.
+const maxIdleWriteBuffer = 2 << 10
+
+// replyAllowance: replies waiting to be written beyond this many bytes
+// (replies the client does not read, or a batch's) are paid from the
+// server's buffer budget while they wait; a connection whose replies it
+// cannot pay for is closed.
+const replyAllowance = 2 << 10
+
+// flushBytes: replies are also flushed once this many bytes wait.
+const flushBytes = 16 << 10
+
+// errReplyBudget: a connection's replies did not fit the buffer budget.
+var errReplyBudget = errors.New("replies over the buffer budget")
+
+// connWriter writes replies under the write deadline, paying for a large
+// write from the buffer budget while it waits.
 type connWriter struct {
 	nc      net.Conn
 	timeout time.Duration
 	armed   time.Time // the write deadline set on nc
-	last    int
+	budget  *bufferBudget
 }
 
 func (w *connWriter) Write(p []byte) (int, error) {
-	w.last = len(p)
+	if extra := int64(len(p) - replyAllowance); extra > 0 {
+		if !w.budget.take(extra) {
+			return 0, errReplyBudget
+		}
+		defer w.budget.give(extra)
+	}
 	if w.timeout > 0 {
 		// Re-arm only when an eighth of the timeout has passed since: a
 		// flush then gets at least 7/8 of it, without a timer update per
@@ -737,6 +808,57 @@ func (w *connWriter) Write(p []byte) (int, error) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// burstConns: once this many connections are open, the server watches
+// them close and gives their memory back (watchBurst).
+const burstConns = 1000
+
+// noteOpen starts watchBurst when open connections reach burstConns.
+// Called with s.mu held.
+func (s *Server) noteOpen(open int) {
+	if open >= burstConns && !s.burstWatched && !s.closing.Load() {
+		s.burstWatched = true
+		s.handlers.Add(1)
+		go s.watchBurst(open)
+	}
+}
+
+// watchBurst gives the memory of a burst of connections back as they
+// close: a GC each time the open connections have halved (the runtime's
+// scavenger then returns the pages, a quiet daemon may otherwise not
+// collect for minutes), and debug.FreeOSMemory once when the burst is over
+// (fewer than burstConns/8 left), which returns them at once but holds the
+// heap while it does. It checks once a second, and ends there or when the
+// server stops.
+func (s *Server) watchBurst(open int) {
+	defer s.handlers.Done()
+	released := open
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopped:
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		open := len(s.conns) + len(s.evConns)
+		released = max(released, open)
+		done := open < burstConns/8
+		if done {
+			s.burstWatched = false
+		}
+		s.mu.Unlock()
+		switch {
+		case done:
+			debug.FreeOSMemory()
+			return
+		case open <= released/2:
+			runtime.GC()
+			released = open
+		}
+	}
 }
 
 // refuse answers a connection the server will not serve, and closes it.
