@@ -42,14 +42,13 @@ type Daemon struct {
 	// SocketMode is the socket file's permission bits, written in octal.
 	SocketMode FileMode `yaml:"socket_mode"`
 	// SocketServer is how the bidder socket serves connections:
-	// "epoll" or "uring" (event loops on epoll or io_uring; Linux),
-	// "hybrid" (the epoll loops, reading and writing a busy wake-up's
-	// connections through io_uring; Linux) or "goroutines" (one per
-	// connection). Empty means the platform's
-	// default (transport.DefaultSocketServer on Linux). All apply every
-	// limit below.
+	// "epoll" (event loops on epoll; Linux), "hybrid" (the epoll loops,
+	// reading and writing a busy wake-up's connections through io_uring;
+	// Linux) or "goroutines" (one per connection). Empty means the
+	// platform's default (transport.DefaultSocketServer on Linux). All
+	// apply every limit below. "uring" was removed: Validate says so.
 	SocketServer string `yaml:"socket_server"`
-	// SocketLoops is how many event loops the epoll, uring and hybrid
+	// SocketLoops is how many event loops the epoll and hybrid
 	// servers run; 0 means transport.DefaultLoops() (one per two cores).
 	SocketLoops int `yaml:"socket_loops"`
 	// MaxClients caps the bidder socket's open connections.
@@ -279,7 +278,8 @@ func (d Daemon) Validate() error {
 		bad("redis: %v", err)
 	}
 	for i, e := range d.Etcd {
-		if err := checkEndpoint(e, "http", "https"); err != nil {
+		// Redacted: a password in the URL must not reach an error message.
+		if err := checkEndpoint(lease.Redact(e), "http", "https"); err != nil {
 			bad("etcd[%d]: %v", i, err)
 		} else if strings.Contains(e, "@") {
 			bad("etcd[%d]: no credentials in an endpoint: use etcd_auth", i)

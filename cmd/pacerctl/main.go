@@ -285,6 +285,8 @@ Exit status: 0 success, 1 failure (or check found a problem), 2 usage error.
 // exit status.
 func run(ctx context.Context, e env, args []string) int {
 	a := &app{env: e}
+	// No password of an address flag reaches the terminal (redact.go).
+	a.stdout, a.stderr = redactingWriter{e.stdout, a}, redactingWriter{e.stderr, a}
 	defer a.close()
 	err := a.main(ctx, args)
 	var ue *usageError
@@ -294,10 +296,10 @@ func run(ctx context.Context, e env, args []string) int {
 	case errors.Is(err, errReported):
 		return exitFailure
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "pacerctl: %s\nRun 'pacerctl help' for usage.\n", ue.msg)
+		fmt.Fprintf(a.stderr, "pacerctl: %s\nRun 'pacerctl help' for usage.\n", ue.msg)
 		return exitUsage
 	default:
-		fmt.Fprintf(e.stderr, "pacerctl: %v\n", err)
+		fmt.Fprintf(a.stderr, "pacerctl: %v\n", err)
 		return exitFailure
 	}
 }
