@@ -51,6 +51,8 @@ type stack struct {
 	dir    string
 	// extraConfig is appended to testConfig.
 	extraConfig string
+	// bin is the pacerd binary to start; "" means pacerdBin (-race).
+	bin string
 }
 
 func newStack(t *testing.T) *stack {
@@ -112,7 +114,11 @@ func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 		s.t.Fatal(err)
 	}
 	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(pacerdBin, "--config", cfg, "--redis", s.redis.Socket, "--socket", p.socket,
+	bin := pacerdBin
+	if s.bin != "" {
+		bin = s.bin
+	}
+	p.cmd = exec.Command(bin, "--config", cfg, "--redis", s.redis.Socket, "--socket", p.socket,
 		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state-"+holder))
 	p.cmd.Args = append(p.cmd.Args, extraArgs...)
 	p.cmd.Env = append(os.Environ(), env...)
