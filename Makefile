@@ -104,6 +104,32 @@ install: build ## Install pacerd, pacerctl, units, config and curves (honours DE
 	done
 	@echo "installed. Next: systemctl daemon-reload && systemd-sysusers && systemd-tmpfiles --create pacer.conf && systemctl enable --now pacerd.socket pacerd.service (systemd/README.md)"
 
+# The Debian package (nfpm, pinned; fetched through the module proxy on first
+# use). DEB_VERSION: a tag's version when HEAD is tagged vX.Y.Z, else
+# 0.0.0+git<commit date>.<commit>.
+DEB_VERSION ?= $(shell t=$$(git describe --tags --exact-match 2>/dev/null | sed -n 's/^v\([0-9].*\)/\1/p'); \
+	if [ -n "$$t" ]; then echo "$$t"; else echo "0.0.0+git$$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || echo 0).$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; fi)
+DEB_ARCH    ?= $(shell $(GO) env GOARCH)
+DIST        ?= dist
+NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+
+.PHONY: deb
+deb: ## Build dist/pacer_<version>_<arch>.deb (DIST=dir to change): pacerd, pacerctl, units, the pacer user, /etc/pacer (apt install ./dist/pacer_*.deb).
+	@rm -rf $(DIST)/stage && mkdir -p $(DIST)/stage
+	CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/stage/ ./cmd/pacerd ./cmd/pacerctl
+	sed 's|^ExecStart=/usr/local/bin/pacerd |ExecStart=/usr/bin/pacerd |' systemd/pacerd.service > $(DIST)/stage/pacerd.service
+	printf 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: pacer\nSource: https://github.com/pacer/pacer\n\nFiles: *\nCopyright: 2026 the pacer authors\nLicense: none-stated\n No license is stated in the source repository; ask the maintainers.\n' > $(DIST)/stage/copyright
+	printf 'pacer ($(DEB_VERSION)) unstable; urgency=medium\n\n  * Built from commit %s. What changed: CHANGELOG.md in the source.\n\n -- pacer maintainers <pacer@example.org>  %s\n' \
+		"$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$$(git log -1 --format=%aD 2>/dev/null || date -R)" | gzip -9n > $(DIST)/stage/changelog.gz
+	sed 's|$${STAGE}|$(DIST)/stage|g' packaging/nfpm.yaml > $(DIST)/stage/nfpm.yaml
+	VERSION='$(DEB_VERSION)' ARCH='$(DEB_ARCH)' $(NFPM) package --packager deb --config $(DIST)/stage/nfpm.yaml \
+		--target $(DIST)/pacer_$(DEB_VERSION)_$(DEB_ARCH).deb
+	@echo "built $(DIST)/pacer_$(DEB_VERSION)_$(DEB_ARCH).deb; install with: sudo apt install $(if $(filter /%,$(DIST)),,./)$(DIST)/pacer_$(DEB_VERSION)_$(DEB_ARCH).deb"
+
+.PHONY: deb-check
+deb-check: ## Build the .deb and check it: dpkg-deb -I/-c, lintian (no errors), an install into a scratch root (CI runs it).
+	PACER_DEB_CHECK=1 $(GO) test -count=1 -timeout 30m -v ./packaging/
+
 .PHONY: uninstall
 uninstall: ## Remove binaries, units and snippets; keeps /etc/pacer and /var/lib/pacer.
 	rm -f $(DESTDIR)$(PREFIX)/bin/pacerd $(DESTDIR)$(PREFIX)/bin/pacerctl

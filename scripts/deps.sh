@@ -5,7 +5,8 @@
 #     /usr/bin/python3, and Node with ioredis and node-redis pinned in
 #     compat/node/package-lock.json, installed in compat/node/node_modules,
 #   - postgresql-15 (the exporter's tests run its initdb and pg_ctl),
-#   - promtool, from Debian's prometheus package (the alerting rules' tests).
+#   - promtool, from Debian's prometheus package (the alerting rules' tests),
+#   - lintian (`make deb-check` lints the Debian package).
 # Idempotent: a second run installs nothing. Otherwise it says what to run.
 # `scripts/deps.sh run` installs only what `make run` needs (redis).
 set -euo pipefail
@@ -27,6 +28,8 @@ if ! $only_run; then
   # promtool (Debian's prometheus package) for the alerting rules' tests
   # (cmd/pacerd TestAlertRules: promtool check rules / test rules).
   command -v promtool >/dev/null 2>&1 || pkgs+=(prometheus)
+  # lintian for `make deb-check` (packaging/deb_test.go); dpkg-deb is in dpkg.
+  command -v lintian >/dev/null 2>&1 || pkgs+=(lintian)
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
