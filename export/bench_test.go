@@ -1,7 +1,12 @@
 package export_test
 
 import (
+	"context"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,4 +84,81 @@ func fill(b *testing.B, rdb *redis.Client, id string, shards, n int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkExportLag measures the export's lag while the ledger writes: 8
+// writers, one per shard, grant and release leases as fast as the ledger
+// (AOF, fsync always) answers, for 30 s, while an exporter runs with the default interval (1 s);
+// every 100 ms the age of the oldest entry not yet in PostgreSQL is sampled
+// (as pacer_export_lag_seconds measures it, but at each sample rather than at
+// each pass). It reports the events written per second, and the lag's p50,
+// p99 and max.
+//
+//	go test -run '^$' -bench ExportLag -benchtime 1x ./export/
+func BenchmarkExportLag(b *testing.B) {
+	for range b.N {
+		f := newFixture(b, lease.Config{})
+		f.open(b, "lag", 8)
+		runCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		var written atomic.Int64
+		for shard := range 8 {
+			wg.Go(func() { writeLeases(f, runCtx, shard, &written) })
+		}
+		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "lag"}, nil, nil)
+		wg.Go(func() { _ = e.Run(runCtx) })
+		var lags []time.Duration
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			lags = append(lags, oldestUnexported(b, f))
+		}
+		stop()
+		wg.Wait()
+		slices.Sort(lags)
+		b.ReportMetric(float64(written.Load())/30, "events/s")
+		b.ReportMetric(lags[len(lags)/2].Seconds(), "lag-p50-s")
+		b.ReportMetric(lags[len(lags)*99/100].Seconds(), "lag-p99-s")
+		b.ReportMetric(lags[len(lags)-1].Seconds(), "lag-max-s")
+	}
+}
+
+// writeLeases grants and releases leases on one shard until ctx is done.
+func writeLeases(f *fixture, ctx context.Context, shard int, written *atomic.Int64) {
+	now := t0.Add(10 * time.Hour)
+	k := lease.ShardKey{Campaign: "lag", Day: day, Shard: shard}
+	for i := 0; ctx.Err() == nil; i++ {
+		id := "L" + strconv.Itoa(shard) + "-" + strconv.Itoa(i)
+		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: 10_000, Expiry: now.Add(30 * time.Second),
+			Now: now, Pace: lease.Pace{Now: ppb / 2, Cap: ppb/2 + ppb/8}, Grace: 5 * time.Second, DayStart: t0})
+		if err != nil {
+			return // cancelled
+		}
+		if _, err := f.ledger.Release(ctx, k, id, g.Granted/3, now); err != nil {
+			return
+		}
+		written.Add(2)
+	}
+}
+
+// oldestUnexported is the age of the oldest audit entry PostgreSQL does not
+// hold yet (0 if none): the first entry after each stream's cursor.
+func oldestUnexported(b *testing.B, f *fixture) time.Duration {
+	var oldest time.Duration
+	for s := range 8 {
+		k := lease.ShardKey{Campaign: "lag", Day: day, Shard: s}
+		var ms, seq int64
+		err := f.db.QueryRow(ctx, `SELECT last_ms, last_seq FROM export_cursors WHERE campaign = $1 AND shard = $2`, k.Campaign, s).Scan(&ms, &seq)
+		if err != nil {
+			ms, seq = 0, 0
+		}
+		next, err := f.rdb.XRangeN(ctx, k.AuditKey(), "("+strconv.FormatInt(ms, 10)+"-"+strconv.FormatInt(seq, 10), "+", 1).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(next) == 1 {
+			idMS, _, _ := strings.Cut(next[0].ID, "-")
+			v, _ := strconv.ParseInt(idMS, 10, 64)
+			oldest = max(oldest, time.Since(time.UnixMilli(v)))
+		}
+	}
+	return oldest
 }
