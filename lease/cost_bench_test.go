@@ -31,8 +31,12 @@ import (
 //     every op (what this benchmark measured first); busy: each caller
 //     passes its demand as daemons do (fair shares), and the shard keeps
 //     another holder's lease, so its leases key never empties.
+//   - settle: the reconciler's settle call on a shard with a live lease and
+//     nothing yet to settle (what its sweeps and full passes mostly make).
 func BenchmarkLeaseCallRedisCPU(b *testing.B) {
 	for _, aof := range []bool{true, false} {
+		name := map[bool]string{true: "aof", false: "none"}[aof] + "/1-clients/settle"
+		b.Run(name, func(b *testing.B) { benchSettleCalls(b, aof) })
 		for _, clients := range []int{1, 32} {
 			for _, busy := range []bool{false, true} {
 				if clients > 1 && !busy {
@@ -120,6 +124,43 @@ func benchLeaseCalls(b *testing.B, aof bool, clients int, busy bool) {
 	} else {
 		b.SetParallelism((clients + 1) / 2) // GOMAXPROCS × this goroutines: 32 on this 2-core VM
 		b.RunParallel(func(pb *testing.PB) { worker(pb.Next) })
+	}
+	b.StopTimer()
+	scripts, cmds := commandCounts(b, srv)
+	b.ReportMetric((serverCPU(b, srv)-cpu0)*1e6/float64(scripts), "redis-cpu-µs/call")
+	b.ReportMetric(float64(cmds)/float64(scripts), "redis-cmds/call")
+}
+
+func benchSettleCalls(b *testing.B, aof bool) {
+	srv := redistest.StartWith(b, redisproc.Options{Persistent: aof})
+	rdb := srv.Client()
+	l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	c := lease.Campaign{ID: "c", DailyMicros: 86_400_000_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := l.OpenDay(ctx, c, "2026-11-21", t0, t0); err != nil {
+		b.Fatal(err)
+	}
+	now := t0.Add(12 * time.Hour)
+	for s := range 8 {
+		k := lease.ShardKey{Campaign: "c", Day: "2026-11-21", Shard: s}
+		r := lease.GrantRequest{Shard: k, LeaseID: "held-1", Holder: "other", Want: 1000, Expiry: now.Add(time.Hour), Now: now,
+			Pace: lease.Pace{Now: ppb / 2, Cap: ppb/2 + ppb/288}, Grace: 5 * time.Second, DayStart: t0}
+		if _, err := l.Grant(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := serverCPU(b, srv)
+	b.ResetTimer()
+	for i := range b.N {
+		k := lease.ShardKey{Campaign: "c", Day: "2026-11-21", Shard: i % 8}
+		if _, err := l.Settle(ctx, k, now.Add(time.Duration(i)*time.Millisecond), 5*time.Second, 1); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
 	scripts, cmds := commandCounts(b, srv)
