@@ -73,6 +73,8 @@ type Daemon struct {
 	// Etcd lists etcd endpoints for the reconciler election; empty means no
 	// election (this daemon never runs the reconciler).
 	Etcd []string `yaml:"etcd"`
+	// Election tunes the etcd session of the reconciler election.
+	Election Election `yaml:"election"`
 	// NATS is the NATS URL (or comma-separated URLs) for broadcasts; empty
 	// means none (exhaustion is learnt from the ledger, more slowly).
 	NATS string `yaml:"nats"`
@@ -158,6 +160,7 @@ func DefaultDaemon() Daemon {
 		SocketMode:      0o660,
 		Redis:           []string{"127.0.0.1:6379"},
 		Etcd:            []string{},
+		Election:        Election{TTL: 15 * time.Second},
 		Admin:           "127.0.0.1:9464",
 		CurvesDir:       "/etc/pacer/curves",
 		StateDir:        "/var/lib/pacer",
@@ -314,6 +317,7 @@ func (d Daemon) Validate() error {
 	d.EtcdTLS.validate("etcd_tls", bad)
 	d.NATSTLS.validate("nats_tls", bad)
 	d.NATSAuth.validate(bad)
+	d.Election.validate(bad)
 	if d.Broadcast.MaxAge <= 0 {
 		bad("broadcast.max_age: %v: must be positive", d.Broadcast.MaxAge)
 	}

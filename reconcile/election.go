@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -14,6 +15,8 @@ import (
 type Leadership struct {
 	Fence int64
 	Lost  <-chan struct{}
+	// Cause, if set, says why leadership ended, once Lost is closed.
+	Cause func() error
 }
 
 // Elector elects the fleet's reconciler.
@@ -40,11 +43,17 @@ type EtcdElector struct {
 // ElectionPrefix is the etcd key prefix of the reconciler election.
 const ElectionPrefix = "/pacer/reconciler"
 
+// DefaultSessionTTL is the election session's lease when none is given
+// (pacerd's election.ttl).
+const DefaultSessionTTL = 15 * time.Second
+
 // NewEtcdElector returns an elector for holder. ttlSeconds is the session
-// lease: how long a dead leader keeps the role before another takes over.
+// lease (DefaultSessionTTL if not positive): how long a dead leader keeps
+// the role before another takes over, and how long a leader's renewals
+// (every third of it) may fail to reach etcd before it loses the role.
 func NewEtcdElector(client *clientv3.Client, holder string, ttlSeconds int) *EtcdElector {
 	if ttlSeconds <= 0 {
-		ttlSeconds = 5
+		ttlSeconds = int(DefaultSessionTTL / time.Second)
 	}
 	return &EtcdElector{client: client, holder: holder, ttl: ttlSeconds, prefix: ElectionPrefix}
 }
@@ -61,7 +70,22 @@ func (e *EtcdElector) Campaign(ctx context.Context) (Leadership, error) {
 		return Leadership{}, fmt.Errorf("etcd election: %w", err)
 	}
 	e.session, e.election = s, el
-	return Leadership{Fence: el.Rev(), Lost: s.Done()}, nil
+	return Leadership{Fence: el.Rev(), Lost: s.Done(), Cause: func() error { return e.sessionCause(s) }}, nil
+}
+
+// sessionCause says why a session ended, asking etcd about its lease.
+func (e *EtcdElector) sessionCause(s *concurrency.Session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ttl, err := e.client.TimeToLive(ctx, s.Lease())
+	switch {
+	case err != nil:
+		return fmt.Errorf("etcd session lease %x: renewals stopped and etcd does not answer: %w", s.Lease(), err)
+	case ttl.TTL <= 0:
+		return fmt.Errorf("etcd session lease %x expired: no renewal reached etcd within its %ds TTL (etcd unreachable, or this host too loaded to renew; see election.ttl)", s.Lease(), e.ttl)
+	default:
+		return fmt.Errorf("etcd session lease %x still has %ds but the client stopped renewing it (its keep-alive stream failed)", s.Lease(), ttl.TTL)
+	}
 }
 
 // Resign implements Elector.
@@ -115,3 +139,11 @@ func (t Trivial) Campaign(ctx context.Context) (Leadership, error) {
 
 // Resign implements Elector.
 func (Trivial) Resign(context.Context) error { return nil }
+
+// leadershipCause is why a term ended, if its elector says.
+func leadershipCause(l Leadership) error {
+	if l.Cause == nil {
+		return nil
+	}
+	return l.Cause()
+}
