@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -110,6 +109,9 @@ type Reconciler struct {
 	exhausted map[string]bool // campaign/day exhaustion already broadcast by this leader
 	term      termState
 	frozen    map[string]time.Time // campaign/day -> end of the freeze a rollback set (watermark.go)
+
+	loadMu sync.Mutex // one reading of the campaigns at a time
+	wmMu   sync.Mutex // one watermark check at a time (the full pass and the steps both run one)
 }
 
 // termState is what a leader learns in its term and forgets when the term
@@ -117,19 +119,21 @@ type Reconciler struct {
 // of their days it knows to be open, closed or reported, so that a pass does
 // not ask Redis again.
 type termState struct {
-	full      bool // a full pass ran: the rest is known
+	loaded    bool // the campaigns are read
+	full      bool // a full pass ran to its end: the rest is known
+	passing   bool // a full pass runs beside the steps (Run's)
 	changes   string
 	campaigns map[string]lease.Campaign
-	order     []string // campaign ids, sorted: the sweep's order
-	cursor    int
+	roster    roster            // campaign ids: the sweep's order
+	calm      map[string]int64  // campaign -> unix ms before which its days need nothing (its next local midnight)
 	opened    map[string]string // campaign -> day known open
 	shut      map[string]string // campaign -> day whose shards are closed
 	reported  map[string]string // campaign -> day known reported (or never opened)
 }
 
 func newTermState() termState {
-	return termState{campaigns: map[string]lease.Campaign{}, opened: map[string]string{},
-		shut: map[string]string{}, reported: map[string]string{}}
+	return termState{campaigns: map[string]lease.Campaign{}, roster: newRoster(nil), calm: map[string]int64{},
+		opened: map[string]string{}, shut: map[string]string{}, reported: map[string]string{}}
 }
 
 // known reads a fact of the term (m is one of its maps).
@@ -176,6 +180,7 @@ func New(ledger *lease.Ledger, cfg Config) *Reconciler {
 	if cfg.LeaseWindow <= 0 {
 		cfg.LeaseWindow = 30 * time.Second
 	}
+	ledger.CountCommands() // for the passes' command counts
 	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{},
 		term: newTermState(), stats: newMetrics()}
 }
@@ -212,34 +217,36 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 	}
 	// A term's context ends with the term, so a pass in flight stops with it.
 	term, cancel := context.WithCancel(ctx)
-	defer cancel()
+	var passes sync.WaitGroup
+	defer func() {
+		cancel()
+		passes.Wait()
+	}()
 	go func() {
 		select {
 		case <-lead.Lost:
+			r.log.Warn("reconciler term lost", zap.Int64("fence", lead.Fence), zap.NamedError("cause", leadershipCause(lead)))
 			cancel()
 		case <-term.Done():
 		}
 	}()
 	r.mu.Lock()
 	r.exhausted = map[string]bool{}
-	r.term = newTermState() // the first pass of a term is a full one
+	r.term = newTermState()
+	r.term.passing = true // the term's full pass runs beside its steps
 	r.mu.Unlock()
+	passes.Go(func() { r.passLoop(term, lead.Fence, cancel) })
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
-		if r.cfg.Gate != nil {
-			if err := r.cfg.Gate(term); err != nil {
-				r.log.Warn("skipping a reconciler pass: the ledger gate is closed", zap.Error(err))
-				goto wait
+		if r.gateOpen(term) {
+			if err := r.Step(term, lead.Fence); errors.Is(err, lease.ErrFenced) {
+				r.log.Warn("fenced off by a newer leader; stepping down", zap.Error(err))
+				return
+			} else if err != nil && term.Err() == nil {
+				r.log.Warn("reconciler pass failed", zap.Error(err))
 			}
 		}
-		if err := r.Step(term, lead.Fence); errors.Is(err, lease.ErrFenced) {
-			r.log.Warn("fenced off by a newer leader; stepping down", zap.Error(err))
-			return
-		} else if err != nil && term.Err() == nil {
-			r.log.Warn("reconciler pass failed", zap.Error(err))
-		}
-	wait:
 		select {
 		case <-term.Done():
 			r.log.Info("reconciler leadership ended")
@@ -249,48 +256,33 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 	}
 }
 
+// gateOpen asks Config.Gate whether a pass may run now.
+func (r *Reconciler) gateOpen(ctx context.Context) bool {
+	if r.cfg.Gate == nil {
+		return true
+	}
+	if err := r.cfg.Gate(ctx); err != nil {
+		r.log.Warn("skipping a reconciler pass: the ledger gate is closed", zap.Error(err))
+		return false
+	}
+	return true
+}
+
 // Pass runs the reconciler's duties once, at the clock's now, with fence, on
-// every campaign: every shard of today and yesterday is settled and read.
-// The first pass of a term is one; Step runs the others. A campaign that
-// fails is logged, counted and left for the next pass; the pass goes on
-// (only a newer leader's fence, or ctx, stops it). Before anything else it
-// checks each Redis master's watermark (Config.Watermarks).
+// every campaign, from the first: every shard of today and yesterday is
+// settled and read. A term's first full pass resumes where the last one
+// stopped (fullpass.go); Step runs the rest. A campaign that fails is
+// logged, counted and left for the next pass; the pass goes on (only a newer
+// leader's fence, or ctx, stops it). Before anything else it checks each
+// Redis master's watermark (Config.Watermarks).
 func (r *Reconciler) Pass(ctx context.Context, fence int64) error {
 	if err := r.checkWatermarks(ctx, fence); err != nil {
 		return err
 	}
-	return r.pass(ctx, fence)
-}
-
-func (r *Reconciler) pass(ctx context.Context, fence int64) error {
-	start := time.Now()
-	_, pos, _, err := r.ledger.CampaignChanges(ctx, "", 0) // before the list: no change missed
-	if err != nil {
-		r.stats.errors.Inc()
+	if err := r.load(ctx, true); err != nil {
 		return err
 	}
-	campaigns, err := r.ledger.ListCampaigns(ctx)
-	if err != nil {
-		r.stats.errors.Inc()
-		return err
-	}
-	r.mu.Lock()
-	r.term.campaigns = make(map[string]lease.Campaign, len(campaigns))
-	r.term.order = make([]string, len(campaigns))
-	for i, c := range campaigns {
-		r.term.campaigns[c.ID] = c
-		r.term.order[i] = c.ID
-	}
-	r.term.changes = pos
-	r.mu.Unlock()
-	err = r.each(ctx, len(campaigns), func(i int) error { return r.campaign(ctx, campaigns[i], fence) })
-	if !errors.Is(err, lease.ErrFenced) && ctx.Err() == nil {
-		r.mu.Lock()
-		r.term.full = true
-		r.mu.Unlock()
-	}
-	r.stats.observe(start, len(campaigns), len(campaigns))
-	return err
+	return r.fullPass(ctx, fence, false)
 }
 
 // each runs f(0..n-1) on up to Concurrency goroutines. Failures are logged
@@ -345,87 +337,127 @@ func (r *Reconciler) each(ctx context.Context, n int, f func(i int) error) error
 // that its Redis commands grow with the work to do, not with the campaigns:
 // campaigns changed since the last pass (the change stream), days to open
 // or close at a campaign's local midnight (decided in memory; a day known
-// open or reported is not asked about again), shards with an expired lease
-// (the due index), shards left nearly empty (the low index: rebalance,
-// exhaustion), and a slice of the slow sweep, which gives every campaign a
-// full look (Pass's) once per SweepPeriod. The first Step of a term is a
-// full Pass.
+// open or reported is not asked about again, and at most dayStepLimit
+// campaigns' days a pass), shards with an expired lease (the due index),
+// shards left nearly empty (the low index: rebalance, exhaustion), and a
+// slice of the slow sweep, which gives every campaign a full look once per
+// SweepPeriod. While the term's full pass runs beside the steps (Run's), the
+// sweep waits for it. Called alone (not from Run), the first Step of a term
+// is that full pass, resumed where the last one stopped.
 func (r *Reconciler) Step(ctx context.Context, fence int64) error {
 	r.mu.Lock()
-	full := r.term.full
+	full, passing := r.term.full, r.term.passing
 	r.mu.Unlock()
-	if !full {
-		return r.Pass(ctx, fence)
+	if !full && !passing {
+		if err := r.checkWatermarks(ctx, fence); err != nil {
+			return err
+		}
+		if err := r.load(ctx, false); err != nil {
+			return err
+		}
+		return r.fullPass(ctx, fence, true)
 	}
+	var cmds atomic.Int64
+	ctx = lease.WithCommandCount(ctx, &cmds)
+	start := time.Now()
 	if err := r.checkWatermarks(ctx, fence); err != nil {
 		return err
 	}
-	start := time.Now()
-	now := r.cfg.Clock.Now()
-	var errs []error
-	// fail keeps a failure for the pass's error and goes on, unless a newer
-	// leader fenced this one off or the term ended. (each has logged and
-	// counted its own.)
-	fail := func(err error) error {
-		if errors.Is(err, lease.ErrFenced) || ctx.Err() != nil {
-			return err
-		}
-		errs = append(errs, err)
-		return nil
-	}
-	failOne := func(err error) error {
-		if err := fail(err); err != nil {
-			return err
-		}
+	if err := r.load(ctx, false); err != nil {
 		r.stats.errors.Inc()
-		r.log.Warn("reconciling failed; retried next pass", zap.Error(err))
-		return nil
+		return err
 	}
+	work, err := r.step(ctx, fence, full)
+	r.stats.observe(passStep, start, cmds.Load(), work, r.campaignCount())
+	return err
+}
+
+// passErrs collects a pass's failures: each is kept for the pass's error
+// and the pass goes on, unless a newer leader fenced this one off or the
+// term ended (stop).
+type passErrs struct {
+	r    *Reconciler
+	ctx  context.Context
+	errs []error
+}
+
+// keep keeps err (each has logged and counted it) and reports whether the
+// pass must stop.
+func (p *passErrs) keep(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, lease.ErrFenced) || p.ctx.Err() != nil {
+		p.errs = append([]error{err}, p.errs...)
+		return true
+	}
+	p.errs = append(p.errs, err)
+	return false
+}
+
+// keepOne is keep for a failure nothing logged or counted yet.
+func (p *passErrs) keepOne(err error) bool {
+	if err == nil {
+		return false
+	}
+	if p.keep(err) {
+		return true
+	}
+	p.r.stats.errors.Inc()
+	p.r.log.Warn("reconciling failed; retried next pass", zap.Error(err))
+	return false
+}
+
+func (p *passErrs) err() error {
+	if len(p.errs) > 0 && (errors.Is(p.errs[0], lease.ErrFenced) || p.ctx.Err() != nil) {
+		return p.errs[0]
+	}
+	return errors.Join(p.errs...)
+}
+
+// step is Step's work once the term is loaded; work is how many items it
+// found (the backlog).
+func (r *Reconciler) step(ctx context.Context, fence int64, sweep bool) (work int, err error) {
+	now := r.cfg.Clock.Now()
+	pe := &passErrs{r: r, ctx: ctx}
 	// Campaigns stored since the last pass.
-	if gap, err := r.followChanges(ctx); err != nil {
-		if err := failOne(err); err != nil {
-			return err
-		}
-	} else if gap {
-		return r.pass(ctx, fence)
+	if gap, err := r.followChanges(ctx); pe.keepOne(err) {
+		return 0, pe.err()
+	} else if gap && pe.keepOne(r.load(ctx, true)) {
+		return 0, pe.err()
 	}
-	// Days to open and to close.
-	r.mu.Lock()
-	var days []lease.Campaign
-	for _, id := range r.term.order {
-		c := r.term.campaigns[id]
-		today := bucket.DayOf(now, c.Location())
-		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
-		if (c.State == lease.StateActive && r.term.opened[id] != today.Key) || r.term.reported[id] != yesterday.Key {
-			days = append(days, c)
-		}
-	}
-	r.mu.Unlock()
-	if err := r.each(ctx, len(days), func(i int) error { return r.days(ctx, days[i], fence, now) }); err != nil {
-		if err := fail(err); err != nil {
-			return err
-		}
-	}
-	// Shards with expired leases.
+	// Shards with expired leases, first: a burst of days to open below
+	// never holds them up.
 	due, err := r.ledger.DueShards(ctx, now.Add(-r.cfg.Grace), stepLimit)
-	if err != nil {
-		if err := failOne(err); err != nil {
-			return err
-		}
-	}
-	if err := r.each(ctx, len(due), func(i int) error { return r.settleDue(ctx, due[i], fence, now) }); err != nil {
-		if err := fail(err); err != nil {
-			return err
-		}
+	if pe.keepOne(err) || pe.keep(r.each(ctx, len(due), func(i int) error { return r.settleDue(ctx, due[i], fence, now) })) {
+		return len(due), pe.err()
 	}
 	// Shards left nearly empty.
-	low, err := r.ledger.LowShards(ctx, stepLimit)
-	if err != nil {
-		if err := failOne(err); err != nil {
-			return err
-		}
+	n, stop := r.stepLow(ctx, pe, fence, now)
+	if stop {
+		return len(due) + n, pe.err()
 	}
-	type cday struct{ campaign, day string }
+	// Days to open and to close.
+	days := r.dueDays(now)
+	work = len(due) + n + len(days)
+	if pe.keep(r.each(ctx, len(days), func(i int) error { return r.days(ctx, days[i], fence, now) })) {
+		return work, pe.err()
+	}
+	// A slice of the sweep, once the term's full pass is done.
+	if sweep {
+		slice := r.sweepSlice()
+		pe.keep(r.each(ctx, len(slice), func(i int) error { return r.campaign(ctx, slice[i], fence) }))
+	}
+	return work, pe.err()
+}
+
+// stepLow rebalances the campaign-days the low index names and clears the
+// entries it dealt with. n: the campaign-days; stop: the pass must stop.
+func (r *Reconciler) stepLow(ctx context.Context, pe *passErrs, fence int64, now time.Time) (n int, stop bool) {
+	low, err := r.ledger.LowShards(ctx, stepLimit)
+	if pe.keepOne(err) {
+		return 0, true
+	}
 	var lowDays []cday
 	seen := map[cday]bool{}
 	for _, e := range low {
@@ -436,36 +468,64 @@ func (r *Reconciler) Step(ctx context.Context, fence int64) error {
 		}
 	}
 	if err := r.each(ctx, len(lowDays), func(i int) error { return r.lowDay(ctx, lowDays[i].campaign, lowDays[i].day, fence, now) }); err != nil {
-		if err := fail(err); err != nil {
-			return err
-		}
-	} else if err := r.ledger.Unindex(ctx, low); err != nil {
-		if err := failOne(err); err != nil {
-			return err
-		}
+		return len(lowDays), pe.keep(err)
 	}
-	// A slice of the sweep.
-	sweep := r.sweepSlice()
-	if err := r.each(ctx, len(sweep), func(i int) error { return r.campaign(ctx, sweep[i], fence) }); err != nil {
-		if err := fail(err); err != nil {
-			return err
-		}
-	}
-	r.stats.observe(start, len(days)+len(due)+len(lowDays), len(r.term.order))
-	return errors.Join(errs...)
+	return len(lowDays), pe.keepOne(r.ledger.Unindex(ctx, low))
 }
+
+type cday struct{ campaign, day string }
 
 // stepLimit caps the index entries one pass takes on; the rest wait for the
 // next pass (and show in the backlog).
 const stepLimit = 10_000
 
-// followChanges reloads the campaigns stored since the last pass. gap: the
-// change stream was trimmed past what this leader had read; re-read all.
+// dayStepLimit caps the campaigns whose days one step opens or closes: a
+// burst of new campaigns, or a midnight shared by many, is worked through
+// over the next passes instead of holding up one pass's settles (about 15
+// Redis commands a campaign; the full pass, beside the steps, opens days
+// too).
+const dayStepLimit = 512
+
+// dueDays returns the campaigns whose today is not known open or whose
+// yesterday is not known reported, at most dayStepLimit. A campaign found
+// with nothing to do is calm until its next local midnight: it costs a map
+// lookup a pass, not a time-zone computation.
+func (r *Reconciler) dueDays(now time.Time) []lease.Campaign {
+	ms := now.UnixMilli()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []lease.Campaign
+	r.term.roster.all(func(id string) bool {
+		if r.term.calm[id] > ms {
+			return true
+		}
+		c := r.term.campaigns[id]
+		today := bucket.DayOf(now, c.Location())
+		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
+		if (c.State == lease.StateActive && r.term.opened[id] != today.Key) || r.term.reported[id] != yesterday.Key {
+			out = append(out, c)
+			return len(out) < dayStepLimit
+		}
+		r.term.calm[id] = today.End.UnixMilli()
+		return true
+	})
+	return out
+}
+
+// changeBatches caps the change stream's batches (1,000 ids each) one pass
+// reads; the rest wait for the next pass.
+const changeBatches = 10
+
+// followChanges reloads the campaigns stored since the last pass, in
+// pipelines of 1,000. gap: the change stream was trimmed past what this
+// leader had read; re-read all. The term's lock is held only to apply what
+// was read, never across a Redis call, and adding or removing a campaign is
+// amortised O(1) (roster).
 func (r *Reconciler) followChanges(ctx context.Context) (gap bool, err error) {
 	r.mu.Lock()
 	pos := r.term.changes
 	r.mu.Unlock()
-	for {
+	for range changeBatches {
 		ids, next, gap, err := r.ledger.CampaignChanges(ctx, pos, 1000)
 		if err != nil || gap {
 			return gap, err
@@ -474,37 +534,26 @@ func (r *Reconciler) followChanges(ctx context.Context) (gap bool, err error) {
 			return false, nil
 		}
 		slices.Sort(ids)
-		ids = slices.Compact(ids)
-		loaded := make([]lease.Campaign, len(ids))
-		gone := make([]bool, len(ids))
-		if err := r.each(ctx, len(ids), func(i int) error {
-			c, err := r.ledger.GetCampaign(ctx, ids[i])
-			var unknown *lease.UnknownCampaignError
-			if errors.As(err, &unknown) {
-				gone[i] = true
-				return nil
-			}
-			loaded[i] = c
-			return err
-		}); err != nil {
+		found, gone, err := r.ledger.GetCampaigns(ctx, slices.Compact(ids))
+		if err != nil {
 			return false, err
 		}
 		r.mu.Lock()
-		for i, id := range ids {
-			_, had := r.term.campaigns[id]
-			if gone[i] {
-				delete(r.term.campaigns, id)
-			} else {
-				r.term.campaigns[id] = loaded[i]
-			}
-			if had == gone[i] { // added or removed
-				r.term.order = slices.Sorted(maps.Keys(r.term.campaigns))
-			}
+		for _, id := range gone {
+			delete(r.term.campaigns, id)
+			delete(r.term.calm, id)
+			r.term.roster.remove(id)
+		}
+		for _, c := range found {
+			r.term.campaigns[c.ID] = c
+			delete(r.term.calm, c.ID)
+			r.term.roster.add(c.ID)
 		}
 		r.term.changes = next
-		pos = next
 		r.mu.Unlock()
+		pos = next
 	}
+	return false, nil
 }
 
 // sweepSlice returns the campaigns this pass sweeps: enough that every
@@ -512,25 +561,44 @@ func (r *Reconciler) followChanges(ctx context.Context) (gap bool, err error) {
 func (r *Reconciler) sweepSlice() []lease.Campaign {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := len(r.term.order)
+	n := r.term.roster.len()
 	if n == 0 {
 		return nil
 	}
 	k := min(n, int((int64(n)*int64(r.cfg.Interval)+int64(r.cfg.SweepPeriod)-1)/int64(r.cfg.SweepPeriod)))
-	out := make([]lease.Campaign, 0, k)
-	for range k {
-		r.term.cursor %= n
-		out = append(out, r.term.campaigns[r.term.order[r.term.cursor]])
-		r.term.cursor++
+	ids := r.term.roster.next(k)
+	out := make([]lease.Campaign, len(ids))
+	for i, id := range ids {
+		out[i] = r.term.campaigns[id]
 	}
 	return out
 }
 
+// campaignCount is how many campaigns the term knows.
+func (r *Reconciler) campaignCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.term.roster.len()
+}
+
 // days opens a campaign's today and closes its yesterday, if not known done.
+// One round trip tells most campaigns apart (a new leader's steps ask
+// about every campaign a resumed full pass did not look at).
 func (r *Reconciler) days(ctx context.Context, c lease.Campaign, fence int64, now time.Time) error {
 	loc := c.Location()
 	today := bucket.DayOf(now, loc)
 	yesterday := bucket.DayOf(today.Start.Add(-time.Hour), loc)
+	sv, err := r.ledger.SurveyDays(ctx, c.ID, today.Key, yesterday.Key)
+	if err != nil {
+		return err
+	}
+	if active := c.State == lease.StateActive; (!active || sv.TodayShards > 0) && (sv.YesterdayShards == 0 || sv.Reported) {
+		if active {
+			r.learn(opened, c.ID, today.Key)
+		}
+		r.learn(reported, c.ID, yesterday.Key)
+		return nil
+	}
 	if c.State == lease.StateActive && !r.known(opened, c.ID, today.Key) {
 		if _, err := r.ledger.OpenDay(ctx, c, today.Key, today.Start, now); err != nil {
 			return err
@@ -592,8 +660,73 @@ func (r *Reconciler) lowDay(ctx context.Context, campaign, day string, fence int
 	return nil
 }
 
-// campaign is the full look at one campaign: Pass's, and the sweep's.
+// campaign is the full look at one campaign: the full pass's, and the
+// sweep's. It surveys the campaign first (two pipelined reads, no write);
+// only one with something to do (a day to open or close, a budget change
+// or a move left pending, a lease expired, a shard missing) gets the look
+// that settles every shard (fullLook), so a full pass over 100,000 idle
+// campaigns costs reads, not 800,000 settle scripts. Shards this leader's
+// fence has not reached yet get it in one pipeline (FenceShards), as a
+// settle would have given it.
 func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64) error {
+	now := r.cfg.Clock.Now()
+	today := bucket.DayOf(now, c.Location())
+	yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
+	sv, err := r.ledger.SurveyCampaign(ctx, c.ID, today.Key, yesterday.Key, now.Add(-r.cfg.Grace))
+	if err != nil {
+		return err
+	}
+	active := c.State == lease.StateActive
+	if sv.PendingOps || sv.Lost || sv.PendingMoves || sv.Expired || (active && sv.TodayShards == 0) ||
+		(sv.YesterdayShards > 0 && !sv.Reported) {
+		return r.fullLook(ctx, c, fence)
+	}
+	if active {
+		r.learn(opened, c.ID, today.Key)
+	}
+	r.learn(reported, c.ID, yesterday.Key) // reported, or never opened
+	if sv.TodayShards == 0 {
+		return nil
+	}
+	var stale []int
+	for i, f := range sv.Fences {
+		if fence > 0 && f > fence {
+			return fmt.Errorf("ledger %s/%s/%d: fence %d (shard has seen %d): %w", c.ID, today.Key, i, fence, f, lease.ErrFenced)
+		}
+		if f < fence {
+			stale = append(stale, i)
+		}
+	}
+	if err := r.ledger.FenceShards(ctx, c.ID, today.Key, stale, fence); err != nil {
+		return err
+	}
+	return r.today(ctx, c.ID, today.Key, sv.Today, fence, now)
+}
+
+// today pays a cut's debts on a campaign's today, or else rebalances its
+// shards, and tells the fleet if it is exhausted. shards: as just read.
+func (r *Reconciler) today(ctx context.Context, campaign, day string, shards []lease.Shard, fence int64, now time.Time) error {
+	// A cut's debt its shard can no longer take back is paid from its
+	// siblings before anything else moves.
+	paid, err := r.ledger.PayDebts(ctx, campaign, day, shards, fence, now)
+	if err != nil {
+		return err
+	}
+	if paid > 0 {
+		if shards, err = r.ledger.ReadShards(ctx, campaign, day, len(shards)); err != nil {
+			return err
+		}
+	} else if err := r.rebalance(ctx, campaign, day, shards, fence, now); err != nil {
+		return err
+	}
+	r.checkExhausted(campaign, day, shards)
+	return nil
+}
+
+// fullLook settles every shard of a campaign's yesterday (unless reported)
+// and today, finishing what was left pending, opening today and closing
+// yesterday: what campaign does when its survey finds work.
+func (r *Reconciler) fullLook(ctx context.Context, c lease.Campaign, fence int64) error {
 	now := r.cfg.Clock.Now()
 	loc := c.Location()
 	today := bucket.DayOf(now, loc)
@@ -646,20 +779,9 @@ func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64
 			shards[i] = s.Shard
 		}
 		if day.Key == today.Key {
-			// A cut's debt its shard can no longer take back is paid from
-			// its siblings before anything else moves.
-			paid, err := r.ledger.PayDebts(ctx, c.ID, day.Key, shards, fence, now)
-			if err != nil {
+			if err := r.today(ctx, c.ID, day.Key, shards, fence, now); err != nil {
 				return err
 			}
-			if paid > 0 {
-				if shards, err = r.ledger.ReadShards(ctx, c.ID, day.Key, n); err != nil {
-					return err
-				}
-			} else if err := r.rebalance(ctx, c.ID, day.Key, shards, fence, now); err != nil {
-				return err
-			}
-			r.checkExhausted(c.ID, day.Key, shards)
 		} else if _, err := r.closeDay(ctx, c, day, today, n, shards, fence, now); err != nil {
 			return err
 		}

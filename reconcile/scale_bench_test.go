@@ -36,6 +36,12 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // yesterday and today (as a fleet would have), in parallel.
 func scaleFixture(tb testing.TB, n int) (*fixture, *cmdCounter, *lease.Ledger) {
 	tb.Helper()
+	return scaleFixtureDays(tb, n, true)
+}
+
+// scaleFixtureDays is scaleFixture with yesterday opened or not.
+func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *cmdCounter, *lease.Ledger) {
+	tb.Helper()
 	f := newFixture(tb)
 	yesterday := midnight.Add(-24 * time.Hour)
 	var wg sync.WaitGroup
@@ -44,7 +50,7 @@ func scaleFixture(tb testing.TB, n int) (*fixture, *cmdCounter, *lease.Ledger) {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
 				c, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
-				if err == nil {
+				if err == nil && withYesterday {
 					_, err = f.ledger.OpenDay(ctx, c, "2026-11-20", yesterday, yesterday)
 				}
 				if err == nil {

@@ -120,6 +120,8 @@ func (r *Reconciler) checkWatermarks(ctx context.Context, fence int64) error {
 	if r.cfg.Watermarks == nil {
 		return nil
 	}
+	r.wmMu.Lock()
+	defer r.wmMu.Unlock()
 	masters, err := r.ledger.Masters(ctx)
 	if err == nil {
 		for _, m := range masters {
@@ -223,11 +225,12 @@ func (r *Reconciler) allCampaigns(ctx context.Context) ([]lease.Campaign, error)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, id := range r.term.order {
+	r.term.roster.all(func(id string) bool {
 		if !seen[id] {
 			listed = append(listed, r.term.campaigns[id])
 		}
-	}
+		return true
+	})
 	return listed, nil
 }
 
