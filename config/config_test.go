@@ -46,6 +46,8 @@ unknown_campaign_ttl: 1m
 max_campaign_loads: 16
 redis: [10.0.0.1:7000, 10.0.0.2:7000]
 etcd: [https://10.0.0.5:2379, 10.0.0.6:2379]
+election:
+  ttl: 30s
 nats: nats://10.0.0.7:4222, tls://10.0.0.8:4222
 admin: "[::1]:9000"
 holder: bidder-17
@@ -110,6 +112,7 @@ broadcast:
 		AdminIdleTimeout:   20 * time.Second,
 		Redis:              []string{"10.0.0.1:7000", "10.0.0.2:7000"},
 		Etcd:               []string{"https://10.0.0.5:2379", "10.0.0.6:2379"},
+		Election:           Election{TTL: 30 * time.Second},
 		NATS:               "nats://10.0.0.7:4222, tls://10.0.0.8:4222",
 		Admin:              "[::1]:9000",
 		CurvesDir:          "/srv/curves",
@@ -166,7 +169,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle, sparse_wait)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -216,6 +219,9 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"etcd: [\"http://e:1\"]\netcd_tls:\n  enabled: true", `etcd[0]: "http://e:1" is http:// but etcd_tls is enabled: write https://`},
 		{"etcd: [\"http://u:p@e:1\"]", `etcd[0]: no credentials in an endpoint: use etcd_auth`},
 		{"etcd_auth:\n  username: u", `etcd_auth: username and password_file go together`},
+		{"election:\n  ttl: 2s", `election.ttl: 2s: must be whole seconds from 3s to 5m0s`},
+		{"election:\n  ttl: 10m", `election.ttl: 10m0s: must be whole seconds from 3s to 5m0s`},
+		{"election:\n  ttl: 4500ms", `election.ttl: 4.5s: must be whole seconds from 3s to 5m0s`},
 		{"redis: [\"redis://u:s3cret@h:1\"]\nredis_auth:\n  password_file: /p", `redis_auth: a redis URL carries credentials too; give them once`},
 		{"redis: [\"redis://u:s3cret@h\"]", `redis: "redis://u:xxxxx@h": "h": want host:port, a URL (redis://, rediss://, unix://) or a Unix socket path starting with / or .`},
 		{"redis_auth:\n  sentinel_password_file: /p", `redis_auth.sentinel_password_file: only for a sentinel:// address`},
@@ -236,7 +242,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {
@@ -464,7 +470,7 @@ func TestEveryDocumentedKeyMaps(t *testing.T) {
 	// The keys as documented before daemon.Config became the file's daemon
 	// section: none may be lost or renamed.
 	documented := []string{"socket", "socket_mode", "socket_server", "socket_loops", "max_clients", "client_idle_timeout",
-		"client_read_timeout", "client_write_timeout", "allowed_uids", "allowed_gids", "redis", "etcd", "nats",
+		"client_read_timeout", "client_write_timeout", "allowed_uids", "allowed_gids", "redis", "etcd", "election.ttl", "nats",
 		"admin", "admin_max_conns", "admin_idle_timeout", "unknown_campaign_ttl", "max_campaign_loads", "holder",
 		"curves_dir", "state_dir", "max_amount_micros", "dedup_memory_bytes",
 		"lease.window", "lease.skew_bound", "lease.grace", "lease.cap_window", "lease.burst_window",

@@ -116,3 +116,46 @@ func BenchmarkReconcilerScale(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReconcilerScale100k is a new leader at 100,000 campaigns of 8
+// shards, today open and nothing to do (no yesterday to close): the term's
+// full pass (every campaign surveyed, every shard fenced once, 16
+// campaigns at a time) and then the steps. Setting up 100,000 campaigns
+// takes many minutes, so it runs only with PACER_BENCH_SCALE=1 (make
+// bench-scale).
+func BenchmarkReconcilerScale100k(b *testing.B) {
+	if os.Getenv("PACER_BENCH_SCALE") == "" {
+		b.Skip("set PACER_BENCH_SCALE=1 (make bench-scale)")
+	}
+	f, counter, ledger := scaleFixtureDays(b, 100_000, false)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	fence := int64(0)
+	for _, kind := range []string{"full", "step"} {
+		rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock})
+		b.Run(kind, func(b *testing.B) {
+			if kind == "step" {
+				fence++
+				if err := rc.Step(ctx, fence); err != nil { // the term's full pass
+					b.Fatal(err)
+				}
+			}
+			counter.n.Store(0)
+			b.ResetTimer()
+			for range b.N {
+				if kind == "full" {
+					fence++ // a new leader each time: the full pass fences every shard
+				}
+				f.clock.Add(time.Second)
+				pass := rc.Pass
+				if kind == "step" {
+					pass = rc.Step
+				}
+				if err := pass(ctx, fence); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(counter.n.Load())/float64(b.N), "cmds/pass")
+		})
+	}
+}
