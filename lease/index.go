@@ -35,7 +35,9 @@ import (
 // then reads 16,384 index keys of each kind per pass, pipelined: a constant
 // (about 8 ms of each master's time per pass on a 3-master Cluster), not a
 // cost per campaign. A single server or a Sentinel-managed primary has one
-// index key of each kind.
+// index key of each kind. A reconciler that knows few campaigns reads only
+// the slots their shards hash to (DueShardsIn, LowShardsIn, IndexSlots),
+// plus a rotating slice of all of them.
 //
 // A shard opened before the index existed, or an index entry lost with a
 // failover to a lagging replica, is found by the reconciler's slow sweep,
@@ -60,17 +62,41 @@ func (l *Ledger) indexKeys(k ShardKey) (due, low string) {
 	return dueIndex + ":{" + tag + "}", lowIndex + ":{" + tag + "}"
 }
 
-// indexKeyList returns every index key of a kind the reconciler reads.
-func (l *Ledger) indexKeyList(base string) []string {
+// indexKeyList returns the index keys of a kind the reconciler reads: on a
+// Cluster, those of slots, or of every slot if slots is nil.
+func (l *Ledger) indexKeyList(base string, slots []int) []string {
 	if !l.cluster {
 		return []string{base}
 	}
 	tags := slotTags()
-	out := make([]string, len(tags))
-	for i, t := range tags {
-		out[i] = base + ":{" + t + "}"
+	if slots == nil {
+		slots = make([]int, len(tags))
+		for i := range slots {
+			slots[i] = i
+		}
+	}
+	out := make([]string, 0, len(slots))
+	for _, s := range slots {
+		if s >= 0 && s < len(tags) {
+			out = append(out, base+":{"+tags[s]+"}")
+		}
 	}
 	return out
+}
+
+// IsCluster reports whether the ledger keeps its indexes per slot (its
+// client is a Redis Cluster's).
+func (l *Ledger) IsCluster() bool { return l.cluster }
+
+// Slots is how many hash slots a Redis Cluster has.
+const Slots = 16384
+
+// IndexSlots adds to set the Cluster slots whose index keys hold the
+// entries of shards (set[slot] = true).
+func IndexSlots(set map[int]bool, shards ...ShardKey) {
+	for _, k := range shards {
+		set[Slot(k.String())] = true
+	}
 }
 
 // Slot is the Redis Cluster hash slot of a hash tag's content (CRC16/XMODEM
@@ -150,8 +176,11 @@ type IndexEntry struct {
 	raw   string
 }
 
-func (l *Ledger) readIndex(ctx context.Context, base string, limit int64, byScore func(p redis.Cmdable, key string) *redis.ZSliceCmd) ([]IndexEntry, error) {
-	keys := l.indexKeyList(base)
+func (l *Ledger) readIndex(ctx context.Context, base string, slots []int, limit int64, byScore func(p redis.Cmdable, key string) *redis.ZSliceCmd) ([]IndexEntry, error) {
+	keys := l.indexKeyList(base, slots)
+	if len(keys) == 0 {
+		return nil, nil
+	}
 	cmds := make([]*redis.ZSliceCmd, len(keys))
 	if len(keys) == 1 {
 		cmds[0] = byScore(l.rdb, keys[0])
@@ -188,8 +217,14 @@ func (l *Ledger) readIndex(ctx context.Context, base string, limit int64, byScor
 // DueShards returns up to limit shards each of whose leases expired before
 // cutoff (pass now less the grace): the shards a settle call has work on.
 func (l *Ledger) DueShards(ctx context.Context, cutoff time.Time, limit int) ([]IndexEntry, error) {
+	return l.DueShardsIn(ctx, cutoff, limit, nil)
+}
+
+// DueShardsIn is DueShards reading, on a Cluster, only the index keys of
+// slots (nil: all). A single server has one index key: slots is ignored.
+func (l *Ledger) DueShardsIn(ctx context.Context, cutoff time.Time, limit int, slots []int) ([]IndexEntry, error) {
 	max := "(" + strconv.FormatInt(cutoff.UnixMilli(), 10)
-	return l.readIndex(ctx, dueIndex, int64(limit), func(p redis.Cmdable, key string) *redis.ZSliceCmd {
+	return l.readIndex(ctx, dueIndex, slots, int64(limit), func(p redis.Cmdable, key string) *redis.ZSliceCmd {
 		return p.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: max, Count: int64(limit)})
 	})
 }
@@ -205,7 +240,13 @@ func (l *Ledger) Unindex(ctx context.Context, entries []IndexEntry) error {
 // LowShards returns up to limit shards flagged as nearly empty by a grant
 // or renewal (see ClearLow).
 func (l *Ledger) LowShards(ctx context.Context, limit int) ([]IndexEntry, error) {
-	return l.readIndex(ctx, lowIndex, int64(limit), func(p redis.Cmdable, key string) *redis.ZSliceCmd {
+	return l.LowShardsIn(ctx, limit, nil)
+}
+
+// LowShardsIn is LowShards reading, on a Cluster, only the index keys of
+// slots (nil: all).
+func (l *Ledger) LowShardsIn(ctx context.Context, limit int, slots []int) ([]IndexEntry, error) {
+	return l.readIndex(ctx, lowIndex, slots, int64(limit), func(p redis.Cmdable, key string) *redis.ZSliceCmd {
 		return p.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "-inf", Max: "+inf", Count: int64(limit)})
 	})
 }

@@ -32,6 +32,8 @@ import (
 //	                             "<day>:plan" budget|shards|curve, decided once; "<day>:budget"
 //	                             the day's budget; "<day>:op:<op>" pending|done budget changes
 //	pacer:dayops:{<id>}   hash   "<day>|<op>" -> delta, budget changes not yet finished
+//	pacer:reconciler:pass hash   the reconciler's full pass: after (the last campaign id looked
+//	                             at), done, started, campaigns, fence (sweep.go)
 //
 // A campaign's settings, its days and its pending day ops share the hash tag
 // {<id>}, so deciding a day's plan from the settings is one atomic script.

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
 	"go.uber.org/zap"
 )
@@ -184,4 +186,45 @@ func (r *Reconciler) campaignByID(ctx context.Context, id string, fence int64) e
 		return nil
 	}
 	return r.campaign(ctx, c, fence)
+}
+
+// indexSlots returns the Redis Cluster slots a step reads the indexes of
+// (nil: every slot; always nil on a single server, which has one index key
+// of each kind). While the shards of the term's campaigns' todays and
+// yesterdays hash to at most a quarter of the 16,384 slots, it is their
+// slots plus a rotating slice of all slots, so that every slot is still read
+// once per SweepPeriod (an entry no known campaign accounts for: a removed
+// campaign's, a day opened with more shards than its campaign has now). So
+// the index reads cost in proportion to the campaigns, not to the slots,
+// when there are few.
+func (r *Reconciler) indexSlots(now time.Time) []int {
+	if !r.ledger.IsCluster() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := map[int]bool{}
+	shards := 0
+	r.term.roster.all(func(id string) bool {
+		c := r.term.campaigns[id]
+		if shards += 2 * c.Shards; shards > lease.Slots/4 {
+			return false
+		}
+		today := bucket.DayOf(now, c.Location())
+		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
+		for s := range c.Shards {
+			lease.IndexSlots(set, lease.ShardKey{Campaign: id, Day: today.Key, Shard: s},
+				lease.ShardKey{Campaign: id, Day: yesterday.Key, Shard: s})
+		}
+		return true
+	})
+	if shards > lease.Slots/4 {
+		return nil
+	}
+	k := int((int64(lease.Slots)*int64(r.cfg.Interval) + int64(r.cfg.SweepPeriod) - 1) / int64(r.cfg.SweepPeriod))
+	for range min(k, lease.Slots) {
+		set[r.term.slot] = true
+		r.term.slot = (r.term.slot + 1) % lease.Slots
+	}
+	return slices.Sorted(maps.Keys(set))
 }

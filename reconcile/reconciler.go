@@ -126,6 +126,7 @@ type termState struct {
 	campaigns map[string]lease.Campaign
 	roster    roster            // campaign ids: the sweep's order
 	calm      map[string]int64  // campaign -> unix ms before which its days need nothing (its next local midnight)
+	slot      int               // the next Cluster slot of the index reads' rotating slice (indexSlots)
 	opened    map[string]string // campaign -> day known open
 	shut      map[string]string // campaign -> day whose shards are closed
 	reported  map[string]string // campaign -> day known reported (or never opened)
@@ -428,12 +429,13 @@ func (r *Reconciler) step(ctx context.Context, fence int64, sweep bool) (work in
 	}
 	// Shards with expired leases, first: a burst of days to open below
 	// never holds them up.
-	due, err := r.ledger.DueShards(ctx, now.Add(-r.cfg.Grace), stepLimit)
+	slots := r.indexSlots(now)
+	due, err := r.ledger.DueShardsIn(ctx, now.Add(-r.cfg.Grace), stepLimit, slots)
 	if pe.keepOne(err) || pe.keep(r.each(ctx, len(due), func(i int) error { return r.settleDue(ctx, due[i], fence, now) })) {
 		return len(due), pe.err()
 	}
 	// Shards left nearly empty.
-	n, stop := r.stepLow(ctx, pe, fence, now)
+	n, stop := r.stepLow(ctx, pe, fence, now, slots)
 	if stop {
 		return len(due) + n, pe.err()
 	}
@@ -453,8 +455,8 @@ func (r *Reconciler) step(ctx context.Context, fence int64, sweep bool) (work in
 
 // stepLow rebalances the campaign-days the low index names and clears the
 // entries it dealt with. n: the campaign-days; stop: the pass must stop.
-func (r *Reconciler) stepLow(ctx context.Context, pe *passErrs, fence int64, now time.Time) (n int, stop bool) {
-	low, err := r.ledger.LowShards(ctx, stepLimit)
+func (r *Reconciler) stepLow(ctx context.Context, pe *passErrs, fence int64, now time.Time, slots []int) (n int, stop bool) {
+	low, err := r.ledger.LowShardsIn(ctx, stepLimit, slots)
 	if pe.keepOne(err) {
 		return 0, true
 	}

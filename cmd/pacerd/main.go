@@ -389,7 +389,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	loopCtx, stopLoop := context.WithCancel(context.Background())
 	reconcilerDone := make(chan error, 1)
 	if rc != nil {
-		go func() { reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, int(cfg.Election.TTL/time.Second))) }()
+		go func() {
+			reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, int(cfg.Election.TTL/time.Second)))
+		}()
 	} else {
 		reconcilerDone <- nil
 	}
