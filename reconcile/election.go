@@ -75,7 +75,7 @@ func (e *EtcdElector) Campaign(ctx context.Context) (Leadership, error) {
 
 // sessionCause says why a session ended, asking etcd about its lease.
 func (e *EtcdElector) sessionCause(s *concurrency.Session) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	ttl, err := e.client.TimeToLive(ctx, s.Lease())
 	switch {

@@ -223,14 +223,14 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 		cancel()
 		passes.Wait()
 	}()
-	go func() {
+	passes.Go(func() {
 		select {
 		case <-lead.Lost:
+			cancel() // first: asking why may wait on an unreachable etcd
 			r.log.Warn("reconciler term lost", zap.Int64("fence", lead.Fence), zap.NamedError("cause", leadershipCause(lead)))
-			cancel()
 		case <-term.Done():
 		}
-	}()
+	})
 	r.mu.Lock()
 	r.exhausted = map[string]bool{}
 	r.term = newTermState()
