@@ -50,10 +50,11 @@ func BenchmarkLeaseCallRedisCPU(b *testing.B) {
 	}
 }
 
-func benchLeaseCalls(b *testing.B, aof bool, clients int, busy bool) {
+// benchDay is a redis-server (with AOF, appendfsync always, or none) and a
+// ledger over it with campaign c's 8 shards of 2026-11-21 open.
+func benchDay(b *testing.B, aof bool) (*redistest.Server, *lease.Ledger) {
 	srv := redistest.StartWith(b, redisproc.Options{Persistent: aof})
-	rdb := srv.Client()
-	l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	c := lease.Campaign{ID: "c", DailyMicros: 86_400_000_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}
 	if _, err := l.PutCampaign(ctx, c); err != nil {
 		b.Fatal(err)
@@ -61,6 +62,12 @@ func benchLeaseCalls(b *testing.B, aof bool, clients int, busy bool) {
 	if _, err := l.OpenDay(ctx, c, "2026-11-21", t0, t0); err != nil {
 		b.Fatal(err)
 	}
+	return srv, l
+}
+
+func benchLeaseCalls(b *testing.B, aof bool, clients int, busy bool) {
+	srv, l := benchDay(b, aof)
+	rdb := srv.Client()
 	start := t0.Add(12 * time.Hour)
 	req := func(k lease.ShardKey, id, holder string, now time.Time, known lease.History) lease.GrantRequest {
 		r := lease.GrantRequest{Shard: k, LeaseID: id, Holder: holder, Want: 1000, Expiry: now.Add(30 * time.Second), Now: now,
@@ -132,16 +139,8 @@ func benchLeaseCalls(b *testing.B, aof bool, clients int, busy bool) {
 }
 
 func benchSettleCalls(b *testing.B, aof bool) {
-	srv := redistest.StartWith(b, redisproc.Options{Persistent: aof})
+	srv, l := benchDay(b, aof)
 	rdb := srv.Client()
-	l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	c := lease.Campaign{ID: "c", DailyMicros: 86_400_000_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}
-	if _, err := l.PutCampaign(ctx, c); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := l.OpenDay(ctx, c, "2026-11-21", t0, t0); err != nil {
-		b.Fatal(err)
-	}
 	now := t0.Add(12 * time.Hour)
 	for s := range 8 {
 		k := lease.ShardKey{Campaign: "c", Day: "2026-11-21", Shard: s}

@@ -31,16 +31,16 @@ func collector(t *testing.T, rc *reconcile.Reconciler, name string) prometheus.C
 
 func gaugeValue(t *testing.T, c prometheus.Collector) float64 {
 	t.Helper()
-	ch := make(chan prometheus.Metric, 1)
-	c.Collect(ch)
-	var m dto.Metric
-	if err := (<-ch).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
+	return metricOf(t, c).GetGauge().GetValue()
 }
 
 func counterValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	return metricOf(t, c).GetCounter().GetValue()
+}
+
+// metricOf is the one metric c collects.
+func metricOf(t *testing.T, c prometheus.Collector) *dto.Metric {
 	t.Helper()
 	ch := make(chan prometheus.Metric, 1)
 	c.Collect(ch)
@@ -48,7 +48,7 @@ func counterValue(t *testing.T, c prometheus.Collector) float64 {
 	if err := (<-ch).Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	return m.GetCounter().GetValue()
+	return &m
 }
 
 // Between sweeps a reconciler pass costs Redis commands for the work there
