@@ -61,6 +61,11 @@ type requestReader struct {
 	// pool lends buffers of readBufSize: a connection waiting for its
 	// next request holds none (idle). Nil: each reader has its own.
 	pool *sync.Pool
+	// fillRaw's state: the read function it hands RawConn.Read, made
+	// once (a closure per call would allocate), and its result.
+	rawRead func(fd uintptr) bool
+	rawN    int
+	rawErr  error
 
 	maxArgs    int
 	maxRequest int
@@ -194,37 +199,43 @@ func (rd *requestReader) fillRaw(raw syscall.RawConn) error {
 	if rd.err != nil {
 		return rd.err
 	}
-	var n int
-	var rerr error
-	err := raw.Read(func(fd uintptr) bool {
-		p := rd.room()
-		if rd.refused != nil {
-			return true // next reports it
-		}
-		for {
-			n, rerr = syscall.Read(int(fd), p)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			rd.idle()
-			return false // wait for the socket to be readable
-		}
-		return true
-	})
+	if rd.rawRead == nil {
+		rd.rawRead = rd.readRaw
+	}
+	rd.rawN, rd.rawErr = 0, nil
+	err := raw.Read(rd.rawRead)
 	switch {
 	case err != nil:
 		return err // the deadline, or a close
 	case rd.refused != nil:
 		return nil
-	case rerr != nil:
-		return rerr
-	case n == 0:
+	case rd.rawErr != nil:
+		return rd.rawErr
+	case rd.rawN == 0:
 		return io.EOF
 	}
-	rd.w += n
+	rd.w += rd.rawN
 	return nil
+}
+
+// readRaw is fillRaw's read: false (wait until readable) on EAGAIN, having
+// given the buffer back if it holds nothing.
+func (rd *requestReader) readRaw(fd uintptr) bool {
+	p := rd.room()
+	if rd.refused != nil {
+		return true // next reports it
+	}
+	for {
+		rd.rawN, rd.rawErr = syscall.Read(int(fd), p)
+		if rd.rawErr != syscall.EINTR {
+			break
+		}
+	}
+	if rd.rawErr == syscall.EAGAIN {
+		rd.idle()
+		return false
+	}
+	return true
 }
 
 // next returns the next complete request's arguments, or nil and no error

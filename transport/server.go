@@ -618,6 +618,7 @@ func (s *Server) handle(c *serverConn) {
 	// partialSince: when the incomplete request in rd was first seen;
 	// readDeadline: the read deadline set on nc.
 	var partialSince, readDeadline time.Time
+	var raw syscall.RawConn // nc's descriptor, for fillConn
 	flush := func() bool {
 		pending = 0
 		_, err := cw.Write(wr.b)
@@ -658,7 +659,7 @@ func (s *Server) handle(c *serverConn) {
 				c.nc.SetReadDeadline(want)
 				readDeadline = want
 			}
-			if err := fillConn(rd, c.nc); err != nil {
+			if err := fillConn(rd, c.nc, &raw); err != nil {
 				timedOut = s.readFailed(err, rd.buffered())
 				return
 			}
@@ -750,12 +751,15 @@ func (s *Server) writeFailed(err error) (timedOut bool) {
 }
 
 // fillConn reads from nc into rd, through fillRaw where nc gives its
-// descriptor (every Unix or TCP connection does).
-func fillConn(rd *requestReader, nc net.Conn) error {
-	if sc, ok := nc.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			return rd.fillRaw(raw)
+// descriptor (every Unix or TCP connection does); *raw caches it.
+func fillConn(rd *requestReader, nc net.Conn, raw *syscall.RawConn) error {
+	if *raw == nil {
+		if sc, ok := nc.(syscall.Conn); ok {
+			*raw, _ = sc.SyscallConn()
 		}
+	}
+	if *raw != nil {
+		return rd.fillRaw(*raw)
 	}
 	return rd.fill(nc)
 }
