@@ -106,12 +106,7 @@ func TestAdminConnectionLimitAndIdleTimeout(t *testing.T) {
 	s := newStack(t)
 	s.campaign("c", 86_400_000)
 	s.extraConfig = "admin_max_conns: 2\nadmin_idle_timeout: 400ms\n"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopbackAddr(t)
 	p := s.startWith("h1", []string{"--admin", addr}, nil)
 	var held []*bufio.Reader
 	var conns []net.Conn

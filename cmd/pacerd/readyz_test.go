@@ -15,6 +15,18 @@ import (
 	"github.com/pacer/pacer/lease"
 )
 
+// freeLoopbackAddr returns a loopback TCP address free a moment ago, for an
+// admin listener.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 // readyz says why it is not ready: starting or stopping, or the reason the
 // ledger gate gives (here a clock beyond the skew bound).
 func TestReadyzReasons(t *testing.T) {
@@ -58,12 +70,7 @@ func TestReadyzFollowsTheLedger(t *testing.T) {
 	s := newStack(t)
 	s.campaign("c", 86_400_000_000)
 	s.extraConfig = "ledger:\n  check_interval: 1s\n"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopbackAddr(t)
 	p := s.startWith("h1", []string{"--admin", addr}, nil)
 	// Generous deadlines: the gate checks every second; at a load average
 	// of 20 a check and a race-built pacerd can take far longer.

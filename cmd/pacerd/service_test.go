@@ -141,12 +141,7 @@ func TestSocketActivation(t *testing.T) {
 func TestMetricsAgreeWithClient(t *testing.T) {
 	s := newStack(t)
 	s.campaign("c", 86_400_000)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeLoopbackAddr(t)
 	p := s.startWith("h1", []string{"--admin", addr}, nil)
 	c := dial(t, p.socket)
 	counts := map[pacer.Decision]int{}
