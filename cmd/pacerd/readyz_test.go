@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +45,8 @@ func TestReadyzReasons(t *testing.T) {
 		{"up, gate open", true, nil, http.StatusOK, "ready\n"},
 		{"clock off", true, fmt.Errorf("no new leases: clock: %w", lease.ErrClockSkew), http.StatusServiceUnavailable,
 			"not ready: no new leases: clock: " + lease.ErrClockSkew.Error() + "\n"},
+		{"two checks fail", true, errors.Join(errors.New("durability: connection refused"), errors.New("clock: connection refused")),
+			http.StatusServiceUnavailable, "not ready: durability: connection refused; clock: connection refused\n"},
 		{"gate open again", true, nil, http.StatusOK, "ready\n"},
 		{"stopping", false, nil, http.StatusServiceUnavailable, "not ready: starting or stopping\n"},
 	} {

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -242,7 +243,8 @@ func readyz(ready *atomic.Bool, gate func(context.Context) error) http.HandlerFu
 		}
 		if gate != nil {
 			if err := gate(r.Context()); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				// One line: the gate joins its checks' failures with newlines.
+				http.Error(w, "not ready: "+strings.ReplaceAll(err.Error(), "\n", "; "), http.StatusServiceUnavailable)
 				return
 			}
 		}
