@@ -53,8 +53,13 @@ func TestHostileConnectionsMemory(t *testing.T) {
 	lim.Cur = lim.Max
 	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) // pacerd inherits it
 	conns := 10_000
-	if int(lim.Cur) < conns+200 {
-		t.Fatalf("fd limit %d: too low for %d connections (raise the hard limit: ulimit -Hn)", lim.Cur, conns)
+	if avail := int(lim.Cur) - 200; avail < conns {
+		// As TestIdleConnectionsCapped: fewer where the limit is lower.
+		t.Logf("fd limit %d: %d connections instead of %d", lim.Cur, avail, conns)
+		conns = avail
+	}
+	if conns < 2000 {
+		t.Fatalf("fd limit %d: too low for the test (raise the hard limit: ulimit -Hn)", lim.Cur)
 	}
 	bin := filepath.Join(t.TempDir(), "pacerd")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
