@@ -16,6 +16,7 @@ type metrics struct {
 	passCommands *prometheus.HistogramVec
 	passProgress prometheus.Gauge
 	fullPasses   prometheus.Counter
+	termsLost    prometheus.Counter
 	backlog      prometheus.Gauge
 	campaigns    prometheus.Gauge
 	errors       prometheus.Counter
@@ -44,6 +45,9 @@ func newMetrics() metrics {
 		}),
 		fullPasses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pacer_reconciler_full_passes_total", Help: "Full reconciler passes that reached the last campaign.",
+		}),
+		termsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "pacer_reconciler_terms_lost_total", Help: "Reconciler terms this daemon lost because its election session ended (etcd unreachable, or renewals not sent within election.ttl); the log says which.",
 		}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pacer_reconciler_backlog", Help: "Work items the last reconciler step found: days to open or close, shards to settle, campaign-days run low (the campaigns left, on a full pass).",
@@ -76,6 +80,6 @@ func (m metrics) observe(kind string, start time.Time, commands int64, backlog, 
 
 // Collectors returns the reconciler's metrics, to register with the daemon's.
 func (r *Reconciler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.stats.passSeconds, r.stats.passCommands, r.stats.passProgress, r.stats.fullPasses,
+	return []prometheus.Collector{r.stats.passSeconds, r.stats.passCommands, r.stats.passProgress, r.stats.fullPasses, r.stats.termsLost,
 		r.stats.backlog, r.stats.campaigns, r.stats.errors, r.stats.rollbacks, r.stats.frozenDays}
 }

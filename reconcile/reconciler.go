@@ -227,6 +227,7 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 		select {
 		case <-lead.Lost:
 			cancel() // first: asking why may wait on an unreachable etcd
+			r.stats.termsLost.Inc()
 			r.log.Warn("reconciler term lost", zap.Int64("fence", lead.Fence), zap.NamedError("cause", leadershipCause(lead)))
 		case <-term.Done():
 		}

@@ -1,6 +1,8 @@
 package reconcile_test
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,4 +160,47 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	}
 	f.checkDay(t, "c7", day)
 	step("an idle pass on the new day", 4)
+}
+
+// losingElector wins once, with a term that ends when lose is closed, and
+// then never again.
+type losingElector struct {
+	lose chan struct{}
+	won  bool
+}
+
+func (e *losingElector) Campaign(ctx context.Context) (reconcile.Leadership, error) {
+	if !e.won {
+		e.won = true
+		return reconcile.Leadership{Fence: 1, Lost: e.lose, Cause: func() error { return errors.New("session expired") }}, nil
+	}
+	<-ctx.Done()
+	return reconcile.Leadership{}, ctx.Err()
+}
+
+func (*losingElector) Resign(context.Context) error { return nil }
+
+// A term lost with its election session is counted
+// (pacer_reconciler_terms_lost_total), and the reconciler stops leading.
+func TestLostTermIsCounted(t *testing.T) {
+	f := newFixture(t)
+	ended := make(chan struct{})
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, OnLeadership: func(leading bool) {
+		if !leading {
+			close(ended)
+		}
+	}})
+	el := &losingElector{lose: make(chan struct{})}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rc.Run(rctx, el) }()
+	close(el.lose)
+	<-ended
+	if got := counterValue(t, collector(t, rc, "pacer_reconciler_terms_lost_total")); got != 1 {
+		t.Errorf("terms lost: %v, want 1", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
