@@ -1,0 +1,198 @@
+// Package pace is the pacing controller: from what one host knows of a
+// campaign-day at one instant (where the curve stands, what the day has
+// left as last seen, the host's demand and share, what its open leases
+// drip), it decides how fast the fleet may take budget now, how fast this
+// host may drip, and how large a lease it asks the ledger for. It does no
+// I/O and reads no clock: the refill loop in package daemon gathers an
+// Input, calls Plan, and carries the Decision out. The ledger's release
+// rule (package lease) stays the authority on money; this package decides
+// pace only, and a wrong decision here costs delivery, never budget.
+//
+// # The contract
+//
+// Let p be the curve's pace (the budget the curve releases over the next
+// lease window W), k the catch-up multiple (Input.CatchUpPermille/1000, at
+// least 1) and R what the day has left (Input.Remaining). Plan guarantees,
+// for every input (pace_test.go checks each over random inputs):
+//
+//  1. The fleet's rate is the curve's pace, or up to k times it while the
+//     campaign is behind its curve: p ≤ FleetWindow ≤ k·p while the curve
+//     has a pace. Past the curve's end
+//     (nothing more to release along it) the fleet may take all that is
+//     left. Catching up never runs above k times the pace, however far
+//     behind: a campaign that cannot catch up within k under-delivers
+//     rather than bursts.
+//  2. A host's target rate never exceeds the fleet's: HostRate ≤
+//     FleetWindow/W, and for a host that knows its share s of the fleet's
+//     demand (0 < s < 1), HostRate ≤ s·h·FleetWindow/W, h ≤ MaxHeadroom the
+//     headroom that lets a host ride out the bunching of its SPENDs.
+//  3. A host's drip never exceeds its target: Ask is sized so that the
+//     leases still open past this instant (Input.OpenDrip, micros a second)
+//     plus the new lease dripping over its Input.Drip add up to at most HostRate — except
+//     for the floor (below), which is at most a few bids.
+//  4. A host asks only when the gap between its target and what it drips is
+//     worth a ledger call: at least a quarter of its target, or nothing is
+//     open at all. (What the day has left bounds what a shard grants, not
+//     what a host asks: R is as last seen, and may be stale.)
+//  5. The floor: a host that asks at all asks for at least Floor, a few of
+//     its largest SPENDs or a sixteenth of a window of pace, so that one
+//     whose demand is not known yet gets going; but never the catch-up's
+//     sliver, so an idle host behind its curve hoards nothing.
+//
+// Together 1–3 bound what one host drips at k times the curve's pace (1.25
+// in the day's last hour, LastHourCatchUpPermille); the bucket's burst
+// window (a couple of seconds of drip) is the only instant credit on top.
+package pace
+
+import (
+	"math"
+	"time"
+)
+
+// PPB is the curve's scale: cumulative positions run from 0 to PPB (parts
+// per billion of the day's budget), as bucket.PPB.
+const PPB = 1_000_000_000
+
+// LastHourCatchUpPermille bounds catch-up in the last hour of a
+// campaign's local day (and a cap window before it, so that what is
+// available when the hour starts was released at this multiple too): a
+// campaign still behind then under-delivers a little rather than ending
+// its day in a burst.
+const LastHourCatchUpPermille = 1250
+
+// MaxHeadroom bounds the headroom over a host's measured demand (Headroom).
+const MaxHeadroom = 2.5
+
+// Input is what a host knows of a campaign-day at one instant. Money is in
+// micros; rates in micros a second.
+type Input struct {
+	Budget    int64 // the day's budget
+	Remaining int64 // the day's budget not yet leased or spent, as the shards last said
+	// CurveNow and CurveNext are the curve's cumulative positions (0..PPB)
+	// now and one Window later.
+	CurveNow, CurveNext int64
+	Window              time.Duration // how long a lease lasts (W)
+	// Drip is how long a new lease drips (at most Window; 0: Window): it
+	// stops dripping a clock-skew bound before its end.
+	Drip time.Duration
+	// CatchUpPermille is the catch-up multiple in force now, ×1000
+	// (CatchUpPermille below gives it from the configured one).
+	CatchUpPermille int64
+	Bid             int64 // the campaign's bid: its largest recent SPEND, fleet-wide
+	Largest         int64 // this host's largest recent SPEND
+	// DemandRate and DemandCalls are this host's measured demand: micros
+	// and SPENDs a second (exponentially weighted).
+	DemandRate, DemandCalls float64
+	// Share is this host's share of the fleet's demand (0: not known, and
+	// a host alone, 1, is bounded by the fleet's rate only).
+	Share float64
+	// OpenDrip is what the leases this host keeps past this instant drip,
+	// in micros a second (a lease being renewed now is not among them).
+	OpenDrip int64
+}
+
+// Decision is what the host does now.
+type Decision struct {
+	Pace int64 // the curve's pace over the next window (p)
+	// FleetWindow is what the whole fleet may take over the next window.
+	FleetWindow int64
+	// FleetPace is the curve's pace, or what is left spread over the rest
+	// of the curve if more, over the next window: FleetWindow with no
+	// catch-up.
+	FleetPace int64
+	// Behind: the campaign is more than a bid behind its curve.
+	Behind bool
+	// Catching: behind by more than CatchingWindows of pace and a bid: the
+	// share meters meter by the catch-up rate, not the curve's pace.
+	Catching bool
+	HostRate float64 // this host's target drip, micros a second
+	Floor    int64   // the least a host that asks asks for
+	Ask      int64   // the lease to ask for now; 0: none
+}
+
+// CatchingWindows is how many lease windows of the curve's pace, and a
+// bid, the fleet must be behind for Decision.Catching.
+const CatchingWindows = 4
+
+// CatchUpPermille is the catch-up multiple in force, ×1000, given the
+// configured multiple and how long is left of the day: the configured one,
+// or LastHourCatchUpPermille if less, from capWindow before the day's last
+// hour. Never below 1x.
+func CatchUpPermille(configured int64, untilDayEnd, capWindow time.Duration) int64 {
+	k := configured * 1000
+	if untilDayEnd <= time.Hour+capWindow {
+		k = min(k, LastHourCatchUpPermille)
+	}
+	return max(k, 1000)
+}
+
+// Headroom is the multiple of its measured demand a host asks for: a
+// lease's tokens last only until its end, so a host with few SPENDs per
+// half window needs more in hand to ride out the bunching of random
+// arrivals (1.25x for thousands, about 2x for a dozen, MaxHeadroom at most).
+func Headroom(callsPerSecond float64, window time.Duration) float64 {
+	n := max(callsPerSecond*window.Seconds()/2, 1)
+	return min(1.25+4/math.Sqrt(n), MaxHeadroom)
+}
+
+// Plan decides, from in, the fleet's and this host's pace and the lease to
+// ask for now. It is pure: same input, same decision.
+func Plan(in Input) Decision {
+	var d Decision
+	d.FleetWindow, d.FleetPace, d.Pace, d.Behind, d.Catching = fleet(in)
+	w := in.Window.Seconds()
+	if w <= 0 {
+		return d
+	}
+	d.Floor = max(4*in.Largest, d.Pace/16, 1)
+	h := Headroom(in.DemandCalls, in.Window)
+	rate := in.DemandRate * h
+	limit := float64(d.FleetWindow) / w
+	if in.Share > 0 && in.Share < 1 {
+		limit = min(limit, limit*in.Share*h)
+	}
+	d.HostRate = min(max(rate, float64(d.Floor)/w), max(limit, 0))
+	gap := d.HostRate - float64(max(in.OpenDrip, 0))
+	if in.OpenDrip > 0 && gap < d.HostRate/4 {
+		return d // what is open drips near enough the target
+	}
+	drip := w
+	if in.Drip > 0 && in.Drip < in.Window {
+		drip = in.Drip.Seconds()
+	}
+	d.Ask = max(int64(min(gap*drip, float64(math.MaxInt64/2))), d.Floor)
+	return d
+}
+
+// fleet is the fleet's window: the curve's pace p, what is left spread
+// over the rest of the curve (pro rata), and the catch-up over both, at
+// most k·p. Past the curve's end, all that is left.
+func fleet(in Input) (window, plain, p int64, behind, catching bool) {
+	remaining := max(in.Remaining, 0)
+	cNow, cNext := clampPPB(in.CurveNow), clampPPB(in.CurveNext)
+	if cNext < cNow {
+		cNext = cNow
+	}
+	p = mulPPB(in.Budget, cNext-cNow)
+	if cNow >= PPB {
+		return remaining, remaining, p, false, false
+	}
+	rest := mulPPB(in.Budget, PPB-cNow)
+	gap := remaining - rest // > 0: behind the curve
+	proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(PPB-cNow))
+	k := max(in.CatchUpPermille, 1000)
+	most := int64(min(float64(p)*float64(k)/1000, float64(math.MaxInt64/2)))
+	plain = max(p, min(proRata, most))
+	window = max(plain, min(p+max(gap, 0), most))
+	behind = gap > in.Bid
+	catching = gap > in.Bid+CatchingWindows*p
+	return window, plain, p, behind, catching
+}
+
+// mulPPB is v × ppb / PPB, rounded down, without overflow for any budget
+// and position in range.
+func mulPPB(v, ppb int64) int64 {
+	return int64(float64(v) * float64(ppb) / PPB)
+}
+
+func clampPPB(v int64) int64 { return min(max(v, 0), PPB) }
