@@ -7,6 +7,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/pace"
 )
 
 // The campaign-day: the state of the one day this daemon spends from, and
@@ -88,7 +89,9 @@ type dayState struct {
 	// fleetCatching: behind by more than a bid and catchingWindows lease
 	// windows of the curve's pace.
 	fleetCatching bool
-	shareNextAt   time.Time
+	// plan is the pacing controller's last decision (refill loop).
+	plan        pace.Decision
+	shareNextAt time.Time
 	// spendCredit, spendSeen, spendAt: meterSpend's state.
 	spendCredit float64
 	spendSeen   int64
@@ -133,6 +136,41 @@ type heldLease struct {
 	amount int64
 	expiry time.Time
 	end    time.Time // spendable until: expiry - skew bound
+	drip   int64     // micros a second it supplies: amount over its span
+}
+
+// supplied reports whether the leases held supply at least half the
+// controller's last target: below it, a host asks again a second after a
+// grant smaller than its ask (it sweeps the shards); above it, it leaves
+// the shards a quarter window to release more.
+func (ds *dayState) supplied(now time.Time) bool {
+	return float64(ds.openDrip(now, "")) >= ds.plan.HostRate/2
+}
+
+// endingDrip is what the leases ending this tick (t: those that closed,
+// and the one renewed early) supplied a second.
+func (ds *dayState) endingDrip(now time.Time, t tick) int64 {
+	var drip int64
+	for _, cl := range t.closed {
+		drip += ds.leases[cl.ID].drip
+	}
+	if h, ok := ds.leases[t.ending]; ok && h.end.After(now) {
+		drip += h.drip
+	}
+	return drip
+}
+
+// openDrip is what the leases held supply a second over their lives (their
+// amount over their span, however the bucket credits them), less the one
+// being renewed this tick (ending, if any): what stays open past now.
+func (ds *dayState) openDrip(now time.Time, ending string) int64 {
+	var drip int64
+	for id, h := range ds.leases {
+		if id != ending && h.end.After(now) {
+			drip += h.drip
+		}
+	}
+	return drip
 }
 
 // unspent estimates the campaign-day's budget not yet spent, leased out or

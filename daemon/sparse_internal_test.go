@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	pacing "github.com/pacer/pacer/pace"
+
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
 	"go.uber.org/zap"
@@ -216,7 +218,7 @@ func TestLeaseGivenBackEndsExhaustion(t *testing.T) {
 }
 
 // Catch-up runs at the campaign's multiple until a cap window before the
-// day's last hour, then at lastHourCatchUpPermille: what the last hour
+// day's last hour, then at pacing.LastHourCatchUpPermille: what the last hour
 // finds available and leased out at its start was released at that pace
 // too, so the hour stays within 1.5x its plan.
 func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
@@ -229,9 +231,9 @@ func TestLastHourCatchUpStartsACapWindowEarly(t *testing.T) {
 	}{
 		{12 * time.Hour, 3000},
 		{65*time.Minute + time.Second, 3000},
-		{65 * time.Minute, lastHourCatchUpPermille},
-		{time.Hour, lastHourCatchUpPermille},
-		{time.Minute, lastHourCatchUpPermille},
+		{65 * time.Minute, pacing.LastHourCatchUpPermille},
+		{time.Hour, pacing.LastHourCatchUpPermille},
+		{time.Minute, pacing.LastHourCatchUpPermille},
 	} {
 		if got := c.catchUpPermille(day.End.Add(-tc.before), ds); got != tc.want {
 			t.Errorf("%v before the day's end: catch-up %d permille, want %d", tc.before, got, tc.want)
@@ -309,7 +311,7 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	if p.HourNoBid {
 		t.Errorf("a 20-bid campaign at 13:30: no bid over the hour's bound; want a bid")
 	}
-	if p := pace(small, day.End.Add(-time.Minute), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
+	if p := pace(small, day.End.Add(-time.Minute), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
 		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille, no bid over it",
 			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourExactPermille))
 	}
@@ -317,14 +319,14 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
 	}
 	large := int64(hourBoundBids*24*bid + 1)
-	if p := pace(large, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille ||
+	if p := pace(large, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille ||
 		!p.HourNoBid || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
 		t.Errorf("a campaign of more bids an hour, whose bid is more than a fifth of its last hour, at 23:00: hour %d, %d ppb, %d permille, no bid %v; want 23, %d ppb, %d permille, no bid",
 			p.Hour, p.HourPPB, p.HourPermille, p.HourNoBid, int64(bucket.PPB/24), int64(lastHourExactPermille))
 	}
 	// 1.3x and a bid is less than 1.5x once the bid is under a fifth of the hour.
 	larger := int64(6 * 24 * bid)
-	if p := pace(larger, day.End.Add(-time.Hour), lastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille || p.HourNoBid {
+	if p := pace(larger, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille || p.HourNoBid {
 		t.Errorf("a campaign whose bid is a sixth of its last hour, at 23:00: hour %d, %d permille, no bid %v; want 23, %d permille and a bid",
 			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourPermille))
 	}

@@ -25,7 +25,9 @@
 //  2. A host's target rate never exceeds the fleet's: HostRate ≤
 //     FleetWindow/W, and for a host that knows its share s of the fleet's
 //     demand (0 < s < 1), HostRate ≤ s·h·FleetWindow/W, h ≤ MaxHeadroom the
-//     headroom that lets a host ride out the bunching of its SPENDs.
+//     headroom that lets a host ride out the bunching of its SPENDs. Past
+//     the curve's end a host's target is its demand (with headroom): what
+//     is left goes as fast as SPENDs take it, first come, first served.
 //  3. A host's drip never exceeds its target: Ask is sized so that the
 //     leases still open past this instant (Input.OpenDrip, micros a second)
 //     plus the new lease dripping over its Input.Drip add up to at most HostRate — except
@@ -39,9 +41,14 @@
 //     whose demand is not known yet gets going; but never the catch-up's
 //     sliver, so an idle host behind its curve hoards nothing.
 //
+//  6. A host starting its supply (what is open, and the lease it renews,
+//     supply less than a quarter of its target) is credited a burst window of its target at once by
+//     the lease it is granted (Decision.StartCredit), so a fresh host meets
+//     its first seconds of demand; the rest drips.
+//
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
-// in the day's last hour, LastHourCatchUpPermille); the bucket's burst
-// window (a couple of seconds of drip) is the only instant credit on top.
+// in the day's last hour, LastHourCatchUpPermille); the burst window (a
+// couple of seconds of the target) is the only instant credit on top.
 package pace
 
 import (
@@ -89,6 +96,12 @@ type Input struct {
 	// OpenDrip is what the leases this host keeps past this instant drip,
 	// in micros a second (a lease being renewed now is not among them).
 	OpenDrip int64
+	// EndingDrip is what the lease being renewed now supplied, micros a
+	// second: a renewal is not a start.
+	EndingDrip int64
+	// Burst is the bucket's burst window: how much of its target a host
+	// starting its supply is credited at once.
+	Burst time.Duration
 }
 
 // Decision is what the host does now.
@@ -108,6 +121,12 @@ type Decision struct {
 	HostRate float64 // this host's target drip, micros a second
 	Floor    int64   // the least a host that asks asks for
 	Ask      int64   // the lease to ask for now; 0: none
+	// Starting: what is open (and the lease renewed now) supplies less
+	// than a quarter of the target (a fresh host, or one whose demand
+	// just rose). A lease granted now
+	// credits StartCredit at once: a burst window of the target.
+	Starting    bool
+	StartCredit int64
 }
 
 // CatchingWindows is how many lease windows of the curve's pace, and a
@@ -148,11 +167,17 @@ func Plan(in Input) Decision {
 	h := Headroom(in.DemandCalls, in.Window)
 	rate := in.DemandRate * h
 	limit := float64(d.FleetWindow) / w
-	if in.Share > 0 && in.Share < 1 {
+	switch {
+	case in.CurveNow >= PPB:
+		limit = math.Inf(1) // all that is left, as fast as demand takes it
+	case in.Share > 0 && in.Share < 1:
 		limit = min(limit, limit*in.Share*h)
 	}
 	d.HostRate = min(max(rate, float64(d.Floor)/w), max(limit, 0))
 	gap := d.HostRate - float64(max(in.OpenDrip, 0))
+	if d.Starting = float64(max(in.OpenDrip, 0)+max(in.EndingDrip, 0)) < d.HostRate/4; d.Starting {
+		d.StartCredit = int64(min(d.HostRate*in.Burst.Seconds(), float64(math.MaxInt64/2)))
+	}
 	if in.OpenDrip > 0 && gap < d.HostRate/4 {
 		return d // what is open drips near enough the target
 	}

@@ -30,6 +30,8 @@ func randomInput(r *rand.Rand) Input {
 		DemandRate:      r.Float64() * float64(budget) / 3600,
 		DemandCalls:     r.Float64() * 1000,
 		OpenDrip:        r.Int64N(budget/3600 + 1),
+		Burst:           time.Duration(r.IntN(5)) * time.Second,
+		EndingDrip:      r.Int64N(budget/3600+1) * int64(r.IntN(2)),
 	}
 	switch r.IntN(3) {
 	case 0:
@@ -77,6 +79,12 @@ func TestHostNeverTargetsMoreThanTheFleetOrItsShare(t *testing.T) {
 		in := randomInput(r)
 		d := Plan(in)
 		w := in.Window.Seconds()
+		if in.CurveNow >= PPB {
+			if want := max(in.DemandRate*Headroom(in.DemandCalls, in.Window), float64(d.Floor)/w); d.HostRate != want {
+				t.Fatalf("past the curve's end the host's target is its demand with headroom (%.1f), got %.1f: %+v", want, d.HostRate, in)
+			}
+			continue
+		}
 		fleetRate := float64(d.FleetWindow) / w
 		if d.HostRate > fleetRate*(1+1e-9) {
 			t.Fatalf("host rate %.1f above the fleet's %.1f: %+v", d.HostRate, fleetRate, in)
@@ -175,6 +183,28 @@ func TestLastHourCatchUp(t *testing.T) {
 	}
 	if got := CatchUpPermille(1, time.Minute, 5*time.Minute); got != 1000 {
 		t.Errorf("a configured 1x stays 1x in the last hour, got %d", got)
+	}
+}
+
+// A host whose open leases supply less than a quarter of its target is
+// starting, and is credited a burst window of its target at once; one
+// supplied beyond that is credited nothing at once.
+func TestStartingHostIsCreditedABurstWindowOfItsTarget(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for range rounds {
+		in := randomInput(r)
+		d := Plan(in)
+		starting := float64(in.OpenDrip+in.EndingDrip) < d.HostRate/4
+		if d.Starting != starting {
+			t.Fatalf("starting %v with open drip %d and target %.1f: %+v", d.Starting, in.OpenDrip, d.HostRate, in)
+		}
+		want := int64(0)
+		if starting {
+			want = int64(d.HostRate * in.Burst.Seconds())
+		}
+		if d.StartCredit != want {
+			t.Fatalf("start credit %d; want %d (target %.1f, burst %s): %+v", d.StartCredit, want, d.HostRate, in.Burst, in)
+		}
 	}
 }
 
