@@ -95,30 +95,39 @@ func (l *Ledger) CarryOver(ctx context.Context, campaign, day, next string, now 
 	if amount == 0 {
 		return 0, nil
 	}
-	nn, err := l.DayShards(ctx, campaign, next)
-	if err != nil {
+	if err := l.carryIn(ctx, campaign, day, next, amount, now); err != nil {
 		return 0, err
 	}
+	return amount, nil
+}
+
+// carryIn is step 4's second half: the next day's budget goes up by what
+// the closed day carried out, split over its shards, once.
+func (l *Ledger) carryIn(ctx context.Context, campaign, day, next string, amount int64, now time.Time) error {
+	nn, err := l.DayShards(ctx, campaign, next)
+	if err != nil {
+		return err
+	}
 	if nn == 0 {
-		return 0, fmt.Errorf("ledger %s/%s: carry over: next day %s is not open yet: %w", campaign, day, next, ErrCarryNotReady)
+		return fmt.Errorf("ledger %s/%s: carry over: next day %s is not open yet: %w", campaign, day, next, ErrCarryNotReady)
 	}
 	op := carryInOp + day
 	nextShards := make([]Shard, nn)
 	for i := range nn {
 		if nextShards[i], err = l.ReadShard(ctx, ShardKey{campaign, next, i}); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	delta, parts, err := l.beginDayOp(ctx, campaign, next, op, amount, SplitChange(amount, nextShards))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	if _, err := l.applyDayOp(ctx, campaign, next, op, delta, parts, AdjustOwe, now); err != nil {
-		return 0, fmt.Errorf("carry over %d micros from %s: %w", amount, day, err)
+		return fmt.Errorf("carry over %d micros from %s: %w", amount, day, err)
 	}
 	l.log.Info("carried over a closed day's remaining budget", zap.String("campaign", campaign),
 		zap.String("day", day), zap.String("to", next), zap.Int64("micros", amount))
-	return amount, nil
+	return nil
 }
 
 // CarriedOver returns what a closed day carried over to the next (0 if none).

@@ -686,6 +686,53 @@ func (r GrantRequest) validate() error {
 	return nil
 }
 
+// The statuses of grant.lua (and renew.lua's grant half), as their headers
+// list them (TestGrantStatusesMatchTheScripts checks the two agree).
+const (
+	grantNew      = 0 // granted now
+	grantRetried  = 1 // already granted: a retry
+	grantClosed   = 2 // the lease id was granted and closed before
+	grantDayShut  = 3 // the day is closed: no more grants
+	grantFrozen   = 4 // frozen after a loss of state
+	grantDiverged = 5 // the caller's known history is not the shard's
+	grantHeld     = 6 // held by a budget cut being applied
+	grantIDTaken  = 7 // the lease id is another holder's
+)
+
+// grantRefusal is the error a grant status that granted nothing wraps
+// (nil for the statuses that grant, or retry a grant).
+func grantRefusal(status int64) error {
+	switch status {
+	case grantNew, grantRetried:
+		return nil
+	case grantClosed:
+		return errors.New("lease already closed")
+	case grantDayShut:
+		return ErrDayClosed
+	case grantFrozen:
+		return ErrShardFrozen
+	case grantDiverged:
+		return ErrLedgerDiverged
+	case grantHeld:
+		return ErrShardHeld
+	case grantIDTaken:
+		return ErrLeaseIDTaken
+	}
+	return fmt.Errorf("unexpected grant status %d", status)
+}
+
+// grantArgs is a grant's script arguments, in grant.lua's ARGV order (and
+// renew.lua's, after the ending lease's id and unused micros).
+func (l *Ledger) grantArgs(r GrantRequest) []any {
+	return []any{
+		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
+		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48 * time.Hour)), l.cfg.AuditMaxLen,
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
+		r.Known.Granted, r.Known.Returned,
+	}
+}
+
 // Grant leases up to Want micros from the shard's available budget, after
 // settling the shard's expired leases and releasing budget along the curve.
 // Retrying with the same lease id returns the lease already granted.
@@ -693,33 +740,23 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err := r.validate(); err != nil {
 		return Grant{}, fmt.Errorf("ledger %s: grant: %w", r.Shard, err)
 	}
-	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard,
-		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
-		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
-		r.Known.Granted, r.Known.Returned)
+	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard, l.grantArgs(r)...)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
 	if err != nil {
 		return Grant{}, err
 	}
-	switch status {
-	case 2:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: lease already closed", r.Shard, r.LeaseID)
-	case 3:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrDayClosed)
-	case 4:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrShardFrozen)
-	case 5:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: history at seq %d: %w", r.Shard, r.LeaseID, r.Known.Seq, ErrLedgerDiverged)
-	case 6:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, ErrShardHeld)
-	case 7:
-		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s for %s: %w", r.Shard, r.LeaseID, r.Holder, ErrLeaseIDTaken)
+	switch refused := grantRefusal(status); {
+	case refused == nil:
+		return Grant{Granted: g, Shard: sh}, nil
+	case status == grantDiverged:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: history at seq %d: %w", r.Shard, r.LeaseID, r.Known.Seq, refused)
+	case status == grantIDTaken:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s for %s: %w", r.Shard, r.LeaseID, r.Holder, refused)
+	default:
+		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: %w", r.Shard, r.LeaseID, refused)
 	}
-	return Grant{Granted: g, Shard: sh}, nil
 }
 
 // Renew releases an ending lease (OldLeaseID, crediting Unused micros back) and
@@ -733,12 +770,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	if unused < 0 {
 		return Grant{}, fmt.Errorf("ledger %s: renew: unused %d is negative", r.Shard, unused)
 	}
-	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard,
-		oldLeaseID, unused, r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
-		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48*time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
-		r.Known.Granted, r.Known.Returned)
+	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard, append([]any{oldLeaseID, unused}, l.grantArgs(r)...)...)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -746,18 +778,14 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		return Grant{}, err
 	}
 	out := Grant{Granted: g, Shard: sh}
-	if len(extra) > 0 && extra[0] == 2 {
-		return out, fmt.Errorf("ledger %s: renew %s: lease already closed", r.Shard, r.LeaseID)
+	released := releaseStatusErr(r.Shard, oldLeaseID, oldStatus)
+	if len(extra) == 0 {
+		return out, released
 	}
-	if len(extra) > 0 && extra[0] >= 3 {
-		refused := map[int64]error{3: ErrDayClosed, 4: ErrShardFrozen, 5: ErrLedgerDiverged, 6: ErrShardHeld, 7: ErrLeaseIDTaken}[extra[0]]
-		if refused == nil {
-			refused = fmt.Errorf("unexpected status %d", extra[0])
-		}
-		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, refused),
-			releaseStatusErr(r.Shard, oldLeaseID, oldStatus))
+	if refused := grantRefusal(extra[0]); refused != nil {
+		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, refused), released)
 	}
-	return out, releaseStatusErr(r.Shard, oldLeaseID, oldStatus)
+	return out, released
 }
 
 func releaseStatusErr(k ShardKey, id string, status int64) error {
