@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/broadcast"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/embedded"
 )
 
@@ -17,15 +18,6 @@ var (
 	key1 = []byte("0123456789abcdef0123456789abcdef-key-one")
 	key2 = []byte("fedcba9876543210fedcba9876543210-key-two")
 )
-
-// clock is a settable clock for the receivers' staleness checks.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 func TestParseKeys(t *testing.T) {
 	keys, err := broadcast.ParseKeys([]byte("# fleet key\n" + string(key1) + "\r\n\n" + string(key2) + "  \n"))
@@ -54,7 +46,7 @@ func TestSignedBroadcasts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	clk := &clock{t: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	clk := clocktest.At(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	opt := func(keys ...[]byte) broadcast.Options {
 		return broadcast.Options{Keys: keys, MaxAge: 10 * time.Second, Now: clk.Now}
 	}

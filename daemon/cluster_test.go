@@ -8,6 +8,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
@@ -48,7 +49,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &manualClock{t: midnight.Add(13 * time.Hour)}
+	clock := clocktest.At(midnight.Add(13 * time.Hour))
 	var ds []*daemon.Daemon
 	for _, h := range []string{"a", "b", "c"} {
 		d, err := daemon.New(ledger, daemon.Config{Holder: h, Clock: clock, Curves: map[string]*bucket.Curve{"morning": curve}})

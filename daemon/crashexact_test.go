@@ -8,6 +8,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -36,7 +37,7 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var net int64 // allowed less refunded, as the clients count
-	spend := func(d *daemon.Daemon, clock *manualClock, ticks, spends int) {
+	spend := func(d *daemon.Daemon, clock *clocktest.Manual, ticks, spends int) {
 		for tick := range ticks {
 			clock.Add(100 * time.Millisecond)
 			d.Step(ctx)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -35,7 +36,7 @@ func replicaFailover(t *testing.T, policy lease.Durability) int64 {
 	replica := redistest.StartWith(t, redisproc.Options{ReplicaOf: primary.Addr})
 	waitForReplica(t, primary)
 
-	clock := &manualClock{t: midnight.Add(24*time.Hour - 20*time.Minute)}
+	clock := clocktest.At(midnight.Add(24*time.Hour - 20*time.Minute))
 	const budget = 20_000_000
 	retain := 100 * 365 * 24 * time.Hour
 	before := lease.New(primary.Client(), lease.Config{Retention: retain, Durability: policy}, nil)
@@ -126,7 +127,7 @@ func replicaFailover(t *testing.T, policy lease.Durability) int64 {
 	return allowed - tot.Spent
 }
 
-func bucket0(c *manualClock) string { return c.Now().Add(-time.Minute).UTC().Format("2006-01-02") }
+func bucket0(c *clocktest.Manual) string { return c.Now().Add(-time.Minute).UTC().Format("2006-01-02") }
 
 // waitForReplica waits (real I/O) until the primary's replica acknowledges
 // writes: after a diskless sync the first acknowledgement can take a second.

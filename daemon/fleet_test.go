@@ -12,6 +12,7 @@ import (
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
@@ -437,7 +438,7 @@ func TestEtcdOutage(t *testing.T) {
 // offsetClock reads a shared clock shifted by a fixed skew, as a host whose
 // clock is off.
 type offsetClock struct {
-	base *manualClock
+	base *clocktest.Manual
 	off  time.Duration
 }
 

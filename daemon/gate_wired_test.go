@@ -7,6 +7,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 )
 
 // A daemon whose clock runs 60 s ahead of Redis takes no lease: its SPENDs
@@ -14,7 +15,7 @@ import (
 func TestClockAheadGetsNoLease(t *testing.T) {
 	f := newFixture(t)
 	f.campaign(t, "c1", 86_400_000_000, 2)
-	ahead := &manualClock{t: time.Now().Add(60 * time.Second)}
+	ahead := clocktest.At(time.Now().Add(60 * time.Second))
 	gate := daemon.NewLedgerGate(daemon.GateConfig{})
 	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: ahead, LedgerGate: gate.Err})
 	if err != nil {
@@ -37,7 +38,7 @@ func TestClockAheadGetsNoLease(t *testing.T) {
 	}
 
 	// The control: the same, with the clock right.
-	right := &manualClock{t: time.Now()}
+	right := clocktest.At(time.Now())
 	gate2 := daemon.NewLedgerGate(daemon.GateConfig{})
 	d2, err := daemon.New(f.ledger, daemon.Config{Holder: "h2", Clock: right, LedgerGate: gate2.Err})
 	if err != nil {

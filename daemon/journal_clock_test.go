@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -53,7 +54,7 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 	}
 	var allowed int64
 	var last time.Time // the killed run's last SPEND allowed
-	spend := func(d *daemon.Daemon, clock *manualClock, ticks int, step bool) {
+	spend := func(d *daemon.Daemon, clock *clocktest.Manual, ticks int, step bool) {
 		for range ticks {
 			clock.Add(100 * time.Millisecond)
 			if step {
@@ -88,7 +89,7 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 	if undripped == 0 {
 		t.Fatal("the killed run left nothing undripped: the reclaim below proves nothing")
 	}
-	behind := &manualClock{t: f.clock.Now().Add(-900 * time.Millisecond)} // stepped back, within the skew bound
+	behind := clocktest.At(f.clock.Now().Add(-900 * time.Millisecond)) // stepped back, within the skew bound
 	next, err := daemon.New(f.ledger, withClock(cfg, behind, j2))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 		undripped, back, allowed, tot.Spent, budget)
 }
 
-func withClock(cfg daemon.Config, clock *manualClock, j *daemon.Journal) daemon.Config {
+func withClock(cfg daemon.Config, clock *clocktest.Manual, j *daemon.Journal) daemon.Config {
 	cfg.Holder, cfg.Clock, cfg.Journal = "h", clock, j
 	return cfg
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/faultproxy"
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/internal/redistest"
@@ -170,7 +171,7 @@ type modelRun struct {
 	restored   bool                   // a backup was restored: the reconciler names every day it froze
 	changes    map[history.DayKey]int // budget changes applied to a day (a restore must not undo one)
 	opRng      *rand.Rand             // the current step's own choices (seeded per step)
-	clock      *manualClock
+	clock      *clocktest.Manual
 	clients    []redis.UniversalClient
 
 	nodes    []*modelNode
@@ -210,7 +211,7 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	}
 	m := &modelRun{t: t, env: e, seed: seed, enabled: enabled,
 		rng:   rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
-		clock: &manualClock{}, plans: map[history.DayKey]*history.DayPlan{}, floors: map[history.DayKey]int64{},
+		clock: clocktest.At(time.Time{}), plans: map[history.DayKey]*history.DayPlan{}, floors: map[history.DayKey]int64{},
 		quiet: map[history.DayKey]bool{},
 		byID:  map[string]*auctionRec{}, stats: modelStats{kinds: map[string]int{}}}
 	m.sparseRng = rand.New(rand.NewPCG(seed, 0x5ba55e))
