@@ -45,6 +45,12 @@ func (d Decision) String() string {
 	return fmt.Sprintf("Decision(%d)", int(d))
 }
 
+// InfoField is one "key:value" line of a daemon's INFO reply. Keys must not
+// contain ':' and neither may contain line breaks, as in Redis INFO.
+type InfoField struct {
+	Key, Value string
+}
+
 // Balance is a campaign's local state as the daemon sees it.
 type Balance struct {
 	Tokens        int64 // micros spendable now

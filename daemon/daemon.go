@@ -34,11 +34,8 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
-	"github.com/pacer/pacer/transport"
 	"go.uber.org/zap"
 )
-
-var _ transport.ClockedSpender = (*Daemon)(nil)
 
 // Daemon is one pacerd's state. It is safe for concurrent use. Create it with
 // New, call Run (or Step, in tests), and Close to release every lease.
@@ -279,28 +276,13 @@ func (d *Daemon) load(id string, l *load, firstAmount int64) {
 	l.c.step(ctx, d.cfg.Clock.Now())
 }
 
-// Spend implements transport.Spender: may the campaign spend amount micros on
-// this auction? It never waits on the network, except for the first SPEND of
-// a campaign this daemon has not seen, which waits for the campaign's settings.
+// Spend is SpendAt at the daemon's clock now: may the campaign spend
+// amount micros on this auction? It never waits on the network, except for
+// the first SPEND of a campaign this daemon has not seen, which waits for
+// the campaign's settings, and a sparse campaign's fetch (SparseWait).
 func (d *Daemon) Spend(campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string) (pacer.Decision, error) {
-	amount := int64(amountMicros)
-	c, err := d.campaignFor(string(campaignID), amount)
-	if err != nil {
-		d.counters.spendErrors.Add(1)
-		return pacer.Paced, err
-	}
-	// No shared state on this path: the bucket counts allowed SPENDs under
-	// its lock; latency is sampled by the socket server (ObserveSpend).
-	now := d.cfg.Clock.Now()
-	d.fence(now)
-	dec := c.spend(now, amount, auctionID)
-	if dec == pacer.Paced && d.cfg.SparseWait > 0 && c.sparseNow.Load() && c.fetchFor(now, amount) {
-		dec = c.spendAgain(now, amount, auctionID)
-	}
-	if dec != pacer.Allowed {
-		c.countDenial(dec)
-	}
-	return dec, nil
+	dec, _, err := d.spendAt(d.cfg.Clock.Now(), campaignID, amountMicros, auctionID, true)
+	return dec, err
 }
 
 // Now is the daemon's clock: the socket server reads it once for a batch
@@ -325,6 +307,9 @@ func (d *Daemon) SpendAtNoWait(now time.Time, campaignID pacer.CampaignID, amoun
 	return d.spendAt(now, campaignID, amountMicros, auctionID, false)
 }
 
+// spendAt is the one decision body of a SPEND, however it came (Spend,
+// SpendAt, SpendAtNoWait): the bucket decides; a sparse campaign's SPEND
+// that found it short fetches what it lacks and is decided again, as one.
 func (d *Daemon) spendAt(now time.Time, campaignID pacer.CampaignID, amountMicros pacer.Micros, auctionID string, wait bool) (pacer.Decision, time.Time, error) {
 	amount := int64(amountMicros)
 	c, loaded := d.campaigns.get(string(campaignID))
@@ -435,13 +420,13 @@ func (d *Daemon) Status() Status {
 	return st
 }
 
-// Info implements transport.Spender.
-func (d *Daemon) Info() []transport.InfoField {
+// Info is the daemon's counters, a line each, for the socket's INFO.
+func (d *Daemon) Info() []pacer.InfoField {
 	st := d.Status()
-	i := func(k string, v int64) transport.InfoField {
-		return transport.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
+	i := func(k string, v int64) pacer.InfoField {
+		return pacer.InfoField{Key: k, Value: strconv.FormatInt(v, 10)}
 	}
-	return []transport.InfoField{
+	return []pacer.InfoField{
 		{Key: "holder", Value: d.cfg.Holder},
 		i("campaigns", int64(st.Campaigns)),
 		i("leases_held", int64(st.LeasesHeld)),

@@ -42,11 +42,8 @@ const (
 	Allowed   = pacer.Allowed
 )
 
-// InfoField is one "key:value" line of the INFO reply. Keys must not contain
-// ':' and neither may contain line breaks, as in Redis INFO.
-type InfoField struct {
-	Key, Value string
-}
+// InfoField is one "key:value" line of the INFO reply (pacer.InfoField).
+type InfoField = pacer.InfoField
 
 // Spender is what the server needs from the daemon. Implementations must be
 // safe for concurrent use: every connection calls it from its own goroutine.

@@ -90,7 +90,7 @@ func (f *fakeSpender) Balance(id pacer.CampaignID) (Balance, error) {
 }
 
 func (f *fakeSpender) Info() []InfoField {
-	return []InfoField{{"campaigns", "3"}, {"leases_held", "2"}}
+	return []InfoField{{Key: "campaigns", Value: "3"}, {Key: "leases_held", Value: "2"}}
 }
 
 // socketDir returns a short directory: Unix socket paths are limited to
