@@ -33,6 +33,9 @@ type Results struct {
 	// ConservationOK: lease.Ledger.CheckDay found no problem on any
 	// campaign-day at the end of the run.
 	ConservationOK bool `json:"conservation_ok"`
+	// Violations are the pacing invariants the run broke (invariants.go),
+	// by pacer's spend; none in a good run.
+	Violations []Violation `json:"violations"`
 }
 
 // DaemonSettings are the daemon's lease timings in the run.
@@ -294,6 +297,9 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 				budget, spends = c.blBudget, blRequests
 			}
 			q := quality(c, si, budget, allowed[si])
+			if si == sPacer {
+				res.Violations = append(res.Violations, violations(c, len(r.hosts))...)
+			}
 			q.Spends = spends
 			if si != sNoPacing {
 				q.RedisCommands = c.cmdsAtEnd[si] - c.cmdsAtStart[si]

@@ -114,12 +114,20 @@ type campaignRT struct {
 
 	// Main goroutine only.
 	samples      []sample // one per simulated minute of the local day, from its start
+	tens         []tenSample // pacer's spend every CatchUpWindow of the local day
 	cmdsAtStart  [nStrategies]int64
 	cmdsAtEnd    [nStrategies]int64
 	leasedAtEnd  int64
 	snapped      bool
 	blOpened     bool
 	heldByKilled int64
+}
+
+// tenSample is pacer's cumulative spend, as the generator counted it, at
+// one instant (every CatchUpWindow): what the catch-up invariant reads.
+type tenSample struct {
+	t   time.Time
+	cum int64
 }
 
 // sample is the generator's cumulative net spend at one instant.
@@ -609,6 +617,13 @@ func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 			if c.inBL {
 				r.openBaselines(ctx, c)
 			}
+		}
+		if t.Sub(c.day.Start)%CatchUpWindow == 0 {
+			var cum int64
+			for _, h := range r.hosts {
+				cum += h.c[c.idx].allowedMicros
+			}
+			c.tens = append(c.tens, tenSample{t: t, cum: cum})
 		}
 		if t.Sub(c.day.Start)%time.Minute == 0 {
 			s := sample{t: t, hosts: make([]int64, len(r.hosts))}

@@ -212,5 +212,8 @@ func runScenario(t *testing.T, path string, opt Options) *Results {
 	if !res.ConservationOK {
 		t.Error("ledger conservation failed")
 	}
+	for _, v := range res.Violations {
+		t.Errorf("pacing invariant broken: %s", v)
+	}
 	return res
 }

@@ -145,7 +145,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		return res.WriteJSON(stdout)
+		err = res.WriteJSON(stdout)
+	} else {
+		err = res.WriteMarkdown(stdout, "")
 	}
-	return res.WriteMarkdown(stdout, "")
+	if err != nil {
+		return err
+	}
+	return violated(res, stderr)
+}
+
+// violated names every pacing invariant the run broke on stderr, and
+// fails the run if any was.
+func violated(res *sim.Results, stderr io.Writer) error {
+	for _, v := range res.Violations {
+		fmt.Fprintln(stderr, "pacing invariant broken:", v)
+	}
+	if n := len(res.Violations); n > 0 {
+		return fmt.Errorf("%d pacing invariant violations (above)", n)
+	}
+	return nil
 }

@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/pace"
+)
+
+// The pacing invariants every run is judged by, as internal/history judges
+// money: each is checked on every campaign of every run, and a run that
+// breaks one reports it (Results.Violations) and pacersim exits 1. The
+// bounds are the controller's contract (package pace) seen from outside,
+// by the generator's own count of what was allowed:
+//
+//   - catch-up: in every window of CatchUpWindow (one host) or
+//     FleetCatchUpWindow (a fleet) the campaign spends at most CatchUpSlack
+//     times the catch-up multiple in force (pace.CatchUpPermille, with the
+//     daemons' default multiple) of the curve's plan for the window, plus a
+//     bucket's worth: four of the campaign's largest bids. One host's drip
+//     is bounded by the controller alone; a fleet's hosts may also draw down
+//     at once what the shards banked while demand was low (available, up to
+//     a cap window), so a fleet is judged over a cap window;
+//   - hour: an hour the campaign entered no more than a bid behind its
+//     curve spends at most twice the curve's share of it, plus a bid;
+//   - last hour: the day's last hour spends at most LastHourBound times the
+//     curve's share of it, plus a bid: no end-of-day dump.
+const (
+	CatchUpWindow      = 10 * time.Second
+	FleetCatchUpWindow = defaultCapWindow
+	CatchUpSlack       = 1.1
+	LastHourBound = 1.5
+	// defaultCatchUp is the daemons' default catch-up multiple (the
+	// simulator runs them with it).
+	defaultCatchUp = 3
+	// defaultCapWindow is the daemons' default cap window, from which the
+	// last hour's catch-up applies.
+	defaultCapWindow = 5 * time.Minute
+)
+
+// Violation is a pacing invariant a run broke: which, the campaign, the
+// local time of day it was broken at, and the figures.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Campaign  string `json:"campaign"`
+	At        string `json:"at"` // local time, HH:MM:SS
+	Detail    string `json:"detail"`
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: campaign %s at %s: %s", v.Invariant, v.Campaign, v.At, v.Detail)
+}
+
+// violations checks c's pacer spend against the invariants.
+func violations(c *campaignRT, hosts int) []Violation {
+	if c.curve == nil || c.budget <= 0 {
+		return nil
+	}
+	window := CatchUpWindow
+	if hosts > 1 {
+		window = FleetCatchUpWindow
+	}
+	var out []Violation
+	out = append(out, catchUpViolations(c, window)...)
+	out = append(out, hourViolations(c)...)
+	return out
+}
+
+// plan is the curve's plan for the campaign between two instants, micros.
+func (c *campaignRT) plan(from, to time.Time) float64 {
+	return float64(c.budget) * float64(c.curve.AtTime(to, c.day)-c.curve.AtTime(from, c.day)) / float64(bucket.PPB)
+}
+
+func (c *campaignRT) at(t time.Time) string {
+	return t.In(c.loc).Format("15:04:05")
+}
+
+func catchUpViolations(c *campaignRT, window time.Duration) []Violation {
+	var out []Violation
+	slack := 4 * float64(c.maxBid)
+	n := int(window / CatchUpWindow)
+	for i := n; i < len(c.tens); i++ {
+		from, to := c.tens[i-n], c.tens[i]
+		if to.t.Sub(from.t) != window {
+			continue
+		}
+		k := float64(pace.CatchUpPermille(defaultCatchUp, c.day.End.Sub(from.t), defaultCapWindow)) / 1000
+		plan := c.plan(from.t, to.t)
+		spent := float64(to.cum - from.cum)
+		if bound := CatchUpSlack*k*plan + slack; spent > bound {
+			out = append(out, Violation{Invariant: "catch-up", Campaign: c.spec.ID, At: c.at(from.t),
+				Detail: fmt.Sprintf("spent %.0f micros in %s, %.2fx the curve's plan of %.0f (bound %.1fx and four bids: %.0f)",
+					spent, window, spent/max(plan, 1), plan, CatchUpSlack*k, bound)})
+			if len(out) >= maxViolationsEach {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// maxViolationsEach bounds the violations of one invariant reported per
+// campaign: the first few name the minute; the rest add nothing.
+const maxViolationsEach = 5
+
+func hourViolations(c *campaignRT) []Violation {
+	var out []Violation
+	bid := float64(c.maxBid)
+	cumAt := func(t time.Time) float64 { // the last sample not after t
+		v := int64(0)
+		for _, s := range c.samples {
+			if s.t.After(t) {
+				break
+			}
+			v = s.cum[sPacer]
+		}
+		return float64(v)
+	}
+	for h := c.day.Start; h.Before(c.day.End); h = h.Add(time.Hour) {
+		end := h.Add(time.Hour)
+		if end.After(c.day.End) {
+			end = c.day.End
+		}
+		plan := c.plan(h, end)
+		spent := cumAt(end) - cumAt(h)
+		last := !end.Before(c.day.End)
+		behind := c.plan(c.day.Start, h) - cumAt(h)
+		switch {
+		case last && spent > LastHourBound*plan+bid:
+			out = append(out, Violation{Invariant: "last hour", Campaign: c.spec.ID, At: c.at(h),
+				Detail: fmt.Sprintf("spent %.0f micros, %.2fx the curve's share %.0f (bound %.1fx and a bid)", spent, spent/max(plan, 1), plan, LastHourBound)})
+		case !last && behind <= bid && spent > 2*plan+bid:
+			out = append(out, Violation{Invariant: "hour", Campaign: c.spec.ID, At: c.at(h),
+				Detail: fmt.Sprintf("entered %.0f micros behind its curve and spent %.0f, %.2fx the curve's share %.0f (bound 2x and a bid)", behind, spent, spent/max(plan, 1), plan)})
+		}
+		if len(out) >= maxViolationsEach {
+			break
+		}
+	}
+	return out
+}
