@@ -1,0 +1,40 @@
+package pace
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// docs/PACING.md quotes the controller's constants in prose: each quote
+// must carry the code's value.
+func TestPacingDocQuotesTheController(t *testing.T) {
+	data, err := os.ReadFile("../docs/PACING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := map[string]int{"two": 2, "three": 3, "four": 4, "five": 5}
+	for _, c := range []struct {
+		phrase *regexp.Regexp
+		want   float64
+	}{
+		{regexp.MustCompile(`before it\) catches up at ([0-9.]+)x`), float64(LastHourCatchUpPermille) / 1000},
+		{regexp.MustCompile(`\(at most ([0-9.]+)\), ` + "`n`"), MaxHeadroom},
+		{regexp.MustCompile(`behind by (\w+) windows of pace`), CatchingWindows},
+	} {
+		m := c.phrase.FindAllSubmatch(data, -1)
+		if len(m) == 0 {
+			t.Errorf("docs/PACING.md no longer says %q: update this test if the text moved", c.phrase)
+		}
+		for _, m := range m {
+			got, err := strconv.ParseFloat(string(m[1]), 64)
+			if n, ok := words[string(m[1])]; ok {
+				got, err = float64(n), nil
+			}
+			if err != nil || got != c.want {
+				t.Errorf("docs/PACING.md: %q, but the code says %v", m[0], c.want)
+			}
+		}
+	}
+}
