@@ -14,14 +14,16 @@ import (
 // bounds are the controller's contract (package pace) seen from outside,
 // by the generator's own count of what was allowed:
 //
-//   - catch-up: in every window of CatchUpWindow (one host) or
-//     FleetCatchUpWindow (a fleet) the campaign spends at most CatchUpSlack
-//     times the catch-up multiple in force (pace.CatchUpPermille, with the
-//     daemons' default multiple) of the curve's plan for the window, plus a
-//     bucket's worth: four of the campaign's largest bids. One host's drip
-//     is bounded by the controller alone; a fleet's hosts may also draw down
-//     at once what the shards banked while demand was low (available, up to
-//     a cap window), so a fleet is judged over a cap window;
+//   - catch-up: one host spends in every window of CatchUpWindow at most
+//     CatchUpSlack times the catch-up multiple in force (pace.CatchUpPermille,
+//     with the daemons' default multiple) of the curve's plan for the window,
+//     plus a bucket's worth: four of the campaign's largest bids. One host's
+//     drip is bounded by the controller alone. A fleet's hosts may also draw
+//     down at once what the shards banked while demand was low (available,
+//     up to a cap window), and within the last hour the ledger bounds the
+//     hour, not its minutes; so a fleet is judged over FleetCatchUpWindow,
+//     by the configured multiple, with a bucket's worth per host (the last
+//     hour by its own invariant, below);
 //   - hour: an hour the campaign entered no more than a bid behind its
 //     curve spends at most twice the curve's share of it, plus a bid;
 //   - last hour: the day's last hour spends at most LastHourBound times the
@@ -37,6 +39,8 @@ const (
 	// defaultCapWindow is the daemons' default cap window, from which the
 	// last hour's catch-up applies.
 	defaultCapWindow = 5 * time.Minute
+	// leaseWindow is the daemons' default lease window.
+	leaseWindow = 30 * time.Second
 )
 
 // Violation is a pacing invariant a run broke: which, the campaign, the
@@ -57,12 +61,8 @@ func violations(c *campaignRT, hosts int) []Violation {
 	if c.curve == nil || c.budget <= 0 {
 		return nil
 	}
-	window := CatchUpWindow
-	if hosts > 1 {
-		window = FleetCatchUpWindow
-	}
 	var out []Violation
-	out = append(out, catchUpViolations(c, window)...)
+	out = append(out, catchUpViolations(c, hosts)...)
 	out = append(out, hourViolations(c)...)
 	return out
 }
@@ -76,21 +76,30 @@ func (c *campaignRT) at(t time.Time) string {
 	return t.In(c.loc).Format("15:04:05")
 }
 
-func catchUpViolations(c *campaignRT, window time.Duration) []Violation {
+func catchUpViolations(c *campaignRT, hosts int) []Violation {
 	var out []Violation
-	slack := 4 * float64(c.maxBid)
+	window, slack := CatchUpWindow, 4*float64(c.maxBid)
+	if hosts > 1 {
+		window, slack = FleetCatchUpWindow, float64(hosts)*slack
+	}
 	n := int(window / CatchUpWindow)
 	for i := n; i < len(c.tens); i++ {
 		from, to := c.tens[i-n], c.tens[i]
 		if to.t.Sub(from.t) != window {
 			continue
 		}
-		k := float64(pace.CatchUpPermille(defaultCatchUp, c.day.End.Sub(from.t), defaultCapWindow)) / 1000
-		plan := c.plan(from.t, to.t)
+		k := float64(defaultCatchUp)
+		if hosts == 1 {
+			k = float64(pace.CatchUpPermille(defaultCatchUp, c.day.End.Sub(from.t), defaultCapWindow)) / 1000
+		}
+		// A lease drips over a window what was decided at its grant: the
+		// plan is the curve's over the window or over the window a lease
+		// window earlier, whichever is more.
+		plan := max(c.plan(from.t, to.t), c.plan(from.t.Add(-leaseWindow), to.t.Add(-leaseWindow)))
 		spent := float64(to.cum - from.cum)
 		if bound := CatchUpSlack*k*plan + slack; spent > bound {
 			out = append(out, Violation{Invariant: "catch-up", Campaign: c.spec.ID, At: c.at(from.t),
-				Detail: fmt.Sprintf("spent %.0f micros in %s, %.2fx the curve's plan of %.0f (bound %.1fx and four bids: %.0f)",
+				Detail: fmt.Sprintf("spent %.0f micros in %s, %.2fx the curve's plan of %.0f (bound %.1fx and four bids a host: %.0f)",
 					spent, window, spent/max(plan, 1), plan, CatchUpSlack*k, bound)})
 			if len(out) >= maxViolationsEach {
 				break

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/daemon"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
@@ -180,5 +181,18 @@ func TestCurveOracleArrivalsOutOfOrder(t *testing.T) {
 	}
 	if got, want := c.oracleSpent, int64(4_500_000); got < want-2_000 || got > want+75_000+1_000 {
 		t.Fatalf("oracle spent %d in the last hour, arrivals out of order; want 1.25x the pace, about %d", got, want)
+	}
+}
+
+// The invariants judge runs by the daemons' defaults: they must be the
+// daemon's.
+func TestInvariantsUseTheDaemonsDefaults(t *testing.T) {
+	c, err := daemon.DefaultConfig().WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CatchUp != defaultCatchUp || c.CapWindow != defaultCapWindow || c.LeaseWindow != leaseWindow {
+		t.Errorf("the invariants assume catch-up %dx, cap window %s, lease window %s; the daemon's defaults are %dx, %s, %s",
+			defaultCatchUp, defaultCapWindow, leaseWindow, c.CatchUp, c.CapWindow, c.LeaseWindow)
 	}
 }
