@@ -22,20 +22,24 @@
 //     left. Catching up never runs above k times the pace, however far
 //     behind: a campaign that cannot catch up within k under-delivers
 //     rather than bursts.
+//
 //  2. A host's target rate never exceeds the fleet's: HostRate ≤
 //     FleetWindow/W, and for a host that knows its share s of the fleet's
 //     demand (0 < s < 1), HostRate ≤ s·h·FleetWindow/W, h ≤ MaxHeadroom the
 //     headroom that lets a host ride out the bunching of its SPENDs. Past
 //     the curve's end a host's target is its demand (with headroom): what
 //     is left goes as fast as SPENDs take it, first come, first served.
+//
 //  3. A host's drip never exceeds its target: Ask is sized so that the
 //     leases still open past this instant (Input.OpenDrip, micros a second)
 //     plus the new lease dripping over its Input.Drip add up to at most HostRate — except
 //     for the floor (below), which is at most a few bids.
+//
 //  4. A host asks only when the gap between its target and what it drips is
 //     worth a ledger call: at least a quarter of its target, or nothing is
 //     open at all. (What the day has left bounds what a shard grants, not
 //     what a host asks: R is as last seen, and may be stale.)
+//
 //  5. The floor: a host that asks at all asks for at least Floor, a few of
 //     its largest SPENDs or a sixteenth of a window of pace, so that one
 //     whose demand is not known yet gets going; but never the catch-up's

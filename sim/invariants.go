@@ -32,7 +32,7 @@ const (
 	CatchUpWindow      = 10 * time.Second
 	FleetCatchUpWindow = defaultCapWindow
 	CatchUpSlack       = 1.1
-	LastHourBound = 1.5
+	LastHourBound      = 1.5
 	// defaultCatchUp is the daemons' default catch-up multiple (the
 	// simulator runs them with it).
 	defaultCatchUp = 3

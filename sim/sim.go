@@ -113,7 +113,7 @@ type campaignRT struct {
 	oracleLastPPB int64   // the curve's position at the last arrival
 
 	// Main goroutine only.
-	samples      []sample // one per simulated minute of the local day, from its start
+	samples      []sample    // one per simulated minute of the local day, from its start
 	tens         []tenSample // pacer's spend every CatchUpWindow of the local day
 	cmdsAtStart  [nStrategies]int64
 	cmdsAtEnd    [nStrategies]int64
