@@ -102,6 +102,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	elsewhere := c.heldElsewhere(now, ds, unspent)
 	switch {
 	case (spendable > 0 || elsewhere >= smallest) && ds.exhausted.Swap(false):
+		ds.nextGrantAt = time.Time{} // a hold for shards that had nothing ends with the news
 		c.log.Info("campaign-day has budget again; leasing", zap.String("day", ds.day.Key),
 			zap.Int64("spendable_micros", spendable), zap.Int64("leased_elsewhere_micros", elsewhere))
 	case spendable == 0 && elsewhere < smallest && !ds.exhausted.Swap(true):

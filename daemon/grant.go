@@ -146,15 +146,18 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 	ds.shardAvailable[shard] = 0
 	if g.Granted == 0 {
 		ds.shardAvailable[shard] = g.Shard.Available // less than we asked for
-		switch {
-		case g.Shard.Remaining() == 0:
+		if g.Shard.Remaining() == 0 {
 			c.shardDrained(ctx, now, ds, shard)
-		case call.standing:
-			// Paced, and sparse: the fleet holds what the curve allows. Ask
-			// again a lease window later, not every few seconds all day.
+		}
+		if call.standing {
+			// Sparse: the fleet holds what the curve allows. Ask again a
+			// lease window later, not every few seconds all day.
 			ds.nextGrantAt = now.Add(cfg.LeaseWindow)
-		default:
-			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8) // paced: nothing available on this shard yet
+		} else {
+			// Nothing here yet, or nothing left: the next shard an eighth of
+			// a window later, not every second (a day's last crumbs would
+			// pass from host to host at every sweep).
+			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
 		}
 		return false
 	}

@@ -225,6 +225,11 @@ func (c *campaign) eventRefresh(ctx context.Context, now time.Time) {
 		return
 	}
 	fresh := c.settings.Load()
+	if ds := c.day.Load(); ds != nil && fresh.Version != old.Version {
+		// The operator changed the campaign (a resume, a new budget): a
+		// hold for shards that had nothing ends with the news.
+		ds.nextGrantAt = time.Time{}
+	}
 	if revoked && fresh.Version != old.Version && fresh.State == lease.StateActive && fresh.DailyMicros < old.DailyMicros {
 		if ds := c.day.Load(); ds != nil {
 			c.log.Info("budget cut confirmed by the ledger; giving back the leases held", zap.Int64("daily_micros", fresh.DailyMicros))

@@ -37,7 +37,8 @@
 //
 //  4. A host asks only when the gap between its target and what it drips is
 //     worth a ledger call: at least a quarter of its target, or nothing is
-//     open at all. (What the day has left bounds what a shard grants, not
+//     open at all; and while it holds an open lease, not once the shards
+//     last said the day had nothing left (it asks when a lease ends). (What the day has left bounds what a shard grants, not
 //     what a host asks: R is as last seen, and may be stale.)
 //
 //  5. The floor: a host that asks at all asks for at least Floor, a few of
@@ -182,8 +183,11 @@ func Plan(in Input) Decision {
 	if d.Starting = float64(max(in.OpenDrip, 0)+max(in.EndingDrip, 0)) < d.HostRate/4; d.Starting {
 		d.StartCredit = int64(min(d.HostRate*in.Burst.Seconds(), float64(math.MaxInt64/2)))
 	}
-	if in.OpenDrip > 0 && gap < d.HostRate/4 {
-		return d // what is open drips near enough the target
+	if in.OpenDrip > 0 && (gap < d.HostRate/4 || in.Remaining <= 0) {
+		// What is open drips near enough the target, or the shards last
+		// said they had nothing left: the next ask comes when a lease ends
+		// (its renewal gives back what it did not spend).
+		return d
 	}
 	drip := w
 	if in.Drip > 0 && in.Drip < in.Window {

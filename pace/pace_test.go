@@ -19,7 +19,7 @@ func randomInput(r *rand.Rand) Input {
 	cNext := cNow + r.Int64N(PPB-cNow+1)/max(1, r.Int64N(2000))
 	in := Input{
 		Budget:          budget,
-		Remaining:       r.Int64N(budget + 1),
+		Remaining:       r.Int64N(budget+1) * int64(r.IntN(8)) / 7,
 		CurveNow:        cNow,
 		CurveNext:       cNext,
 		Window:          time.Duration(1+r.IntN(120)) * time.Second,
@@ -129,7 +129,7 @@ func TestAsksOnlyWhenTheGapIsWorthACall(t *testing.T) {
 		in := randomInput(r)
 		d := Plan(in)
 		gap := d.HostRate - float64(in.OpenDrip)
-		worth := in.OpenDrip == 0 || gap >= d.HostRate/4
+		worth := in.OpenDrip == 0 || (gap >= d.HostRate/4 && in.Remaining > 0)
 		if (d.Ask > 0) != worth {
 			t.Fatalf("ask %d with open drip %d and target %.1f (gap %.1f): want an ask iff nothing is open or the gap is a quarter of the target: %+v",
 				d.Ask, in.OpenDrip, d.HostRate, gap, in)
