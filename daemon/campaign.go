@@ -68,6 +68,14 @@ type campaign struct {
 	recheck          atomic.Bool
 	cutCheck         atomic.Bool
 	lastEventRefresh time.Time // refill loop only: the last read an event triggered
+	// eventVersion is the newest settings version an operator's event
+	// named; newVersion, that one arrived since the last read. An event
+	// naming a version newer than any seen is read at the next tick,
+	// whatever the rate limit: a pause and a resume back to back each
+	// reach the fleet within a tick. One naming none, or an old one, waits
+	// for the limit (a flood of them costs a read per EventRecheck).
+	eventVersion atomic.Int64
+	newVersion   atomic.Bool
 
 	// Scheduling (see Daemon.Step): the refill loop steps a campaign when
 	// it was used since its last step (active: a SPEND, REFUND or BALANCE),

@@ -57,8 +57,10 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 		// the ledger confirms denies and releases the leases, a confirmed
 		// cut releases them (see campaign.eventRefresh).
 		c.cutCheck.Store(true)
+		c.noteVersion(e.Version)
 		c.recheck.Store(true)
 	case pacer.EventChanged:
+		c.noteVersion(e.Version)
 		c.recheck.Store(true)
 	case pacer.EventLostWrites:
 		// Re-asserting is idempotent and costs one call per lease held, so
@@ -71,4 +73,19 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 		}
 	}
 	c.wake.Store(true) // whatever it asked, the next tick looks
+}
+
+// noteVersion notes the settings version an operator's event names: newer
+// than any this campaign has seen, it is read at the next tick.
+func (c *campaign) noteVersion(v int64) {
+	for {
+		seen := max(c.eventVersion.Load(), c.settings.Load().Version)
+		if v <= seen {
+			return
+		}
+		if c.eventVersion.CompareAndSwap(c.eventVersion.Load(), v) {
+			c.newVersion.Store(true)
+			return
+		}
+	}
 }

@@ -49,7 +49,8 @@ func (c *campaign) step(ctx context.Context, now time.Time) {
 // rebalance may have refilled them), and retries pending releases.
 func (c *campaign) housekeep(ctx context.Context, now time.Time) {
 	cfg := c.cfg
-	if c.recheck.Load() && (c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
+	fresh := c.recheck.Load() && c.newVersion.Swap(false)
+	if c.recheck.Load() && (fresh || c.lastEventRefresh.IsZero() || now.Sub(c.lastEventRefresh) >= cfg.EventRecheck) {
 		c.eventRefresh(ctx, now)
 	} else if (c.stale.Load() && now.Sub(c.lastRefresh) >= cfg.EventRecheck) || now.Sub(c.lastRefresh) >= cfg.CampaignReread {
 		c.stale.Store(false)
