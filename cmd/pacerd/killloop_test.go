@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,6 +31,12 @@ func TestSIGKILLLoopRealProcesses(t *testing.T) {
 		kills, every = 12, 15*time.Second
 	}
 	s := newStack(t)
+	// A restart reclaims what its predecessor held if it comes within the
+	// grace after the leases' expiry (after that they are settled as
+	// spent: lost, never overspent). testConfig's 300 ms is shorter than a
+	// pacerd takes to start at a load average of 20; 10 s is, like
+	// production's default (4 s) against its 30-s leases, longer.
+	s.baseConfig = strings.Replace(testConfig, "grace: 300ms", "grace: 10s", 1)
 	s.campaign("c", 333_000*86_400/3)
 	hosts := []string{"h0", "h1"}
 	procs := make([]*proc, len(hosts))

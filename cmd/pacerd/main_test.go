@@ -49,8 +49,10 @@ type stack struct {
 	redis  *redistest.Server
 	ledger *lease.Ledger
 	dir    string
-	// extraConfig is appended to testConfig.
+	// extraConfig is appended to testConfig (or to baseConfig, if set).
 	extraConfig string
+	// baseConfig replaces testConfig when set.
+	baseConfig string
 	// bin is the pacerd binary to start; "" means pacerdBin (-race).
 	bin string
 }
@@ -110,7 +112,11 @@ func (s *stack) start(holder string) *proc { return s.startWith(holder, nil, nil
 func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 	s.t.Helper()
 	cfg := filepath.Join(s.dir, "pacerd.yaml")
-	if err := os.WriteFile(cfg, []byte(testConfig+s.extraConfig), 0o644); err != nil {
+	base := testConfig
+	if s.baseConfig != "" {
+		base = s.baseConfig
+	}
+	if err := os.WriteFile(cfg, []byte(base+s.extraConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
 	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
