@@ -321,7 +321,14 @@ func parseAmount(b []byte) (int64, string) {
 	if len(b) > 1 && b[0] == '-' && isDigits(b[1:]) {
 		return 0, "amount must be positive"
 	}
-	if !isDigits(b) || len(b) > 19 {
+	const tooLarge = "amount out of range: at most 9223372036854775807 micros"
+	if !isDigits(b) {
+		return 0, malformed
+	}
+	if len(b) > 19 && b[0] != '0' {
+		return 0, tooLarge
+	}
+	if len(b) > 19 {
 		return 0, malformed
 	}
 	if b[0] == '0' {
@@ -335,7 +342,7 @@ func parseAmount(b []byte) (int64, string) {
 		v = v*10 + uint64(c-'0')
 	}
 	if v > math.MaxInt64 {
-		return 0, malformed
+		return 0, tooLarge
 	}
 	return int64(v), ""
 }

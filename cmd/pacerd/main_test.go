@@ -219,7 +219,7 @@ func TestSpendAndHostileInput(t *testing.T) {
 		{[]any{"SPEND", "demo", "abc"}, "integer"},
 		{[]any{"SPEND", "demo", "-5"}, "positive"},
 		{[]any{"SPEND", "demo", "0"}, "positive"},
-		{[]any{"SPEND", "demo", "99999999999999999999"}, "integer"},
+		{[]any{"SPEND", "demo", "99999999999999999999"}, "out of range"},
 		{[]any{"SPEND", "demo", "10000001"}, "exceeds the per-call maximum"},
 		{[]any{"SPEND", "nosuch", "5"}, `unknown campaign "nosuch"`},
 		{[]any{"REFUND", "demo", "999999"}, "exceeds"},
