@@ -67,6 +67,24 @@ func (res *Results) WritePlots(dir string) error {
 	return nil
 }
 
+// hourTicks marks the hours of a day every two hours, labelled every four.
+type hourTicks struct{}
+
+func (hourTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for h := 0; h <= 24; h += 2 {
+		if float64(h) < lo || float64(h) > hi {
+			continue
+		}
+		t := plot.Tick{Value: float64(h)}
+		if h%4 == 0 {
+			t.Label = fmt.Sprintf("%02d:00", h)
+		}
+		ticks = append(ticks, t)
+	}
+	return ticks
+}
+
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
@@ -113,10 +131,14 @@ func (res *Results) plotCumulative() (*plot.Plot, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Add(la, lt)
+		p.Add(la, lt) // the dashed target on top: a campaign on its curve hides it otherwise
 		p.Legend.Add(fmt.Sprintf("%s (%s, %s)", cr.ID, cr.Curve, cr.TZ), la)
+		if i == 0 {
+			p.Legend.Add("curve target (dashed)", lt)
+		}
 	}
 	p.X.Min, p.X.Max = 0, 24
+	p.X.Tick.Marker = hourTicks{}
 	return p, nil
 }
 
@@ -162,6 +184,7 @@ func (res *Results) plotStrategies() (*plot.Plot, error) {
 		p.Legend.Add(strategyTitle[name], l)
 	}
 	p.X.Min, p.X.Max = 0, 24
+	p.X.Tick.Marker = hourTicks{}
 	return p, nil
 }
 
@@ -192,6 +215,7 @@ func (res *Results) plotSlots() (*plot.Plot, error) {
 		p.Legend.Add(cr.ID, l)
 	}
 	p.X.Min, p.X.Max = 0, 24
+	p.X.Tick.Marker = hourTicks{}
 	p.Y.Min = 0
 	p.Legend.Top, p.Legend.Left = false, true
 	return p, nil

@@ -84,7 +84,7 @@ func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
 	for _, c := range res.Campaigns {
 		q := c.Results[StrategyPacer]
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2fx (%.2fx) | %d | %s | %s / %s | %.3f | %s (%.2fx) | %.2fx (%.2fx) | %.1f pts | %.3f | %.0f | %s | %s |\n",
-			c.ID, c.Curve, c.TZ, c.Traffic, rate(c.Rate), c.Demand, q.DemandAsked, q.OverspendMicros, pct(q.Utilisation),
+			c.ID, c.Curve, c.TZ, c.Traffic, rate(c.Rate), c.Demand, q.DemandAsked, max(q.OverspendMicros, 0), pct(q.Utilisation),
 			pct(q.TrackingMax), pct(q.TrackingRMS), q.Smoothness, pct(q.LastHourShare), q.LastHourRatio,
 			q.MaxHourRatio, q.MaxHourRatioBid, q.HostShareMaxDev, q.CmdsPer1000, q.CmdsPerHour,
 			pct(float64(c.Ledger.LeasedAtDayEnd)/float64(q.BudgetMicros)), pct(float64(c.Ledger.Lost)/float64(q.BudgetMicros)))
@@ -104,7 +104,7 @@ func (res *Results) WriteMarkdown(w io.Writer, imgDir string) error {
 					b.WriteString(" – |")
 					continue
 				}
-				fmt.Fprintf(&b, " %s / %s / %s |", pct(float64(q.OverspendMicros)/float64(max(q.BudgetMicros, 1))), pct(q.Utilisation), pct(q.TrackingMax))
+				fmt.Fprintf(&b, " %s / %s / %s |", pct(float64(max(q.OverspendMicros, 0))/float64(max(q.BudgetMicros, 1))), pct(q.Utilisation), pct(q.TrackingMax))
 			}
 			b.WriteString("\n")
 		}

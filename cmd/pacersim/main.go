@@ -19,6 +19,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pacer/pacer/sim"
 )
@@ -49,7 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
 	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
 	curve := fs.String("curve", "", "pace every campaign by this curve instead of the scenario's (the traffic unchanged): one of its curves, or auto, fitted each day to the demand the fleet recorded the days before (with --warmup 24h, the day before's)")
-	sparseWait := fs.Duration("sparse-wait", -1, "the daemons' lease.sparse_wait; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
+	var sparseWait optionalDuration
+	fs.Var(&sparseWait, "sparse-wait", "the daemons' lease.sparse_wait, a `duration`; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
 	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held), and a minute a line per shard, of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
@@ -100,8 +102,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *warmup >= 0 {
 		opt.Warmup = warmup
 	}
-	if *sparseWait >= 0 {
-		opt.SparseWait = sparseWait
+	if sparseWait.set {
+		opt.SparseWait = &sparseWait.d
 	}
 	if *trace != "" {
 		if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -164,5 +166,31 @@ func violated(res *sim.Results, stderr io.Writer) error {
 	if n := len(res.Violations); n > 0 {
 		return fmt.Errorf("%d pacing invariant violations (above)", n)
 	}
+	return nil
+}
+
+// optionalDuration is a duration flag that may be left unset (its help
+// shows no default: the scenario's, else the daemon's, applies).
+type optionalDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (o *optionalDuration) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o *optionalDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("%s is negative", s)
+	}
+	o.d, o.set = d, true
 	return nil
 }
