@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
@@ -33,7 +34,7 @@ func TestClusterIndexReadsScaleWithCampaigns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clock := &manualClock{t: midnight.Add(12 * time.Hour)}
+	clock := clocktest.At(midnight.Add(12 * time.Hour))
 	rc := reconcile.New(ledger, reconcile.Config{Clock: clock, Grace: 4 * time.Second})
 	for range 2 { // the term's full pass, then a step
 		if err := rc.Step(ctx, 1); err != nil {

@@ -2,12 +2,12 @@ package reconcile_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"go.uber.org/goleak"
@@ -17,32 +17,6 @@ func TestMain(m *testing.M) {
 	// go-redis re-dials a refused pool in the background, sleeping a second
 	// between tries: a test that restarts Redis can end inside that sleep.
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
-}
-
-// manualClock is a clock the test moves by hand; it drives the daemons and
-// the reconciler alike.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *manualClock) Add(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
 }
 
 var (
@@ -56,7 +30,7 @@ const day = "2026-11-21"
 type fixture struct {
 	redis  *redistest.Server
 	ledger *lease.Ledger
-	clock  *manualClock
+	clock  *clocktest.Manual
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -64,7 +38,7 @@ func newFixture(t testing.TB) *fixture {
 	srv := redistest.Start(t)
 	// Test days are fixed dates in the past: keep their keys from expiring at once.
 	ledger := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	return &fixture{redis: srv, ledger: ledger, clock: &manualClock{t: midnight}}
+	return &fixture{redis: srv, ledger: ledger, clock: clocktest.At(midnight)}
 }
 
 func (f *fixture) campaign(t testing.TB, id string, daily int64, shards int) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -408,7 +409,7 @@ func TestWatermarkCannotSeeWritesAfterTheLastPass(t *testing.T) {
 func TestWatermarkFreezesOnlyTheRestoredMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	ledger := lease.New(cl.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	f := &fixture{ledger: ledger, clock: &manualClock{t: midnight.Add(lateInDay)}}
+	f := &fixture{ledger: ledger, clock: clocktest.At(midnight.Add(lateInDay))}
 	f.campaign(t, "c", 8_000_000, 8)
 	pub := &events{}
 	rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Publisher: pub, Watermarks: &memWatermarks{}})
