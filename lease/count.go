@@ -11,24 +11,18 @@ import (
 // it cost Redis, but it shares its client with the daemon's lease calls, so
 // the count follows the context: WithCommandCount marks a context, and
 // every command the ledger sends under it (a pipeline's one by one) adds to
-// its counter. CountCommands installs the hook that does it; installing it
-// more than once on a client counts each command once all the same.
+// its counter. New installs the hook that does it on the ledger's client;
+// a client given to several ledgers counts each command once all the same.
 
 type commandCountKey struct{}
 
 type commandCountedKey struct{}
 
 // WithCommandCount returns a context under which every Redis command a
-// Ledger that counts (CountCommands) sends adds one to n.
+// Ledger sends adds one to n. Commands under other contexts cost one
+// context lookup.
 func WithCommandCount(ctx context.Context, n *atomic.Int64) context.Context {
 	return context.WithValue(ctx, commandCountKey{}, n)
-}
-
-// CountCommands makes the ledger's client count the commands sent under a
-// WithCommandCount context. Commands under other contexts cost one context
-// lookup.
-func (l *Ledger) CountCommands() {
-	l.rdb.AddHook(commandCounter{})
 }
 
 type commandCounter struct{}

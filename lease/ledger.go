@@ -142,6 +142,10 @@ func New(rdb redis.UniversalClient, cfg Config, log *zap.Logger) *Ledger {
 		log = zap.NewNop()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
+	// Installed here, before the client is shared: go-redis's AddHook is
+	// not safe beside commands in flight (a reconciler created on a
+	// running daemon's ledger raced its lease calls).
+	rdb.AddHook(commandCounter{})
 	return &Ledger{rdb: rdb, log: log.Named("lease"), cfg: cfg, cluster: cluster}
 }
 

@@ -181,7 +181,6 @@ func New(ledger *lease.Ledger, cfg Config) *Reconciler {
 	if cfg.LeaseWindow <= 0 {
 		cfg.LeaseWindow = 30 * time.Second
 	}
-	ledger.CountCommands() // for the passes' command counts
 	return &Reconciler{ledger: ledger, cfg: cfg, log: cfg.Logger.Named("reconciler"), exhausted: map[string]bool{},
 		term: newTermState(), stats: newMetrics()}
 }
