@@ -73,30 +73,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	var sc *sim.Scenario
-	switch {
-	case *family > 0 && len(positional) == 0:
-		if *family > 1000 {
-			return fmt.Errorf("--family %d: at most 1,000 campaigns", *family)
+	sc, err := scenario(*family, *seed, *curvesDir, *writeScenario, positional)
+	if err != nil {
+		if errors.Is(err, errUsage) {
+			fs.Usage()
 		}
-		data := sim.Family(max(*seed, 1), *family, *curvesDir)
-		if *writeScenario != "" {
-			if err := os.WriteFile(*writeScenario, data, 0o644); err != nil {
-				return err
-			}
-		}
-		var err error
-		if sc, err = sim.ParseScenario(data, "."); err != nil {
-			return fmt.Errorf("generated family: %w", err)
-		}
-	case len(positional) == 1 && *family == 0:
-		var err error
-		if sc, err = sim.LoadScenario(positional[0]); err != nil {
-			return err
-		}
-	default:
-		fs.Usage()
-		return errors.New("want exactly one scenario file, or --family N")
+		return err
 	}
 	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed, Curve: *curve}
 	if *warmup >= 0 {
@@ -106,16 +88,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opt.SparseWait = &sparseWait.d
 	}
 	if *trace != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(filepath.Join(*out, "trace.log"))
+		w, done, err := traceFile(*out)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		w := bufio.NewWriter(f)
-		defer w.Flush()
+		defer done()
 		opt.Trace = w
 		if *trace != "all" {
 			opt.TraceCampaigns = strings.Split(*trace, ",")
@@ -125,36 +102,88 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		opt.Progress = stderr
 	}
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		stop, err := profile(*cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	res, err := sim.Run(ctx, sc, opt)
 	if err != nil {
 		return err
 	}
-	prefix := *imgPrefix
-	if prefix == "" {
-		prefix = "."
-	}
-	if err := res.WriteFiles(*out, prefix); err != nil {
-		return err
-	}
-	if *asJSON {
-		err = res.WriteJSON(stdout)
-	} else {
-		err = res.WriteMarkdown(stdout, "")
-	}
-	if err != nil {
+	if err := report(res, *out, *imgPrefix, *asJSON, stdout); err != nil {
 		return err
 	}
 	return violated(res, stderr)
+}
+
+// profile starts a CPU profile into path; stop ends it.
+func profile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// traceFile creates trace.log in out; done flushes and closes it.
+func traceFile(out string) (w *bufio.Writer, done func(), err error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Create(filepath.Join(out, "trace.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	w = bufio.NewWriter(f)
+	return w, func() { w.Flush(); f.Close() }, nil
+}
+
+// errUsage is a command line that names no scenario, or two.
+var errUsage = errors.New("want exactly one scenario file, or --family N")
+
+// scenario is the run's scenario: the file named, or a family of n
+// campaigns generated from seed (and written to writeTo, if set).
+func scenario(n int, seed uint64, curvesDir, writeTo string, positional []string) (*sim.Scenario, error) {
+	switch {
+	case n > 0 && len(positional) == 0:
+		if n > 1000 {
+			return nil, fmt.Errorf("--family %d: at most 1,000 campaigns", n)
+		}
+		data := sim.Family(max(seed, 1), n, curvesDir)
+		if writeTo != "" {
+			if err := os.WriteFile(writeTo, data, 0o644); err != nil {
+				return nil, err
+			}
+		}
+		sc, err := sim.ParseScenario(data, ".")
+		if err != nil {
+			return nil, fmt.Errorf("generated family: %w", err)
+		}
+		return sc, nil
+	case len(positional) == 1 && n == 0:
+		return sim.LoadScenario(positional[0])
+	}
+	return nil, errUsage
+}
+
+// report writes the run's files into out and its table (or JSON) on stdout.
+func report(res *sim.Results, out, imgPrefix string, asJSON bool, stdout io.Writer) error {
+	if imgPrefix == "" {
+		imgPrefix = "."
+	}
+	if err := res.WriteFiles(out, imgPrefix); err != nil {
+		return err
+	}
+	if asJSON {
+		return res.WriteJSON(stdout)
+	}
+	return res.WriteMarkdown(stdout, "")
 }
 
 // violated names every pacing invariant the run broke on stderr, and
