@@ -79,11 +79,11 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 // than any this campaign has seen, it is read at the next tick.
 func (c *campaign) noteVersion(v int64) {
 	for {
-		seen := max(c.eventVersion.Load(), c.settings.Load().Version)
-		if v <= seen {
+		cur := c.eventVersion.Load()
+		if v <= max(cur, c.settings.Load().Version) {
 			return
 		}
-		if c.eventVersion.CompareAndSwap(c.eventVersion.Load(), v) {
+		if c.eventVersion.CompareAndSwap(cur, v) {
 			c.newVersion.Store(true)
 			return
 		}
