@@ -38,6 +38,7 @@ max_clients: 500
 client_idle_timeout: 0s
 client_read_timeout: 2s
 client_write_timeout: 3s
+max_buffered_bytes: 33554432
 allowed_uids: [1000, 0]
 allowed_gids: [998]
 admin_max_conns: 8
@@ -106,6 +107,7 @@ broadcast:
 		ClientIdleTimeout:  0,
 		ClientReadTimeout:  2 * time.Second,
 		ClientWriteTimeout: 3 * time.Second,
+		MaxBufferedBytes:   32 << 20,
 		AllowedUIDs:        []int64{1000, 0},
 		AllowedGIDs:        []int64{998},
 		AdminMaxConns:      8,
@@ -169,7 +171,7 @@ func TestParseDaemonErrors(t *testing.T) {
 	for _, tc := range []struct {
 		yaml, want string
 	}{
-		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
+		{"sockt: /x", `line 1: unknown key "sockt" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, max_buffered_bytes, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)`},
 		{"lease:\n  windw: 3s", `line 2: unknown key "lease.windw" (known keys in lease: window, skew_bound, grace, cap_window, burst_window, max_catch_up, standing_window, standing_idle, sparse_wait)`},
 		{"socket: /a\nsocket: /b", `line 2: socket: key appears twice (first at line 1)`},
 		{"tick_interval: 100", `line 1: tick_interval: "100" is not a duration such as 30s or 100ms (a unit is required)`},
@@ -206,6 +208,8 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"admin: unix:run/admin.sock", `admin: "unix:run/admin.sock": a Unix socket path must be absolute`},
 		{"admin: /" + strings.Repeat("a", 110), `admin: path is 111 bytes; Unix socket paths are limited to 107`},
 		{"max_clients: 0", `max_clients: 0: want 1 to 1000000`},
+		{"max_buffered_bytes: 65536", `max_buffered_bytes: 65536: want 1048576 (1 MiB) to 68719476736 (64 GiB)`},
+		{"max_buffered_bytes: 0", `max_buffered_bytes: 0: want 1048576 (1 MiB) to 68719476736 (64 GiB)`},
 		{"socket_server: threads", `socket_server: unknown socket_server "threads" (want goroutines, epoll or hybrid)`},
 		{"socket_server: uring", `socket_server: socket_server uring was removed; use hybrid (the default on Linux), epoll or goroutines`},
 		{"socket_loops: -1", `socket_loops: -1: want 0 (the default) to 1024`},
@@ -242,7 +246,7 @@ func TestParseDaemonErrors(t *testing.T) {
 		{"socket: [/a", `yaml: line 1: did not find expected ',' or ']'`},
 		// Every problem is reported, one per line.
 		{"log:\n  format: xml\n  level: loud", "log.format: \"xml\": want json or console\nlog.level: \"loud\": want debug, info, warn or error"},
-		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
+		{"a: 1\nb: 2", "line 1: unknown key \"a\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, max_buffered_bytes, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)\nline 2: unknown key \"b\" (known keys: socket, socket_mode, socket_server, socket_loops, max_clients, client_idle_timeout, client_read_timeout, client_write_timeout, max_buffered_bytes, allowed_uids, allowed_gids, redis, etcd, election, nats, admin, admin_max_conns, admin_idle_timeout, curves_dir, state_dir, max_amount_micros, holder, lease, tick_interval, campaign_refresh, campaign_reread, campaign_idle, ledger_timeout, dedup_memory_bytes, unknown_campaign_ttl, max_campaign_loads, log, ledger, redis_auth, redis_tls, etcd_auth, etcd_tls, nats_auth, nats_tls, broadcast)"},
 	} {
 		_, err := ParseDaemon([]byte(tc.yaml))
 		if err == nil || err.Error() != tc.want {
@@ -470,7 +474,7 @@ func TestEveryDocumentedKeyMaps(t *testing.T) {
 	// The keys as documented before daemon.Config became the file's daemon
 	// section: none may be lost or renamed.
 	documented := []string{"socket", "socket_mode", "socket_server", "socket_loops", "max_clients", "client_idle_timeout",
-		"client_read_timeout", "client_write_timeout", "allowed_uids", "allowed_gids", "redis", "etcd", "election.ttl", "nats",
+		"client_read_timeout", "client_write_timeout", "max_buffered_bytes", "allowed_uids", "allowed_gids", "redis", "etcd", "election.ttl", "nats",
 		"admin", "admin_max_conns", "admin_idle_timeout", "unknown_campaign_ttl", "max_campaign_loads", "holder",
 		"curves_dir", "state_dir", "max_amount_micros", "dedup_memory_bytes",
 		"lease.window", "lease.skew_bound", "lease.grace", "lease.cap_window", "lease.burst_window",

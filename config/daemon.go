@@ -62,6 +62,10 @@ type Daemon struct {
 	// ClientWriteTimeout closes a bidder connection that has not read its
 	// replies for this long; 0 never does.
 	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
+	// MaxBufferedBytes is the buffer budget all bidder connections share:
+	// read buffers grown past 4 KB, MULTI queues and unread replies. What
+	// does not fit is refused with an error naming the key.
+	MaxBufferedBytes int64 `yaml:"max_buffered_bytes"`
 	// AllowedUIDs and AllowedGIDs, when either is non-empty, admit only
 	// peers (by SO_PEERCRED) with a listed uid or gid.
 	AllowedUIDs []int64 `yaml:"allowed_uids"`
@@ -175,6 +179,7 @@ func DefaultDaemon() Daemon {
 		ClientIdleTimeout:  5 * time.Minute,
 		ClientReadTimeout:  10 * time.Second,
 		ClientWriteTimeout: 10 * time.Second,
+		MaxBufferedBytes:   transport.DefaultMaxBufferedBytes,
 		AllowedUIDs:        []int64{},
 		AllowedGIDs:        []int64{},
 		AdminMaxConns:      64,
@@ -198,6 +203,14 @@ const (
 
 // maxClients bounds max_clients: each connection is a file descriptor.
 const maxClients = 1_000_000
+
+// minBufferedBytes and maxBufferedBytes bound max_buffered_bytes: below
+// 1 MiB one MULTI at its own cap (1 MiB) could never be queued; above
+// 64 GiB it is surely a typo.
+const (
+	minBufferedBytes = 1 << 20
+	maxBufferedBytes = 64 << 30
+)
 
 // maxSocketLoops bounds socket_loops: more loops than cores only cost.
 const maxSocketLoops = 1024
@@ -261,7 +274,50 @@ func (d *Daemon) fileNever() []error {
 func (d Daemon) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	d.validateSocket(bad)
+	d.validateLinks(bad)
+	d.validateAdmin(bad)
+	if d.CurvesDir == "" {
+		bad("curves_dir: must not be empty")
+	}
+	if d.StateDir == "" {
+		bad("state_dir: must not be empty")
+	}
+	if d.MaxAmountMicros <= 0 || d.MaxAmountMicros > lease.MaxBudgetMicros {
+		bad("max_amount_micros: %d: want 1 to %d", d.MaxAmountMicros, lease.MaxBudgetMicros)
+	}
+	// The file's tighter bound on dedup_memory_bytes replaces the daemon's.
+	fileDedup := d.DedupMemoryBytes < minDedupMemory || d.DedupMemoryBytes > maxDedupMemory
+	if fileDedup {
+		bad("dedup_memory_bytes: %d: want %d (1 MiB) to %d (64 GiB)", d.DedupMemoryBytes, int64(minDedupMemory), int64(maxDedupMemory))
+	}
+	if err := d.Config.Validate(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			var ce *daemon.ConfigError
+			if errors.As(e, &ce) && ce.Key == "dedup_memory_bytes" && fileDedup {
+				continue
+			}
+			errs = append(errs, e)
+		}
+	}
 
+	d.Ledger.validate(bad)
+
+	switch d.Log.Format {
+	case "json", "console":
+	default:
+		bad("log.format: %q: want json or console", d.Log.Format)
+	}
+	switch d.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q: want debug, info, warn or error", d.Log.Level)
+	}
+	return errors.Join(errs...)
+}
+
+// validateSocket checks the bidder socket's keys and limits.
+func (d Daemon) validateSocket(bad func(string, ...any)) {
 	switch {
 	case d.Socket == "":
 		bad("socket: must not be empty")
@@ -277,6 +333,38 @@ func (d Daemon) Validate() error {
 	if d.SocketMode&0o600 != 0o600 || d.SocketMode > 0o777 {
 		bad("socket_mode: %s must give the owner read and write (at least 0600) and stay within 0777", d.SocketMode)
 	}
+	if d.MaxClients < 1 || d.MaxClients > maxClients {
+		bad("max_clients: %d: want 1 to %d", d.MaxClients, maxClients)
+	}
+	if d.MaxBufferedBytes < minBufferedBytes || d.MaxBufferedBytes > maxBufferedBytes {
+		bad("max_buffered_bytes: %d: want %d (1 MiB) to %d (64 GiB)", d.MaxBufferedBytes, int64(minBufferedBytes), int64(maxBufferedBytes))
+	}
+	for _, kv := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"client_idle_timeout", d.ClientIdleTimeout}, {"client_read_timeout", d.ClientReadTimeout},
+		{"client_write_timeout", d.ClientWriteTimeout}, {"admin_idle_timeout", d.AdminIdleTimeout},
+	} {
+		if kv.v < 0 {
+			bad("%s: %v: want 0 (never) or a positive duration", kv.key, kv.v)
+		}
+	}
+	checkIDs := func(key string, ids []int64) {
+		for i, id := range ids {
+			// (uid_t)-1 means "no change" to chown, never a real user.
+			if id < 0 || id >= 1<<32-1 {
+				bad("%s[%d]: %d is not a uid or gid", key, i, id)
+			}
+		}
+	}
+	checkIDs("allowed_uids", d.AllowedUIDs)
+	checkIDs("allowed_gids", d.AllowedGIDs)
+}
+
+// validateLinks checks the Redis, etcd and NATS addresses and their
+// credentials and TLS settings. No error shows a password.
+func (d Daemon) validateLinks(bad func(string, ...any)) {
 	if err := CheckRedis(d.Redis); err != nil {
 		bad("redis: %v", err)
 	}
@@ -318,6 +406,10 @@ func (d Daemon) Validate() error {
 	d.NATSTLS.validate("nats_tls", bad)
 	d.NATSAuth.validate(bad)
 	d.Election.validate(bad)
+}
+
+// validateAdmin checks the broadcast and admin listener keys.
+func (d Daemon) validateAdmin(bad func(string, ...any)) {
 	if d.Broadcast.MaxAge <= 0 {
 		bad("broadcast.max_age: %v: must be positive", d.Broadcast.MaxAge)
 	}
@@ -332,70 +424,9 @@ func (d Daemon) Validate() error {
 			bad("admin: %v", err)
 		}
 	}
-	if d.MaxClients < 1 || d.MaxClients > maxClients {
-		bad("max_clients: %d: want 1 to %d", d.MaxClients, maxClients)
-	}
 	if d.AdminMaxConns < 1 || d.AdminMaxConns > 10_000 {
 		bad("admin_max_conns: %d: want 1 to 10000", d.AdminMaxConns)
 	}
-	for _, kv := range []struct {
-		key string
-		v   time.Duration
-	}{
-		{"client_idle_timeout", d.ClientIdleTimeout}, {"client_read_timeout", d.ClientReadTimeout},
-		{"client_write_timeout", d.ClientWriteTimeout}, {"admin_idle_timeout", d.AdminIdleTimeout},
-	} {
-		if kv.v < 0 {
-			bad("%s: %v: want 0 (never) or a positive duration", kv.key, kv.v)
-		}
-	}
-	checkIDs := func(key string, ids []int64) {
-		for i, id := range ids {
-			// (uid_t)-1 means "no change" to chown, never a real user.
-			if id < 0 || id >= 1<<32-1 {
-				bad("%s[%d]: %d is not a uid or gid", key, i, id)
-			}
-		}
-	}
-	checkIDs("allowed_uids", d.AllowedUIDs)
-	checkIDs("allowed_gids", d.AllowedGIDs)
-	if d.CurvesDir == "" {
-		bad("curves_dir: must not be empty")
-	}
-	if d.StateDir == "" {
-		bad("state_dir: must not be empty")
-	}
-	if d.MaxAmountMicros <= 0 || d.MaxAmountMicros > lease.MaxBudgetMicros {
-		bad("max_amount_micros: %d: want 1 to %d", d.MaxAmountMicros, lease.MaxBudgetMicros)
-	}
-	// The file's tighter bound on dedup_memory_bytes replaces the daemon's.
-	fileDedup := d.DedupMemoryBytes < minDedupMemory || d.DedupMemoryBytes > maxDedupMemory
-	if fileDedup {
-		bad("dedup_memory_bytes: %d: want %d (1 MiB) to %d (64 GiB)", d.DedupMemoryBytes, int64(minDedupMemory), int64(maxDedupMemory))
-	}
-	if err := d.Config.Validate(); err != nil {
-		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			var ce *daemon.ConfigError
-			if errors.As(e, &ce) && ce.Key == "dedup_memory_bytes" && fileDedup {
-				continue
-			}
-			errs = append(errs, e)
-		}
-	}
-
-	d.Ledger.validate(bad)
-
-	switch d.Log.Format {
-	case "json", "console":
-	default:
-		bad("log.format: %q: want json or console", d.Log.Format)
-	}
-	switch d.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log.level: %q: want debug, info, warn or error", d.Log.Level)
-	}
-	return errors.Join(errs...)
 }
 
 // CheckRedis reports what is wrong with a list of Redis addresses: it must

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/transport"
 )
 
 // waitForSocket waits for pacerd to create a socket file.
@@ -171,8 +172,13 @@ func TestServerConfigMapping(t *testing.T) {
 	cfg := config.DefaultDaemon()
 	sc := serverConfig(cfg, nil, nil)
 	if sc.MaxClients != 10_000 || sc.IdleTimeout != 5*time.Minute || sc.ReadTimeout != 10*time.Second ||
-		sc.WriteTimeout != 10*time.Second || len(sc.AllowedUIDs) != 0 || len(sc.AllowedGIDs) != 0 {
+		sc.WriteTimeout != 10*time.Second || len(sc.AllowedUIDs) != 0 || len(sc.AllowedGIDs) != 0 ||
+		sc.MaxBufferedBytes != transport.DefaultMaxBufferedBytes {
 		t.Errorf("defaults: %+v", sc)
+	}
+	cfg.MaxBufferedBytes = 3 << 20
+	if sc = serverConfig(cfg, nil, nil); sc.MaxBufferedBytes != 3<<20 {
+		t.Errorf("max_buffered_bytes 3 MiB reached the server as %d", sc.MaxBufferedBytes)
 	}
 	cfg.ClientIdleTimeout, cfg.ClientReadTimeout, cfg.ClientWriteTimeout = 0, 0, 0
 	cfg.AllowedUIDs, cfg.AllowedGIDs = []int64{0, 4294967294}, []int64{998}

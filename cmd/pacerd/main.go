@@ -181,16 +181,17 @@ func serverConfig(cfg config.Daemon, d *daemon.Daemon, log *zap.Logger) transpor
 		return out
 	}
 	sc := transport.ServerConfig{
-		Server:          transport.SocketServer(cfg.SocketServer),
-		Loops:           cfg.SocketLoops,
-		MaxAmountMicros: cfg.MaxAmountMicros,
-		MaxClients:      cfg.MaxClients,
-		IdleTimeout:     never(cfg.ClientIdleTimeout),
-		ReadTimeout:     never(cfg.ClientReadTimeout),
-		WriteTimeout:    never(cfg.ClientWriteTimeout),
-		AllowedUIDs:     ids(cfg.AllowedUIDs),
-		AllowedGIDs:     ids(cfg.AllowedGIDs),
-		Logger:          log,
+		Server:           transport.SocketServer(cfg.SocketServer),
+		Loops:            cfg.SocketLoops,
+		MaxAmountMicros:  cfg.MaxAmountMicros,
+		MaxClients:       cfg.MaxClients,
+		IdleTimeout:      never(cfg.ClientIdleTimeout),
+		ReadTimeout:      never(cfg.ClientReadTimeout),
+		WriteTimeout:     never(cfg.ClientWriteTimeout),
+		MaxBufferedBytes: cfg.MaxBufferedBytes,
+		AllowedUIDs:      ids(cfg.AllowedUIDs),
+		AllowedGIDs:      ids(cfg.AllowedGIDs),
+		Logger:           log,
 	}
 	if d != nil {
 		sc.ObserveSpend = d.ObserveSpend
