@@ -19,11 +19,9 @@ import (
 const AutoCurve = "auto"
 
 // The fit of an "auto" curve. A campaign of a few hundred SPENDs a week is
-// fitted too: in the simulator's family (one day recorded), those of 260 to
-// 1,000 SPENDs spent as much or more fitted than flat (a 244-bid campaign
-// whose traffic follows a daytime curve: 98.7% flat, 99.99% fitted), and a
-// wider moving average for them only blurred a midnight spike (99.95% to
-// 99.53%).
+// fitted too: in the simulator's family, campaigns of 260 to 1,000 SPENDs a
+// day spend as much or more fitted than flat, and a wider moving average
+// would only blur their spikes.
 const (
 	AutoCurveDays        = 7
 	AutoCurveSlots       = 96

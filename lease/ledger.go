@@ -338,15 +338,10 @@ type Plan struct {
 // the campaign's Shards), once daemons have reported its bid size. Each shard
 // may run one bid ahead of the curve and strands up to a bid at the day's end,
 // so the fleet's lead is a bid a shard: at 400 bids a shard, an average hour
-// of a shard's plan is about 17 bids and the lead one of them. At 50 (until
-// 2026-11-27), a 786-bid campaign (350 of its largest SPENDs, seven shards)
-// that caught up in its evening stood seven bids ahead there, more than its
-// plan's hour, and its busiest hour took 1.6-2.0x its curve's share (less a
-// bid; ten seeds, mean 1.8x); with one shard, 1.2-2.0x (mean 1.4x), and
-// campaigns whose traffic cannot follow their curves spent more of their
-// budgets (docs/BENCHMARKS.md). Shards are for a hot campaign's ledger
-// calls, and a day of 3,200 bids is nowhere near hot: a hot campaign keeps
-// its shards.
+// of a shard's plan is about 17 bids and the lead one of them, within the
+// rule that no hour takes more than 2x its curve's share (docs/PACING.md).
+// Shards are for a hot campaign's ledger calls, and a day of 3,200 bids is
+// nowhere near hot: a hot campaign keeps its shards.
 const BidsPerShard = 400
 
 // bidField is the campaign's last reported bid size, in its days hash.

@@ -58,11 +58,8 @@ type Config struct {
 	// campaign-day's mean is refilled from the richest (default 0.75). Not
 	// only nearly empty shards: a campaign behind its curve catches up at
 	// the catch-up multiple of each shard's plan, so shards left unevenly
-	// behind catch up at less than the campaign's, and end the day with
-	// budget locked on the laggards (0.25 until 2026-11-26: the simulator's
-	// families then reached >= 99.5% on 27 of 28 and 28 of 30 campaigns the
-	// curve oracle does, 28 of 28 and 30 of 30 with 0.75, at the same
-	// reconciler command count; docs/BENCHMARKS.md).
+	// behind would catch up at less than the campaign's and end the day with
+	// budget locked on the laggards (configs/scenarios/uneven-catch-up.yaml).
 	PoorShare float64
 	Publisher Publisher
 	// OnLeadership, if set, is told when this reconciler starts and stops

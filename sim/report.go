@@ -176,7 +176,7 @@ func rate(perSecond float64) string {
 }
 
 // writeWorst writes pacer's worst case per metric over the campaigns each
-// goal of issue 10 applies to, with the campaign that set it.
+// delivery goal applies to, with the campaign that set it.
 func writeWorst(b *strings.Builder, res *Results) {
 	type worst struct {
 		goal, scope string

@@ -324,10 +324,9 @@ func (l *eventLoop) run() {
 // preempts it (a signal, which also interrupts its wait) and takes the P,
 // and after taking one it polls every 20 µs for the next millisecond and
 // more before backing off again. A loop goroutine that only ever waits in
-// system calls is never rescheduled, so without yielding it kept sysmon
+// system calls is never rescheduled, so without yielding it keeps sysmon
 // awake 7,000-11,000 times a second, 3-4 µs of CPU per request at
-// redis-benchmark -c 1 on a 2-core VM, and moved the loop between threads
-// (docs/BENCHMARKS.md, issue 15). A yield costs a few hundred nanoseconds
+// redis-benchmark -c 1 on a 2-core VM, and moves the loop between threads. A yield costs a few hundred nanoseconds
 // (two thread switches for a loop locked to its thread).
 const loopYieldEvery = 2 * time.Millisecond
 

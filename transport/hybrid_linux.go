@@ -14,7 +14,7 @@ import (
 // all with one io_uring_enter and writes all their replies with another.
 //
 // Why not a loop that waits in io_uring too: at redis-benchmark -c 1 such a
-// loop cost ~6 µs a request more than epoll's (docs/BENCHMARKS.md). About
+// loop costs ~6 µs a request more than epoll's. About
 // half is the thread lock its ring needs (SINGLE_ISSUER and DEFER_TASKRUN
 // tie it to one thread; an epoll loop locked to its thread costs as much
 // more), the rest its wake-ups (a client's write wakes a loop in

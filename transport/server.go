@@ -144,26 +144,23 @@ const (
 	// replies with another (hybrid_linux.go). Where io_uring cannot be
 	// used it logs why and is EventLoop. Linux only.
 	Hybrid SocketServer = "hybrid"
-	// DefaultSocketServer is the one that measured cheaper (see
-	// docs/BENCHMARKS.md), where it is supported: in two quiet runs of
-	// scripts/bench-resp.sh (2026-11-25 and -26) the hybrid cost within 3%
-	// of EventLoop's CPU a call at redis-benchmark -c 1 (one ready
-	// connection: the same path), 5-25% less at -c 50 and 6-23% less at
-	// -c 50 -P 16, with p99 and open-loop p99 no worse than the Lua
-	// baseline's in the later run.
+	// DefaultSocketServer is the one that measures cheaper where it is
+	// supported (scripts/bench-resp.sh; docs/BENCHMARKS.md, "SPEND over the
+	// socket"): the hybrid costs as much CPU a call as EventLoop at
+	// redis-benchmark -c 1 (one ready connection: the same path) and less at
+	// -c 50 and -c 50 -P 16, with no worse p99.
 	DefaultSocketServer = Hybrid
 )
 
 // DefaultLoops is the event loops a server runs when ServerConfig.Loops is
 // 0: one per two GOMAXPROCS, rounded up (one on a 2-core host).
 //
-// Fewer loops than cores cost less per request (docs/BENCHMARKS.md, issue
-// 15): a loop that serves more connections finds more of them ready per
+// Fewer loops than cores cost less per request (docs/BENCHMARKS.md): a loop that serves more connections finds more of them ready per
 // wake-up, and while a loop sleeps in its system call another P stays idle,
 // so the Go scheduler does not take the sleeping loop's P back and start
 // another thread for it at every wake-up, as it does when every P has a
-// loop. On 2 cores one loop cost 25-30% less CPU per request than two at
-// redis-benchmark -c 50, at the same throughput (the client held the other
+// loop. On 2 cores one loop costs 25-30% less CPU per request than two at
+// redis-benchmark -c 50, at the same throughput (the client holding the other
 // core). Each loop uses at most one core, so a host whose bidders need
 // more sets socket_loops.
 func DefaultLoops() int { return (runtime.GOMAXPROCS(0) + 1) / 2 }
