@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"testing"
+	"time"
 )
 
 // TestDocsQuoteTheAuctionIDWindow: the manual says how long auction ids are
@@ -30,5 +31,22 @@ func TestDocsQuoteTheAuctionIDWindow(t *testing.T) {
 				t.Errorf("docs/PROTOCOL.md: %q, but the auction-id window is %s minutes", m[0], want)
 			}
 		}
+	}
+}
+
+// TestDocsQuoteTheDemandFlush: the manual's pacerctl top says how often
+// daemons add their SPEND counts to the ledger; it must be the daemon's.
+func TestDocsQuoteTheDemandFlush(t *testing.T) {
+	data, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	phrase := regexp.MustCompile(`ledger once a (minute) \(a campaign with few SPENDs every ([0-9]+) minutes\)`)
+	m := phrase.FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("docs/OPERATIONS.md no longer says %q: update this test if the text moved", phrase)
+	}
+	if demandFlush != time.Minute || string(m[2]) != fmt.Sprint(sparseDemandFlush.Minutes()) {
+		t.Errorf("docs/OPERATIONS.md: %q, but daemons flush every %v, a sparse campaign every %v", m[0], demandFlush, sparseDemandFlush)
 	}
 }

@@ -116,6 +116,9 @@ type command struct {
 	args string // synopsis of the arguments
 	help string
 	run  func(a *app, ctx context.Context, args []string) error
+	// rounds: the command may run until interrupted (top --watch), and
+	// applies --timeout to each of its rounds instead of to itself.
+	rounds bool
 }
 
 // commands is the full command list, in the order usage shows it.
@@ -193,6 +196,15 @@ func commands() []command {
 				"days whose shards it holds; without --etcd check says it could not compare.\n" +
 				"Exit status 1 if anything is off.",
 			run: (*app).check},
+		{name: "top", args: "[--limit N] [--watch DURATION]",
+			help: "The campaigns with the most SPENDs a second across the fleet, busiest first, from the\n" +
+				"SPEND counts daemons add to the ledger (pacer:demand:<campaign>:<day>) once a minute: each\n" +
+				"campaign's rate is over the quarter-hour slot of its local day before the current one and\n" +
+				"the current one so far (15 to 30 minutes). SHARE is its part of the fleet's SPENDs a second,\n" +
+				"ASKED/S the micros a second its SPENDs asked for (allowed or not). --limit (default 20; 0:\n" +
+				"all) bounds the list; --watch DURATION prints it again every DURATION until interrupted\n" +
+				"(with --json, one JSON object a line).",
+			run: (*app).top, rounds: true},
 		reconcileCommand(),
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
 			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
@@ -254,7 +266,7 @@ Global flags (anywhere on the line, before a "--"):
   --durability-assume P   as pacerd's ledger.durability_assume: the policy a Redis that
                           refuses CONFIG is known to meet (default: none, so it fails)
   --json                  machine-readable output (campaign set/list/pause/resume, report,
-                          status, curve list/show, check, spend/refund/balance; campaign get
+                          status, top, curve list/show, check, spend/refund/balance; campaign get
                           is always JSON)
   --timeout DURATION      give up after this long (default `+defaultTimeout.String()+`)
   --version               print pacerctl's version (also: pacerctl version)
@@ -430,7 +442,7 @@ func (a *app) main(ctx context.Context, args []string) error {
 	}
 	if len(rest) == 0 {
 		fmt.Fprint(a.stderr, "Usage: pacerctl [global flags] <command> [arguments]\n"+
-			"Commands: campaign set|get|list|pause|resume, report, status, curve list|show|fit, check,\n"+
+			"Commands: campaign set|get|list|pause|resume, report, status, top, curve list|show|fit, check,\n"+
 			"          spend, refund, balance, help, version\n")
 		return usagef("no command given")
 	}
@@ -442,8 +454,11 @@ func (a *app) main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
+	if !cmd.rounds {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.timeout)
+		defer cancel()
+	}
 	if err := cmd.run(a, ctx, args); err != nil {
 		var ue *usageError
 		if errors.As(err, &ue) || errors.Is(err, errHelp) || errors.Is(err, errReported) {
