@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -123,6 +124,11 @@ type command struct {
 
 // commands is the full command list, in the order usage shows it.
 func commands() []command {
+	return slices.Concat(campaignCommands(), fleetCommands(), curveCommands(), ledgerCommands(), localCommands())
+}
+
+// campaignCommands: the campaign group: create, read, list, pause and resume.
+func campaignCommands() []command {
 	return []command{
 		{name: "campaign set", args: "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over]",
 			help: "Create or update a campaign. Fields not given keep their value; a new campaign needs\n" +
@@ -146,6 +152,12 @@ func commands() []command {
 			run: func(a *app, ctx context.Context, args []string) error {
 				return a.campaignState(ctx, "resume", lease.StateActive, args)
 			}},
+	}
+}
+
+// fleetCommands: what the fleet did and does: a day's account, the fleet's state, the busiest campaigns.
+func fleetCommands() []command {
+	return []command{
 		{name: "report", args: "<id> [--day YYYY-MM-DD]",
 			help: "Print a campaign-day's account: budget, spent, returned, lost (settled crash leases),\n" +
 				"outstanding, under-delivery, leases. --day defaults to yesterday in the campaign's time\n" +
@@ -159,6 +171,12 @@ func commands() []command {
 				"per campaign today's budget, spent, spent share vs. the curve's target now, and state\n" +
 				"(active, paused, or exhausted when nothing is left to grant).",
 			run: (*app).status},
+	}
+}
+
+// curveCommands: the pacing curves.
+func curveCommands() []command {
+	return []command{
 		{name: "curve list", args: "",
 			help: "List the pacing curves in --curves plus the built-in flat and auto: slots and peak slot\n" +
 				"(auto has none: it is fitted per campaign-day; see curve show auto).",
@@ -182,6 +200,12 @@ func commands() []command {
 				"named --name (default: the campaign or file name with -fit); save it as NAME.yaml in the\n" +
 				"curves directory of every host.",
 			run: (*app).curveFit},
+	}
+}
+
+// ledgerCommands: the ledger's checks.
+func ledgerCommands() []command {
+	return []command{
 		{name: "check", args: "[<id>]",
 			help: "Verify that Redis meets the durability policy (--durability; as pacerd checks at start:\n" +
 				"CONFIG GET appendonly/appendfsync, INFO persistence/replication on every master), and that\n" +
@@ -206,6 +230,12 @@ func commands() []command {
 				"(with --json, one JSON object a line).",
 			run: (*app).top, rounds: true},
 		reconcileCommand(),
+	}
+}
+
+// localCommands: the local pacerd's socket, and pacerctl itself.
+func localCommands() []command {
+	return []command{
 		{name: "spend", args: "<campaign> <MONEY> [auction-id]",
 			help: "Ask the local pacerd (--socket) to SPEND; prints the decision and its wire integer.",
 			run:  (*app).spend},
