@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,10 +104,9 @@ func (l *Ledger) LoadPassCursor(ctx context.Context) (c PassCursor, ok bool, err
 	return PassCursor{After: m["after"], Done: m["done"] == "1", Started: time.UnixMilli(started), Campaigns: n, Fence: fence}, true, nil
 }
 
-// Survey is what a look at one campaign finds, read in two pipelined round
-// trips and without a write (SurveyCampaign): enough for the reconciler to
-// tell a campaign with nothing to do (the usual case) from one that needs
-// its full look, which costs a settle script per shard.
+// Survey is what a look at one campaign finds (SurveyCampaigns): enough
+// for the reconciler to tell a campaign with nothing to do (the usual case)
+// from one that needs its full look, which costs a settle script per shard.
 type Survey struct {
 	TodayShards     int  // today's shard count (0: not open)
 	YesterdayShards int  // yesterday's (0: never opened, or pruned)
@@ -116,94 +114,186 @@ type Survey struct {
 	PendingOps      bool // a budget change is not finished
 	// Today's shards, when open and all present.
 	Today []Shard
-	// Fences: each of today's shards' recorded fencing token.
-	Fences []int64
 	// Lost: a shard of today is missing although its day is open.
 	Lost bool
 	// PendingMoves: a move on today's shards is not finished.
 	PendingMoves bool
 	// Expired: a lease on today's shards expired before the cutoff.
 	Expired bool
+	// Err: the campaign's keys could not be read as a ledger's (the other
+	// campaigns of the call are surveyed all the same).
+	Err error
 }
 
-// SurveyCampaign reads what the reconciler's full look needs of a
-// campaign's today and yesterday: day markers, yesterday's report, pending
-// budget changes, and today's shards with their fences, pending moves and
-// leases expired before cutoff.
-func (l *Ledger) SurveyCampaign(ctx context.Context, campaign, today, yesterday string, cutoff time.Time) (Survey, error) {
-	sv, err := l.SurveyDays(ctx, campaign, today, yesterday)
-	if err != nil || sv.TodayShards == 0 {
-		return sv, err
+// SurveyRequest names the campaign-days SurveyCampaigns looks at.
+type SurveyRequest struct {
+	Campaign, Today, Yesterday string
+	Cutoff                     time.Time // a lease expired before it is Survey.Expired
+}
+
+//go:embed lua/survey.lua
+var luaSurvey string
+
+var surveyScript = redis.NewScript(luaSurvey)
+
+// SurveyCampaigns surveys many campaigns in two pipelined round trips
+// whatever their number: first every campaign's day markers, yesterday's
+// report and pending budget changes, then one survey script on each of
+// today's shards (its state, pending moves and leases expired before the
+// cutoff), which also records fence there, as a settle would (fence 0: no
+// election, nothing recorded). So a new leader's full pass costs 3 commands
+// a campaign and one a shard, and its fence writes share an fsync per
+// round trip. A shard that saw a newer fence is ErrFenced for the whole
+// call; a campaign whose keys do not parse has its Survey.Err.
+func (l *Ledger) SurveyCampaigns(ctx context.Context, reqs []SurveyRequest, fence int64) ([]Survey, error) {
+	svs := make([]Survey, len(reqs))
+	if len(reqs) == 0 {
+		return svs, nil
 	}
-	return sv, l.surveyShards(ctx, campaign, today, cutoff, &sv)
+	if err := l.surveyDays(ctx, reqs, svs); err != nil {
+		return nil, err
+	}
+	return svs, l.surveyShards(ctx, reqs, svs, fence)
 }
 
-// SurveyDays is SurveyCampaign's first round trip alone: the day markers,
-// yesterday's report and pending budget changes (no shard is read).
+// SurveyDays is SurveyCampaigns's first round trip for one campaign: the
+// day markers, yesterday's report and pending budget changes (no shard is
+// read).
 func (l *Ledger) SurveyDays(ctx context.Context, campaign, today, yesterday string) (Survey, error) {
-	var sv Survey
-	p := l.rdb.Pipeline()
-	days := p.HMGet(ctx, daysKey(campaign), today, yesterday)
-	report := p.Exists(ctx, reportKey(campaign, yesterday))
-	ops := p.HLen(ctx, dayOpsKey(campaign))
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return sv, fmt.Errorf("ledger %s: survey: %w", campaign, err)
+	svs := make([]Survey, 1)
+	if err := l.surveyDays(ctx, []SurveyRequest{{Campaign: campaign, Today: today, Yesterday: yesterday}}, svs); err != nil {
+		return Survey{}, err
 	}
-	counts := days.Val()
-	for i, n := range []*int{&sv.TodayShards, &sv.YesterdayShards} {
-		if s, ok := counts[i].(string); ok {
-			v, err := strconv.Atoi(s)
-			if err != nil || v < 1 {
-				return sv, fmt.Errorf("ledger %s: bad day marker %q", campaign, s)
-			}
-			*n = v
-		}
-	}
-	sv.Reported, sv.PendingOps = report.Val() == 1, ops.Val() > 0
-	return sv, nil
+	return svs[0], svs[0].Err
 }
 
-// surveyShards reads today's shards for SurveyCampaign.
-func (l *Ledger) surveyShards(ctx context.Context, campaign, day string, cutoff time.Time, sv *Survey) error {
-	n := sv.TodayShards
+// surveyDays reads the campaign-level keys of reqs into svs, in one
+// pipeline.
+func (l *Ledger) surveyDays(ctx context.Context, reqs []SurveyRequest, svs []Survey) error {
 	p := l.rdb.Pipeline()
-	states := make([]*redis.SliceCmd, n)
-	fields := append(slices.Clip(shardFields), "fence")
-	moves := make([]*redis.MapStringStringCmd, n)
-	expired := make([]*redis.IntCmd, n)
-	max := "(" + strconv.FormatInt(cutoff.UnixMilli(), 10)
-	for i := range n {
-		keys := ShardKey{campaign, day, i}.keys()
-		states[i] = p.HMGet(ctx, keys[0], fields...)
-		moves[i] = p.HGetAll(ctx, keys[5])
-		expired[i] = p.ZCount(ctx, keys[2], "-inf", max)
+	days := make([]*redis.SliceCmd, len(reqs))
+	reports := make([]*redis.IntCmd, len(reqs))
+	ops := make([]*redis.IntCmd, len(reqs))
+	for i, q := range reqs {
+		days[i] = p.HMGet(ctx, daysKey(q.Campaign), q.Today, q.Yesterday)
+		reports[i] = p.Exists(ctx, reportKey(q.Campaign, q.Yesterday))
+		ops[i] = p.HLen(ctx, dayOpsKey(q.Campaign))
 	}
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("ledger %s/%s: survey: %w", campaign, day, err)
+		return fmt.Errorf("ledger %s…: survey: %w", reqs[0].Campaign, err)
 	}
-	sv.Today, sv.Fences = make([]Shard, n), make([]int64, n)
-	for i := range n {
-		v := states[i].Val()
-		if len(v) != len(fields) {
-			return fmt.Errorf("ledger %s: survey: %d fields read", ShardKey{campaign, day, i}, len(v))
+	for i, q := range reqs {
+		sv := &svs[i]
+		counts := days[i].Val()
+		for j, n := range []*int{&sv.TodayShards, &sv.YesterdayShards} {
+			if s, ok := counts[j].(string); ok {
+				v, err := strconv.Atoi(s)
+				if err != nil || v < 1 {
+					sv.Err = fmt.Errorf("ledger %s: bad day marker %q", q.Campaign, s)
+				}
+				*n = v
+			}
 		}
-		sh, err := parseShard(v[:len(shardFields)])
-		if errors.Is(err, ErrDayNotOpen) {
-			sv.Lost = true
+		if sv.Err != nil {
+			sv.TodayShards, sv.YesterdayShards = 0, 0
+		}
+		sv.Reported, sv.PendingOps = reports[i].Val() == 1, ops[i].Val() > 0
+	}
+	return nil
+}
+
+// surveyShards runs the survey script on every shard of each campaign's
+// today in reqs (those svs found open), in one pipeline, retried once
+// after loading the script if Redis did not have it.
+func (l *Ledger) surveyShards(ctx context.Context, reqs []SurveyRequest, svs []Survey, fence int64) error {
+	cmds, err := l.runSurveys(ctx, reqs, svs, fence)
+	for _, c := range cmds {
+		if c != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			if err := surveyScript.Load(ctx, l.rdb).Err(); err != nil {
+				return fmt.Errorf("ledger: load the survey script: %w", err)
+			}
+			cmds, err = l.runSurveys(ctx, reqs, svs, fence)
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for i, q := range reqs {
+		n := svs[i].TodayShards
+		if n == 0 || svs[i].Err != nil {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("ledger %s: %w", ShardKey{campaign, day, i}, err)
+		svs[i].Today = make([]Shard, n)
+		for s := range n {
+			k := ShardKey{q.Campaign, q.Today, s}
+			if err := surveyShard(cmds[0], k, fence, &svs[i], s); errors.Is(err, ErrFenced) {
+				return err
+			} else if err != nil {
+				svs[i].Err = err
+			}
+			cmds = cmds[1:]
 		}
-		sv.Today[i] = sh
-		if f, ok := v[len(shardFields)].(string); ok {
-			sv.Fences[i], _ = strconv.ParseInt(f, 10, 64)
-		}
-		for _, rec := range moves[i].Val() {
-			sv.PendingMoves = sv.PendingMoves || pendingMove(rec)
-		}
-		sv.Expired = sv.Expired || expired[i].Val() > 0
 	}
+	return nil
+}
+
+// runSurveys sends the survey scripts of surveyShards: one per shard of
+// each open today, in order.
+func (l *Ledger) runSurveys(ctx context.Context, reqs []SurveyRequest, svs []Survey, fence int64) ([]*redis.Cmd, error) {
+	p := l.rdb.Pipeline()
+	var cmds []*redis.Cmd
+	for i, q := range reqs {
+		if svs[i].Err != nil {
+			continue
+		}
+		cutoff := q.Cutoff.UnixMilli()
+		for s := range svs[i].TodayShards {
+			t := ShardKey{q.Campaign, q.Today, s}.tag()
+			cmds = append(cmds, surveyScript.EvalSha(ctx, p, []string{t + "state", t + "moves", t + "exp"}, fence, cutoff))
+		}
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return nil, fmt.Errorf("ledger %s…: survey: %w", reqs[0].Campaign, err)
+	}
+	return cmds, nil
+}
+
+// surveyShard reads shard s's survey reply c into sv.
+func surveyShard(c *redis.Cmd, k ShardKey, fence int64, sv *Survey, s int) error {
+	v, err := c.Slice()
+	if err != nil {
+		return fmt.Errorf("ledger %s: survey: %w", k, err)
+	}
+	if len(v) != 4 {
+		return fmt.Errorf("ledger %s: survey: %d values", k, len(v))
+	}
+	status, _ := v[0].(int64)
+	expired, _ := v[1].(int64)
+	moves, _ := v[2].([]any)
+	fields, _ := v[3].([]any)
+	switch {
+	case status == -3:
+		return fmt.Errorf("ledger %s: fence %d: %w", k, fence, ErrFenced)
+	case status == -1:
+		sv.Lost = true
+		return nil
+	case len(fields) != len(shardFields)+1:
+		return fmt.Errorf("ledger %s: survey: %d fields read", k, len(fields))
+	}
+	sh, err := parseShard(fields[:len(shardFields)])
+	if err != nil {
+		return fmt.Errorf("ledger %s: %w", k, err)
+	}
+	sv.Today[s] = sh
+	for _, rec := range moves {
+		r, _ := rec.(string)
+		sv.PendingMoves = sv.PendingMoves || pendingMove(r)
+	}
+	sv.Expired = sv.Expired || expired > 0
 	return nil
 }
 
@@ -212,40 +302,4 @@ func (l *Ledger) surveyShards(ctx context.Context, campaign, day string, cutoff 
 func pendingMove(rec string) bool {
 	kind, rest, _ := strings.Cut(rec, "|")
 	return kind == "out" && strings.HasSuffix(rest, "|pending") && strings.Count(rest, "|") == 2
-}
-
-//go:embed lua/fence.lua
-var luaFence string
-
-var fenceScript = redis.NewScript(luaFence)
-
-// FenceShards records fence on a campaign-day's shards (those of shards
-// whose recorded token is older), as a settle would, in one pipeline: the
-// full pass's look at a shard with nothing to settle fences off a deposed
-// leader without a settle script each. ErrFenced: a shard has seen a newer
-// token.
-func (l *Ledger) FenceShards(ctx context.Context, campaign, day string, shards []int, fence int64) error {
-	if len(shards) == 0 || fence <= 0 {
-		return nil
-	}
-	p := l.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(shards))
-	for i, s := range shards {
-		cmds[i] = fenceScript.EvalSha(ctx, p, []string{ShardKey{campaign, day, s}.keys()[0]}, fence)
-	}
-	_, _ = p.Exec(ctx) // each reply is looked at below
-	for i, c := range cmds {
-		v, err := c.Int()
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			v, err = fenceScript.Run(ctx, l.rdb, []string{ShardKey{campaign, day, shards[i]}.keys()[0]}, fence).Int()
-		}
-		k := ShardKey{campaign, day, shards[i]}
-		switch {
-		case err != nil:
-			return fmt.Errorf("ledger %s: fence: %w", k, err)
-		case v == -3:
-			return fmt.Errorf("ledger %s: fence %d: %w", k, fence, ErrFenced)
-		}
-	}
-	return nil
 }

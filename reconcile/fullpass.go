@@ -152,7 +152,7 @@ func (r *Reconciler) fullPass(ctx context.Context, fence int64, resume bool) err
 			break
 		}
 		chunk := ids[i:min(i+passChunk, len(ids))]
-		err := r.each(ctx, len(chunk), func(j int) error { return r.campaignByID(ctx, chunk[j], fence) })
+		err := r.campaigns(ctx, r.termCampaigns(chunk), fence)
 		if pe.keep(cmp.Or(err, ctx.Err())) {
 			break // the chunk may be unfinished: the cursor stays before it
 		}
@@ -176,16 +176,26 @@ func (r *Reconciler) fullPass(ctx context.Context, fence int64, resume bool) err
 	return pe.err()
 }
 
-// campaignByID is campaign for a campaign of the term (one removed since
-// the pass began is skipped).
-func (r *Reconciler) campaignByID(ctx context.Context, id string, fence int64) error {
+// termCampaigns returns the term's campaigns of ids (one removed since the
+// pass began is left out).
+func (r *Reconciler) termCampaigns(ids []string) []lease.Campaign {
 	r.mu.Lock()
-	c, ok := r.term.campaigns[id]
-	r.mu.Unlock()
-	if !ok {
-		return nil
+	defer r.mu.Unlock()
+	cs := make([]lease.Campaign, 0, len(ids))
+	for _, id := range ids {
+		if c, ok := r.term.campaigns[id]; ok {
+			cs = append(cs, c)
+		}
 	}
-	return r.campaign(ctx, c, fence)
+	return cs
+}
+
+// failures is how many failures err joins (one if it joins none).
+func failures(err error) int {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return max(len(j.Unwrap()), 1)
+	}
+	return 1
 }
 
 // indexSlots returns the Redis Cluster slots a step reads the indexes of

@@ -16,6 +16,7 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -314,7 +315,7 @@ func (r *Reconciler) each(ctx context.Context, n int, f func(i int) error) error
 					}
 					cancel()
 				} else if ctx.Err() == nil {
-					r.stats.errors.Inc()
+					r.stats.errors.Add(float64(failures(err)))
 					r.log.Warn("reconciling failed; retried next pass", zap.Error(err))
 					if len(errs) < 10 {
 						errs = append(errs, err)
@@ -445,7 +446,7 @@ func (r *Reconciler) step(ctx context.Context, fence int64, sweep bool) (work in
 	// A slice of the sweep, once the term's full pass is done.
 	if sweep {
 		slice := r.sweepSlice()
-		pe.keep(r.each(ctx, len(slice), func(i int) error { return r.campaign(ctx, slice[i], fence) }))
+		pe.keep(r.campaigns(ctx, slice, fence))
 	}
 	return work, pe.err()
 }
@@ -659,47 +660,72 @@ func (r *Reconciler) lowDay(ctx context.Context, campaign, day string, fence int
 	return nil
 }
 
-// campaign is the full look at one campaign: the full pass's, and the
-// sweep's. It surveys the campaign first (two pipelined reads, no write);
-// only one with something to do (a day to open or close, a budget change
-// or a move left pending, a lease expired, a shard missing) gets the look
-// that settles every shard (fullLook), so a full pass over 100,000 idle
-// campaigns costs reads, not 800,000 settle scripts. Shards this leader's
-// fence has not reached yet get it in one pipeline (FenceShards), as a
-// settle would have given it.
-func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, fence int64) error {
+// surveyBatch is how many campaigns one survey reads at once (two
+// pipelined round trips for them all): a full pass's or a sweep's unit of
+// work on one of Concurrency goroutines.
+const surveyBatch = 32
+
+// campaigns gives each of cs the full look (the full pass's, and the
+// sweep's), surveyBatch campaigns a goroutine at a time.
+func (r *Reconciler) campaigns(ctx context.Context, cs []lease.Campaign, fence int64) error {
+	n := (len(cs) + surveyBatch - 1) / surveyBatch
+	return r.each(ctx, n, func(i int) error {
+		return r.surveyed(ctx, cs[i*surveyBatch:min((i+1)*surveyBatch, len(cs))], fence)
+	})
+}
+
+// surveyed surveys cs in two pipelined round trips whatever their number
+// (the survey also records this leader's fence on every shard of their
+// todays, as a settle would); only a campaign with something to do (a day
+// to open or close, a budget change or a move left pending, a lease
+// expired, a shard missing) then gets the look that settles every shard
+// (fullLook), so a full pass over 100,000 idle campaigns costs reads and
+// one fence write a shard, not 800,000 settle scripts. The campaigns'
+// failures are joined (each one counted); a fence stops at once.
+func (r *Reconciler) surveyed(ctx context.Context, cs []lease.Campaign, fence int64) error {
 	now := r.cfg.Clock.Now()
-	today := bucket.DayOf(now, c.Location())
-	yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
-	sv, err := r.ledger.SurveyCampaign(ctx, c.ID, today.Key, yesterday.Key, now.Add(-r.cfg.Grace))
+	reqs := make([]lease.SurveyRequest, len(cs))
+	for i, c := range cs {
+		today := bucket.DayOf(now, c.Location())
+		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
+		reqs[i] = lease.SurveyRequest{Campaign: c.ID, Today: today.Key, Yesterday: yesterday.Key, Cutoff: now.Add(-r.cfg.Grace)}
+	}
+	svs, err := r.ledger.SurveyCampaigns(ctx, reqs, fence)
 	if err != nil {
 		return err
 	}
+	var errs []error
+	for i, c := range cs {
+		err := svs[i].Err
+		if err == nil {
+			err = r.campaign(ctx, c, reqs[i], svs[i], fence, now)
+		}
+		if errors.Is(err, lease.ErrFenced) || ctx.Err() != nil {
+			return cmp.Or(err, ctx.Err())
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// campaign is what campaign c's survey sv (of q) calls for: its full look,
+// or the rules of its today.
+func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, q lease.SurveyRequest, sv lease.Survey, fence int64, now time.Time) error {
 	active := c.State == lease.StateActive
 	if sv.PendingOps || sv.Lost || sv.PendingMoves || sv.Expired || (active && sv.TodayShards == 0) ||
 		(sv.YesterdayShards > 0 && !sv.Reported) {
 		return r.fullLook(ctx, c, fence)
 	}
 	if active {
-		r.learn(opened, c.ID, today.Key)
+		r.learn(opened, c.ID, q.Today)
 	}
-	r.learn(reported, c.ID, yesterday.Key) // reported, or never opened
+	r.learn(reported, c.ID, q.Yesterday) // reported, or never opened
 	if sv.TodayShards == 0 {
 		return nil
 	}
-	var stale []int
-	for i, f := range sv.Fences {
-		if fence > 0 && f > fence {
-			return fmt.Errorf("ledger %s/%s/%d: fence %d (shard has seen %d): %w", c.ID, today.Key, i, fence, f, lease.ErrFenced)
-		}
-		if f < fence {
-			stale = append(stale, i)
-		}
-	}
-	if err := r.ledger.FenceShards(ctx, c.ID, today.Key, stale, fence); err != nil {
-		return err
-	}
-	return r.today(ctx, c.ID, today.Key, sv.Today, fence, now)
+	return r.today(ctx, c.ID, q.Today, sv.Today, fence, now)
 }
 
 // today pays a cut's debts on a campaign's today, or else rebalances its
