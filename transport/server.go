@@ -596,85 +596,132 @@ func (c *serverConn) end(s *Server) bool {
 // with large replies (INFO) cannot grow the reply buffer without bound.
 const flushEvery = 64
 
+// handle serves c on its own goroutine until the connection ends. The
+// connection's state lives in a goConn on the heap, not in handle's frame:
+// a goroutine parked waiting for bytes then uses well under 1 KiB of stack,
+// so the garbage collector shrinks its stack to the 2 KiB minimum, and
+// 10,000 connections stay within the socket's memory bound of 8 KiB each.
 func (s *Server) handle(c *serverConn) {
 	defer s.handlers.Done()
-	var protoErr *ProtocolError
-	timedOut := false
-	defer func() { s.connDone(c, protoErr != nil, timedOut) }()
+	g := s.newGoConn(c)
+	defer g.done()
+	for g.serveBuffered() && g.wait() {
+	}
+}
 
-	rd := s.newRequestReader()
-	defer rd.release()
-	cw := &connWriter{nc: c.nc, timeout: s.cfg.WriteTimeout, budget: s.budget}
-	wr := &replyBuf{}
-	d := dispatcher{s: s, c: c}
-	defer d.release()
-	inBatch, pending := false, 0 // pending: replies not yet flushed
+// goConn is one connection's state on the goroutines server.
+type goConn struct {
+	s  *Server
+	c  *serverConn
+	rd *requestReader
+	cw connWriter
+	wr replyBuf
+	d  dispatcher
+	// inBatch: requests are being answered; pending: replies not yet
+	// flushed.
+	inBatch bool
+	pending int
 	// partialSince: when the incomplete request in rd was first seen;
 	// readDeadline: the read deadline set on nc.
-	var partialSince, readDeadline time.Time
-	var raw syscall.RawConn // nc's descriptor, for fillConn
-	flush := func() bool {
-		pending = 0
-		_, err := cw.Write(wr.b)
-		wr.reset()
-		if err != nil {
-			timedOut = s.writeFailed(err)
-		}
-		return err == nil
+	partialSince, readDeadline time.Time
+	raw                        syscall.RawConn // nc's descriptor, for fillConn
+	protoErr                   *ProtocolError
+	timedOut                   bool
+}
+
+func (s *Server) newGoConn(c *serverConn) *goConn {
+	return &goConn{
+		s:  s,
+		c:  c,
+		rd: s.newRequestReader(),
+		cw: connWriter{nc: c.nc, timeout: s.cfg.WriteTimeout, budget: s.budget},
+		d:  dispatcher{s: s, c: c},
 	}
+}
+
+// done releases what the connection held and closes it.
+func (g *goConn) done() {
+	g.d.release()
+	g.rd.release()
+	g.s.connDone(g.c, g.protoErr != nil, g.timedOut)
+}
+
+// serveBuffered answers the complete requests in the buffer, then the
+// batch they make, and reports whether to keep serving. It returns before
+// the wait for more bytes (wait), so that its frame is not on a waiting
+// goroutine's stack.
+func (g *goConn) serveBuffered() bool {
 	for {
-		args, err := rd.next()
-		if err != nil {
-			if errors.As(err, &protoErr) {
-				wr.WriteError("ERR " + protoErr.Error())
-				flush()
-				s.log.Info("closing connection after protocol error", zap.String("error", protoErr.Msg))
+		args, err := g.rd.next()
+		switch {
+		case err != nil:
+			if errors.As(err, &g.protoErr) {
+				g.wr.WriteError("ERR " + g.protoErr.Error())
+				g.flush()
+				g.s.log.Info("closing connection after protocol error", zap.String("error", g.protoErr.Msg))
 			}
-			return
+			return false
+		case args == nil:
+			return g.endBatch()
 		}
-		if args == nil {
-			// The buffer holds no complete request: answer the batch,
-			// then wait for more bytes.
-			if inBatch {
-				inBatch = false
-				ok := flush()
-				if !c.end(s) || !ok {
-					return
-				}
+		g.partialSince = time.Time{}
+		if !g.inBatch {
+			if !g.c.begin() {
+				return false
 			}
-			now := time.Now()
-			if !rd.buffered() {
-				partialSince = time.Time{}
-			} else if partialSince.IsZero() {
-				partialSince = now
-			}
-			want, slack := s.readDeadline(now, partialSince, d.st.tx)
-			if d := want.Sub(readDeadline); want.IsZero() != readDeadline.IsZero() || d < 0 || d > slack {
-				c.nc.SetReadDeadline(want)
-				readDeadline = want
-			}
-			if err := fillConn(rd, c.nc, &raw); err != nil {
-				timedOut = s.readFailed(err, rd.buffered())
-				return
-			}
-			continue
+			g.inBatch = true
+			g.d.newBatch()
 		}
-		partialSince = time.Time{}
-		if !inBatch {
-			if !c.begin() {
-				return
-			}
-			inBatch = true
-			d.newBatch()
-		}
-		quit := d.serve(wr, args)
-		if pending++; quit || pending >= flushEvery || len(wr.b) >= flushBytes {
-			if !flush() || quit {
-				c.end(s)
-				return
+		quit := g.d.serve(&g.wr, args)
+		if g.pending++; quit || g.pending >= flushEvery || len(g.wr.b) >= flushBytes {
+			if !g.flush() || quit {
+				g.c.end(g.s)
+				return false
 			}
 		}
 	}
+}
+
+// endBatch answers the batch read so far, if any, and reports whether to
+// keep serving.
+func (g *goConn) endBatch() bool {
+	if !g.inBatch {
+		return true
+	}
+	g.inBatch = false
+	ok := g.flush()
+	return g.c.end(g.s) && ok
+}
+
+// wait reads more bytes under the read deadline that applies.
+func (g *goConn) wait() bool {
+	now := time.Now()
+	if !g.rd.buffered() {
+		g.partialSince = time.Time{}
+	} else if g.partialSince.IsZero() {
+		g.partialSince = now
+	}
+	want, slack := g.s.readDeadline(now, g.partialSince, g.d.st.tx)
+	if d := want.Sub(g.readDeadline); want.IsZero() != g.readDeadline.IsZero() || d < 0 || d > slack {
+		g.c.nc.SetReadDeadline(want)
+		g.readDeadline = want
+	}
+	if err := fillConn(g.rd, g.c.nc, &g.raw); err != nil {
+		g.timedOut = g.s.readFailed(err, g.rd.buffered())
+		return false
+	}
+	return true
+}
+
+// flush writes the replies waiting and reports whether the write succeeded.
+func (g *goConn) flush() bool {
+	g.pending = 0
+	_, err := g.cw.Write(g.wr.b)
+	g.wr.reset()
+	if err != nil {
+		g.timedOut = g.s.writeFailed(err)
+	}
+	return err == nil
 }
 
 // connDone closes c and moves its counters to the server's totals. It
