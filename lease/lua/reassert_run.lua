@@ -8,15 +8,18 @@
 -- so the shard's target is unchanged. Then the shard records the run's
 -- totals. What a rollback lets the fleet grant twice is then only what no
 -- surviving daemon saw.
+-- With open_only set (pacerctl recover), a closed shard is left alone: its
+-- day's report and carry-over are decided.
 -- KEYS: state leases exp done audit moves ops
--- ARGV: run granted returned now_ms audit_maxlen
+-- ARGV: run granted returned now_ms audit_maxlen [open_only]
 -- Reply: {status, spent_added, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
--- status 0 raised, 1 nothing to raise, -1 no such day.
+-- status 0 raised, 1 nothing to raise, 2 closed (open_only), -1 no such day.
 local K = keys_of(KEYS)
 local run, kg, kr = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, maxlen = tonumber(ARGV[4]), ARGV[5]
 local s = load_shard(K.state)
 if not s then return no_day() end
+if ARGV[6] == '1' and s.closed == 1 then return shard_reply(2, 0, s) end
 local g, r = run_totals(K, run)
 if kg <= g and kr <= r then return shard_reply(1, 0, s) end
 -- What the run consumed (granted less returned) beyond what the shard

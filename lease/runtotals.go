@@ -1,0 +1,78 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunOf returns the daemon run a lease id belongs to: the id without its
+// last "-seq" part (holder-bootID), as the scripts' run_of does; "" for an
+// id with no "-".
+func RunOf(leaseID string) string {
+	i := strings.LastIndexByte(leaseID, '-')
+	if i < 0 {
+		return ""
+	}
+	return leaseID[:i]
+}
+
+// RunTotals returns what shard k recorded for each daemon run that leased
+// from it: the micros it granted the run and the micros the run gave back
+// unused (History's Granted and Returned), by run. A day not open has none.
+func (l *Ledger) RunTotals(ctx context.Context, k ShardKey) (map[string]History, error) {
+	m, err := l.rdb.HGetAll(ctx, k.keys()[0]).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: run totals: %w", k, err)
+	}
+	out := map[string]History{}
+	for f, v := range m {
+		run, ok := strings.CutPrefix(f, "u:")
+		if !ok {
+			continue
+		}
+		gs, rs, ok := strings.Cut(v, "|")
+		g, gerr := strconv.ParseInt(gs, 10, 64)
+		r, rerr := strconv.ParseInt(rs, 10, 64)
+		if !ok || gerr != nil || rerr != nil {
+			return nil, fmt.Errorf("ledger %s: run %q totals %q: not granted|returned", k, run, v)
+		}
+		out[run] = History{Granted: g, Returned: r}
+	}
+	return out, nil
+}
+
+// RecoverRun is ReassertRun for a recovery from a second copy of the
+// ledger (pacerctl recover --from-sql): the same re-assertion of a run's
+// totals, except that a closed shard is left alone (ErrDayClosed): its
+// day's report and carry-over are decided, and raising its spent now would
+// not take back what the next day was given.
+func (l *Ledger) RecoverRun(ctx context.Context, k ShardKey, run string, totals History, now time.Time) (int64, Shard, error) {
+	if run == "" || totals.Granted < 0 || totals.Returned < 0 || totals.Returned > totals.Granted {
+		return 0, Shard{}, fmt.Errorf("ledger %s: recover run %q totals %d/%d: malformed", k, run, totals.Granted, totals.Returned)
+	}
+	status, added, sh, _, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen, 1)
+	if err == nil && status == 2 {
+		return 0, sh, fmt.Errorf("ledger %s: recover run %q: %w", k, run, ErrDayClosed)
+	}
+	return added, sh, err
+}
+
+// RecoverLease is Reassert for a recovery from a second copy of the
+// ledger: a lease that copy holds open and the ledger forgot is recorded
+// again, except on a closed shard (ErrDayClosed).
+func (l *Ledger) RecoverLease(ctx context.Context, k ShardKey, lr LeaseRecord, now time.Time) (Reasserted, Shard, error) {
+	if lr.ID == "" || lr.Amount <= 0 || lr.Amount > MaxBudgetMicros {
+		return 0, Shard{}, fmt.Errorf("ledger %s: recover lease %q of %d micros: malformed", k, lr.ID, lr.Amount)
+	}
+	status, _, sh, _, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen, 1)
+	if err != nil {
+		return 0, Shard{}, err
+	}
+	if status == 3 {
+		return 0, sh, fmt.Errorf("ledger %s: recover lease %q: %w", k, lr.ID, ErrDayClosed)
+	}
+	return Reasserted(status), sh, nil
+}
