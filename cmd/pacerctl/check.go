@@ -36,6 +36,7 @@ type dayCheck struct {
 func (a *app) check(ctx context.Context, args []string) error {
 	fs := newFlagSet("check")
 	staleAfter := fs.Duration("stale-after", defaultStaleAfter, "fail on a move between shards begun longer ago than this")
+	sqlDSN := fs.String("sql", a.getenvOr("PACER_SQL"), "compare every shard's run totals with PostgreSQL's copy (pacer-export's DSN)")
 	pos, err := a.parseArgs(fs, args, "[<id>]")
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func (a *app) check(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	behind, err := a.checkWatermarks(ctx, l, ids)
+	behind, sqlBehind, err := a.checkBehind(ctx, l, ids, len(pos) == 1, *sqlDSN)
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,10 @@ func (a *app) check(ctx context.Context, args []string) error {
 	if behind > 0 {
 		fmt.Fprintf(a.stderr, "pacerctl: check: %d Redis master(s) behind, or not compared with, the watermark recorded in etcd\n", behind)
 	}
-	if problems > 0 || behind > 0 {
+	if sqlBehind > 0 {
+		fmt.Fprintf(a.stderr, "pacerctl: check: %d shard run(s) or day(s) behind PostgreSQL's copy: pacerctl recover --from-sql\n", sqlBehind)
+	}
+	if problems > 0 || behind > 0 || sqlBehind > 0 {
 		return errReported
 	}
 	if !durable {
@@ -106,6 +110,23 @@ func (a *app) check(ctx context.Context, args []string) error {
 		fmt.Fprintln(a.stdout, "no open campaign-days to check")
 	}
 	return nil
+}
+
+// checkBehind compares the ledger with the copies kept outside it: the
+// watermark in etcd (checkWatermarks) and, with a DSN, PostgreSQL's
+// (checkSQL). It returns how many masters and how many shard runs or days
+// are behind or could not be compared.
+func (a *app) checkBehind(ctx context.Context, l *lease.Ledger, ids []string, one bool, dsn string) (masters, runs int, err error) {
+	masters, err = a.checkWatermarks(ctx, l, ids)
+	if err != nil || dsn == "" {
+		return masters, 0, err
+	}
+	campaign := ""
+	if one {
+		campaign = ids[0]
+	}
+	runs, err = a.checkSQL(ctx, dsn, campaign)
+	return masters, runs, err
 }
 
 // checkIDs returns the campaigns check looks at: the one named, which must

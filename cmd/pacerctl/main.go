@@ -217,7 +217,10 @@ func ledgerCommands() []command {
 				"as does a budget change begun and not finished. With --etcd, each Redis master's write\n" +
 				"watermark is compared with the one the reconciler records in etcd: a master behind it lost\n" +
 				"acknowledged writes (a restored backup, a lagging replica promoted) and fails, naming the\n" +
-				"days whose shards it holds; without --etcd check says it could not compare.\n" +
+				"days whose shards it holds; without --etcd check says it could not compare. With --sql DSN\n" +
+				"(default $PACER_SQL), every shard's daemon-run totals are compared with PostgreSQL's copy\n" +
+				"(pacer-export): a shard that records less than PostgreSQL saw lost acknowledged writes and\n" +
+				"fails, naming the run (pacerctl recover --from-sql raises it).\n" +
 				"Exit status 1 if anything is off.",
 			run: (*app).check},
 		{name: "top", args: "[--limit N] [--watch DURATION]",
@@ -230,6 +233,7 @@ func ledgerCommands() []command {
 				"(with --json, one JSON object a line).",
 			run: (*app).top, rounds: true},
 		reconcileCommand(),
+		recoverCommand(),
 	}
 }
 

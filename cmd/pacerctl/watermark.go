@@ -90,7 +90,7 @@ func (a *app) checkWatermarks(ctx context.Context, l *lease.Ledger, ids []string
 			if err != nil {
 				return failed, err
 			}
-			fmt.Fprintf(out, "FAIL watermark %s (%s): Redis has %s, behind %s recorded in etcd: it lost acknowledged writes (restored from an older copy, or a lagging replica promoted); the reconciler freezes its shards of %s at its next pass\n",
+			fmt.Fprintf(out, "FAIL watermark %s (%s): Redis has %s, behind %s recorded in etcd: it lost acknowledged writes (restored from an older copy, or a lagging replica promoted); the reconciler freezes its shards of %s at its next pass; with pacer-export feeding PostgreSQL, run `pacerctl recover --from-sql DSN` while they are frozen to count what it recorded and the restore lost (docs/OPERATIONS.md)\n",
 				m.Name, m.Addr, found, rec, orNone(days))
 		default:
 			fmt.Fprintf(out, "ok watermark %s (%s): Redis %s, etcd %s\n", m.Name, m.Addr, got, rec)
