@@ -15,6 +15,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/export"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
 )
@@ -31,7 +32,7 @@ import (
 // exits 1) and otherwise balances.
 func TestFaultRedisRestoredFromAnOlderAOF(t *testing.T) {
 	t.Run("running daemons", func(t *testing.T) {
-		r := runAOFRestore(t, false)
+		r := runAOFRestore(t, false, false)
 		t.Logf("running daemons: clients netted %d of %d (allowed %d, refunded %d): overspend %d, utilisation %.2f%%; %d netted in the lost window; %d lost-writes broadcasts",
 			r.net(), r.budget, r.allowed, r.refunded, max(0, r.net()-r.budget), 100*float64(r.net())/float64(r.budget), r.window, r.lostWrites)
 		if r.net() > r.budget {
@@ -42,7 +43,7 @@ func TestFaultRedisRestoredFromAnOlderAOF(t *testing.T) {
 		}
 	})
 	t.Run("fresh daemons", func(t *testing.T) {
-		r := runAOFRestore(t, true)
+		r := runAOFRestore(t, true, false)
 		over := r.net() - r.budget
 		t.Logf("fresh daemons: clients netted %d of %d (allowed %d, refunded %d): overspend %d (%+.2f%% of the budget), %d netted in the lost window (%.2f%%); %d lost-writes broadcasts",
 			r.net(), r.budget, r.allowed, r.refunded, over, 100*float64(over)/float64(r.budget), r.window, 100*float64(r.window)/float64(r.budget), r.lostWrites)
@@ -57,6 +58,10 @@ type aofRestoreResult struct {
 	budget, allowed, refunded int64
 	window                    int64 // netted by the clients between the copy and the restore
 	lostWrites                int   // lost-writes broadcasts by the reconciler
+	// With PostgreSQL's copy: netted after the exporter's last pass before
+	// the restore, and what pacerctl recover's steps did.
+	unexported int64
+	recovered  export.Recovered
 }
 
 func (r aofRestoreResult) net() int64 { return r.allowed - r.refunded }
@@ -89,8 +94,10 @@ func (f *restoreFleet) set(nodes []*daemon.Daemon) {
 }
 
 // runAOFRestore runs the scenario; fresh replaces the daemons with new ones
-// (no state, no journal) at the restore.
-func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
+// (no state, no journal) at the restore. fromSQL runs pacer-export's
+// exporter after every round, and after the restore, once the reconciler
+// has frozen the days, pacerctl recover's steps (sqlCopy.recover).
+func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 	f := newFixture(t)
 	const budget = 10_000_000
 	// The whole day released in its first hour, so that demand can spend
@@ -121,6 +128,10 @@ func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
 		Watermarks: &memWatermarks{w: map[string]lease.Watermark{}}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	if err := rc.Pass(ctx, 1); err != nil { // opens the day; records the watermark
 		t.Fatal(err)
+	}
+	var sqlc *sqlCopy
+	if fromSQL {
+		sqlc = newSQLCopy(t, f.redis.Client(), rl)
 	}
 
 	start := func() []*daemon.Daemon {
@@ -185,6 +196,9 @@ func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
 				})
 			}
 			wg.Wait()
+			if sqlc != nil {
+				sqlc.pass(t, allowed.Load()-refunded.Load())
+			}
 		}
 	}
 	net := func() int64 { return allowed.Load() - refunded.Load() }
@@ -198,6 +212,10 @@ func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
 	atCopy := net()
 	run(f.clock.Now().Add(60 * time.Second)) // leases granted, spent, given back: then forgotten
 	window := net() - atCopy
+	var unexported int64
+	if sqlc != nil {
+		unexported = net() - sqlc.netAtPass
+	}
 	if fresh {
 		// The pacerds stop (releasing what they hold) and come back with
 		// fresh state after Redis: nobody that saw the lost window is left.
@@ -214,6 +232,15 @@ func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
 	}
 	copyDir(t, backup, aof)
 	f.redis.Restart()
+	var recovered export.Recovered
+	if sqlc != nil {
+		// The reconciler's next pass finds the watermark behind and
+		// freezes the day; the operator recovers while it holds.
+		if err := rc.Pass(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		recovered = sqlc.recover(t, rl, f.clock.Now())
+	}
 	if fresh {
 		nodes = start()
 	}
@@ -258,7 +285,10 @@ func runAOFRestore(t *testing.T, fresh bool) aofRestoreResult {
 		t.Errorf("CheckDay does not name the restore (problems %v): pacerctl check would say ok", problems)
 	}
 	r := aofRestoreResult{budget: budget, allowed: allowed.Load(), refunded: refunded.Load(), window: window,
-		lostWrites: int(fleet.lostWrites.Load())}
+		lostWrites: int(fleet.lostWrites.Load()), recovered: recovered}
+	if sqlc != nil {
+		r.unexported = unexported
+	}
 	if r.lostWrites == 0 {
 		t.Errorf("the reconciler broadcast no lost-writes: its watermark check did not see the restore")
 	}
