@@ -40,16 +40,7 @@ type sqlCopy struct {
 
 func newSQLCopy(t *testing.T, rdb *redis.Client, l *lease.Ledger) *sqlCopy {
 	t.Helper()
-	pg := pgtest.Own(t)
-	dsn, err := pg.CreateDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	_, db := pgtest.Own(t).Pool(t)
 	if _, err := export.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/export"
+	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
@@ -108,7 +109,7 @@ func (w *restoreWorld) history(t *testing.T, e *export.Exporter, exportLag int) 
 		w.spend(t, i, "A-1", 1_000_000, 400_000)
 	}
 	passes(t, e)
-	backup = snapshot(t, w.rdb)
+	backup = redistest.Snapshot(t, w.rdb)
 	atCopy := w.net
 	// The lost window: A goes on, B leases, gives some back, and holds a
 	// lease it spent 150,000 of when its host is lost.
@@ -138,33 +139,6 @@ func (w *restoreWorld) history(t *testing.T, e *export.Exporter, exportLag int) 
 		unexported = w.net
 	}
 	return backup, w.net - atCopy, w.net - unexported
-}
-
-func snapshot(t *testing.T, c *redis.Client) map[string]string {
-	t.Helper()
-	keys, err := c.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, k := range keys {
-		if out[k], err = c.Dump(ctx, k).Result(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
-func restore(t *testing.T, c *redis.Client, snap map[string]string) {
-	t.Helper()
-	if err := c.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range snap {
-		if err := c.RestoreReplace(ctx, k, 0, v).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // recoverAll compares the ledger with PostgreSQL's copy and recovers.
@@ -214,7 +188,7 @@ func TestRecoverFromSQLBoundsARestoreByTheExportLag(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newRestoreWorld(t)
 			backup, window, unexported := w.history(t, w.exporter("x1", export.Config{}), tc.exportLag)
-			restore(t, w.rdb, backup)
+			redistest.RestoreSnapshot(t, w.rdb, backup)
 			var plan export.Plan
 			if tc.recover {
 				got, err := recoverAll(t, &plan, w, w.ledger)
@@ -255,7 +229,7 @@ func TestRecoverResumesAfterACrashAndRunsTwice(t *testing.T) {
 	want := func() lease.Shard {
 		w := newRestoreWorld(t)
 		backup, _, _ := w.history(t, w.exporter("x1", export.Config{}), 0)
-		restore(t, w.rdb, backup)
+		redistest.RestoreSnapshot(t, w.rdb, backup)
 		if _, err := recoverAll(t, nil, w, w.ledger); err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +242,7 @@ func TestRecoverResumesAfterACrashAndRunsTwice(t *testing.T) {
 
 	w := newRestoreWorld(t)
 	backup, _, _ := w.history(t, w.exporter("x1", export.Config{}), 0)
-	restore(t, w.rdb, backup)
+	redistest.RestoreSnapshot(t, w.rdb, backup)
 	// The crash: the process's connection dies after its first script.
 	dying := w.srv.Client()
 	cctx, cancel := context.WithCancel(ctx)
@@ -348,7 +322,7 @@ func (h crashAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestRecoverLeavesAClosedDayAlone(t *testing.T) {
 	w := newRestoreWorld(t)
 	backup, _, _ := w.history(t, w.exporter("x1", export.Config{}), 0)
-	restore(t, w.rdb, backup)
+	redistest.RestoreSnapshot(t, w.rdb, backup)
 	if err := w.ledger.CloseDay(ctx, "r", day, restoreAt); err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pacer/pacer/export"
 	"github.com/pacer/pacer/internal/pgtest"
+	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -22,16 +22,7 @@ func TestRecoverFromSQLAfterARestore(t *testing.T) {
 	h := newHarness(t)
 	h.ok("campaign", "set", "rv", "--daily", "100units", "--shards", "2")
 	day := h.openToday("rv")
-	pg := pgtest.Own(t)
-	dsn, err := pg.CreateDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	dsn, db := pgtest.Own(t).Pool(t)
 	if _, err := export.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +31,7 @@ func TestRecoverFromSQLAfterARestore(t *testing.T) {
 	if _, err := e.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	backup := dumpAll(t, h)
+	backup := redistest.Snapshot(t, h.redis.Client())
 
 	k := lease.ShardKey{Campaign: "rv", Day: day.Key, Shard: 1}
 	g, err := h.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "h-b1-1", Holder: "h", Want: 3_000_000, Expiry: t0.Add(30 * time.Second),
@@ -55,7 +46,7 @@ func TestRecoverFromSQLAfterARestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.ok("check", "--sql", dsn)
-	restoreDump(t, h, backup)
+	redistest.RestoreSnapshot(t, h.redis.Client(), backup)
 	before, err := h.ledger.ReadShard(ctx, k)
 	if err != nil {
 		t.Fatal(err)
@@ -114,35 +105,6 @@ func TestRecoverRefusesBadInput(t *testing.T) {
 		r := h.run(c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("pacerctl %s: exit %d, %q; want %d and %q", strings.Join(c.args, " "), r.code, r.stderr, c.code, c.want)
-		}
-	}
-}
-
-func dumpAll(t *testing.T, h *harness) map[string]string {
-	t.Helper()
-	c := h.redis.Client()
-	keys, err := c.Keys(context.Background(), "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, k := range keys {
-		if out[k], err = c.Dump(context.Background(), k).Result(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
-func restoreDump(t *testing.T, h *harness, snap map[string]string) {
-	t.Helper()
-	c := h.redis.Client()
-	if err := c.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range snap {
-		if err := c.RestoreReplace(context.Background(), k, 0, v).Err(); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultBin is where Debian's postgresql-15 keeps its server programs (off
@@ -177,4 +178,20 @@ func Own(tb testing.TB) *Server {
 	}
 	tb.Cleanup(s.Stop)
 	return s
+}
+
+// Pool creates a fresh database and returns its DSN and a pool on it,
+// closed at cleanup.
+func (s *Server) Pool(tb testing.TB) (string, *pgxpool.Pool) {
+	tb.Helper()
+	dsn, err := s.CreateDB(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(db.Close)
+	return dsn, db
 }
