@@ -40,7 +40,7 @@ type sqlCopy struct {
 
 func newSQLCopy(t *testing.T, rdb *redis.Client, l *lease.Ledger) *sqlCopy {
 	t.Helper()
-	_, db := pgtest.Own(t).Pool(t)
+	_, db := pgtest.Pool(t, pgtest.Own(t))
 	if _, err := export.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestRecoverFromSQLAfterARestore(t *testing.T) {
 	h := newHarness(t)
 	h.ok("campaign", "set", "rv", "--daily", "100units", "--shards", "2")
 	day := h.openToday("rv")
-	dsn, db := pgtest.Own(t).Pool(t)
+	dsn, db := pgtest.Pool(t, pgtest.Own(t))
 	if _, err := export.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}

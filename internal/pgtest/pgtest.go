@@ -1,137 +1,25 @@
-// Package pgtest runs a real PostgreSQL server for tests and benchmarks: the
-// Debian package's initdb and pg_ctl, a cluster in a temporary directory,
-// listening only on a Unix socket there (no TCP port), so that no test
-// depends on a server already running. initdb refuses to run as root, so
-// under root the server runs as the unprivileged user nobody.
+// Package pgtest gives tests and benchmarks a real PostgreSQL server
+// (internal/pgproc): one shared by a test binary, each test in a database of
+// its own, or one a test owns (to crash and restart it).
 package pgtest
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
-	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pacer/pacer/internal/pgproc"
 )
 
-// DefaultBin is where Debian's postgresql-15 keeps its server programs (off
-// PATH; `dpkg -L postgresql-15` lists them). $PACER_PG_BIN overrides it.
-const DefaultBin = "/usr/lib/postgresql/15/bin"
+// Server is one PostgreSQL cluster (pgproc.Server).
+type Server = pgproc.Server
 
-// startTimeout bounds pg_ctl's wait for the server, in seconds: generous,
-// since a loaded 2-core machine (load average 20) can take a minute.
-const startTimeout = "600"
+// DefaultBin is where Debian's postgresql-15 keeps its server programs.
+const DefaultBin = pgproc.DefaultBin
 
-// Server is one PostgreSQL cluster.
-type Server struct {
-	// Dir holds the data directory, the socket and the log.
-	Dir string
-	bin string
-	// runAs is the user the server runs as ("" for ourselves).
-	runAs string
-	dbs   atomic.Int64
-}
-
-// Start runs initdb and starts the server. A missing postgresql-15 is an
-// error saying how to get it.
-func Start(ctx context.Context) (*Server, error) {
-	bin := os.Getenv("PACER_PG_BIN")
-	if bin == "" {
-		bin = DefaultBin
-	}
-	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
-		return nil, fmt.Errorf("pgtest: no initdb in %s (%v): install Debian's postgresql-15 (scripts/deps.sh does) or set PACER_PG_BIN to the directory holding initdb and pg_ctl", bin, err)
-	}
-	dir, err := os.MkdirTemp("", "pacer-pg-")
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{Dir: dir, bin: bin}
-	if os.Geteuid() == 0 {
-		s.runAs = "nobody"
-		u, err := user.Lookup(s.runAs)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgtest: running as root, and no user %q to run PostgreSQL as: %w", s.runAs, err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		if err := os.Chown(dir, uid, -1); err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	if err := s.cmd(ctx, "initdb", "-D", s.dataDir(), "-U", "pacer", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	if err := s.Start(ctx); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *Server) dataDir() string { return filepath.Join(s.Dir, "data") }
-
-// cmd runs one of the server's programs, as runAs when set.
-func (s *Server) cmd(ctx context.Context, prog string, args ...string) error {
-	path := filepath.Join(s.bin, prog)
-	var c *exec.Cmd
-	if s.runAs != "" {
-		c = exec.CommandContext(ctx, "runuser", append([]string{"-u", s.runAs, "--", path}, args...)...)
-	} else {
-		c = exec.CommandContext(ctx, path, args...)
-	}
-	out, err := c.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("pgtest: %s %v: %w\n%s", prog, args, err, out)
-	}
-	return nil
-}
-
-// Start starts the (stopped) server and waits until it accepts connections.
-func (s *Server) Start(ctx context.Context) error {
-	opts := "-c listen_addresses='' -c unix_socket_directories=" + s.Dir + " -c fsync=off -c max_connections=200"
-	return s.cmd(ctx, "pg_ctl", "-D", s.dataDir(), "-w", "-t", startTimeout, "-l", filepath.Join(s.Dir, "log"), "-o", opts, "start")
-}
-
-// Crash stops the server at once, as a crash would (pg_ctl stop -m
-// immediate: no checkpoint; it recovers from its WAL on Start).
-func (s *Server) Crash(ctx context.Context) error {
-	return s.cmd(ctx, "pg_ctl", "-D", s.dataDir(), "-w", "-t", startTimeout, "-m", "immediate", "stop")
-}
-
-// Stop stops the server and removes its directory.
-func (s *Server) Stop() {
-	_ = s.Crash(context.Background())
-	os.RemoveAll(s.Dir)
-}
-
-// DSN is the connection string of database db (as user pacer, over the socket).
-func (s *Server) DSN(db string) string {
-	return fmt.Sprintf("host=%s port=5432 user=pacer dbname=%s sslmode=disable", s.Dir, db)
-}
-
-// CreateDB creates a fresh database and returns its DSN.
-func (s *Server) CreateDB(ctx context.Context) (string, error) {
-	name := "t" + strconv.FormatInt(s.dbs.Add(1), 10)
-	conn, err := pgx.Connect(ctx, s.DSN("postgres"))
-	if err != nil {
-		return "", fmt.Errorf("pgtest: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", fmt.Errorf("pgtest: create database: %w", err)
-	}
-	return s.DSN(name), nil
-}
+// Start runs initdb and starts a server (pgproc.Start).
+func Start(ctx context.Context) (*Server, error) { return pgproc.Start(ctx) }
 
 // Shared is a server started once for a test binary (TestMain) and shared
 // by its tests, each in its own database.
@@ -180,9 +68,9 @@ func Own(tb testing.TB) *Server {
 	return s
 }
 
-// Pool creates a fresh database and returns its DSN and a pool on it,
+// Pool creates a fresh database on s and returns its DSN and a pool on it,
 // closed at cleanup.
-func (s *Server) Pool(tb testing.TB) (string, *pgxpool.Pool) {
+func Pool(tb testing.TB, s *Server) (string, *pgxpool.Pool) {
 	tb.Helper()
 	dsn, err := s.CreateDB(context.Background())
 	if err != nil {
