@@ -8,7 +8,9 @@
 #   - promtool, from Debian's prometheus package (the alerting rules' tests),
 #   - lintian (`make deb-check` lints the Debian package).
 # Idempotent: a second run installs nothing. Otherwise it says what to run.
-# `scripts/deps.sh run` installs only what `make run` needs (redis).
+# `scripts/deps.sh run` installs only what `make run` needs: redis, and
+# postgresql-15 when it can install it (root or passwordless sudo; without
+# it `make run` starts the fleet without PostgreSQL and says so).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 only_run=false
@@ -17,6 +19,17 @@ only_run=false
 pkgs=()
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
+can_install=false
+if [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; }; then
+  can_install=true
+fi
+if $only_run && [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then
+  if $can_install && command -v apt-get >/dev/null 2>&1; then
+    pkgs+=(postgresql-15) # make run's PostgreSQL and pacer-export
+  else
+    echo "postgresql-15 is not installed: make run starts the fleet without PostgreSQL and pacer-export (sudo apt-get install postgresql-15 adds them)" >&2
+  fi
+fi
 if ! $only_run; then
   if ! /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; then
     pkgs+=(python3 python3-redis)

@@ -1,7 +1,9 @@
 // Command pacer-dev brings up a local pacer fleet for development and demos:
 // a real redis-server (the ledger), an embedded etcd (the reconciler election)
 // and an embedded NATS server (broadcasts), a demo campaign, and several
-// pacerd processes on their own Unix sockets. `make run` starts it.
+// pacerd processes on their own Unix sockets, and, when Debian's
+// postgresql-15 is installed, a PostgreSQL with pacer-export copying the
+// ledger into it. `make run` starts it.
 //
 // The embedded servers live here, not in pacerd: production daemons talk to
 // the fleet's own etcd and NATS.
@@ -27,6 +29,7 @@ import (
 	"github.com/pacer/pacer/internal/embedded"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
@@ -73,205 +76,272 @@ const (
 	defaultAdminPort    = 9464 // pacerd i gets defaultAdminPort+i-1
 )
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// config is the command line.
+type config struct {
+	dir, bin, curves                        string
+	hosts, etcdPort, etcdPeerPort, natsPort int
+	adminPort                               int
+	postgres                                bool
+	abs, curvesAbs                          string // dir and curves, absolute
+}
+
+// parseFlags reads the command line; a nil config and nil error mean
+// --help was asked for and printed.
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	var c config
 	fl := flag.NewFlagSet("pacer-dev", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	dir := fl.String("dir", ".run", "state `dir` for sockets, Redis AOF, etcd data and logs")
-	bin := fl.String("bin", "bin", "`dir` holding the pacerd binary")
-	curves := fl.String("curves", "configs/curves", "pacing curves `dir`")
-	hosts := fl.Int("hosts", 3, "how many pacerd to start")
-	etcdPort := fl.Int("etcd-port", defaultEtcdPort, "etcd client `port` on 127.0.0.1 (0: any free port)")
-	etcdPeerPort := fl.Int("etcd-peer-port", defaultEtcdPeerPort, "etcd peer `port` on 127.0.0.1 (0: any free port)")
-	natsPort := fl.Int("nats-port", defaultNATSPort, "NATS `port` on 127.0.0.1 (0: any free port)")
-	adminPort := fl.Int("admin-port", defaultAdminPort, "first pacerd's admin (metrics) `port`; the next hosts take the ports after it")
+	fl.StringVar(&c.dir, "dir", ".run", "state `dir` for sockets, Redis AOF, etcd data and logs")
+	fl.StringVar(&c.bin, "bin", "bin", "`dir` holding the pacerd and pacer-export binaries")
+	fl.StringVar(&c.curves, "curves", "configs/curves", "pacing curves `dir`")
+	fl.IntVar(&c.hosts, "hosts", 3, "how many pacerd to start")
+	fl.IntVar(&c.etcdPort, "etcd-port", defaultEtcdPort, "etcd client `port` on 127.0.0.1 (0: any free port)")
+	fl.IntVar(&c.etcdPeerPort, "etcd-peer-port", defaultEtcdPeerPort, "etcd peer `port` on 127.0.0.1 (0: any free port)")
+	fl.IntVar(&c.natsPort, "nats-port", defaultNATSPort, "NATS `port` on 127.0.0.1 (0: any free port)")
+	fl.IntVar(&c.adminPort, "admin-port", defaultAdminPort, "first pacerd's admin (metrics) `port`; the next hosts take the ports after it, pacer-export's is it + 9")
+	fl.BoolVar(&c.postgres, "postgres", true, "start PostgreSQL (Debian's postgresql-15, if installed) and pacer-export")
 	fl.Usage = func() {
 		fmt.Fprintf(fl.Output(), "Usage: pacer-dev [flags]  (make run; make run RUN_ARGS='--hosts 2')\n\n"+
 			"Brings up a local pacer fleet in --dir: redis-server, embedded etcd and NATS, a demo\n"+
-			"campaign and --hosts pacerd. Writes --dir/env for `. .run/env`. Ctrl-C stops everything.\n\nFlags:\n")
+			"campaign and --hosts pacerd, and PostgreSQL with pacer-export when postgresql-15 is\n"+
+			"installed. Writes --dir/env for `. .run/env`. Ctrl-C stops everything.\n\nFlags:\n")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil // asked for, and printed
+			return nil, nil // asked for, and printed
 		}
-		return fmt.Errorf("%w (run `pacer-dev --help` for the flags)", err)
+		return nil, fmt.Errorf("%w (run `pacer-dev --help` for the flags)", err)
 	}
 	if fl.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (run `pacer-dev --help` for the flags)", fl.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q (run `pacer-dev --help` for the flags)", fl.Arg(0))
 	}
-	if *hosts < 1 || *hosts > 9 {
+	return &c, c.validate()
+}
+
+func (c *config) validate() error {
+	if c.hosts < 1 || c.hosts > 9 {
 		return errors.New("--hosts: 1 to 9")
 	}
-	if *adminPort < 1 || *adminPort+*hosts-1 > 65535 {
-		return fmt.Errorf("--admin-port %d: want a port from 1 to %d (pacerd i listens on it + i - 1)", *adminPort, 65536-*hosts)
+	if c.adminPort < 1 || c.exportPort() > 65535 {
+		return fmt.Errorf("--admin-port %d: want a port from 1 to %d (pacerd i listens on it + i - 1, pacer-export on it + 9)", c.adminPort, 65535-9)
 	}
-	for _, p := range []int{*etcdPort, *etcdPeerPort, *natsPort} {
+	for _, p := range []int{c.etcdPort, c.etcdPeerPort, c.natsPort} {
 		if p < 0 || p > 65535 {
 			return fmt.Errorf("port %d: want 0 (any free port) to 65535", p)
 		}
 	}
-	abs, err := filepath.Abs(*dir)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
-		return err
-	}
-	// One fleet per directory: a second one would delete the first's
-	// Redis socket and wait for ever on etcd's data directory.
-	unlock, err := lockDir(abs, *dir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+	return nil
+}
 
-	ports := []namedPort{{"--etcd-port", *etcdPort}, {"--etcd-peer-port", *etcdPeerPort}, {"--nats-port", *natsPort}}
-	for i := 0; i < *hosts; i++ {
-		ports = append(ports, namedPort{"--admin-port", *adminPort + i})
-	}
-	if err := checkPortsFree(ports); err != nil {
-		return err
-	}
-	curvesAbs, err := filepath.Abs(*curves)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(*bin, "pacerd")); err != nil {
-		return fmt.Errorf("%w (run `make build` first, or `make run` which builds)", err)
-	}
+// exportPort is pacer-export's metrics port: past every pacerd's.
+func (c *config) exportPort() int { return c.adminPort + 9 }
 
-	fmt.Fprintf(stdout, "starting redis-server, etcd, NATS and %d pacerd in %s…\n", *hosts, *dir)
-	rs, err := redisproc.Start(ctx, redisproc.Options{Dir: abs, Persistent: true})
-	if err != nil {
-		return err
-	}
-	defer rs.Stop()
-	redisSock := rs.Socket
+// fleet is what run started, stopped in reverse order.
+type fleet struct {
+	cfg     *config
+	stops   []func()
+	redis   string // the ledger's socket
+	rdb     redis.UniversalClient
+	etcd    string
+	nats    string
+	sockets []string
+	daemons []*proc
+	billing *billing // nil: no PostgreSQL
+}
 
-	etcd, err := embedded.StartEtcdOn(filepath.Join(abs, "etcd"), *etcdPort, *etcdPeerPort)
-	if err != nil {
+func (f *fleet) onStop(fn func()) { f.stops = append(f.stops, fn) }
+
+func (f *fleet) stop() {
+	for i := len(f.stops) - 1; i >= 0; i-- {
+		f.stops[i]()
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if cfg == nil || err != nil {
 		return err
 	}
-	defer etcd.Close()
-	nats, err := embedded.StartNATSOn(*natsPort)
-	if err != nil {
+	f := &fleet{cfg: cfg}
+	defer f.stop()
+	if err := f.prepare(); err != nil {
 		return err
 	}
-	defer nats.Close()
+	fmt.Fprintf(stdout, "starting redis-server, etcd, NATS and %d pacerd in %s…\n", cfg.hosts, cfg.dir)
+	if err := f.startServers(ctx); err != nil {
+		return err
+	}
 	if ctx.Err() != nil {
 		fmt.Fprintln(stdout, "stopping…")
 		return nil
 	}
+	if err := f.startDaemons(ctx); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stdout, "stopping…")
+			return nil
+		}
+		return err
+	}
+	if cfg.postgres {
+		f.startBilling(ctx, stdout)
+	}
+	if err := f.writeEnv(); err != nil {
+		return err
+	}
+	f.printBanner(stdout)
+	return f.wait(ctx, stdout)
+}
 
-	rdb, err := lease.NewClient([]string{redisSock})
+// prepare locks the directory and checks ports and binaries before
+// anything starts.
+func (f *fleet) prepare() error {
+	c := f.cfg
+	var err error
+	if c.abs, err = filepath.Abs(c.dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.abs, 0o750); err != nil {
+		return err
+	}
+	// One fleet per directory: a second one would delete the first's
+	// Redis socket and wait for ever on etcd's data directory.
+	unlock, err := lockDir(c.abs, c.dir)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	ledger := lease.New(rdb, lease.Config{}, nil)
-	// 86,400 currency units a day: a pace of 1,000,000 micros (1 unit) a second.
-	if _, err := ledger.PutCampaign(ctx, lease.Campaign{ID: "demo", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}); err != nil {
+	f.onStop(unlock)
+	ports := []namedPort{{"--etcd-port", c.etcdPort}, {"--etcd-peer-port", c.etcdPeerPort}, {"--nats-port", c.natsPort}}
+	for i := 0; i < c.hosts; i++ {
+		ports = append(ports, namedPort{"--admin-port", c.adminPort + i})
+	}
+	if c.postgres {
+		ports = append(ports, namedPort{"--admin-port", c.exportPort()})
+	}
+	if err := checkPortsFree(ports); err != nil {
 		return err
 	}
+	if c.curvesAbs, err = filepath.Abs(c.curves); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(c.bin, "pacerd")); err != nil {
+		return fmt.Errorf("%w (run `make build` first, or `make run` which builds)", err)
+	}
+	return nil
+}
 
-	var daemons []*proc
-	defer func() {
-		for _, p := range daemons {
+// startServers starts redis-server, etcd and NATS, and stores the demo
+// campaign.
+func (f *fleet) startServers(ctx context.Context) error {
+	c := f.cfg
+	rs, err := redisproc.Start(ctx, redisproc.Options{Dir: c.abs, Persistent: true})
+	if err != nil {
+		return err
+	}
+	f.onStop(rs.Stop)
+	f.redis = rs.Socket
+	etcd, err := embedded.StartEtcdOn(filepath.Join(c.abs, "etcd"), c.etcdPort, c.etcdPeerPort)
+	if err != nil {
+		return err
+	}
+	f.onStop(func() { etcd.Close() })
+	f.etcd = etcd.Endpoint
+	nats, err := embedded.StartNATSOn(c.natsPort)
+	if err != nil {
+		return err
+	}
+	f.onStop(nats.Close)
+	f.nats = nats.URL
+	rdb, err := lease.NewClient([]string{f.redis})
+	if err != nil {
+		return err
+	}
+	f.onStop(func() { rdb.Close() })
+	f.rdb = rdb
+	ledger := lease.New(rdb, lease.Config{}, nil)
+	// 86,400 currency units a day: a pace of 1,000,000 micros (1 unit) a second.
+	_, err = ledger.PutCampaign(ctx, lease.Campaign{ID: "demo", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
+	return err
+}
+
+// startDaemons starts the pacerds and waits for their sockets.
+func (f *fleet) startDaemons(ctx context.Context) error {
+	c := f.cfg
+	f.onStop(func() {
+		for _, p := range f.daemons {
 			p.stop()
 		}
-	}()
-	var sockets []string
-	for i := 1; i <= *hosts; i++ {
-		sock := filepath.Join(abs, fmt.Sprintf("pacer-%d.sock", i))
-		logf, err := os.Create(filepath.Join(abs, fmt.Sprintf("pacerd-%d.log", i)))
+	})
+	for i := 1; i <= c.hosts; i++ {
+		sock := filepath.Join(c.abs, fmt.Sprintf("pacer-%d.sock", i))
+		logf, err := os.Create(filepath.Join(c.abs, fmt.Sprintf("pacerd-%d.log", i)))
 		if err != nil {
 			return err
 		}
-		defer logf.Close()
-		c := exec.Command(filepath.Join(*bin, "pacerd"),
-			"--redis", redisSock, "--socket", sock, "--etcd", etcd.Endpoint, "--nats", nats.URL,
-			"--holder", fmt.Sprintf("dev-%d", i), "--curves", curvesAbs, "--state-dir", filepath.Join(abs, fmt.Sprintf("state-%d", i)),
-			"--admin", fmt.Sprintf("127.0.0.1:%d", *adminPort+i-1), "--log-format", "console")
-		c.Stdout, c.Stderr = logf, logf
+		f.onStop(func() { logf.Close() })
+		cmd := exec.Command(filepath.Join(c.bin, "pacerd"),
+			"--redis", f.redis, "--socket", sock, "--etcd", f.etcd, "--nats", f.nats,
+			"--holder", fmt.Sprintf("dev-%d", i), "--curves", c.curvesAbs, "--state-dir", filepath.Join(c.abs, fmt.Sprintf("state-%d", i)),
+			"--admin", fmt.Sprintf("127.0.0.1:%d", c.adminPort+i-1), "--log-format", "console")
+		cmd.Stdout, cmd.Stderr = logf, logf
 		// If pacer-dev dies without stopping them (SIGKILL), the
 		// daemons still get their SIGTERM and give leases back.
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		p, err := start(c)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		p, err := start(cmd)
 		if err != nil {
 			return fmt.Errorf("start pacerd: %w (run `make build` first)", err)
 		}
-		daemons = append(daemons, p)
-		sockets = append(sockets, sock)
+		f.daemons = append(f.daemons, p)
+		f.sockets = append(f.sockets, sock)
 	}
-	for _, s := range sockets {
+	for _, s := range f.sockets {
 		if err := waitSocket(ctx, s, 15*time.Second); err != nil {
-			if ctx.Err() != nil {
-				fmt.Fprintln(stdout, "stopping…")
-				return nil
-			}
-			return fmt.Errorf("pacerd on %s: %w (see %s/pacerd-*.log)", s, err, *dir)
+			return fmt.Errorf("pacerd on %s: %w (see %s/pacerd-*.log)", s, err, c.dir)
 		}
 	}
+	return nil
+}
 
-	rel := func(p string) string {
-		if r, err := filepath.Rel(mustGetwd(), p); err == nil && !strings.HasPrefix(r, "..") {
-			return r
-		}
-		return p
+func rel(p string) string {
+	if r, err := filepath.Rel(mustGetwd(), p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
 	}
-	envPath := filepath.Join(abs, "env")
+	return p
+}
+
+func (f *fleet) envPath() string { return filepath.Join(f.cfg.abs, "env") }
+
+// writeEnv writes --dir/env, removed when the fleet stops.
+func (f *fleet) writeEnv() error {
 	env := fmt.Sprintf("# Written by pacer-dev (make run) while its fleet is up; removed when it stops.\n"+
 		"# `. %s` points pacerctl (PACER_*) and your shell at this fleet.\n"+
 		"export PACER_REDIS=%s\nexport PACER_SOCKET=%s\nexport PACER_CURVES=%s\nexport PACER_NATS=%s\nexport PACER_ETCD=%s\n"+
 		"export PACER_ADMIN=http://127.0.0.1:%d\nexport PACER_SOCKETS=%q\n",
-		rel(envPath), redisSock, sockets[0], curvesAbs, nats.URL, etcd.Endpoint, *adminPort, strings.Join(sockets, " "))
-	if err := os.WriteFile(envPath, []byte(env), 0o640); err != nil {
+		rel(f.envPath()), f.redis, f.sockets[0], f.cfg.curvesAbs, f.nats, f.etcd, f.cfg.adminPort, strings.Join(f.sockets, " "))
+	if f.billing != nil {
+		env += fmt.Sprintf("export PACER_SQL=%q\n", f.billing.dsn)
+	}
+	if err := os.WriteFile(f.envPath(), []byte(env), 0o640); err != nil {
 		return err
 	}
-	defer os.Remove(envPath)
+	f.onStop(func() { os.Remove(f.envPath()) })
+	return nil
+}
 
-	admins := fmt.Sprintf("http://127.0.0.1:%d/metrics", *adminPort)
-	if *hosts > 1 {
-		admins += fmt.Sprintf(" … :%d", *adminPort+*hosts-1)
-	}
-	fmt.Fprintf(stdout, `
-  pacer dev fleet is up (addresses also in %[1]s)
-  ---------------------
-  redis-server (ledger)  %[2]s
-  etcd (election)        %[3]s
-  NATS (broadcasts)      %[4]s
-  pacerd sockets         %[5]s … (%[6]d hosts; logs in %[7]s/pacerd-*.log)
-  admin (metrics)        %[8]s
-  campaign               demo: 86,400 units/day, flat curve (1,000,000 micros/s)
-
-  Try, in another terminal:
-    . %[1]s                                  # PACER_* for pacerctl
-    redis-cli -s %[5]s SPEND demo 1000        # (integer) 1: allowed
-    redis-cli -s %[5]s BALANCE demo
-    redis-benchmark -s %[5]s -n 200000 -c 50 SPEND demo 1000   # far above pace: mostly 0 (paced)
-    bin/pacerctl status          # SPENT grows as leases report back (every few seconds);
-                                 # demo opened mid-day, so it starts behind the curve's TARGET
-    bin/pacerctl campaign pause demo       # every host answers -1 within a NATS hop
-    bin/pacerctl campaign resume demo
-    bin/pacerctl check
-
-  See pacing over a whole simulated day (10 to 20 s; redis-server of its own):
-    bin/pacersim configs/scenarios/smoke.yaml --out %[7]s/sim && echo "plot: %[7]s/sim/sim-cumulative.png"
-
-  Ctrl-C stops the fleet (leases go back to the ledger). This terminal says when the
-  redis-server stops answering or a pacerd is not ready (its /readyz), and when it recovers.
-`, rel(envPath), rel(redisSock), etcd.Endpoint, nats.URL, rel(sockets[0]), len(sockets), *dir, admins)
-
-	probes := []probe{redisProbe(rdb, rel(redisSock))}
-	for i := 1; i <= *hosts; i++ {
-		probes = append(probes, readyProbe(fmt.Sprintf("pacerd-%d", i), fmt.Sprintf("http://127.0.0.1:%d/readyz", *adminPort+i-1)))
+// wait runs until Ctrl-C or a child's exit.
+func (f *fleet) wait(ctx context.Context, stdout io.Writer) error {
+	probes := []probe{redisProbe(f.rdb, rel(f.redis))}
+	for i := 1; i <= f.cfg.hosts; i++ {
+		probes = append(probes, readyProbe(fmt.Sprintf("pacerd-%d", i), fmt.Sprintf("http://127.0.0.1:%d/readyz", f.cfg.adminPort+i-1)))
 	}
 	stopWatch := watchInBackground(ctx, stdout, probes)
 	defer stopWatch()
-
-	exited := make(chan *proc, len(daemons))
-	for _, p := range daemons {
+	exited := make(chan *proc, len(f.daemons)+1)
+	for _, p := range f.daemons {
 		go func() { <-p.done; exited <- p }()
+	}
+	if f.billing != nil {
+		go func() { <-f.billing.exporter.done; exited <- f.billing.exporter }()
 	}
 	select {
 	case <-ctx.Done():
@@ -279,7 +349,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "\nstopping the fleet…")
 		return nil
 	case p := <-exited:
-		return fmt.Errorf("a pacerd exited: %v (see %s/pacerd-*.log)", p.err, *dir)
+		return fmt.Errorf("%s exited: %v (see %s/%s*.log)", filepath.Base(p.cmd.Path), p.err, f.cfg.dir, filepath.Base(p.cmd.Path))
 	}
 }
 
