@@ -204,7 +204,7 @@ func (r *Reconciler) rolledBack(ctx context.Context, m lease.Master, got lease.W
 		}
 	}
 	r.stats.rollbacks.Inc()
-	r.log.Error("the ledger lost acknowledged writes: a Redis master's watermark is behind the one recorded outside Redis; froze its shards of the open days and asked the fleet to re-assert its leases",
+	r.log.Error("the ledger lost acknowledged writes: a Redis master's watermark is behind the one recorded outside Redis; froze its shards of the open days and asked the fleet to re-assert its leases; where pacer-export feeds PostgreSQL, run pacerctl recover --from-sql before frozen_until to count what it recorded and no daemon re-asserts (docs/OPERATIONS.md)",
 		zap.String("master", m.Name), zap.String("addr", m.Addr), zap.Bool("redis_has_watermark", had),
 		zap.Stringer("redis_watermark", got), zap.Stringer("recorded_watermark", rec),
 		zap.Int64("passes_behind", rec.Counter-got.Counter), zap.Int("campaign_days_frozen", n),
