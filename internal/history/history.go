@@ -354,15 +354,15 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 	first, _ := tally(events, nil)
 	plans := effective(opt.Plans, first)
 	days, notes := tally(events, plans)
-	rep := Report{Label: opt.Label, Days: map[DayKey]Tally{}}
+	c := &checker{opt: opt, events: events, notes: notes, rep: Report{Label: opt.Label, Days: map[DayKey]Tally{}}}
 	for _, e := range events {
 		if e.call != nil {
-			rep.Calls++
+			c.rep.Calls++
 		}
 	}
 	keys := make([]DayKey, 0, len(days))
 	for k, t := range days {
-		rep.Days[k] = *t
+		c.rep.Days[k] = *t
 		keys = append(keys, k)
 	}
 	for _, k := range opt.ExtraDays {
@@ -371,65 +371,113 @@ func Check(ctx context.Context, r *Recorder, opt Options) (Report, error) {
 		}
 	}
 	slices.SortFunc(keys, func(a, b DayKey) int { return strings.Compare(a.String(), b.String()) })
-
-	add := func(kind string, k DayKey, at int, detail string, args ...any) {
-		rep.Violations = append(rep.Violations, Violation{Kind: kind, Day: k,
-			Detail: fmt.Sprintf(detail, args...), Excerpt: excerpt(events, notes, k, at, opt.Excerpt)})
-	}
 	for _, k := range keys {
-		t, active := days[k]
-		p, planned := plans[k]
-		if active && t.Allowed > 0 && !planned {
-			add("no-plan", k, -1, "clients were allowed %d micros on a day the test has no plan for", t.Allowed)
-		}
-		if active && planned && t.firstOver >= 0 {
-			add("overspend", k, t.firstOver, "clients netted %d micros over a limit of %d at event #%d: overspend %d (over the day: allowed %d, refunded %d, replays not counted %d; the day's limit now %d)",
-				t.overAmount, t.overLimit, events[t.firstOver].seq, t.overAmount-t.overLimit, t.Allowed, t.Refunded, t.Replayed, p.Limit)
-		}
+		d := checkedDay{key: k, tally: days[k]}
+		d.plan, d.planned = plans[k]
+		c.checkClients(d)
 		if opt.Ledger == nil {
 			continue
 		}
-		total, problems, err := opt.Ledger.CheckDay(ctx, k.Campaign, k.Day)
-		if err != nil {
-			return rep, fmt.Errorf("history: check %s: %w", k, err)
-		}
-		n, err := opt.Ledger.DayShards(ctx, k.Campaign, k.Day)
-		if err != nil {
-			return rep, fmt.Errorf("history: check %s: %w", k, err)
-		}
-		for _, pr := range unexpected(p, problems) {
-			add("conservation", k, -1, "%s", pr)
-		}
-		if n == 0 {
-			if active && t.Allowed > 0 {
-				add("uncharged", k, -1, "clients were allowed %d micros on a day the ledger never opened", t.Allowed)
-			}
-			continue
-		}
-		if active && t.Net() > total.Spent+total.Leased {
-			add("uncharged", k, -1, "clients netted %d micros but the ledger counts %d spent + %d leased = %d: %d micros answered :1 without a charge",
-				t.Net(), total.Spent, total.Leased, total.Spent+total.Leased, t.Net()-total.Spent-total.Leased)
-		}
-		if planned && total.Leased == 0 {
-			pending, err := opt.Ledger.PendingMoves(ctx, k.Campaign, k.Day, n)
-			if err != nil {
-				return rep, fmt.Errorf("history: check %s: %w", k, err)
-			}
-			budget := total.Budget
-			for _, m := range pending {
-				budget += m.Amount
-			}
-			switch {
-			case p.Exact && budget != p.Budget:
-				add("plan", k, -1, "nothing leased, and the ledger's budget is %d (shards %d + moves in flight %d), not the %d planned (off by %+d)",
-					budget, total.Budget, budget-total.Budget, p.Budget, budget-p.Budget)
-			case budget > max(p.Budget, total.Spent):
-				add("plan", k, -1, "nothing leased, and the ledger's budget is %d: above both the planned %d and what was spent %d (over-funded by %d)",
-					budget, p.Budget, total.Spent, budget-max(p.Budget, total.Spent))
-			}
+		if err := c.checkLedger(ctx, d); err != nil {
+			return c.rep, fmt.Errorf("history: check %s: %w", k, err)
 		}
 	}
-	return rep, nil
+	return c.rep, nil
+}
+
+// checker builds one Check's report.
+type checker struct {
+	opt    Options
+	events []event
+	notes  []string
+	rep    Report
+}
+
+// checkedDay is one campaign-day under check: its clients' tally (nil if
+// they made no call on it) and its plan.
+type checkedDay struct {
+	key     DayKey
+	tally   *Tally
+	plan    DayPlan
+	planned bool
+}
+
+func (d checkedDay) allowed() int64 {
+	if d.tally == nil {
+		return 0
+	}
+	return d.tally.Allowed
+}
+
+func (c *checker) add(kind string, k DayKey, at int, detail string, args ...any) {
+	c.rep.Violations = append(c.rep.Violations, Violation{Kind: kind, Day: k,
+		Detail: fmt.Sprintf(detail, args...), Excerpt: excerpt(c.events, c.notes, k, at, c.opt.Excerpt)})
+}
+
+// checkClients checks what the clients were told against the plan alone.
+func (c *checker) checkClients(d checkedDay) {
+	t, k := d.tally, d.key
+	if d.allowed() > 0 && !d.planned {
+		c.add("no-plan", k, -1, "clients were allowed %d micros on a day the test has no plan for", t.Allowed)
+	}
+	if t != nil && d.planned && t.firstOver >= 0 {
+		c.add("overspend", k, t.firstOver, "clients netted %d micros over a limit of %d at event #%d: overspend %d (over the day: allowed %d, refunded %d, replays not counted %d; the day's limit now %d)",
+			t.overAmount, t.overLimit, c.events[t.firstOver].seq, t.overAmount-t.overLimit, t.Allowed, t.Refunded, t.Replayed, d.plan.Limit)
+	}
+}
+
+// checkLedger checks the day against the ledger: conservation, every :1
+// charged, and the plan once nothing is leased.
+func (c *checker) checkLedger(ctx context.Context, d checkedDay) error {
+	k, l := d.key, c.opt.Ledger
+	total, problems, err := l.CheckDay(ctx, k.Campaign, k.Day)
+	if err != nil {
+		return err
+	}
+	n, err := l.DayShards(ctx, k.Campaign, k.Day)
+	if err != nil {
+		return err
+	}
+	for _, pr := range unexpected(d.plan, problems) {
+		c.add("conservation", k, -1, "%s", pr)
+	}
+	if n == 0 {
+		if d.allowed() > 0 {
+			c.add("uncharged", k, -1, "clients were allowed %d micros on a day the ledger never opened", d.allowed())
+		}
+		return nil
+	}
+	if t := d.tally; t != nil && t.Net() > total.Spent+total.Leased {
+		c.add("uncharged", k, -1, "clients netted %d micros but the ledger counts %d spent + %d leased = %d: %d micros answered :1 without a charge",
+			t.Net(), total.Spent, total.Leased, total.Spent+total.Leased, t.Net()-total.Spent-total.Leased)
+	}
+	if !d.planned || total.Leased != 0 {
+		return nil
+	}
+	return c.checkPlan(ctx, d, total, n)
+}
+
+// checkPlan compares the ledger's budget, once nothing is leased, with the
+// plan: exactly it, or at most the larger of it and what was spent.
+func (c *checker) checkPlan(ctx context.Context, d checkedDay, total lease.Shard, n int) error {
+	k, p := d.key, d.plan
+	pending, err := c.opt.Ledger.PendingMoves(ctx, k.Campaign, k.Day, n)
+	if err != nil {
+		return err
+	}
+	budget := total.Budget
+	for _, m := range pending {
+		budget += m.Amount
+	}
+	switch {
+	case p.Exact && budget != p.Budget:
+		c.add("plan", k, -1, "nothing leased, and the ledger's budget is %d (shards %d + moves in flight %d), not the %d planned (off by %+d)",
+			budget, total.Budget, budget-total.Budget, p.Budget, budget-p.Budget)
+	case budget > max(p.Budget, total.Spent):
+		c.add("plan", k, -1, "nothing leased, and the ledger's budget is %d: above both the planned %d and what was spent %d (over-funded by %d)",
+			budget, p.Budget, total.Spent, budget-max(p.Budget, total.Spent))
+	}
+	return nil
 }
 
 // unexpected drops from a day's ledger problems the loss a restore the test
