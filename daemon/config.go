@@ -70,7 +70,9 @@ type Config struct {
 	// triggers for one campaign (default LeaseWindow/8). The first event
 	// after a quiet spell is acted on at the next tick; a flood of events
 	// (forged, replayed by a key holder, or a loop) costs at most one
-	// settings read per campaign per EventRecheck, and no lease call.
+	// settings read per campaign per EventRecheck, and no lease call. An
+	// operator's event naming a settings version newer than any seen is
+	// not limited: Run reads it at once (see Run).
 	EventRecheck time.Duration `yaml:"-"`
 	// LedgerTimeout bounds one ledger call (default 2s).
 	LedgerTimeout time.Duration `yaml:"ledger_timeout"`

@@ -60,6 +60,10 @@ type Daemon struct {
 	retiredMu     sync.Mutex
 	retiring      []*campaign
 	retiredCounts decisionCounts // SPEND answers of campaigns dropped
+	// eventKick wakes Run when an operator's event names a settings version
+	// newer than any seen (HandleEvent): its campaigns are stepped at once,
+	// not at the next tick.
+	eventKick chan struct{}
 
 	leaseSeq atomic.Uint64
 	counters counters
@@ -107,6 +111,7 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		log:      cfg.Logger.Named("daemon"),
 		bootID:   newBootID(),
 	}
+	d.eventKick = make(chan struct{}, 1)
 	d.ran = newRunTotals()
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
 	d.life, d.endLife = context.WithCancel(context.Background())
@@ -476,18 +481,58 @@ func (d *Daemon) Step(ctx context.Context) {
 	d.metrics.lastStep.Store(time.Now().UnixNano())
 }
 
-// Run calls Step every TickInterval until ctx is cancelled.
+// Run calls Step every TickInterval until ctx is cancelled. Between ticks,
+// an operator's event naming a newer settings version steps its campaigns
+// at once (stepEvents), at most once per eventStepGap: a pause or resume
+// reaches the daemon a NATS hop and a settings read after pacerctl, not a
+// tick later, and a flood of such events costs at most TickInterval /
+// eventStepGap extra steps of the campaigns they name per tick.
 func (d *Daemon) Run(ctx context.Context) error {
 	t := time.NewTicker(d.cfg.TickInterval)
 	defer t.Stop()
+	gap := eventStepGap(d.cfg.TickInterval)
+	var lastEvents time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			d.Step(ctx)
+		case <-d.eventKick:
+			if wait := gap - time.Since(lastEvents); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+			lastEvents = time.Now()
+			d.stepEvents(ctx)
 		}
 	}
+}
+
+// eventStepGap is the least time between two event steps of Run: a tenth
+// of a tick.
+func eventStepGap(tick time.Duration) time.Duration { return tick / 10 }
+
+// stepEvents steps, at the clock's now, the campaigns an operator's event
+// named a settings version of newer than any seen (campaign.noteVersion).
+// Their step re-reads the settings first (housekeep), whatever the rate
+// limit on other events.
+func (d *Daemon) stepEvents(ctx context.Context) {
+	d.stepMu.Lock()
+	defer d.stepMu.Unlock()
+	now := d.cfg.Clock.Now()
+	named := d.dueBuf[:0]
+	d.campaigns.each(func(c *campaign) {
+		if c.newVersion.Load() {
+			named = append(named, c)
+		}
+	})
+	d.dueBuf = named
+	d.stepAll(ctx, now, named)
+	clear(named)
 }
 
 // Close stops taking new campaigns, cancels the loads and Warm in flight and

@@ -57,11 +57,13 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 		// the ledger confirms denies and releases the leases, a confirmed
 		// cut releases them (see campaign.eventRefresh).
 		c.cutCheck.Store(true)
-		c.noteVersion(e.Version)
+		newer := c.noteVersion(e.Version)
 		c.recheck.Store(true)
+		defer d.kickIf(newer)
 	case pacer.EventChanged:
-		c.noteVersion(e.Version)
+		newer := c.noteVersion(e.Version)
 		c.recheck.Store(true)
+		defer d.kickIf(newer)
 	case pacer.EventLostWrites:
 		// Re-asserting is idempotent and costs one call per lease held, so
 		// a forged event costs little; a true one keeps the fleet's leases
@@ -75,17 +77,30 @@ func (d *Daemon) HandleEvent(e pacer.Event) {
 	c.wake.Store(true) // whatever it asked, the next tick looks
 }
 
-// noteVersion notes the settings version an operator's event names: newer
-// than any this campaign has seen, it is read at the next tick.
-func (c *campaign) noteVersion(v int64) {
+// kickIf wakes Run to step the campaigns an operator's event named a newer
+// version of (stepEvents), if newer; it never blocks.
+func (d *Daemon) kickIf(newer bool) {
+	if !newer {
+		return
+	}
+	select {
+	case d.eventKick <- struct{}{}:
+	default: // a kick is pending: it steps this campaign too
+	}
+}
+
+// noteVersion notes the settings version an operator's event names and
+// reports whether it is newer than any this campaign has seen: then it is
+// read at once (Run's stepEvents), or at the next Step.
+func (c *campaign) noteVersion(v int64) bool {
 	for {
 		cur := c.eventVersion.Load()
 		if v <= max(cur, c.settings.Load().Version) {
-			return
+			return false
 		}
 		if c.eventVersion.CompareAndSwap(cur, v) {
 			c.newVersion.Store(true)
-			return
+			return true
 		}
 	}
 }

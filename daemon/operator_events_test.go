@@ -1,10 +1,12 @@
 package daemon_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -59,4 +61,61 @@ func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("past the rate limit, SPEND = %v; want exhausted (paused)", dec)
 	}
+}
+
+// A running daemon acts on an operator's event at once, not at its next
+// tick: with ticks 25 s apart (the test is over before the first), a pause
+// and then a resume, each broadcast with its settings version, each reach
+// the daemon's SPEND answers (the resume a tenth of a tick after the
+// pause's step at most: the least gap between event steps).
+func TestOperatorsEventsAreActedOnBetweenTicks(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 4)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, TickInterval: 25 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(ctx) })
+	for range 3 {
+		f.clock.Add(100 * time.Millisecond)
+		d.Step(ctx)
+		spendUntilDenied(t, d, "c", 1000)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	// until polls SPEND until it answers as want says, for at most 20 s:
+	// far more than a settings read takes at a load average of 20, less
+	// than the tick.
+	until := func(step string, want func(pacer.Decision) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			dec, err := d.Spend("c", 1, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want(dec) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: SPEND still answers %v 20 s after the event, before the first tick", step, dec)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	paused, err := f.ledger.SetState(ctx, "c", lease.StatePaused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", Version: paused.Version})
+	until("pause", func(dec pacer.Decision) bool { return dec == pacer.Exhausted })
+	resumed, err := f.ledger.SetState(ctx, "c", lease.StateActive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HandleEvent(pacer.Event{Kind: pacer.EventChanged, Campaign: "c", Version: resumed.Version})
+	until("resume", func(dec pacer.Decision) bool { return dec != pacer.Exhausted })
 }

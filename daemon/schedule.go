@@ -138,23 +138,28 @@ func (d *Daemon) runDue(ctx context.Context, now time.Time) {
 		}
 	})
 	d.dueBuf = due
+	d.stepAll(ctx, now, due)
+	clear(due) // no campaign kept alive by the buffer
+}
+
+// stepAll steps the campaigns at now on at most refillWorkers goroutines.
+func (d *Daemon) stepAll(ctx context.Context, now time.Time, cs []*campaign) {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
 	)
-	for range min(len(due), refillWorkers()) {
+	for range min(len(cs), refillWorkers()) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(due) {
+				if i >= len(cs) {
 					return
 				}
-				due[i].step(ctx, now)
+				cs[i].step(ctx, now)
 			}
 		})
 	}
 	wg.Wait()
-	clear(due) // no campaign kept alive by the buffer
 }
 
 // changeFollower follows the ledger's stream of campaign changes for the

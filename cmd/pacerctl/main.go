@@ -271,7 +271,7 @@ Global flags (anywhere on the line, before a "--"):
   --nats URL[,URL...]     NATS server(s): campaign set/pause/resume broadcast what they
                           changed (pacer.changed.<id>, or pacer.revoked.<id> for a pause or a
                           budget cut), so daemons re-read the campaign within one NATS hop and
-                          one tick; without it they learn of it from the ledger within a lease
+                          a settings read; without it they learn of it from the ledger within a lease
                           window
   --redis-user NAME       Redis ACL user (default: the default user)
   --redis-password-file F file holding the Redis password; without it, the password comes from
