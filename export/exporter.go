@@ -109,7 +109,7 @@ func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Exporter{rdb: rdb, ledger: ledger, store: &store{db: db, step: cfg.Step, now: cfg.Now}, cfg: cfg, m: m,
+	return &Exporter{rdb: rdb, ledger: ledger, store: &store{db: db, step: cfg.Step, now: cfg.Now, zones: newZones(ledger)}, cfg: cfg, m: m,
 		log: log.Named("export")}
 }
 

@@ -3,9 +3,11 @@ package export
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,9 +18,10 @@ import (
 // store is the exporter's PostgreSQL side: rows, totals and cursors, each
 // batch in one transaction.
 type store struct {
-	db   *pgxpool.Pool
-	step func(ctx context.Context, step string) error
-	now  func() time.Time
+	db    *pgxpool.Pool
+	step  func(ctx context.Context, step string) error
+	now   func() time.Time
+	zones *zones // each campaign's time zone, for spend_hours
 }
 
 // cursor is a stream's export position: the highest entry id exported and
@@ -95,7 +98,11 @@ func (s *store) commit(ctx context.Context, k lease.ShardKey, evs []event) (int,
 	if err := s.step(ctx, "inserted"); err != nil {
 		return 0, err
 	}
-	if err := addTotals(ctx, tx, k, inserted); err != nil {
+	loc, err := s.zones.of(ctx, k.Campaign)
+	if err != nil {
+		return 0, fmt.Errorf("export %s: %w", k, err)
+	}
+	if err := addTotals(ctx, tx, k, loc, inserted); err != nil {
 		return 0, err
 	}
 	if err := s.step(ctx, "totals"); err != nil {
@@ -157,8 +164,9 @@ func insertEvents(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event)
 	return out, nil
 }
 
-// addTotals adds the inserted events to their day's and hours' totals.
-func addTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) error {
+// addTotals adds the inserted events to their day's totals and to their
+// hours' (the hour of the change in the campaign's time zone loc).
+func addTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey, loc *time.Location, evs []event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -168,7 +176,7 @@ func addTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) er
 		if err := day.add(e); err != nil {
 			return fmt.Errorf("export %s: %w", k, err)
 		}
-		h := e.at.Truncate(time.Hour)
+		h := hourOf(e.at, loc)
 		if hours[h] == nil {
 			hours[h] = &Totals{}
 		}
@@ -231,4 +239,46 @@ func (s *store) recordGap(ctx context.Context, g Gap) (bool, error) {
 		return false, fmt.Errorf("export %s: record gap: %w", g.Shard, err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// hourOf is the start of t's hour in loc: in a zone offset by a fraction of
+// an hour from UTC (Asia/Kolkata, +05:30), the campaign's hours start at
+// half past, UTC.
+func hourOf(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), 0, 0, 0, loc)
+}
+
+// zones caches each campaign's time zone, read from the ledger's settings
+// the first time a campaign's events are exported. A campaign the ledger no
+// longer holds counts in UTC (and is asked again next time). Safe for
+// concurrent use.
+type zones struct {
+	ledger *lease.Ledger
+	mu     sync.Mutex
+	byID   map[string]*time.Location
+}
+
+func newZones(l *lease.Ledger) *zones { return &zones{ledger: l, byID: map[string]*time.Location{}} }
+
+func (z *zones) of(ctx context.Context, campaign string) (*time.Location, error) {
+	z.mu.Lock()
+	loc, ok := z.byID[campaign]
+	z.mu.Unlock()
+	if ok {
+		return loc, nil
+	}
+	c, err := z.ledger.GetCampaign(ctx, campaign)
+	var unknown *lease.UnknownCampaignError
+	if errors.As(err, &unknown) {
+		return time.UTC, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("time zone: %w", err)
+	}
+	loc = c.Location()
+	z.mu.Lock()
+	z.byID[campaign] = loc
+	z.mu.Unlock()
+	return loc, nil
 }
