@@ -3,7 +3,10 @@ package sim
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -164,8 +167,8 @@ func (res *Results) plotStrategies() (*plot.Plot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.Add(lt)
-	p.Legend.Add("curve target", lt)
+	var names []string
+	var series []plotter.XYs
 	for si, name := range strategies {
 		q, ok := cr.Results[name]
 		if !ok {
@@ -176,16 +179,83 @@ func (res *Results) plotStrategies() (*plot.Plot, error) {
 		for k, s := range c.samples {
 			a = append(a, plotter.XY{X: hoursInto(c, s.t), Y: actual[k]})
 		}
-		l, err := line(a, plotutil.Color(si), false)
-		if err != nil {
-			return nil, err
-		}
-		p.Add(l)
-		p.Legend.Add(strategyTitle[name], l)
+		names, series = append(names, name), append(series, a)
 	}
+	lines, labels, err := strategyLines(names, series)
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range lines {
+		p.Add(l)
+		p.Legend.Add(labels[i], l)
+	}
+	p.Add(lt) // the dashed target on top of them all
+	p.Legend.Add("curve target (dashed)", lt)
+	// Bottom right: spend lines climb from the bottom left, and the
+	// baselines' early spend fills the top left.
+	p.Legend.Top, p.Legend.Left = false, false
 	p.X.Min, p.X.Max = 0, 24
 	p.X.Tick.Marker = hourTicks{}
 	return p, nil
+}
+
+// strategyLines returns each strategy's cumulative spend line and legend
+// label, in drawing order: the baselines first, widest first and each
+// narrower than the one before, so that baselines that spend alike (with
+// enough demand they all spend as the traffic comes and stop at the budget)
+// show as stripes of their colours rather than one line hiding the others;
+// pacer last, on top. A strategy whose line is the same as an earlier
+// one's says so in its label.
+func strategyLines(names []string, series []plotter.XYs) ([]*plotter.Line, []string, error) {
+	order := make([]int, 0, len(names))
+	for i, name := range names {
+		if name != StrategyPacer {
+			order = append(order, i)
+		}
+	}
+	baselines := len(order)
+	if i := slices.Index(names, StrategyPacer); i >= 0 {
+		order = append(order, i)
+	}
+	var lines []*plotter.Line
+	var labels []string
+	for k, i := range order {
+		l, err := line(series[i], plotutil.Color(slices.Index(strategies, names[i])), false)
+		if err != nil {
+			return nil, nil, err
+		}
+		l.Width = vg.Points(1.6)
+		if k < baselines {
+			l.Width = vg.Points(1.2 + 1.8*float64(baselines-1-k))
+		}
+		label := strategyTitle[names[i]]
+		if j := sameAs(series, i); j >= 0 {
+			label += ", the same line as " + strings.SplitN(strategyTitle[names[j]], " ", 2)[0]
+		}
+		lines, labels = append(lines, l), append(labels, label)
+	}
+	return lines, labels, nil
+}
+
+// sameAs returns the first series before i that has the same points as
+// series i (within a millionth of the budget), or -1.
+func sameAs(series []plotter.XYs, i int) int {
+	for j := range i {
+		if len(series[j]) != len(series[i]) {
+			continue
+		}
+		same := true
+		for k := range series[i] {
+			if math.Abs(series[j][k].Y-series[i][k].Y) > 1e-6 {
+				same = false
+				break
+			}
+		}
+		if same {
+			return j
+		}
+	}
+	return -1
 }
 
 func (res *Results) plotSlots() (*plot.Plot, error) {
