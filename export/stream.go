@@ -210,6 +210,10 @@ func (e *Exporter) gap(ctx context.Context, g Gap, st *PassStats) error {
 		e.m.Gaps.WithLabelValues(g.Kind).Inc()
 		e.log.Error("audit stream gap: entries not exported", zap.Stringer("shard", g.Shard), zap.String("kind", g.Kind),
 			zap.String("after", g.After), zap.String("until", g.Until), zap.Int64("missing", g.Missing))
+		if g.Kind == "behind" {
+			e.log.Error("the ledger lost writes PostgreSQL recorded (Redis restored from an older copy?): run pacerctl check --sql, then pacerctl recover --from-sql, while the reconciler's freeze holds (docs/EXPORT.md)",
+				zap.Stringer("shard", g.Shard))
+		}
 	}
 	return nil
 }
