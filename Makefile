@@ -86,13 +86,17 @@ TMPFILESDIR ?= /usr/lib/tmpfiles.d
 INSTALL     ?= install
 
 .PHONY: install
-install: build ## Install pacerd, pacerctl, units, config and curves (honours DESTDIR, PREFIX).
+install: build ## Install pacerd, pacerctl, pacer-export, units, config and curves (honours DESTDIR, PREFIX).
 	$(INSTALL) -D -m 0755 $(BIN)/pacerd $(DESTDIR)$(PREFIX)/bin/pacerd
 	$(INSTALL) -D -m 0755 $(BIN)/pacerctl $(DESTDIR)$(PREFIX)/bin/pacerctl
+	$(INSTALL) -D -m 0755 $(BIN)/pacer-export $(DESTDIR)$(PREFIX)/bin/pacer-export
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(UNITDIR)
 	sed 's|^ExecStart=/usr/local/bin/pacerd |ExecStart=$(PREFIX)/bin/pacerd |' systemd/pacerd.service \
 		> $(DESTDIR)$(UNITDIR)/pacerd.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/pacerd.service
+	sed 's|^ExecStart=/usr/local/bin/pacer-export |ExecStart=$(PREFIX)/bin/pacer-export |' systemd/pacer-export.service \
+		> $(DESTDIR)$(UNITDIR)/pacer-export.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/pacer-export.service
 	$(INSTALL) -m 0644 systemd/pacerd.socket $(DESTDIR)$(UNITDIR)/pacerd.socket
 	$(INSTALL) -D -m 0644 systemd/pacer.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/pacer.conf
 	$(INSTALL) -D -m 0644 systemd/pacer.tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/pacer.conf

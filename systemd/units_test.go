@@ -74,7 +74,9 @@ func TestInstallLayout(t *testing.T) {
 			want := map[string]fs.FileMode{
 				bin + "/pacerd":                       0o755,
 				bin + "/pacerctl":                     0o755,
+				bin + "/pacer-export":                 0o755,
 				unitDir + "/pacerd.service":           0o644,
+				unitDir + "/pacer-export.service":     0o644,
 				unitDir + "/pacerd.socket":            0o644,
 				sysusersDir + "/pacer.conf":           0o644,
 				tmpfilesDir + "/pacer.conf":           0o644,
@@ -114,7 +116,7 @@ func TestInstallLayout(t *testing.T) {
 			}
 			for name := range got {
 				if _, ok := want[name]; !ok {
-					t.Errorf("%s: installed but not expected (only pacerd and pacerctl are installed)", name)
+					t.Errorf("%s: installed but not expected (only pacerd, pacerctl and pacer-export are installed)", name)
 				}
 			}
 			for _, d := range []string{"etc/pacer", "etc/pacer/curves", unitDir} {
@@ -131,8 +133,12 @@ func TestInstallLayout(t *testing.T) {
 			if got := svc.get("Service", "ExecStart"); got != wantExec {
 				t.Errorf("installed ExecStart=%q, want %q", got, wantExec)
 			}
+			exp := parseUnitFile(t, filepath.Join(dest, unitDir, "pacer-export.service"))
+			if got, want := exp.get("Service", "ExecStart"), prefix+"/bin/pacer-export run"; got != want {
+				t.Errorf("installed pacer-export ExecStart=%q, want %q", got, want)
+			}
 			// Apart from ExecStart, the installed units are the repo's.
-			for _, u := range []string{"pacerd.service", "pacerd.socket"} {
+			for _, u := range []string{"pacerd.service", "pacerd.socket", "pacer-export.service"} {
 				src, _ := os.ReadFile(filepath.Join(repoRoot, "systemd", u))
 				inst, _ := os.ReadFile(filepath.Join(dest, unitDir, u))
 				if !bytes.Equal(dropExecStart(src), dropExecStart(inst)) {
