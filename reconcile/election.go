@@ -17,6 +17,10 @@ type Leadership struct {
 	Lost  <-chan struct{}
 	// Cause, if set, says why leadership ended, once Lost is closed.
 	Cause func() error
+	// Remaining, if set, is how long the term's session has left as the
+	// election's store sees it (etcd's lease TTL): near the session's TTL
+	// while renewals reach it, falling towards 0 when they do not.
+	Remaining func(ctx context.Context) (time.Duration, error)
 }
 
 // Elector elects the fleet's reconciler.
@@ -70,7 +74,18 @@ func (e *EtcdElector) Campaign(ctx context.Context) (Leadership, error) {
 		return Leadership{}, fmt.Errorf("etcd election: %w", err)
 	}
 	e.session, e.election = s, el
-	return Leadership{Fence: el.Rev(), Lost: s.Done(), Cause: func() error { return e.sessionCause(s) }}, nil
+	return Leadership{Fence: el.Rev(), Lost: s.Done(), Cause: func() error { return e.sessionCause(s) },
+		Remaining: func(ctx context.Context) (time.Duration, error) { return e.remaining(ctx, s) }}, nil
+}
+
+// remaining is Leadership.Remaining for session s: its lease's TTL as etcd
+// says (0 once expired).
+func (e *EtcdElector) remaining(ctx context.Context, s *concurrency.Session) (time.Duration, error) {
+	ttl, err := e.client.TimeToLive(ctx, s.Lease())
+	if err != nil {
+		return 0, fmt.Errorf("etcd session lease %x: %w", s.Lease(), err)
+	}
+	return time.Duration(max(ttl.TTL, 0)) * time.Second, nil
 }
 
 // sessionCause says why a session ended, asking etcd about its lease.

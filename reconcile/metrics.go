@@ -17,6 +17,7 @@ type metrics struct {
 	passProgress prometheus.Gauge
 	fullPasses   prometheus.Counter
 	termsLost    prometheus.Counter
+	sessionTTL   prometheus.Gauge
 	backlog      prometheus.Gauge
 	campaigns    prometheus.Gauge
 	errors       prometheus.Counter
@@ -49,6 +50,9 @@ func newMetrics() metrics {
 		termsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "pacer_reconciler_terms_lost_total", Help: "Reconciler terms this daemon lost because its election session ended (etcd unreachable, or renewals not sent within election.ttl); the log says which.",
 		}),
+		sessionTTL: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "pacer_reconciler_election_session_ttl_seconds", Help: "Seconds left on the leading reconciler's etcd election session as etcd last said (sampled every interval; 0 when not leading): near election.ttl while renewals reach etcd, falling towards 0 before a term is lost.",
+		}),
 		backlog: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "pacer_reconciler_backlog", Help: "Work items the last reconciler step found: days to open or close, shards to settle, campaign-days run low (the campaigns left, on a full pass).",
 		}),
@@ -80,6 +84,6 @@ func (m metrics) observe(kind string, start time.Time, commands int64, backlog, 
 
 // Collectors returns the reconciler's metrics, to register with the daemon's.
 func (r *Reconciler) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.stats.passSeconds, r.stats.passCommands, r.stats.passProgress, r.stats.fullPasses, r.stats.termsLost,
+	return []prometheus.Collector{r.stats.passSeconds, r.stats.passCommands, r.stats.passProgress, r.stats.fullPasses, r.stats.termsLost, r.stats.sessionTTL,
 		r.stats.backlog, r.stats.campaigns, r.stats.errors, r.stats.rollbacks, r.stats.frozenDays}
 }

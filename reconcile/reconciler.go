@@ -235,6 +235,7 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 	r.term.passing = true // the term's full pass runs beside its steps
 	r.mu.Unlock()
 	passes.Go(func() { r.passLoop(term, lead.Fence, cancel) })
+	passes.Go(func() { r.watchSession(term, lead) })
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -249,6 +250,33 @@ func (r *Reconciler) lead(ctx context.Context, lead Leadership) {
 		select {
 		case <-term.Done():
 			r.log.Info("reconciler leadership ended")
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchSession samples the term's election session (Leadership.Remaining)
+// into the session TTL gauge every Interval until the term ends, and then
+// zeroes it.
+func (r *Reconciler) watchSession(term context.Context, lead Leadership) {
+	defer r.stats.sessionTTL.Set(0)
+	if lead.Remaining == nil {
+		return
+	}
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(term, max(r.cfg.Interval, time.Second))
+		left, err := lead.Remaining(ctx)
+		cancel()
+		if err == nil {
+			r.stats.sessionTTL.Set(left.Seconds())
+		} else if term.Err() == nil {
+			r.log.Warn("cannot read the election session's TTL", zap.Error(err))
+		}
+		select {
+		case <-term.Done():
 			return
 		case <-t.C:
 		}

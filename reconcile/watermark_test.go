@@ -492,3 +492,38 @@ func TestWatermarkEtcdStoreCompares(t *testing.T) {
 		t.Fatalf("after a load: %v", err)
 	}
 }
+
+// The leading reconciler shows its etcd session's remaining TTL (a real
+// etcd, election.ttl 5 s): above 0 and at most the TTL while it leads,
+// 0 once it stopped.
+func TestElectionSessionTTLGauge(t *testing.T) {
+	f := newFixture(t)
+	_, client := startEtcd(t)
+	leading := make(chan bool, 2)
+	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, Holder: "r1",
+		OnLeadership: func(l bool) { leading <- l }})
+	const name = "pacer_reconciler_election_session_ttl_seconds"
+	if got := metric(t, rc, name); got != 0 {
+		t.Fatalf("%s before any term: %v", name, got)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rc.Run(rctx, reconcile.NewEtcdElector(client(), "r1", 5)) }()
+	<-leading
+	var got float64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if got = metric(t, rc, name); got > 0 {
+			break
+		}
+	}
+	if got <= 0 || got > 5 {
+		t.Errorf("%s while leading: %v, want in (0, 5]", name, got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, rc, name); got != 0 {
+		t.Errorf("%s after the term: %v, want 0", name, got)
+	}
+}
