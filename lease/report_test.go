@@ -73,3 +73,34 @@ func TestReportExactPastTheStreamCap(t *testing.T) {
 		}
 	}
 }
+
+// The report counters a grant, renewal and release keep on the shard's state
+// are exact int64 sums past 2^53, where a double loses odd micros: 11
+// grants of 10^15 - 1 released unused add up to an odd 10,999,999,999,999,989.
+func TestReportCountersExactPast2To53(t *testing.T) {
+	l, srv := newLedger(t)
+	const day, want = "2026-11-21", lease.MaxBudgetMicros - 1
+	mustOpen(t, l, campaign("big", lease.MaxBudgetMicros, 1), day)
+	k := lease.ShardKey{Campaign: "big", Day: day, Shard: 0}
+	now := t0.Add(23 * time.Hour)
+	for i := range 11 {
+		id := "h1-" + strconv.Itoa(i)
+		g, err := l.Grant(ctx, grantReq(id, k, want, now, ppb))
+		if err != nil || g.Granted != want {
+			t.Fatalf("grant %d: %+v, %v", i, g, err)
+		}
+		if _, err := l.Release(ctx, k, id, want, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := k.RedisKeys()[0]
+	for _, f := range []string{"r_granted", "r_returned", "r_closed"} {
+		if v, _ := srv.Client().HGet(ctx, st, f).Result(); v != "10999999999999989" {
+			t.Errorf("%s = %s, want 10999999999999989", f, v)
+		}
+	}
+	if v, _ := srv.Client().HGet(ctx, st, "r_leases").Result(); v != "11" {
+		t.Errorf("r_leases = %s, want 11", v)
+	}
+	mustBalance(t, l, "big", day)
+}

@@ -19,7 +19,7 @@ local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local c_now, c_cap, grace = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local retain, maxlen = tonumber(ARGV[9]), ARGV[10]
-local s = load_shard(K.state)
+local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[11]), {id}, true))
 if not s then return no_day() end
 s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12])) or run_behind(K, id, tonumber(ARGV[24]), tonumber(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end
@@ -28,7 +28,7 @@ if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
 if cur then return shard_reply(1, (parse_lease(cur)), s) end
 if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
-if now < num(redis.call('HGET', K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
+if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)

@@ -94,6 +94,73 @@ local function load_shard(key)
   return s
 end
 
+-- Deferred state fields. Besides the shard's money fields, a call reads and
+-- writes other fields of the state hash: the report counters (audit), each
+-- run's totals (run_add), the fair-share sums, the hold and freeze marks,
+-- the history. A script that loads its shard with load_shard_deferred reads
+-- the ones it names along with the money fields, in the same HMGET, and
+-- queues its writes to them (state_set, state_incr), which store_shard
+-- writes in its one HSET: a grant's ~10 single-field reads and writes of
+-- the state hash become none. Such a script must end every path that
+-- wrote one through store_shard (grant, renew and release do: their
+-- refusals return before any write). Other scripts read and write each
+-- field at once, as the helpers do without a deferred shard.
+local deferred = nil
+
+-- R_FIELDS: audit's report counters that grants, releases and settlements
+-- raise.
+local R_FIELDS = {'r_events', 'r_leases', 'r_granted', 'r_spent', 'r_returned', 'r_closed', 'r_settled', 'r_lost'}
+
+-- load_shard_deferred is load_shard that also reads extra (field names)
+-- and defers the call's writes to the state's other fields to store_shard.
+local function load_shard_deferred(key, extra)
+  local names = {unpack(FIELDS)}
+  for _, f in ipairs(R_FIELDS) do names[#names + 1] = f end
+  for _, f in ipairs(extra) do names[#names + 1] = f end
+  local v = redis.call('HMGET', key, unpack(names))
+  if not v[1] then return nil end
+  redis.call('HINCRBY', key, 'touch', 1)
+  local s = {key = key, x = {}, put = {}}
+  for i, f in ipairs(FIELDS) do s[f] = num(v[i]) end
+  for i = #FIELDS + 1, #names do s.x[names[i]] = v[i] end
+  deferred = s
+  return s
+end
+
+-- state_get is a state field (false if absent), as the call left it.
+local function state_get(key, field)
+  if deferred and deferred.key == key then
+    local v = deferred.put[field]
+    if v == nil then v = deferred.x[field] end
+    if v ~= nil then return v end
+  end
+  return redis.call('HGET', key, field)
+end
+
+local function state_set(key, field, value)
+  if deferred and deferred.key == key then
+    deferred.put[field] = value
+    deferred.x[field] = value
+  else
+    redis.call('HSET', key, field, value)
+  end
+end
+
+-- state_incr adds delta to an integer state field. Deferred, the sum is
+-- kept exact below 2^53 and Redis's own (int64) HINCRBY adds beyond.
+local function state_incr(key, field, delta)
+  if deferred and deferred.key == key then
+    local v = num(state_get(key, field)) + delta
+    if v < 9007199254740992 and v > -9007199254740992 then
+      deferred.put[field] = str(v)
+      return
+    end
+    if deferred.put[field] ~= nil then redis.call('HSET', key, field, deferred.put[field]) end
+    deferred.put[field], deferred.x[field] = nil, nil
+  end
+  redis.call('HINCRBY', key, field, str(delta))
+end
+
 -- The shard's history: every write raises seq and moves tip along a hash
 -- chain (tip = H(previous tip, seq, the script's arguments), 32 bits), and
 -- the last HISTORY (seq, tip) pairs are kept. A daemon passes back the
@@ -108,10 +175,17 @@ local HISTORY = 64
 local function store_shard(key, s)
   s.seq = s.seq + 1
   s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|')), 1, 8), 16)
-  redis.call('HSET', key, 'budget', str(s.budget),
+  local args = {'budget', str(s.budget),
     'locked', str(s.locked), 'available', str(s.available), 'leased', str(s.leased),
     'spent', str(s.spent), 'lost', str(s.lost), 'cppb', str(s.cppb), 'owed', str(s.owed), 'adv', str(s.adv), 'hr', str(s.hr), 'hrel', str(s.hrel),
-    'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip))
+    'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip)}
+  if s.put then
+    for f, v in pairs(s.put) do
+      args[#args + 1] = f
+      args[#args + 1] = v
+    end
+  end
+  redis.call('HSET', key, unpack(args))
 end
 
 -- diverged reports whether a caller's last known (seq, tip) of this shard is
@@ -121,7 +195,7 @@ local function diverged(K, s, kseq, ktip)
   if not kseq or kseq <= 0 then return false end
   if kseq > s.seq then return true end
   if s.seq - kseq >= HISTORY then return false end
-  local rec = redis.call('HGET', K.state, 'h' .. str(kseq % HISTORY))
+  local rec = state_get(K.state, 'h' .. str(kseq % HISTORY))
   return rec ~= str(kseq) .. ':' .. str(ktip)
 end
 
@@ -179,8 +253,16 @@ end
 -- A stream with a consumer group is exported (pacer-export, docs/EXPORT.md):
 -- it is not capped here, and the exporter trims it (trim.lua) only below
 -- what every group acknowledged. Without a group the cap stays.
+-- exported: per stream key, whether it has a consumer group (asked once a
+-- call). The stream exists from the day's open; a missing one has none.
+local exported = {}
+
 local function audit(key, maxlen, ...)
-  if redis.call('EXISTS', key) == 1 and #redis.call('XINFO', 'GROUPS', key) > 0 then
+  if exported[key] == nil then
+    local g = redis.pcall('XINFO', 'GROUPS', key)
+    exported[key] = type(g) == 'table' and not g.err and #g > 0
+  end
+  if exported[key] then
     redis.call('XADD', key, '*', ...)
   else
     redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
@@ -189,25 +271,25 @@ local function audit(key, maxlen, ...)
   local f = {}
   for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
   local st = KEYS[1]
-  redis.call('HINCRBY', st, 'r_events', 1)
+  state_incr(st, 'r_events', 1)
   local amount = tonumber(f.amount) or 0
   if f.ev == 'open' or f.ev == 'adjust' then
-    redis.call('HINCRBY', st, 'r_budget', str(amount))
+    state_incr(st, 'r_budget', amount)
   elseif f.ev == 'grant' then
-    redis.call('HINCRBY', st, 'r_leases', 1)
-    redis.call('HINCRBY', st, 'r_granted', str(amount))
+    state_incr(st, 'r_leases', 1)
+    state_incr(st, 'r_granted', amount)
   elseif f.ev == 'release' then
     local unused = tonumber(f.unused) or 0
-    redis.call('HINCRBY', st, 'r_spent', str(amount - unused))
-    redis.call('HINCRBY', st, 'r_returned', str(unused))
-    redis.call('HINCRBY', st, 'r_closed', str(amount))
+    state_incr(st, 'r_spent', amount - unused)
+    state_incr(st, 'r_returned', unused)
+    state_incr(st, 'r_closed', amount)
   elseif f.ev == 'reassert_run' then
-    redis.call('HINCRBY', st, 'r_spent', str(amount))
+    state_incr(st, 'r_spent', amount)
   elseif f.ev == 'settle' then
-    redis.call('HINCRBY', st, 'r_settled', 1)
-    redis.call('HINCRBY', st, 'r_lost', str(amount))
-    redis.call('HINCRBY', st, 'r_spent', str(amount))
-    redis.call('HINCRBY', st, 'r_closed', str(amount))
+    state_incr(st, 'r_settled', 1)
+    state_incr(st, 'r_lost', amount)
+    state_incr(st, 'r_spent', amount)
+    state_incr(st, 'r_closed', amount)
   end
 end
 
@@ -462,6 +544,17 @@ local function parse_lease(rec)
   return tonumber(amount), holder, tonumber(expiry)
 end
 
+-- note_done notes the done key as created (to be given its expiry) if it
+-- does not exist yet: it gets its first record at the shard-day's first
+-- release or settlement, and keeps every later one. Call it before a
+-- record is written.
+local done_seen = false
+local function note_done(K)
+  if done_seen then return end
+  done_seen = true
+  if redis.call('EXISTS', K.done) == 0 then created[K.done] = true end
+end
+
 -- settle_expired settles, conservatively, leases whose expiry is before cutoff:
 -- their holder is gone or cut off and stopped spending before expiry, but what it
 -- spent was never reported, so all of it counts as spent (and as lost, for the
@@ -478,8 +571,8 @@ local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
       s.spent = s.spent + amount
       s.lost = s.lost + amount
       redis.call('HDEL', K.leases, id)
+      note_done(K)
       redis.call('HSET', K.done, id, 's:' .. str(amount))
-      created[K.done] = true
       audit(K.audit, maxlen, 'ev', 'settle', 'lease', id, 'holder', holder,
         'amount', str(amount), 'by', why, 'ms', str(now))
       n = n + 1
@@ -518,7 +611,7 @@ end
 -- apply what a shard has left to grant can only grow (releases) and never be
 -- handed out; the cut's adjust releases its hold. See AdjustDayOp.
 local function held(K)
-  return num(redis.call('HGET', K.state, 'holds')) > 0
+  return num(state_get(K.state, 'holds')) > 0
 end
 
 -- lease_of reports whether a lease id the shard knows (record rec)
@@ -593,7 +686,7 @@ local function run_of(id)
 end
 
 local function run_totals(K, run)
-  local v = redis.call('HGET', K.state, 'u:' .. run)
+  local v = state_get(K.state, 'u:' .. run)
   if not v then return 0, 0 end
   local g, r = string.match(v, '^(%d+)|(%d+)$')
   return tonumber(g), tonumber(r)
@@ -601,7 +694,21 @@ end
 
 local function run_add(K, run, granted, returned)
   local g, r = run_totals(K, run)
-  redis.call('HSET', K.state, 'u:' .. run, str(g + granted) .. '|' .. str(r + returned))
+  state_set(K.state, 'u:' .. run, str(g + granted) .. '|' .. str(r + returned))
+end
+
+-- call_fields are the state fields a grant, renewal or release reads
+-- besides the money (load_shard_deferred's extra): the history entry at the
+-- caller's known seq, the runs of its lease ids, and for a grant (grant
+-- true) the freeze and hold marks and the fair-share sums.
+local function call_fields(kseq, ids, grant)
+  local f = {}
+  if kseq and kseq > 0 then f[#f + 1] = 'h' .. str(kseq % HISTORY) end
+  for _, id in ipairs(ids) do f[#f + 1] = 'u:' .. run_of(id) end
+  if grant then
+    for _, n in ipairs({'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}) do f[#f + 1] = n end
+  end
+  return f
 end
 
 -- run_behind reports whether the shard recorded less for the run of lease id
@@ -686,8 +793,8 @@ end
 local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   local fk, fe = KEYS[10], KEYS[11]
   if not fe then return nil end
-  local st = redis.call('HMGET', KEYS[1], 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch')
-  local sum, supply, last_avail, epoch = num(st[1]), num(st[2]), num(st[3]), num(st[4])
+  local sum, supply = num(state_get(KEYS[1], 'fair_sum')), num(state_get(KEYS[1], 'fair_supply'))
+  local last_avail, epoch = num(state_get(KEYS[1], 'fair_avail')), num(state_get(KEYS[1], 'fair_epoch'))
   if s.available > last_avail then supply = supply + (s.available - last_avail) end
   if supply > FAIR_REBASE then
     supply = 0
@@ -730,14 +837,16 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
       out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), least or 0)
     end
   end
-  redis.call('HSET', KEYS[1], 'fair_sum', str(sum), 'fair_supply', str(supply), 'fair_epoch', str(epoch))
+  state_set(KEYS[1], 'fair_sum', str(sum))
+  state_set(KEYS[1], 'fair_supply', str(supply))
+  state_set(KEYS[1], 'fair_epoch', str(epoch))
   return out
 end
 
 -- fair_granted notes what a grant left available: the next grant counts
 -- the supply from there.
 local function fair_granted(s)
-  if KEYS[11] then redis.call('HSET', KEYS[1], 'fair_avail', str(s.available)) end
+  if KEYS[11] then state_set(KEYS[1], 'fair_avail', str(s.available)) end
 end
 
 -- release_lease closes an active lease: unused micros go back to available, the
@@ -764,8 +873,8 @@ local function release_lease(K, s, id, unused, now, maxlen)
   run_add(K, run_of(id), 0, unused)
   redis.call('HDEL', K.leases, id)
   redis.call('ZREM', K.exp, id)
+  note_done(K)
   redis.call('HSET', K.done, id, 'r:' .. str(unused))
-  created[K.done] = true
   audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
     'amount', str(amount), 'unused', str(unused), 'ms', str(now))
   return 0, unused

@@ -6,7 +6,7 @@
 -- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status as release_lease, -1 no such day.
 local K = keys_of(KEYS)
-local s = load_shard(K.state)
+local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[5]), {ARGV[1]}, false))
 if not s then return no_day() end
 s.diverged = diverged(K, s, tonumber(ARGV[5]), tonumber(ARGV[6])) or run_behind(K, ARGV[1], tonumber(ARGV[7]), tonumber(ARGV[8]))
 local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])

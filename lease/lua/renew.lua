@@ -15,7 +15,7 @@ local old_id, unused, id, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local c_now, c_cap, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
-local s = load_shard(K.state)
+local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[13]), {old_id, id}, true))
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14])) or run_behind(K, id, tonumber(ARGV[26]), tonumber(ARGV[27]))
 local st, credited = release_lease(K, s, old_id, unused, now, maxlen)
@@ -32,7 +32,7 @@ elseif redis.call('HEXISTS', K.done, id) == 1 then
   new_status = 2
 elseif s.closed == 1 then
   new_status = 3
-elseif now < num(redis.call('HGET', K.state, 'frozen_until')) then
+elseif now < num(state_get(K.state, 'frozen_until')) then
   new_status = 4
 elseif held(K) then
   new_status = 6

@@ -30,10 +30,9 @@ if KEYS[8] then
   end
 end
 local r = shard_reply(0, total, s)
--- Only the done key can be new here (settle_expired notes it); every
--- EXPIRY_SWEEP-th write still looks at every key. Was inherit_ttl(K): a PTTL
--- on each of the shard's 7 keys on every settle, Redis's most frequent
--- command at 10,000 idle campaigns.
+-- Only the done key can be new here, at the shard-day's first settlement
+-- or release (settle_expired notes it); every EXPIRY_SWEEP-th write still
+-- looks at every key.
 keep_inherited(K, s)
 r[13] = n
 return r
