@@ -71,9 +71,13 @@ bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated
 
 .PHONY: bench-scale
 bench-scale: deps ## The reconciler at 1,000, 10,000 and 100,000 campaigns, one daemon at 1,000 and 10,000: commands, time, CPU (docs/BENCHMARKS.md, Scale; ~40 min).
+	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench 'ReconcilerScale$$' -benchtime 5x -timeout 40m ./reconcile/
+	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench 'ReconcilerScale100k' -benchtime 2x -timeout 60m ./reconcile/
+	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	PACER_BENCH_SCALE=1 $(GO) test -run '^$$' -bench DaemonScale -benchtime 300x -timeout 40m ./daemon/
+	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"
 	scripts/bench-ab.sh $(BENCH_BASE) ./lease/ LeaseCallRedisCPU 3 -test.benchtime=3000x
 
 .PHONY: clean
