@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -251,58 +252,94 @@ func loadCurves(dir string, log *zap.Logger) (map[string]*bucket.Curve, error) {
 	return curves, err
 }
 
+// run is pacerd from its command line to its exit, in phases: the
+// configuration (prepare), the daemon's (daemonConfig, openDaemon), what
+// serves beside it (start), readiness (becomeReady), then serving until ctx
+// ends and the shutdown (serve).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, cfg, log, curves, err := prepare(args, stdout, stderr)
+	if err != nil || log == nil {
+		return err // nil: --help or --version, answered
+	}
+	defer log.Sync()
+	dcfg, err := daemonConfig(cfg, o, curves, log)
+	if err != nil {
+		return err
+	}
+	d, err := openDaemon(ctx, dcfg)
+	if err != nil {
+		return err
+	}
+	s := &service{o: o, cfg: cfg, log: log, d: d}
+	defer s.closeAll()
+	if err := s.start(); err != nil {
+		return err
+	}
+	s.becomeReady(len(curves))
+	return s.serve(ctx)
+}
+
+// prepare reads the command line, the config file and the curves, and
+// builds the logger. A nil logger with a nil error means the command line
+// asked for help or the version, and it was answered.
+func prepare(args []string, stdout, stderr io.Writer) (options, config.Daemon, *zap.Logger, map[string]*bucket.Curve, error) {
+	var cfg config.Daemon
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return o, cfg, nil, nil, nil
 		}
 		if errors.Is(err, errUsage) {
-			return errors.New("bad command line (run `pacerd --help` for the flags)")
+			return o, cfg, nil, nil, errors.New("bad command line (run `pacerd --help` for the flags)")
 		}
-		return err
+		return o, cfg, nil, nil, err
 	}
 	if o.version {
 		fmt.Fprintln(stdout, "pacerd", version)
-		return nil
+		return o, cfg, nil, nil, nil
 	}
-	cfg, err := loadConfig(o)
-	if err != nil {
-		return err
+	if cfg, err = loadConfig(o); err != nil {
+		return o, cfg, nil, nil, err
 	}
 	if o.pprof {
 		if cfg.Admin == "" {
-			return errors.New("--pprof needs the admin listener (admin: unix:/run/pacer/admin.sock)")
+			return o, cfg, nil, nil, errors.New("--pprof needs the admin listener (admin: unix:/run/pacer/admin.sock)")
 		}
 		if _, unix := config.AdminUnixPath(cfg.Admin); !unix {
-			return errPprofOverTCP
+			return o, cfg, nil, nil, errPprofOverTCP
 		}
 	}
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
-		return err
+		return o, cfg, nil, nil, err
 	}
-	defer log.Sync()
 	curves, err := loadCurves(cfg.CurvesDir, log)
 	if err != nil {
-		return fmt.Errorf("curves: %w", err)
+		log.Sync()
+		return o, cfg, nil, nil, fmt.Errorf("curves: %w", err)
 	}
+	return o, cfg, log, curves, nil
+}
 
+// daemonConfig is the daemon's configuration and links (Redis, durability,
+// state directory, NATS with its credentials and keys), with a warning for
+// each secret given where any local user can read it.
+func daemonConfig(cfg config.Daemon, o options, curves map[string]*bucket.Curve, log *zap.Logger) (daemon.Config, error) {
 	if pw := o.overrides["redis"]; pw != "" && lease.Redact(pw) != pw {
 		log.Warn("a Redis password is on pacerd's command line, where any local user can read it (ps); use redis_auth.password_file")
 	}
 	if u := o.overrides["nats"]; strings.Contains(u, "@") {
 		log.Warn("NATS credentials are on pacerd's command line, where any local user can read them (ps); use nats_auth")
 	}
+	dcfg := cfg.Config
 	ropt, err := config.RedisClientOptions(cfg.Redis, cfg.RedisAuth, cfg.RedisTLS, secrets)
 	if err != nil {
-		return err
+		return dcfg, err
 	}
 	durability, assume, err := durabilityPolicy(cfg)
 	if err != nil {
-		return err
+		return dcfg, err
 	}
-	dcfg := cfg.Config
 	dcfg.Curves, dcfg.Logger = curves, log
 	dcfg.Links = daemon.Links{
 		Redis: cfg.Redis, RedisOptions: ropt, Ledger: lease.Config{Durability: durability},
@@ -311,56 +348,72 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.NATS == "" {
 		log.Warn("no NATS URL: exhaustion and pauses reach this daemon from the ledger only, within a lease window")
-	} else {
-		nopt, err := config.NATSClientOptions(cfg.NATSAuth, cfg.NATSTLS, secrets)
-		if err != nil {
-			return err
-		}
-		nopt.Name, nopt.Logger = "pacerd-"+cfg.Holder, log
-		if nopt.Keys, err = broadcastKeys(cfg); err != nil {
-			return err
-		}
-		nopt.MaxAge = cfg.Broadcast.MaxAge
-		if nopt.Keys == nil {
-			log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
-		}
-		dcfg.Links.NATS, dcfg.Links.NATSOptions = cfg.NATS, nopt
+		return dcfg, nil
 	}
-	d, err := daemon.Open(ctx, dcfg)
+	nopt, err := config.NATSClientOptions(cfg.NATSAuth, cfg.NATSTLS, secrets)
 	if err != nil {
-		if errors.Is(err, daemon.ErrRefused) && errors.Is(err, lease.ErrAuth) {
-			return fmt.Errorf("%w (check redis_auth, redis_tls and PACER_REDIS_PASSWORD)", err)
-		}
-		return err
+		return dcfg, err
 	}
-	// Closed on the way out below; on an early return, here.
-	daemonClosed := false
-	defer func() {
-		if !daemonClosed {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = d.Close(cctx)
-		}
-	}()
-	bc := d.Broadcaster()
-	var publisher reconcile.Publisher
-	if bc != nil {
-		publisher = bc
+	nopt.Name, nopt.Logger = "pacerd-"+cfg.Holder, log
+	if nopt.Keys, err = broadcastKeys(cfg); err != nil {
+		return dcfg, err
 	}
-	var etcd *clientv3.Client
+	nopt.MaxAge = cfg.Broadcast.MaxAge
+	if nopt.Keys == nil {
+		log.Warn("broadcast.key_file not set: NATS events are neither signed nor checked; anyone who may publish on pacer.> can make this daemon re-read the ledger (never deny or stop a campaign by itself)")
+	}
+	dcfg.Links.NATS, dcfg.Links.NATSOptions = cfg.NATS, nopt
+	return dcfg, nil
+}
+
+// openDaemon opens the daemon; a ledger that refuses pacerd's credentials
+// says which settings to check.
+func openDaemon(ctx context.Context, dcfg daemon.Config) (*daemon.Daemon, error) {
+	d, err := daemon.Open(ctx, dcfg)
+	if err != nil && errors.Is(err, daemon.ErrRefused) && errors.Is(err, lease.ErrAuth) {
+		return nil, fmt.Errorf("%w (check redis_auth, redis_tls and PACER_REDIS_PASSWORD)", err)
+	}
+	return d, err
+}
+
+// service is a running pacerd: the daemon and what serves beside it.
+type service struct {
+	o   options
+	cfg config.Daemon
+	log *zap.Logger
+	d   *daemon.Daemon
+
+	etcd  *clientv3.Client // nil without etcd endpoints
+	ln    net.Listener
+	srv   *transport.Server
+	rc    *reconcile.Reconciler // nil without etcd
+	admin *http.Server          // nil without an admin listener
+	ready atomic.Bool
+
+	loopCtx        context.Context
+	stopLoop       context.CancelFunc
+	reconcilerDone chan error
+	serveDone      chan error
+	daemonClosed   bool // serve closed it
+}
+
+// start connects etcd, listens on the socket, builds the socket server,
+// the reconciler and the admin listener, and starts serving and the
+// election.
+func (s *service) start() error {
+	cfg, log := s.cfg, s.log
 	if len(cfg.Etcd) == 0 {
 		log.Warn("no etcd endpoints: this daemon takes no part in the reconciler election; expired leases are settled lazily by later grants")
 	} else {
 		// The client dials lazily and retries: etcd being down only pauses
 		// the reconciler; leases keep working.
-		if etcd, err = newEtcd(cfg, log); err != nil {
+		var err error
+		if s.etcd, err = newEtcd(cfg, log); err != nil {
 			return err
 		}
-		defer etcd.Close()
 	}
-
-	ln, err := listen(cfg.Socket, os.FileMode(cfg.SocketMode), log)
-	if err != nil {
+	var err error
+	if s.ln, err = listen(cfg.Socket, os.FileMode(cfg.SocketMode), log); err != nil {
 		return err
 	}
 	var nofile syscall.Rlimit
@@ -369,75 +422,89 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn(msg, zap.Int("max_clients", cfg.MaxClients), zap.Uint64("nofile", nofile.Cur))
 		}
 	}
-	srv := transport.NewServer(d, serverConfig(cfg, d, log))
-	var rc *reconcile.Reconciler
-	if etcd != nil {
-		rc = reconcile.New(d.Ledger(), reconcile.Config{
-			Holder: cfg.Holder, Grace: cfg.Grace, Publisher: publisher, Logger: log, OnLeadership: d.SetLeader,
-			Gate: d.LedgerCheck(), Watermarks: reconcile.NewEtcdWatermarks(etcd), LeaseWindow: cfg.LeaseWindow,
+	s.srv = transport.NewServer(s.d, serverConfig(cfg, s.d, log))
+	bc := s.d.Broadcaster()
+	if s.etcd != nil {
+		var publisher reconcile.Publisher
+		if bc != nil {
+			publisher = bc
+		}
+		s.rc = reconcile.New(s.d.Ledger(), reconcile.Config{
+			Holder: cfg.Holder, Grace: cfg.Grace, Publisher: publisher, Logger: log, OnLeadership: s.d.SetLeader,
+			Gate: s.d.LedgerCheck(), Watermarks: reconcile.NewEtcdWatermarks(s.etcd), LeaseWindow: cfg.LeaseWindow,
 		})
 	}
-	var ready atomic.Bool
 	if cfg.Admin != "" {
-		adm, err := admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: o.pprof},
-			d, srv, rc, &ready, bc, log)
+		s.admin, err = admin(adminOptions{addr: cfg.Admin, maxConns: cfg.AdminMaxConns, idleTimeout: cfg.AdminIdleTimeout, pprof: s.o.pprof},
+			s.d, s.srv, s.rc, &s.ready, bc, log)
 		if err != nil {
-			ln.Close()
+			s.ln.Close()
 			return err
 		}
-		defer adm.Close()
 	}
-	loopCtx, stopLoop := context.WithCancel(context.Background())
-	reconcilerDone := make(chan error, 1)
-	if rc != nil {
+	s.loopCtx, s.stopLoop = context.WithCancel(context.Background())
+	s.reconcilerDone = make(chan error, 1)
+	if s.rc != nil {
 		go func() {
-			reconcilerDone <- rc.Run(loopCtx, reconcile.NewEtcdElector(etcd, cfg.Holder, int(cfg.Election.TTL/time.Second)))
+			s.reconcilerDone <- s.rc.Run(s.loopCtx, reconcile.NewEtcdElector(s.etcd, cfg.Holder, int(cfg.Election.TTL/time.Second)))
 		}()
 	} else {
-		reconcilerDone <- nil
+		s.reconcilerDone <- nil
 	}
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(ln) }()
-	// Ready once the socket listens and the campaigns of the last run have
-	// leases again (bounded: a slow ledger must not keep systemd waiting).
-	warm := loadCampaigns(cfg.StateDir)
+	s.serveDone = make(chan error, 1)
+	go func() { s.serveDone <- s.srv.Serve(s.ln) }()
+	return nil
+}
+
+// becomeReady primes the campaigns of the last run, then tells systemd
+// (READY=1) and the admin listener's /readyz. Ready once the socket listens
+// and those campaigns have leases again, bounded: a slow ledger must not
+// keep systemd waiting.
+func (s *service) becomeReady(curves int) {
+	warm := loadCampaigns(s.cfg.StateDir)
 	warmed := make(chan struct{})
-	go func() { d.Warm(warm); close(warmed) }()
+	go func() { s.d.Warm(warm); close(warmed) }()
 	select {
 	case <-warmed:
 	case <-time.After(5 * time.Second):
-		log.Warn("campaigns of the last run not all primed within 5s; serving anyway", zap.Int("campaigns", len(warm)))
+		s.log.Warn("campaigns of the last run not all primed within 5s; serving anyway", zap.Int("campaigns", len(warm)))
 	}
-	ready.Store(true)
-	notify(log, "READY=1")
-	notify(log, "STATUS="+status(d))
-	go watchdog(loopCtx, d, log)
-	log.Info("pacerd serving", zap.String("version", version), zap.String("socket", cfg.Socket),
-		zap.Strings("redis", lease.RedactAll(cfg.Redis)), zap.String("holder", cfg.Holder), zap.Int("curves", len(curves)))
+	s.ready.Store(true)
+	notify(s.log, "READY=1")
+	notify(s.log, "STATUS="+status(s.d))
+	go watchdog(s.loopCtx, s.d, s.log)
+	s.log.Info("pacerd serving", zap.String("version", version), zap.String("socket", s.cfg.Socket),
+		zap.Strings("redis", lease.RedactAll(s.cfg.Redis)), zap.String("holder", s.cfg.Holder), zap.Int("curves", curves))
+}
 
+// serve waits for ctx to end (SIGTERM) or the socket server to stop, then
+// shuts down: no new calls, those in flight answered, the reconciler
+// resigned, this run's campaigns remembered, the leases released.
+func (s *service) serve(ctx context.Context) error {
+	log := s.log
 	var serveErr error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: no new calls, answering those in flight, releasing leases")
-	case serveErr = <-serveDone:
+	case serveErr = <-s.serveDone:
 		log.Error("socket server stopped", zap.Error(serveErr))
 	}
-	ready.Store(false)
+	s.ready.Store(false)
 	notify(log, "STOPPING=1")
 	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutCtx); err != nil {
+	if err := s.srv.Shutdown(shutCtx); err != nil {
 		log.Warn("socket server shutdown", zap.Error(err))
 	}
-	stopLoop()
-	if err := <-reconcilerDone; err != nil {
+	s.stopLoop()
+	if err := <-s.reconcilerDone; err != nil {
 		log.Warn("reconciler resign", zap.Error(err))
 	}
-	if err := saveCampaigns(cfg.StateDir, d.Campaigns()); err != nil {
-		log.Warn("cannot remember this run's campaigns", zap.String("dir", cfg.StateDir), zap.Error(err))
+	if err := saveCampaigns(s.cfg.StateDir, s.d.Campaigns()); err != nil {
+		log.Warn("cannot remember this run's campaigns", zap.String("dir", s.cfg.StateDir), zap.Error(err))
 	}
-	daemonClosed = true
-	if err := d.Close(shutCtx); err != nil {
+	s.daemonClosed = true
+	if err := s.d.Close(shutCtx); err != nil {
 		log.Warn("some leases were not released; the ledger settles them after expiry", zap.Error(err))
 	}
 	log.Info("pacerd stopped")
@@ -445,4 +512,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveErr
 	}
 	return nil
+}
+
+// closeAll closes, on the way out, what start opened, and the daemon if
+// serve did not (an early return).
+func (s *service) closeAll() {
+	if s.stopLoop != nil {
+		s.stopLoop()
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.etcd != nil {
+		s.etcd.Close()
+	}
+	if !s.daemonClosed {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.d.Close(cctx)
+	}
 }
