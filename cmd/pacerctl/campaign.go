@@ -73,160 +73,194 @@ type todayChange struct {
 	CarriedIn int64 `json:"carried_in,omitempty"`
 }
 
+// setRequest is campaign set's command line: the fields given, checked.
+type setRequest struct {
+	id         string
+	daily, bid moneyFlag
+	tz, curve  string
+	shards     int
+	carry      bool
+	given      map[string]bool // the flags on the command line
+}
+
 func (a *app) campaignSet(ctx context.Context, args []string) error {
-	flags := newFlagSet("campaign set")
-	var daily moneyFlag
-	flags.Var(&daily, "daily", "daily budget, MONEY (integer micros, or currency units with the suffix units: 1.5units)")
-	tz := flags.String("tz", "", "IANA time zone of the campaign's day, such as Europe/Paris (new campaigns: UTC)")
-	curve := flags.String("curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
-	shards := flags.Int("shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
-	carry := flags.Bool("carry-over", false, "carry a closed day's unspent budget over to the next day (new campaigns: false)")
-	var bid moneyFlag
-	flags.Var(&bid, "bid", "typical largest bid, MONEY: a budget of few bids gets fewer shards from the next day opened (daemons keep it current)")
-	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over] [--bid MONEY]")
+	req, err := a.parseSet(args)
 	if err != nil {
 		return err
 	}
-	id, err := campaignArg("campaign set", pos)
-	if err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
-
-	if daily.set && daily.micros > lease.MaxBudgetMicros {
-		return usagef("campaign set: --daily %s: at most %d micros (%s)", formatUnits(daily.micros), lease.MaxBudgetMicros, formatUnits(lease.MaxBudgetMicros))
-	}
-	if given["tz"] {
-		// "Local" would mean a different day on every host.
-		if _, err := time.LoadLocation(*tz); err != nil || *tz == "" || *tz == "Local" {
-			return usagef("campaign set: unknown time zone %q: want an IANA zone such as Europe/Paris or UTC", *tz)
-		}
-	}
-	if bid.set && (bid.micros <= 0 || bid.micros > lease.MaxBudgetMicros) {
-		return usagef("campaign set: --bid %s: want 1 to %d micros", formatUnits(bid.micros), lease.MaxBudgetMicros)
-	}
-	if given["shards"] && (*shards < 1 || *shards > lease.MaxShards) {
-		return usagef("campaign set: --shards %d: want 1 to %d", *shards, lease.MaxShards)
-	}
-	if given["curve"] {
-		if err := a.checkCurveName(*curve); err != nil {
-			return err
-		}
-	}
-
 	l, err := a.getLedger()
 	if err != nil {
 		return err
 	}
-	old, err := l.GetCampaign(ctx, id)
-	var unknown *lease.UnknownCampaignError
-	created := errors.As(err, &unknown)
-	if err != nil && !created {
+	old, stored, created, err := storeSet(ctx, l, req)
+	if err != nil {
 		return err
 	}
-	c := old
-	if created {
-		if !daily.set {
-			return usagef("campaign set: campaign %q is new: --daily is required", id)
-		}
-		// A new campaign that can never spend is a typo. An existing
-		// one may be cut to 0 (today's unspent budget taken back).
-		if daily.micros == 0 {
-			return usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5units)", id)
-		}
-		c = lease.Campaign{ID: id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
-	}
-	if daily.set {
-		c.DailyMicros = daily.micros
-	}
-	if given["tz"] {
-		c.TZ = *tz
-	}
-	if given["curve"] {
-		c.Curve = *curve
-	}
-	if given["shards"] {
-		c.Shards = *shards
-	}
-	if given["carry-over"] {
-		c.CarryOver = *carry
-	}
-	stored := old
-	if created || c != old {
-		if stored, err = l.PutCampaign(ctx, c); err != nil {
-			return err
-		}
-	}
 	res := setResult{Campaign: stored, Created: created}
-	if bid.set {
-		if err := l.SetBid(ctx, id, bid.micros); err != nil {
-			return err
-		}
-	}
-
 	// Today's open day, if any, was opened under the time zone in force
 	// before this change.
 	var adjustErr error
-	if daily.set {
+	if req.daily.set {
 		zoneOf := stored
 		if !created {
 			zoneOf = old
 		}
-		res.Today = &todayChange{Day: a.today(zoneOf), Requested: daily.micros}
-		adjustErr = a.adjustToday(ctx, l, id, res.Today)
+		res.Today = &todayChange{Day: a.today(zoneOf), Requested: req.daily.micros}
+		adjustErr = a.adjustToday(ctx, l, req.id, res.Today)
 	}
+	kind, changed := setEvent(req, old, res)
+	if a.json {
+		if err := a.printJSON(res); err != nil {
+			return err
+		}
+	} else {
+		a.printSet(res, old, adjustErr)
+	}
+	return a.finishSet(kind, stored, changed, req.id, adjustErr)
+}
 
-	// A lower daily budget, or a cut of today's, revokes: daemons drop their
-	// tokens and release their leases, then lease again under the new budget.
-	kind := pacer.EventChanged
-	cut := !created && daily.set && daily.micros < old.DailyMicros
-	changed := created || stored != old
+// parseSet reads and checks campaign set's command line.
+func (a *app) parseSet(args []string) (setRequest, error) {
+	req := setRequest{given: map[string]bool{}}
+	flags := newFlagSet("campaign set")
+	flags.Var(&req.daily, "daily", "daily budget, MONEY (integer micros, or currency units with the suffix units: 1.5units)")
+	flags.StringVar(&req.tz, "tz", "", "IANA time zone of the campaign's day, such as Europe/Paris (new campaigns: UTC)")
+	flags.StringVar(&req.curve, "curve", "", "pacing curve name, from --curves or the built-in flat (new campaigns: flat)")
+	flags.IntVar(&req.shards, "shards", 0, fmt.Sprintf("shards per campaign-day, 1 to %d (new campaigns: %d)", lease.MaxShards, lease.DefaultShards))
+	flags.BoolVar(&req.carry, "carry-over", false, "carry a closed day's unspent budget over to the next day (new campaigns: false)")
+	flags.Var(&req.bid, "bid", "typical largest bid, MONEY: a budget of few bids gets fewer shards from the next day opened (daemons keep it current)")
+	pos, err := a.parseArgs(flags, args, "<id> [--daily MONEY] [--tz Area/City] [--curve NAME] [--shards N] [--carry-over] [--bid MONEY]")
+	if err != nil {
+		return req, err
+	}
+	if req.id, err = campaignArg("campaign set", pos); err != nil {
+		return req, err
+	}
+	flags.Visit(func(f *flag.Flag) { req.given[f.Name] = true })
+	if req.daily.set && req.daily.micros > lease.MaxBudgetMicros {
+		return req, usagef("campaign set: --daily %s: at most %d micros (%s)", formatUnits(req.daily.micros), lease.MaxBudgetMicros, formatUnits(lease.MaxBudgetMicros))
+	}
+	if req.given["tz"] {
+		// "Local" would mean a different day on every host.
+		if _, err := time.LoadLocation(req.tz); err != nil || req.tz == "" || req.tz == "Local" {
+			return req, usagef("campaign set: unknown time zone %q: want an IANA zone such as Europe/Paris or UTC", req.tz)
+		}
+	}
+	if req.bid.set && (req.bid.micros <= 0 || req.bid.micros > lease.MaxBudgetMicros) {
+		return req, usagef("campaign set: --bid %s: want 1 to %d micros", formatUnits(req.bid.micros), lease.MaxBudgetMicros)
+	}
+	if req.given["shards"] && (req.shards < 1 || req.shards > lease.MaxShards) {
+		return req, usagef("campaign set: --shards %d: want 1 to %d", req.shards, lease.MaxShards)
+	}
+	if req.given["curve"] {
+		if err := a.checkCurveName(req.curve); err != nil {
+			return req, err
+		}
+	}
+	return req, nil
+}
+
+// storeSet applies the request to the campaign as stored (or to a new
+// one), stores it if anything changed, records the bid, and returns the
+// campaign before and after.
+func storeSet(ctx context.Context, l *lease.Ledger, req setRequest) (old, stored lease.Campaign, created bool, err error) {
+	old, err = l.GetCampaign(ctx, req.id)
+	var unknown *lease.UnknownCampaignError
+	created = errors.As(err, &unknown)
+	if err != nil && !created {
+		return old, old, false, err
+	}
+	c := old
+	if created {
+		if !req.daily.set {
+			return old, old, created, usagef("campaign set: campaign %q is new: --daily is required", req.id)
+		}
+		// A new campaign that can never spend is a typo. An existing
+		// one may be cut to 0 (today's unspent budget taken back).
+		if req.daily.micros == 0 {
+			return old, old, created, usagef("campaign set: campaign %q is new: --daily 0 would never spend; give a positive budget (1500000 micros or 1.5units)", req.id)
+		}
+		c = lease.Campaign{ID: req.id, TZ: "UTC", Curve: config.FlatCurve, Shards: lease.DefaultShards, State: lease.StateActive}
+	}
+	if req.daily.set {
+		c.DailyMicros = req.daily.micros
+	}
+	if req.given["tz"] {
+		c.TZ = req.tz
+	}
+	if req.given["curve"] {
+		c.Curve = req.curve
+	}
+	if req.given["shards"] {
+		c.Shards = req.shards
+	}
+	if req.given["carry-over"] {
+		c.CarryOver = req.carry
+	}
+	stored = old
+	if created || c != old {
+		if stored, err = l.PutCampaign(ctx, c); err != nil {
+			return old, old, created, err
+		}
+	}
+	if req.bid.set {
+		if err := l.SetBid(ctx, req.id, req.bid.micros); err != nil {
+			return old, stored, created, err
+		}
+	}
+	return old, stored, created, nil
+}
+
+// setEvent is the broadcast campaign set sends, and whether anything
+// changed. A lower daily budget, or a cut of today's, revokes: daemons drop
+// their tokens and release their leases, then lease again under the new
+// budget.
+func setEvent(req setRequest, old lease.Campaign, res setResult) (kind string, changed bool) {
+	cut := !res.Created && req.daily.set && req.daily.micros < old.DailyMicros
+	changed = res.Created || res.Campaign != old
 	if t := res.Today; t != nil && t.Open {
 		cut = cut || t.BudgetAfter < t.BudgetBefore
 		changed = changed || t.BudgetAfter != t.BudgetBefore
 	}
 	if cut {
-		kind = pacer.EventRevoked
+		return pacer.EventRevoked, changed
 	}
+	return pacer.EventChanged, changed
+}
 
-	if a.json {
-		if err := a.printJSON(res); err != nil {
-			return err
-		}
-		return a.finishSet(kind, stored, changed, id, adjustErr)
-	}
+// printSet says what campaign set did, for a person.
+func (a *app) printSet(res setResult, old lease.Campaign, adjustErr error) {
+	stored := res.Campaign
 	verb := "updated"
 	switch {
-	case created:
+	case res.Created:
 		verb = "created"
 	case stored == old:
 		verb = "unchanged"
 	}
 	fmt.Fprintf(a.stdout, "campaign %s %s (version %d): daily %d micros (%s), tz %s, curve %s, %d shards, %s\n",
-		id, verb, stored.Version, stored.DailyMicros, formatUnits(stored.DailyMicros), stored.TZ, stored.Curve, stored.Shards, stored.State)
-	if !created && (stored.TZ != old.TZ || stored.Shards != old.Shards) {
+		stored.ID, verb, stored.Version, stored.DailyMicros, formatUnits(stored.DailyMicros), stored.TZ, stored.Curve, stored.Shards, stored.State)
+	if !res.Created && (stored.TZ != old.TZ || stored.Shards != old.Shards) {
 		fmt.Fprintln(a.stdout, "note: the new time zone or shard count applies from the next day opened; days already open keep theirs")
 	}
-	if t := res.Today; t != nil {
-		switch {
-		case !t.Open:
-			fmt.Fprintf(a.stdout, "today %s is not open yet: it will open with the new budget\n", t.Day)
-		case adjustErr != nil:
-			// reported below
-		case t.BudgetBefore == t.BudgetAfter && t.BudgetAfter == t.Requested:
-			fmt.Fprintf(a.stdout, "today %s is open: its budget is already %d micros\n", t.Day, t.BudgetAfter)
-		case t.BudgetAfter == t.Requested:
-			fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d)\n", t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore)
-			if t.CarriedIn > 0 {
-				fmt.Fprintf(a.stdout, "(the daily budget plus the %d micros yesterday carried over)\n", t.CarriedIn)
-			}
-			if t.CutPending > 0 {
-				fmt.Fprintf(a.stdout, "%d micros of the cut were already leased: they are taken back as those leases return (cut_pending in campaign get)\n", t.CutPending)
-			}
+	t := res.Today
+	switch {
+	case t == nil:
+	case !t.Open:
+		fmt.Fprintf(a.stdout, "today %s is not open yet: it will open with the new budget\n", t.Day)
+	case adjustErr != nil:
+		// reported by finishSet
+	case t.BudgetBefore == t.BudgetAfter && t.BudgetAfter == t.Requested:
+		fmt.Fprintf(a.stdout, "today %s is open: its budget is already %d micros\n", t.Day, t.BudgetAfter)
+	case t.BudgetAfter == t.Requested:
+		fmt.Fprintf(a.stdout, "today %s is open: budget %d -> %d micros (%+d)\n", t.Day, t.BudgetBefore, t.BudgetAfter, t.BudgetAfter-t.BudgetBefore)
+		if t.CarriedIn > 0 {
+			fmt.Fprintf(a.stdout, "(the daily budget plus the %d micros yesterday carried over)\n", t.CarriedIn)
+		}
+		if t.CutPending > 0 {
+			fmt.Fprintf(a.stdout, "%d micros of the cut were already leased: they are taken back as those leases return (cut_pending in campaign get)\n", t.CutPending)
 		}
 	}
-	return a.finishSet(kind, stored, changed, id, adjustErr)
 }
 
 // finishSet announces what campaign set did and returns its error: the
