@@ -104,27 +104,58 @@ func ConnectWith(url string, opt Options) (*Broadcaster, error) {
 	}
 	log = log.Named("nats")
 	b := &Broadcaster{log: log}
-	if len(opt.Keys) > 0 {
-		if opt.MaxAge <= 0 {
-			return nil, errors.New("nats: signed broadcasts need a positive MaxAge")
-		}
-		for i, k := range opt.Keys {
-			if len(k) < MinKeyBytes {
-				return nil, fmt.Errorf("broadcast key %d: %d bytes; at least %d needed", i+1, len(k), MinKeyBytes)
-			}
-		}
-		now := opt.Now
-		if now == nil {
-			now = time.Now
-		}
-		b.trust = &trust{keys: opt.Keys, maxAge: opt.MaxAge, now: now}
-		b.rejected = map[string]*atomic.Int64{}
-		for _, r := range RejectReasons {
-			b.rejected[r] = new(atomic.Int64)
+	if err := b.setTrust(opt); err != nil {
+		return nil, err
+	}
+	auth, err := authOptions(opt)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(b.connOptions(opt.Name), auth...)
+	if opt.TLS != nil {
+		opts = append(opts, nats.Secure(opt.TLS))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats %s: %w", RedactURLs(url), err)
+	}
+	b.nc = nc
+	return b, nil
+}
+
+// setTrust checks opt's keys and, with keys, sets up the signing and the
+// checks of received events.
+func (b *Broadcaster) setTrust(opt Options) error {
+	if len(opt.Keys) == 0 {
+		return nil
+	}
+	if opt.MaxAge <= 0 {
+		return errors.New("nats: signed broadcasts need a positive MaxAge")
+	}
+	for i, k := range opt.Keys {
+		if len(k) < MinKeyBytes {
+			return fmt.Errorf("broadcast key %d: %d bytes; at least %d needed", i+1, len(k), MinKeyBytes)
 		}
 	}
-	opts := []nats.Option{
-		nats.Name(opt.Name),
+	now := opt.Now
+	if now == nil {
+		now = time.Now
+	}
+	b.trust = &trust{keys: opt.Keys, maxAge: opt.MaxAge, now: now}
+	b.rejected = map[string]*atomic.Int64{}
+	for _, r := range RejectReasons {
+		b.rejected[r] = new(atomic.Int64)
+	}
+	return nil
+}
+
+// connOptions are the connection's name, its retries forever, and its
+// handlers: each disconnection, reconnection, failed attempt and refused
+// request is logged, the last counted.
+func (b *Broadcaster) connOptions(name string) []nats.Option {
+	log := b.log
+	return []nats.Option{
+		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -149,14 +180,17 @@ func ConnectWith(url string, opt Options) (*Broadcaster, error) {
 			log.Warn("NATS asynchronous error", zap.Error(err))
 		}),
 	}
-	n := 0
+}
+
+// authOptions are the credentials opt gives: at most one of a user and
+// password, a JWT and seed, or an nkey seed.
+func authOptions(opt Options) ([]nats.Option, error) {
+	var opts []nats.Option
 	if opt.Username != "" || opt.Password != "" {
 		opts = append(opts, nats.UserInfo(opt.Username, opt.Password))
-		n++
 	}
 	if opt.JWT != "" || opt.Seed != "" {
 		opts = append(opts, nats.UserJWTAndSeed(opt.JWT, opt.Seed))
-		n++
 	}
 	if opt.NkeySeed != "" {
 		kp, err := nkeys.FromSeed([]byte(opt.NkeySeed))
@@ -168,20 +202,11 @@ func ConnectWith(url string, opt Options) (*Broadcaster, error) {
 			return nil, fmt.Errorf("nats nkey seed: %w", err)
 		}
 		opts = append(opts, nats.Nkey(pub, kp.Sign))
-		n++
 	}
-	if n > 1 {
+	if len(opts) > 1 {
 		return nil, errors.New("nats: give one of user/password, creds (JWT and seed) or an nkey seed")
 	}
-	if opt.TLS != nil {
-		opts = append(opts, nats.Secure(opt.TLS))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nats %s: %w", RedactURLs(url), err)
-	}
-	b.nc = nc
-	return b, nil
+	return opts, nil
 }
 
 // RedactURLs hides the user info (user, password, token) of every URL in a
