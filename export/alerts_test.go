@@ -2,15 +2,15 @@ package export_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer/export"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 )
@@ -20,13 +20,11 @@ import (
 // every rule has an expression, a severity and a summary, and every
 // pacer_export_ series an expression names is one the exporter exports.
 func TestAlertRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatal("promtool not found: install Debian's prometheus package (apt-get install --no-install-recommends prometheus; scripts/deps.sh does)")
-	}
 	for _, args := range [][]string{{"check", "rules", "../configs/alerts/pacer-export.rules.yaml"}, {"test", "rules", "../configs/alerts/pacer-export.rules.test.yaml"}} {
-		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		if _, err := proctest.Promtool("", args...); errors.Is(err, proctest.ErrNoPromtool) {
+			t.Fatal(err)
+		} else if err != nil {
+			t.Error(err)
 		}
 	}
 	b, err := os.ReadFile("../configs/alerts/pacer-export.rules.yaml")

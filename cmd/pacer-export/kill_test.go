@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 )
@@ -35,7 +35,7 @@ func TestSIGKILLMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	dsn := pg.DB(t)
-	var out, errOut syncBuffer
+	var out, errOut proctest.Buffer
 	if err := run(ctx, []string{"--sql", dsn, "migrate"}, noEnv, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
@@ -142,28 +142,4 @@ func spendUntil(t *testing.T, l *lease.Ledger, day string, shards int, t0 time.T
 			return
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for writers on several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
 }

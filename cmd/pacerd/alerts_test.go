@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/pacer/pacer/broadcast"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
 	"github.com/prometheus/client_golang/prometheus"
@@ -168,14 +169,11 @@ func readRules(t *testing.T) ruleFile {
 // (pacerd.rules.test.yaml). The clock alert fires at half the default
 // lease.skew_bound, as its description says.
 func TestAlertRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatal("promtool not found: install Debian's prometheus package (apt-get install --no-install-recommends prometheus; scripts/deps.sh does)")
-	}
 	for _, args := range [][]string{{"check", "rules", alertRules}, {"test", "rules", alertRuleTests}} {
-		out, err := exec.Command(promtool, args...).CombinedOutput()
-		if err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		if _, err := proctest.Promtool("", args...); errors.Is(err, proctest.ErrNoPromtool) {
+			t.Fatal(err)
+		} else if err != nil {
+			t.Error(err)
 		}
 	}
 	def, err := daemon.Config{Holder: "h"}.WithDefaults()

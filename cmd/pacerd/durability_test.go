@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 )
@@ -29,7 +30,7 @@ func runPacerdAt(t *testing.T, redisAddr, extraConfig string) (string, error) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "p.sock")
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

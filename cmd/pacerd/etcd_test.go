@@ -13,6 +13,7 @@ import (
 
 	"github.com/pacer/pacer/config"
 	"github.com/pacer/pacer/internal/embedded"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
@@ -165,7 +166,7 @@ func TestPacerdElectedOverSecureEtcd(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

@@ -13,6 +13,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/internal/embedded"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/internal/testcerts"
@@ -178,7 +179,7 @@ func TestRestrictedRedisACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "p.sock")
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

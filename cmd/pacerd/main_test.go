@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/transport"
@@ -30,10 +30,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	pacerdBin = filepath.Join(dir, "pacerd")
-	out, err := exec.Command("go", "build", "-race", "-o", pacerdBin, ".").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build pacerd: %v\n%s", err, out)
+	if pacerdBin, err = proctest.Build(dir, "github.com/pacer/pacer/cmd/pacerd", true); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -85,25 +83,8 @@ campaign_refresh: 200ms
 type proc struct {
 	cmd    *exec.Cmd
 	socket string
-	stderr *syncBuffer
+	stderr *proctest.Buffer
 	done   chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (s *stack) start(holder string) *proc { return s.startWith(holder, nil, nil) }
@@ -119,7 +100,7 @@ func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 	if err := os.WriteFile(cfg, []byte(base+s.extraConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &proctest.Buffer{}, done: make(chan error, 1)}
 	bin := pacerdBin
 	if s.bin != "" {
 		bin = s.bin

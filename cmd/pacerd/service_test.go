@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/transport"
 	"github.com/redis/go-redis/v9"
 )
@@ -102,7 +103,7 @@ func TestSocketActivation(t *testing.T) {
 	ownSock := filepath.Join(s.dir, "not-used.sock")
 	cmd := exec.Command(tool, "-l", sock, pacerdBin, "--config", cfg, "--redis", s.redis.Socket,
 		"--socket", ownSock, "--holder", "act", "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", s.dir)
-	var logs syncBuffer
+	var logs proctest.Buffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -209,7 +210,7 @@ func (s *stack) activated(f *os.File, holder string) *proc {
 	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	p := &proc{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{stderr: &proctest.Buffer{}, done: make(chan error, 1)}
 	// sh sets LISTEN_PID to its own pid, which exec hands to pacerd.
 	p.cmd = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, pacerdBin,
 		"--config", cfg, "--redis", s.redis.Socket, "--socket", filepath.Join(s.dir, "unused.sock"),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/config"
+	"github.com/pacer/pacer/internal/proctest"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -32,7 +33,7 @@ func TestPacerdRecordsTheWatermarkInEtcd(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr proctest.Buffer
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

@@ -124,7 +124,7 @@ func (p *Proc) WaitListen(tb testing.TB, network, addr string, within time.Durat
 }
 
 // ErrNoPromtool says promtool is not installed, and how to get it.
-var ErrNoPromtool = errors.New("promtool not found: install Debian's prometheus package (scripts/deps.sh does), or put promtool on PATH")
+var ErrNoPromtool = errors.New("promtool not found: install Debian's prometheus package (apt-get install --no-install-recommends prometheus; scripts/deps.sh does)")
 
 // Promtool runs promtool with args in dir and returns its combined output.
 // A missing promtool is ErrNoPromtool: the caller fails with it, never
