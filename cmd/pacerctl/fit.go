@@ -187,58 +187,19 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 		return usagef("curve fit: --name %s is the built-in constant-rate curve; choose another name", config.FlatCurve)
 	}
 
-	var demand []float64
-	var source, summary string
+	var in fitInput
 	if *fromCSV != "" {
-		f, err := os.Open(*fromCSV)
-		if err != nil {
-			return err
-		}
-		demand, err = readDemandCSV(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", *fromCSV, err)
-		}
-		if *name == "" {
-			*name = curveName(strings.TrimSuffix(filepath.Base(*fromCSV), filepath.Ext(*fromCSV)))
-		}
-		source = "demand in " + filepath.Base(*fromCSV)
-		summary = fmt.Sprintf("%d slots of demand from %s", len(demand), *fromCSV)
+		in, err = demandFromCSV(*fromCSV)
 	} else {
-		l, c, err := a.loadCampaign(ctx, "curve fit", pos)
-		if err != nil {
-			return err
-		}
-		id := c.ID
-		obs, err := readDemand(ctx, l, c, a.now(), *days)
-		if err != nil {
-			return err
-		}
-		if len(obs.Days) == 0 {
-			span := "in the last complete day"
-			if *days > 1 {
-				span = fmt.Sprintf("in the last %d complete days", *days)
-			}
-			return fmt.Errorf("no demand recorded for campaign %s %s (%s, days in %s): a curve is fitted from whole local days before today, "+
-				"so a campaign started today has none yet; come back tomorrow, or fit from a file with --from-csv",
-				id, span, lease.DemandKey(id, "<day>"), c.TZ)
-		}
-		if obs.Requests == 0 {
-			return fmt.Errorf("campaign %s had no SPEND requests on %s", id, strings.Join(obs.Days, ", "))
-		}
-		demand = obs.Req
-		if *name == "" {
-			*name = curveName(id)
-		}
-		span := obs.Days[0]
-		if len(obs.Days) > 1 {
-			span += ".." + obs.Days[len(obs.Days)-1]
-		}
-		source = fmt.Sprintf("the SPEND requests of campaign %s on %d days, %s (%s)", id, len(obs.Days), span, c.TZ)
-		summary = fmt.Sprintf("%d SPEND requests of campaign %s on %d of the last %d days (%s), %s allowed",
-			obs.Requests, id, len(obs.Days), *days, span, percentOf(obs.Allowed, obs.Requests))
+		in, err = a.demandFromLedger(ctx, pos, *days)
 	}
-
+	if err != nil {
+		return err
+	}
+	demand := in.demand
+	if *name == "" {
+		*name = in.name
+	}
 	smoothing := *smoothFlag
 	if smoothing < 0 {
 		smoothing = bucket.DefaultSmooth(len(demand))
@@ -248,27 +209,89 @@ func (a *app) curveFit(ctx context.Context, args []string) error {
 		return err
 	}
 	desc := fmt.Sprintf("fitted by pacerctl curve fit to %s; smoothed over +-%d of its %d slots, each slot bounded to %gx-%gx the mean share",
-		source, smoothing, len(demand), *minF, *maxF)
+		in.source, smoothing, len(demand), *minF, *maxF)
+	return a.writeFitted(c, desc, in.summary, *out)
+}
+
+// fitInput is the demand a curve is fitted to, where it came from (for the
+// curve's description and the summary line) and the curve's default name.
+type fitInput struct {
+	demand          []float64
+	source, summary string
+	name            string
+}
+
+// demandFromCSV reads a CSV file of demand per slot.
+func demandFromCSV(path string) (fitInput, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return fitInput{}, err
+	}
+	defer f.Close()
+	demand, err := readDemandCSV(f)
+	if err != nil {
+		return fitInput{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return fitInput{demand: demand, name: curveName(strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))),
+		source: "demand in " + filepath.Base(path), summary: fmt.Sprintf("%d slots of demand from %s", len(demand), path)}, nil
+}
+
+// demandFromLedger reads a campaign's SPEND requests per slot over its last
+// complete local days.
+func (a *app) demandFromLedger(ctx context.Context, pos []string, days int) (fitInput, error) {
+	l, c, err := a.loadCampaign(ctx, "curve fit", pos)
+	if err != nil {
+		return fitInput{}, err
+	}
+	id := c.ID
+	obs, err := readDemand(ctx, l, c, a.now(), days)
+	if err != nil {
+		return fitInput{}, err
+	}
+	if len(obs.Days) == 0 {
+		span := "in the last complete day"
+		if days > 1 {
+			span = fmt.Sprintf("in the last %d complete days", days)
+		}
+		return fitInput{}, fmt.Errorf("no demand recorded for campaign %s %s (%s, days in %s): a curve is fitted from whole local days before today, "+
+			"so a campaign started today has none yet; come back tomorrow, or fit from a file with --from-csv",
+			id, span, lease.DemandKey(id, "<day>"), c.TZ)
+	}
+	if obs.Requests == 0 {
+		return fitInput{}, fmt.Errorf("campaign %s had no SPEND requests on %s", id, strings.Join(obs.Days, ", "))
+	}
+	span := obs.Days[0]
+	if len(obs.Days) > 1 {
+		span += ".." + obs.Days[len(obs.Days)-1]
+	}
+	return fitInput{demand: obs.Req, name: curveName(id),
+		source: fmt.Sprintf("the SPEND requests of campaign %s on %d days, %s (%s)", id, len(obs.Days), span, c.TZ),
+		summary: fmt.Sprintf("%d SPEND requests of campaign %s on %d of the last %d days (%s), %s allowed",
+			obs.Requests, id, len(obs.Days), days, span, percentOf(obs.Allowed, obs.Requests))}, nil
+}
+
+// writeFitted writes the curve file to out (stdout if "") and the summary
+// line where the curve does not go.
+func (a *app) writeFitted(c *bucket.Curve, desc, summary, out string) error {
 	data, err := config.MarshalCurve(c, desc)
 	if err != nil {
 		return err
 	}
-	// The summary goes where the curve does not.
 	info := a.stdout
-	if *out == "" {
+	if out == "" {
 		info = a.stderr
 		if _, err := a.stdout.Write(data); err != nil {
 			return err
 		}
-	} else if err := writeFileAtomic(*out, data); err != nil {
+	} else if err := writeFileAtomic(out, data); err != nil {
 		return err
 	}
 	s := summarize(c)
 	fmt.Fprintf(info, "curve %s: %d slots fitted to %s; peak slot %d (%s-%s) with %s of the day\n  %s\n",
 		c.Name(), c.Slots(), summary, s.PeakSlot, s.PeakStart, s.PeakEnd, percent(s.PeakSharePPB), sparkline(shares(c)))
-	if *out != "" {
-		fmt.Fprintf(info, "wrote %s\n", *out)
-		if base := filepath.Base(*out); base != c.Name()+".yaml" {
+	if out != "" {
+		fmt.Fprintf(info, "wrote %s\n", out)
+		if base := filepath.Base(out); base != c.Name()+".yaml" {
 			a.warnf("%s: a curves directory needs the file named %s.yaml", base, c.Name())
 		}
 	}

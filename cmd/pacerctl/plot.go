@@ -52,7 +52,6 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 	n := c.Slots()
 	cum := c.Cumulative()
 	slotHours := 24 / float64(n)
-
 	steps := make(plotter.XYs, n+1)
 	cumLine := make(plotter.XYs, n+1)
 	for i := 0; i <= n; i++ {
@@ -62,11 +61,51 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 		steps[i] = plotter.XY{X: x, Y: 100 * share / slotHours}
 		cumLine[i] = plotter.XY{X: x, Y: 100 * float64(cum[i]) / float64(bucket.PPB)}
 	}
-	blue := color.RGBA{R: 31, G: 119, B: 180, A: 255}
-	grey := color.Gray{Y: 128}
+	top, err := sharesPlot(c.Name(), n, steps)
+	if err != nil {
+		return nil, err
+	}
+	bottom, err := cumulativePlot(c.Name(), cumLine)
+	if err != nil {
+		return nil, err
+	}
+	px := func(p int) vg.Length { return vg.Length(p) * vg.Inch / pngDPI }
+	canvas := vgimg.NewWith(vgimg.UseWH(px(width), px(height)), vgimg.UseDPI(pngDPI))
+	dc := draw.New(canvas)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
+		PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(8)}
+	plots := [][]*plot.Plot{{top}, {bottom}}
+	cells := plot.Align(plots, tiles, dc)
+	top.Draw(cells[0][0])
+	bottom.Draw(cells[1][0])
+	var buf bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: canvas}).WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
 
+var (
+	plotBlue = color.RGBA{R: 31, G: 119, B: 180, A: 255}
+	plotGrey = color.Gray{Y: 128}
+)
+
+// flatLine is flat's curve in a plot, dashed grey, from a to b.
+func flatLine(a, b plotter.XY) (*plotter.Line, error) {
+	l, err := plotter.NewLine(plotter.XYs{a, b})
+	if err != nil {
+		return nil, err
+	}
+	l.Color, l.Dashes = plotGrey, []vg.Length{vg.Points(4), vg.Points(3)}
+	return l, nil
+}
+
+// sharesPlot is curvePNG's top half: the share of the day per hour of each
+// slot, as steps, beside flat's. Drawing flat against itself would say
+// "flat" twice in the legend.
+func sharesPlot(name string, n int, steps plotter.XYs) (*plot.Plot, error) {
 	top := plot.New()
-	top.Title.Text = fmt.Sprintf("Pacing curve %s (%d slots): share of the day's budget", c.Name(), n)
+	top.Title.Text = fmt.Sprintf("Pacing curve %s (%d slots): share of the day's budget", name, n)
 	top.Y.Label.Text = "% of the day per hour"
 	top.Y.Min = 0
 	for _, p := range steps {
@@ -80,24 +119,26 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 		return nil, err
 	}
 	l.StepStyle = plotter.PostStep
-	l.Color = blue
+	l.Color = plotBlue
 	l.Width = vg.Points(1.5)
 	l.FillColor = color.NRGBA{R: 31, G: 119, B: 180, A: 70}
-	flat, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 100.0 / 24}, {X: 24, Y: 100.0 / 24}})
-	if err != nil {
-		return nil, err
-	}
-	flat.Color, flat.Dashes = grey, []vg.Length{vg.Points(4), vg.Points(3)}
-	// Drawing flat against itself would say "flat" twice in the legend.
-	isFlat := c.Name() == config.FlatCurve
 	top.Add(l)
-	top.Legend.Add(c.Name(), l)
-	if !isFlat {
+	top.Legend.Add(name, l)
+	if name != config.FlatCurve {
+		flat, err := flatLine(plotter.XY{X: 0, Y: 100.0 / 24}, plotter.XY{X: 24, Y: 100.0 / 24})
+		if err != nil {
+			return nil, err
+		}
 		top.Add(flat)
 		top.Legend.Add("flat", flat)
 	}
 	top.Legend.Top = true
+	return top, nil
+}
 
+// cumulativePlot is curvePNG's bottom half: the cumulative share of the day,
+// beside flat's diagonal.
+func cumulativePlot(name string, cumLine plotter.XYs) (*plot.Plot, error) {
 	bottom := plot.New()
 	bottom.Title.Text = "Cumulative share of the day's budget"
 	bottom.X.Label.Text = "local time (slots stretch or shrink on 23- and 25-hour DST days)"
@@ -110,33 +151,17 @@ func curvePNG(c *bucket.Curve, width, height int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl.Color, cl.Width = blue, vg.Points(1.5)
-	diag, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 24, Y: 100}})
-	if err != nil {
-		return nil, err
-	}
-	diag.Color, diag.Dashes = grey, []vg.Length{vg.Points(4), vg.Points(3)}
+	cl.Color, cl.Width = plotBlue, vg.Points(1.5)
 	bottom.Add(cl)
-	bottom.Legend.Add(c.Name(), cl)
-	if !isFlat {
+	bottom.Legend.Add(name, cl)
+	if name != config.FlatCurve {
+		diag, err := flatLine(plotter.XY{X: 0, Y: 0}, plotter.XY{X: 24, Y: 100})
+		if err != nil {
+			return nil, err
+		}
 		bottom.Add(diag)
 		bottom.Legend.Add("flat", diag)
 	}
 	bottom.Legend.Top, bottom.Legend.Left = true, true
-
-	px := func(p int) vg.Length { return vg.Length(p) * vg.Inch / pngDPI }
-	canvas := vgimg.NewWith(vgimg.UseWH(px(width), px(height)), vgimg.UseDPI(pngDPI))
-	dc := draw.New(canvas)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4),
-		PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(8)}
-	plots := [][]*plot.Plot{{top}, {bottom}}
-	cells := plot.Align(plots, tiles, dc)
-	top.Draw(cells[0][0])
-	bottom.Draw(cells[1][0])
-
-	var buf bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: canvas}).WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return bottom, nil
 }
