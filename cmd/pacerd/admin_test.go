@@ -29,7 +29,7 @@ func waitForSocket(t *testing.T, p *proc, path string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no socket at %s within 10s:\n%s", path, p.stderr.String())
+			t.Fatalf("no socket at %s within 10s:\n%s", path, p.Output.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

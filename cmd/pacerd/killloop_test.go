@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -56,9 +55,8 @@ func TestSIGKILLLoopRealProcesses(t *testing.T) {
 		mu.Lock()
 		p := procs[i]
 		mu.Unlock()
-		p.cmd.Process.Kill()
-		<-p.done
-		p.done <- errors.New("killed") // for the cleanup's wait
+		p.Cmd.Process.Kill()
+		<-p.Done()
 		np := s.start(hosts[i])
 		mu.Lock()
 		procs[i] = np
@@ -130,10 +128,9 @@ func spendOn(t *testing.T, socket func() string, allowed *atomic.Int64, stop cha
 // terminate stops p with SIGTERM (it releases its leases) and waits.
 func terminate(t *testing.T, p *proc) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
-		p.done <- errors.New("stopped")
+	case <-p.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("pacerd did not exit within 10s of SIGTERM")
 	}

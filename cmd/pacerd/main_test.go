@@ -3,11 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -80,11 +77,11 @@ tick_interval: 20ms
 campaign_refresh: 200ms
 `
 
+// proc is a pacerd process (killed and waited for at the test's cleanup,
+// its log shown if the test failed) and its socket.
 type proc struct {
-	cmd    *exec.Cmd
+	*proctest.Proc
 	socket string
-	stderr *proctest.Buffer
-	done   chan error
 }
 
 func (s *stack) start(holder string) *proc { return s.startWith(holder, nil, nil) }
@@ -100,39 +97,16 @@ func (s *stack) startWith(holder string, extraArgs, env []string) *proc {
 	if err := os.WriteFile(cfg, []byte(base+s.extraConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	p := &proc{socket: filepath.Join(s.dir, holder+".sock"), stderr: &proctest.Buffer{}, done: make(chan error, 1)}
 	bin := pacerdBin
 	if s.bin != "" {
 		bin = s.bin
 	}
-	p.cmd = exec.Command(bin, "--config", cfg, "--redis", s.redis.Socket, "--socket", p.socket,
-		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state-"+holder))
-	p.cmd.Args = append(p.cmd.Args, extraArgs...)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	s.t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-		if s.t.Failed() {
-			s.t.Logf("pacerd %s log:\n%s", holder, p.stderr.String())
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// Dial, not stat: a killed daemon leaves its socket file behind.
-		if c, err := net.Dial("unix", p.socket); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("pacerd did not listen within 10s:\n%s", p.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sock := filepath.Join(s.dir, holder+".sock")
+	args := append([]string{"--config", cfg, "--redis", s.redis.Socket, "--socket", sock, "--holder", holder,
+		"--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state-"+holder)}, extraArgs...)
+	p := &proc{Proc: proctest.Start(s.t, "pacerd "+holder, bin, args, env), socket: sock}
+	// A -race pacerd's start at a load average of 20, not an idle machine's.
+	p.WaitListen(s.t, "unix", sock, time.Minute)
 	return p
 }
 
@@ -232,13 +206,12 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 	if sh := s.check("c"); sh.Leased == 0 {
 		t.Fatal("no lease outstanding while spending")
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("pacerd exit after SIGTERM: %v\n%s", err, p.stderr.String())
+	case <-p.Done():
+		if err := p.Err(); err != nil {
+			t.Fatalf("pacerd exit after SIGTERM: %v\n%s", err, p.Output.String())
 		}
-		p.done <- err
 	case <-time.After(10 * time.Second):
 		t.Fatal("pacerd did not exit within 10s of SIGTERM")
 	}
@@ -259,9 +232,8 @@ func TestSIGKILLThenRestart(t *testing.T) {
 	s.campaign("c", 86_400_000_000)
 	p := s.start("h1")
 	allowed := spendFor(t, dial(t, p.socket), "c", 1000, 500*time.Millisecond)
-	p.cmd.Process.Kill()
-	<-p.done
-	p.done <- errors.New("killed")
+	p.Cmd.Process.Kill()
+	<-p.Done()
 	held := s.check("c").Leased
 	if held == 0 {
 		t.Fatal("the killed daemon held no lease; the test proves nothing")
@@ -282,8 +254,8 @@ func TestSIGKILLThenRestart(t *testing.T) {
 	if sh.Lost != 0 {
 		t.Fatalf("%d of the %d micros the killed daemon held were settled as lost; want them reclaimed", sh.Lost, held)
 	}
-	if !strings.Contains(p2.stderr.String(), "reclaimed a lease left by the previous run") {
-		t.Fatalf("the restarted daemon did not reclaim its predecessor's leases:\n%s", p2.stderr.String())
+	if !strings.Contains(p2.Output.String(), "reclaimed a lease left by the previous run") {
+		t.Fatalf("the restarted daemon did not reclaim its predecessor's leases:\n%s", p2.Output.String())
 	}
 	if allowed+allowed2 > sh.Spent+sh.Leased {
 		t.Fatalf("allowed %d > spent %d + leased %d: overspend", allowed+allowed2, sh.Spent, sh.Leased)

@@ -81,7 +81,7 @@ func hostileRun(t *testing.T, bin, kind string, n, multiSpends int) {
 	s.extraConfig = "socket_server: " + kind + "\nclient_read_timeout: 60s\nmax_clients: " + strconv.Itoa(n+10) + "\n"
 	s.campaign("c1", 86_400_000_000)
 	p := s.start("h1")
-	pid := p.cmd.Process.Pid
+	pid := p.Cmd.Process.Pid
 	c := dial(t, p.socket)
 	if _, err := c.Spend(ctx, "c1", 1, ""); err != nil {
 		t.Fatal(err)

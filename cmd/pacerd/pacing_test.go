@@ -31,7 +31,7 @@ func TestFreshPacerdPacesFromItsFirstSeconds(t *testing.T) {
 		var err error
 		if c, err = transport.Dial(ctx, p.socket, transport.ClientOptions{}); err != nil {
 			if time.Now().After(deadline) {
-				t.Fatalf("pacerd did not answer on its socket within a minute: %v\n%s", err, p.stderr.String())
+				t.Fatalf("pacerd did not answer on its socket within a minute: %v\n%s", err, p.Output.String())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -94,7 +94,7 @@ func TestReadyzFollowsTheLedger(t *testing.T) {
 				last = err.Error()
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: /readyz still %s, want %d containing %q\n%s", step, last, code, body, p.stderr.String())
+				t.Fatalf("%s: /readyz still %s, want %d containing %q\n%s", step, last, code, body, p.Output.String())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

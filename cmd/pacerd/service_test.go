@@ -74,16 +74,15 @@ func TestSdNotifySequence(t *testing.T) {
 			t.Fatalf("unexpected notification %q before WATCHDOG", m)
 		}
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
 	for m := next("STOPPING"); m != "STOPPING=1"; m = next("STOPPING") {
 		if m != "WATCHDOG=1" && !strings.HasPrefix(m, "STATUS=") {
 			t.Fatalf("unexpected notification %q before STOPPING", m)
 		}
 	}
-	if err := <-p.done; err != nil {
+	if err := p.Err(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
-	p.done <- nil
 }
 
 // Under systemd-socket-activate (Debian's systemd package), pacerd serves on
@@ -210,18 +209,12 @@ func (s *stack) activated(f *os.File, holder string) *proc {
 	if err := os.WriteFile(cfg, []byte(testConfig), 0o644); err != nil {
 		s.t.Fatal(err)
 	}
-	p := &proc{stderr: &proctest.Buffer{}, done: make(chan error, 1)}
 	// sh sets LISTEN_PID to its own pid, which exec hands to pacerd.
-	p.cmd = exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, pacerdBin,
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, pacerdBin,
 		"--config", cfg, "--redis", s.redis.Socket, "--socket", filepath.Join(s.dir, "unused.sock"),
 		"--holder", holder, "--curves", filepath.Join(s.dir, "no-curves"), "--state-dir", filepath.Join(s.dir, "state"))
-	p.cmd.ExtraFiles = []*os.File{f}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	return p
+	cmd.ExtraFiles = []*os.File{f}
+	return &proc{Proc: proctest.StartCmd(s.t, "pacerd "+holder, cmd)}
 }
 
 // A restart (upgrade) under socket activation: the socket stays open, calls
@@ -288,23 +281,23 @@ func TestRestartUnderLoadKeepsTheSocket(t *testing.T) {
 	// a machine at a load average of 20 stretches.
 	for answered.Load() < 200 {
 		select {
-		case err := <-p1.done:
-			t.Fatalf("old pacerd exited before serving: %v\n%s", err, p1.stderr.String())
+		case <-p1.Done():
+			t.Fatalf("old pacerd exited before serving: %v\n%s", p1.Err(), p1.Output.String())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	p1.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-p1.done; err != nil {
-		t.Fatalf("old pacerd exit: %v\n%s", err, p1.stderr.String())
+	p1.Cmd.Process.Signal(syscall.SIGTERM)
+	if err := p1.Err(); err != nil {
+		t.Fatalf("old pacerd exit: %v\n%s", err, p1.Output.String())
 	}
 	p2 := s.activated(f, "r2")
-	defer func() { p2.cmd.Process.Signal(syscall.SIGTERM); <-p2.done }()
+	defer func() { p2.Cmd.Process.Signal(syscall.SIGTERM); <-p2.Done() }()
 	time.Sleep(time.Second)
 	close(stop)
 	r := <-done
 	t.Logf("restart under load: %d calls, %d failed, max latency %v", r.calls, r.failed, r.maxLatency)
 	if r.failed > 0 {
-		t.Fatalf("%d of %d calls failed across the restart; first: %v\nold:\n%s\nnew:\n%s", r.failed, r.calls, r.firstErr, p1.stderr.String(), p2.stderr.String())
+		t.Fatalf("%d of %d calls failed across the restart; first: %v\nold:\n%s\nnew:\n%s", r.failed, r.calls, r.firstErr, p1.Output.String(), p2.Output.String())
 	}
 	s.check("c")
 }

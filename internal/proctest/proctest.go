@@ -74,8 +74,16 @@ type Proc struct {
 // failed its output is logged under name.
 func Start(tb testing.TB, name, bin string, args, env []string) *Proc {
 	tb.Helper()
-	p := &Proc{Cmd: exec.Command(bin, args...), Output: &Buffer{}, done: make(chan struct{})}
-	p.Cmd.Env = append(os.Environ(), env...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return StartCmd(tb, name, cmd)
+}
+
+// StartCmd is Start for a command the caller prepared (its environment,
+// extra files); its stdout and stderr go to Output.
+func StartCmd(tb testing.TB, name string, cmd *exec.Cmd) *Proc {
+	tb.Helper()
+	p := &Proc{Cmd: cmd, Output: &Buffer{}, done: make(chan struct{})}
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Output, p.Output
 	if err := p.Cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", name, err)
