@@ -583,6 +583,12 @@ type Pace struct {
 	HourPermille    int64
 	HourUnit        int64
 	HourNoBid       bool
+	// Ahead is the most the shard lets out beyond what its plan has due by
+	// Now (spent, leased and available together), by its one-bid advance
+	// and its last bids alike: what the fleet may run ahead of its curve,
+	// whatever its hosts hold. 0: no such bound (the advance keeps spent
+	// and available within a Unit of the plan, with or without it).
+	Ahead int64
 }
 
 // flag is a script argument's 1 or 0.
@@ -675,6 +681,8 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("pace hour share %d ppb: want 0 to %d", r.Pace.HourPPB, int64(bucket.PPB))
 	case r.Pace.HourUnit < 0 || r.Pace.HourUnit > MaxBudgetMicros:
 		return fmt.Errorf("pace hour unit %d micros out of range", r.Pace.HourUnit)
+	case r.Pace.Ahead < 0 || r.Pace.Ahead > MaxBudgetMicros:
+		return fmt.Errorf("pace ahead %d micros out of range", r.Pace.Ahead)
 	case r.Demand < 0 || r.Demand > MaxBudgetMicros:
 		return fmt.Errorf("demand %d micros/s out of range", r.Demand)
 	case r.Demand > 0 && (r.DemandTTL < time.Millisecond || r.DemandTTL > MaxDemandTTL):
@@ -728,7 +736,7 @@ func (l *Ledger) grantArgs(r GrantRequest) []any {
 		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48 * time.Hour)), l.cfg.AuditMaxLen,
 		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
 		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
-		r.Known.Granted, r.Known.Returned,
+		r.Known.Granted, r.Known.Returned, r.Pace.Ahead,
 	}
 }
 

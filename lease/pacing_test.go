@@ -129,6 +129,42 @@ func TestUnitAdvanceIsOneBidAheadAtMost(t *testing.T) {
 	}
 }
 
+// Ahead bounds what a shard lets out beyond its plan's due, leases still
+// out included: hosts that hold bids they have not spent yet are as far
+// ahead as if they had. A 20-bid day (2,000 micros a bid) on a flat curve,
+// Unit 4,000 (the largest SPEND) and Ahead 3,000: three hosts each ask for
+// four bids, holding what they get, every ten minutes for two hours; spent
+// and leased together stay within Ahead of the plan, and the advance still
+// lets Ahead out at the first call.
+func TestAheadCountsLeasesOut(t *testing.T) {
+	const bid, budget, ahead = 2_000, 20 * 2_000, 3_000
+	l, key := openSmallDay(t, budget)
+	var first int64
+	for at := time.Minute; at <= 2*time.Hour; at += 10 * time.Minute {
+		for h := range 3 {
+			p := smallDayPace(at, 2*bid, 2*bid, false)
+			p.Ahead = ahead
+			r := grantReq(fmt.Sprintf("h%d-%v", h, at), key, 4*bid, t0.Add(at), p.Now)
+			r.Holder, r.Pace = fmt.Sprintf("h%d", h), p
+			g, err := l.Grant(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at == time.Minute && h == 0 {
+				first = g.Granted
+			}
+			out := g.Shard.Spent + g.Shard.Leased + g.Shard.Available
+			if due := int64(budget) * int64(at) / int64(24*time.Hour); out > due+ahead {
+				t.Fatalf("at %v host %d: spent, leased and available %d, more than Ahead %d over the plan's %d", at, h, out, ahead, due)
+			}
+		}
+	}
+	if first < ahead {
+		t.Errorf("the first call got %d: want the advance, at least Ahead", first)
+	}
+	mustBalance(t, l, "c", rampDay)
+}
+
 // The advance's ramp tests: a shard of 24,000,000 micros a day on a flat
 // curve (1,000,000 an hour), a unit of half an hour of its plan, catch-up 3x.
 const (
@@ -655,11 +691,19 @@ func TestHourBoundTakesItsBidFromHourUnit(t *testing.T) {
 // ahead of it by a call every ten minutes; at 20:00 (4,945 left) a SPEND of
 // 1.5 bids waits for the curve; after two SPENDs of a quarter bid, at 20:41
 // (3,945 left), it is granted.
+//
+// With Ahead (here a bid) they wait for the curve's last Ahead, though:
+// released earlier, the day would stand more than Ahead in front of its
+// curve.
 func TestLastBidsWaitForNoCurve(t *testing.T) {
 	const bid, budget = 2_000, 20 * 2_000
 	hourPlan := int64(budget / 24)
 	l, key := openSmallDay(t, budget)
-	pace := func(at time.Duration) lease.Pace { return smallDayPace(at, bid, bid, false) }
+	pace := func(at time.Duration) lease.Pace {
+		p := smallDayPace(at, bid, bid, false)
+		p.Ahead = bid
+		return p
+	}
 	var hours [24]int64
 	spend := func(id string, at time.Duration, want, least int64) int64 {
 		t.Helper()
@@ -688,13 +732,21 @@ func TestLastBidsWaitForNoCurve(t *testing.T) {
 	if n > 2*bid || n < 3*bid/2 {
 		t.Fatalf("at 20:41 %d left: the case wants between 1.5 and two bids", n)
 	}
-	if g := spend("tail", 20*time.Hour+41*time.Minute, 3*bid/2, 3*bid/2); g != 3*bid/2 {
-		t.Fatalf("at 20:41 with %d left (the last two bids) a SPEND of 1.5 bids was granted %d: want all of it", n, g)
+	// The last two bids, but the curve has more than a bid (Ahead: the
+	// unit) still to release: granted, the day would stand 2.4 bids ahead
+	// of its curve.
+	if g := spend("early-tail", 20*time.Hour+41*time.Minute, 3*bid/2, 3*bid/2); g != 0 {
+		t.Fatalf("at 20:41 with %d left a SPEND of 1.5 bids was granted %d: want it to wait until the curve has at most a bid left", n, g)
 	}
-	if hours[20] > 2*hourPlan+bid {
-		t.Errorf("hour 20 spent %d: more than twice its plan's %d and a bid", hours[20], hourPlan)
+	// From 22:48 the curve has at most a bid left: the last two bids wait
+	// for it no more.
+	if g := spend("tail", 22*time.Hour+50*time.Minute, 3*bid/2, 3*bid/2); g != 3*bid/2 {
+		t.Fatalf("at 22:50 with %d left (the last two bids, the curve's last bid) a SPEND of 1.5 bids was granted %d: want all of it", left(), g)
 	}
-	t.Logf("left at 20:41: %d; hour 20 spent %d (plan %d)", n, hours[20], hourPlan)
+	if hours[20] > 2*hourPlan+bid || hours[22] > 2*hourPlan+bid {
+		t.Errorf("hours 20 and 22 spent %d and %d: more than twice their plan's %d and a bid", hours[20], hours[22], hourPlan)
+	}
+	t.Logf("left at 20:41: %d; hour 20 spent %d, hour 22 %d (plan %d)", n, hours[20], hours[22], hourPlan)
 }
 
 // HourNoBid: the hour spends at most HourPermille/1000 times its share, no
@@ -782,8 +834,8 @@ func TestLastHourReLocksWhatItHeld(t *testing.T) {
 // sends the same call again): a granted lease is returned by its id, not
 // released again, and a refused one, which recorded nothing, runs again
 // under the same bounds. A 20-bid day on a flat curve, spent a bid ahead of
-// it by a call every ten minutes until 20:50 (its last two bids then
-// released: the tail); and a second day, nothing spent until 23:00, a call a minute
+// it by a call every ten minutes until 22:50 (its last two bids released
+// once the curve has a bid left: the tail); and a second day, nothing spent until 23:00, a call a minute
 // with no bid over the hour's 1.5x; every call is sent twice, and one that
 // asks for more than the hour's room, refused, twice too. The last hour
 // spends at most 1.5x its share, and every shard balances.
@@ -795,6 +847,7 @@ func TestEndOfDayRulesUnderRetries(t *testing.T) {
 		t.Helper()
 		r := grantReq(id, key, want, t0.Add(at), 0)
 		r.Pace, r.Min = smallDayPace(at, bid, bid, true), least
+		r.Pace.Ahead = bid
 		first, err := l.Grant(ctx, r)
 		if err != nil {
 			t.Fatal(err)
@@ -813,12 +866,13 @@ func TestEndOfDayRulesUnderRetries(t *testing.T) {
 		}
 		return first.Granted
 	}
-	for at := 10 * time.Minute; at <= 20*time.Hour+50*time.Minute; at += 10 * time.Minute {
+	for at := 10 * time.Minute; at <= 22*time.Hour+50*time.Minute; at += 10 * time.Minute {
 		twice(fmt.Sprintf("L%v", at), at, lease.MaxBudgetMicros, 0)
 	}
-	// The tail released the last two bids at once, each granted once.
+	// The tail released the last two bids at once once the curve had a bid
+	// left to release (22:48), each granted once.
 	if left := budget - mustBalance(t, l, "c", rampDay).Spent; left != 0 {
-		t.Errorf("at 20:50, its last two bids released, %d left unspent", left)
+		t.Errorf("at 22:50, its last two bids released, %d left unspent", left)
 	}
 	// A fresh day's shard for the last hour: the first day is spent out.
 	mustOpen(t, l, campaign("d", budget, 1), rampDay)

@@ -1,8 +1,9 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned]]]]]]]]]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead]]]]]]]]]]
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
+-- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
 -- hour hour_ppb hour_permille hour_unit: release_by_curve's hour bound (permille 0: none;
@@ -32,7 +33,7 @@ if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s
 if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
-local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]))
+local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]), num(ARGV[26]))
 local take = want
 local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[17]))
 if cap and cap < take then take = cap end

@@ -319,14 +319,17 @@ end
 --     x that window. A shard ahead of its plan releases pro rata (slower
 --     than the plan) until the plan catches up.
 -- unit: available may hold one unit (the caller's bid size) while the
--- shard's spent + available stays within one unit of the plan: a campaign
+-- shard's spent + available stays within one unit of the plan, and, with
+-- ahead > 0, spent + leased + available within ahead of it: a campaign
 -- whose cap window is worth less than one bid still gets its bids, on time,
--- a bid per host that holds one ahead of its curve at most. Not while the
+-- and the fleet, whatever its hosts hold, is never more than ahead in front
+-- of its curve (the caller's bound, in its mean bids, which a largest SPEND
+-- may exceed). Not while the
 -- shard is behind its plan by more than a unit: then only the catch-up rule
 -- releases (at most k x the pace), and available may fill up to one unit.
 -- Once the curve is done (a morning-only curve, or the day's end), whatever
 -- is locked is released; so is what is left once it is at most TAIL_BIDS
--- bids.
+-- bids (and, with ahead > 0, the curve has at most ahead left to release).
 -- ramp: the campaign-day has more than one shard, so a new shard, or one
 -- that was far behind, takes up its advance at the catch-up pace (adv).
 -- hour: {idx, ppb, permille, unit, no_bid} (or nil): the call falls in hour
@@ -355,10 +358,12 @@ local FAIR_END = 3
 -- hours at 2.2-2.7x its plan, less a bid, over five seeds (the issue's bound
 -- for small budgets is 2x); at 2x, 1.6-2.1x.
 local RAMP_PERMILLE = 2000
--- TAIL_BIDS: a shard's last bids wait for no curve. Once what it has left
--- (locked and available) is at most TAIL_BIDS bids (the hour's usual bid,
--- else the unit), locked is released, within the hour's bound, unless the
--- shard is far behind (then the catch-up paces it to the end) or ramping.
+-- TAIL_BIDS: a shard's last bids wait for no curve once the curve has no
+-- more than ahead left to release. Once what it has left (locked and
+-- available) is at most TAIL_BIDS bids (the hour's usual bid, else the
+-- unit) and the plan keeps at most ahead locked, locked is released, within
+-- the hour's bound, unless the shard is far behind (then the catch-up paces
+-- it to the end) or ramping.
 -- Held back a bid ahead of the curve, a small campaign's last bid or two
 -- waited for the curve's last hours, where its few SPENDs rarely fit what was
 -- left: the family's small budgets (22-72 bids, seeds 1-64) ended their
@@ -376,8 +381,9 @@ local function usual_bid(unit, hour)
   return unit
 end
 
-local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
+local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ahead)
   unit = unit or 0
+  ahead = ahead or 0
   k = k or 0
   exempt = exempt or 0
   if c_now > PPB then c_now = PPB end
@@ -497,7 +503,9 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
     -- counted: a sparse campaign's hosts each hold a bid, unspent until a
     -- SPEND comes to that host, so the fleet runs at most a bid per host (and
     -- the leases in flight) ahead of its curve.
-    local x = math.min(unit - s.available, s.locked, (plan - plan_locked) + unit - s.available - s.spent)
+    local due = plan - plan_locked
+    local x = math.min(unit - s.available, s.locked, due + unit - s.available - s.spent)
+    if ahead > 0 then x = math.min(x, due + ahead - s.available - s.spent - s.leased) end
     if room then x = math.min(x, room) end
     if ramping then
       x = math.min(x, s.adv)
@@ -512,7 +520,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour)
   -- The shard's last bids (TAIL_BIDS): the rest of locked, within the
   -- hour's room.
   if unit > 0 and k > 0 and not far_behind and not ramping and s.locked > 0 then
-    if s.locked + s.available <= TAIL_BIDS * usual_bid(unit, hour) then
+    if s.locked + s.available <= TAIL_BIDS * usual_bid(unit, hour) and (ahead <= 0 or plan_locked <= ahead) then
       local x = s.locked
       if room then x = math.min(x, room) end
       if x > 0 then

@@ -2,8 +2,9 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned]]]]]]]]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead]]]]]]]]]]
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
+-- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
 -- hour hour_ppb hour_permille hour_unit: release_by_curve's hour bound (permille 0: none;
@@ -39,7 +40,7 @@ elseif held(K) then
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
-  local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]), st == 0 and credited or 0, num(ARGV[20]) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]))
+  local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]), st == 0 and credited or 0, num(ARGV[20]) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]), num(ARGV[28]))
   -- A fair share of what is available, plus what the ending lease just gave
   -- back: it was this holder's, fairly granted, and its tokens are carried.
   local take = want
