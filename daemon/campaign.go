@@ -54,7 +54,11 @@ type campaign struct {
 	// The fleet's bid size for the campaign, as the ledger had it when this
 	// host last opened one of its days (refill loop only): a host's first
 	// SPENDs of a sparse campaign are too few to size a bid from.
-	fleetUnit     int64
+	fleetUnit int64
+	// The mean SPEND asked on this host, over its last meanSpendWindow
+	// SPENDs (refill loop only), and how many it is taken over.
+	meanSpend     float64
+	meanSpends    int64
 	minAmount     atomic.Int64 // smallest SPEND seen (0: none yet)
 	requestedBase int64        // refill loop only: demand of the days already dropped
 

@@ -99,6 +99,7 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 		c.demandTicks[c.demandTickN%sparseSpends] = now
 		c.demandTickN++
 	}
+	c.foldMeanSpend(req-c.lastRequested, calls-c.lastCalls)
 	if !c.lastTick.IsZero() {
 		if dt := now.Sub(c.lastTick).Seconds(); dt > 0 {
 			alpha := 1 - math.Exp(-dt/demandTau.Seconds())
@@ -108,6 +109,54 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 		}
 	}
 	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
+}
+
+// meanSpendWindow is how many of a host's last SPENDs its mean SPEND is
+// taken over.
+const meanSpendWindow = 64
+
+// foldMeanSpend adds calls SPENDs asking micros in all to the mean SPEND.
+func (c *campaign) foldMeanSpend(micros, calls int64) {
+	if calls <= 0 || micros < 0 {
+		return
+	}
+	c.meanSpends = min(c.meanSpends+calls, meanSpendWindow)
+	c.meanSpend += (float64(micros) - float64(calls)*c.meanSpend) / float64(c.meanSpends)
+	c.meanSpend = max(c.meanSpend, 0)
+}
+
+// meanBid is the campaign's mean SPEND on this host, drawn towards half its
+// usual bid (usualUnit, as meanPriorSpends SPENDs would): the typical
+// largest SPEND is about twice the mean for the spreads of bids auctions
+// see, and a host that has seen two or three SPENDs knows little of the
+// mean from them.
+func (c *campaign) meanBid() float64 {
+	prior := float64(c.usualUnit()) / 2
+	n := float64(c.meanSpends)
+	return (n*c.meanSpend + meanPriorSpends*prior) / (n + meanPriorSpends)
+}
+
+// meanPriorSpends is how many SPENDs half the usual bid counts as in
+// meanBid.
+const meanPriorSpends = 8
+
+// advanceMeanBids is the ledger's one-bid advance in the campaign's mean
+// bids, and advancePermille in parts per thousand of its daily budget
+// (aheadMicros).
+const (
+	advanceMeanBids = 1.5
+	advancePermille = 15
+)
+
+// aheadMicros is how far the ledger may let the fleet run ahead of the
+// curve (lease.Pace.Ahead): the campaign's bid, at most advanceMeanBids of
+// its mean SPENDs, or advancePermille of its daily budget if more. The
+// pacing goal is max(2 mean bids, 2% of the budget), however large the
+// largest SPEND; a budget of more than a hundred bids keeps its float of
+// a bid available while hosts hold others.
+func (c *campaign) aheadMicros(daily int64) int64 {
+	bids := min(c.unit(), int64(advanceMeanBids*c.meanBid()))
+	return max(bids, daily/1000*advancePermille, 1)
 }
 
 // demand returns the EWMAs of demand (micros a second) and of SPENDs a

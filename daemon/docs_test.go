@@ -50,3 +50,30 @@ func TestDocsQuoteTheDemandFlush(t *testing.T) {
 		t.Errorf("docs/OPERATIONS.md: %q, but daemons flush every %v, a sparse campaign every %v", m[0], demandFlush, sparseDemandFlush)
 	}
 }
+
+// docs/PACING.md quotes the ledger advance's bound in mean SPENDs: the
+// quotes must carry the daemon's values.
+func TestPacingDocQuotesTheAdvance(t *testing.T) {
+	data, err := os.ReadFile("../docs/PACING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		phrase *regexp.Regexp
+		want   string
+	}{
+		{regexp.MustCompile(`at most ([0-9.]+) of the campaign's mean SPENDs`), fmt.Sprint(advanceMeanBids)},
+		{regexp.MustCompile(`its own\s+mean over its last ([0-9]+)`), fmt.Sprint(meanSpendWindow)},
+		{regexp.MustCompile(`usual bid as ([0-9]+)\s+SPENDs would`), fmt.Sprint(meanPriorSpends)},
+	} {
+		m := c.phrase.FindAllSubmatch(data, -1)
+		if len(m) == 0 {
+			t.Errorf("docs/PACING.md no longer says %q: update this test if the text moved", c.phrase)
+		}
+		for _, m := range m {
+			if string(m[1]) != c.want {
+				t.Errorf("docs/PACING.md: %q, but the daemon says %s", m[0], c.want)
+			}
+		}
+	}
+}

@@ -157,8 +157,7 @@ func slowHostsOnCurve(t *testing.T, start time.Duration, demand float64) {
 	const warmup, run = 10 * time.Minute, 130 * time.Minute
 	allowed, _ := spendFleet(t, f, fleetHosts(t, f, 100*time.Millisecond), demand*pace/bid, bid, tick, warmup, run)
 	total, worst := shareGap(t, allowed)
-	// The pace, and up to the half hour a sparse campaign's shards stand
-	// ahead of the curve (maxArrivalLead) once.
+	// The pace, and up to half an hour's more.
 	if secs := (run - warmup).Seconds(); float64(total) < 0.95*pace*secs || float64(total) > 1.05*pace*(secs+1800) {
 		t.Errorf("the fleet spent %d micros in %.0f s; want about the pace's %.0f, plus at most half an hour's", total, secs, pace*secs)
 	}

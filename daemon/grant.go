@@ -75,8 +75,9 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 }
 
 // grantRequest is the ledger request for a lease of want micros on key:
-// where the curve stands for the shard's release rule (led, for a sparse
-// campaign: arrivalLead), the catch-up and hour bounds, the fair share.
+// where the curve stands now and a cap window on for the shard's release
+// rule, how far ahead of it the shard may let the fleet run (aheadMicros),
+// the catch-up and hour bounds, the fair share.
 func (c *campaign) grantRequest(now time.Time, s *settings, ds *dayState, key lease.ShardKey, want, least int64, standing bool) lease.GrantRequest {
 	cfg := c.cfg
 	expiry := now.Add(cfg.LeaseWindow)
@@ -86,12 +87,11 @@ func (c *campaign) grantRequest(now time.Time, s *settings, ds *dayState, key le
 	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
 		expiry = lastSpend // spendable until midnight at the latest
 	}
-	lead := c.arrivalLead(s, ds, now)
 	id := cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
-		Pace: lease.Pace{Now: c.curveAhead(ds, now, lead), Cap: lead.at(ds, now, cfg.CapWindow),
-			Unit: min(c.unit(), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
+		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
+			Unit: min(c.unit(), lease.MaxBudgetMicros), Ahead: min(c.aheadMicros(s.DailyMicros), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: c.knownOf(ds, key.Shard),
 	}
 	c.hourPace(&req.Pace, now, s, ds)

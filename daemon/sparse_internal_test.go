@@ -56,108 +56,38 @@ func TestUnitWindowsSeen(t *testing.T) {
 	}
 }
 
-// A sparse campaign's lead on its curve grows with the day, from nothing at
-// its start to maxArrivalLead at its end: led a whole half hour from the
-// start, a campaign sparse only in its local night ran that far ahead there
-// and then behind its plan's pace once busy (smoothness CV 0.07-0.11 in the
-// simulator's default scenario, 0.02 with the growing lead). A small budget
-// is led by a bid at the day's end where that is further than the half hour,
-// and a larger one by no more than maxLeadBids of its bids.
-func TestArrivalLeadGrowsWithTheDay(t *testing.T) {
-	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
-	const daily = 86_400_000
+// The ledger's advance (lease.Pace.Ahead) for a budget of 20 bids is at
+// most one and a half of the campaign's mean SPENDs, however large its
+// largest: the fleet then runs at most two mean bids ahead of its curve. A
+// budget of more than a hundred bids may run 1.5% of it ahead. Before a host has seen many
+// SPENDs its mean is drawn towards half the usual bid, so that two large
+// first SPENDs do not set it; and never above the bid itself.
+func TestAdvanceIsInMeanBids(t *testing.T) {
 	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}}
-	c.fleetUnit = 300_000 // five minutes of the flat curve: 288 bids a day
-	for i := range 4 {    // a SPEND every ten minutes: sparse
-		c.demandTicks[i] = day.Start.Add(time.Duration(i) * 10 * time.Minute)
-		c.demandTickN++
+	c.fleetUnit = 4_000 // the typical largest bid: the mean is about half
+	if got, want := c.aheadMicros(20*4_000), int64(3_000); got != want {
+		t.Errorf("no SPEND seen: advance %d, want 1.5 x half the bid, %d", got, want)
 	}
-	s := &settings{Campaign: lease.Campaign{DailyMicros: daily}}
-	ds := &dayState{day: day, curve: bucket.Flat(24), shardLeft: make([]int64, 1)}
-	lead := func(at time.Duration) time.Duration {
-		now := day.Start.Add(at)
-		// On its curve: what is left is what the curve has still to release.
-		ds.shardLeft[0] = daily - int64(float64(daily)*float64(ds.curve.AtTime(now, day))/float64(bucket.PPB))
-		return c.arrivalLead(s, ds, now).time
+	c.foldMeanSpend(2*9_000, 2) // two large SPENDs: drawn towards the prior
+	if got := c.aheadMicros(20 * 4_000); got <= 3_000 || got > 4_000 {
+		t.Errorf("two SPENDs of 9,000: advance %d, want above 3,000 and at most the bid, 4,000", got)
 	}
-	for _, tc := range []struct{ at, want time.Duration }{
-		{0, 0},
-		{6 * time.Hour, maxArrivalLead / 4},
-		{12 * time.Hour, maxArrivalLead / 2},
-		{24*time.Hour - time.Minute, maxArrivalLead * (24*60 - 1) / (24 * 60)},
-	} {
-		if got := lead(tc.at); got < tc.want-time.Second || got > tc.want+time.Second {
-			t.Errorf("lead %v into the day: %v, want %v", tc.at, got, tc.want)
-		}
+	c = &campaign{cfg: c.cfg, fleetUnit: 4_000}
+	for range 100 {
+		c.foldMeanSpend(1_000, 1)
 	}
-	// The lead in bids grows with the day too, to a bid at its end: here a
-	// bid is five minutes of the flat curve, so at noon the time lead, three
-	// bids, is the further.
-	noon := day.Start.Add(12 * time.Hour)
-	ds.shardLeft[0] = daily / 2
-	if got, want := c.curveAhead(ds, noon, c.arrivalLead(s, ds, noon)), ds.curve.AtTime(noon.Add(maxArrivalLead/2), day); got != want {
-		t.Errorf("a bid of five minutes at noon: the ledger is asked for %d PPB, want the curve a quarter hour on, %d", got, want)
+	if got, want := c.meanBid(), (64*1_000.0+8*2_000)/72; got < want-1 || got > want+1 {
+		t.Errorf("mean bid %.0f after 100 SPENDs of 1,000, want %.0f (the last 64, drawn towards 2,000 as 8 would)", got, want)
 	}
-	// But no more than maxLeadBids of its bids: at 23:00 the half hour has
-	// grown to nearly 29 minutes, almost six bids; the ledger is asked for
-	// four bids (20 minutes) on. Led half an hour into a steep last hour, a
-	// shard's release point stood that far ahead of its busy hosts' own
-	// calls, which released nothing until they passed it.
-	eleven := day.Start.Add(23 * time.Hour)
-	ds.shardLeft[0] = daily / 24
-	if got, want := c.curveAhead(ds, eleven, c.arrivalLead(s, ds, eleven)), ds.curve.AtTime(eleven, day)+maxLeadBids*bucket.PPB/288; got < want-1 || got > want+1 {
-		t.Errorf("at 23:00: the ledger is asked for %d PPB, want the curve's position plus %d bids, %d", got, maxLeadBids, want)
+	if got := c.aheadMicros(20 * 4_000); got < 1_600 || got > 1_700 {
+		t.Errorf("advance %d after 100 SPENDs of 1,000; want 1.5 x the mean bid, about 1,667", got)
 	}
-	// A budget of 20 bids: leadBids (two) grown halfway, a bid, at noon is
-	// 72 minutes of a flat curve, more than the 15 minutes the half hour has
-	// grown to: the ledger is asked for the curve's position plus a bid.
-	small := &settings{Campaign: lease.Campaign{DailyMicros: 20 * c.fleetUnit}}
-	tol := int64(2 * bucket.PPB / small.DailyMicros) // two micros: the bound below is reckoned in micros
-	ds.shardLeft[0] = small.DailyMicros / 2
-	l := c.arrivalLead(small, ds, noon)
-	if want := int64(bucket.PPB / 20); l.ppb < want-tol || l.ppb > want+1 {
-		t.Errorf("20-bid budget at noon: lead %d PPB, want a bid, %d", l.ppb, want)
+	c.maxAmount.Store(20_000) // one huge SPEND: the unit grows, the advance does not
+	if c.unit() != 20_000 || c.aheadMicros(20*4_000) > 1_700 {
+		t.Errorf("one SPEND of 20,000: unit %d, advance %d; want 20,000 and at most 1,700", c.unit(), c.aheadMicros(20*4_000))
 	}
-	if got, want := c.curveAhead(ds, noon, l), ds.curve.AtTime(noon, day)+bucket.PPB/20; got < want-tol || got > want+1 {
-		t.Errorf("20-bid budget at noon: the ledger is asked for %d PPB, want the curve plus a bid, %d", got, want)
-	}
-	// Behind its curve by 0.6 of a bid, it is led by 0.4 of one: no
-	// further than a bid past what its shards have released. Led a bid,
-	// the shards would stand 1.6 bids behind the release point the lead
-	// set, where only catch-up releases, as that point's time passes; and
-	// its hosts, more than a bid behind now, would call unled, before that
-	// point (tiny scenario, seed 3: a 20-bid campaign's shard released
-	// nothing for three hours that way).
-	ds.shardLeft[0] = small.DailyMicros/2 + 6*c.fleetUnit/10
-	if l, want := c.arrivalLead(small, ds, noon), int64(bucket.PPB/20*4/10); l.ppb < want-tol || l.ppb > want+tol {
-		t.Errorf("20-bid budget 0.6 bids behind at noon: lead %d PPB, want 0.4 of a bid, %d", l.ppb, want)
-	}
-	// Near the day's end the lead stops halfway from the curve's position to
-	// its end, for the bid lead as for the time lead. The furthest position
-	// any host asks for is a shard's release point: pinned a PPB short of
-	// the end, as it was, one led call there held every other host's calls
-	// on that shard to nothing until midnight, and what it still had locked
-	// was never released (family seed 8's f21, 21,443 bids, one of three
-	// hosts led: 1.2-1.6% of its budget left locked, 98.4-98.8% spent).
-	late := day.End.Add(-time.Minute)
-	ds.shardLeft[0] = small.DailyMicros / 1440
-	cur := ds.curve.AtTime(late, day)
-	if got, want := c.curveAhead(ds, late, c.arrivalLead(small, ds, late)), cur+(bucket.PPB-cur)/2; got != want {
-		t.Errorf("20-bid budget a minute before midnight: asked for %d PPB, want halfway to the end, %d", got, want)
-	}
-	// And so for the half hour: half an hour before midnight, the curve's
-	// position a quarter hour on.
-	late = day.End.Add(-30 * time.Minute)
-	cur = ds.curve.AtTime(late, day)
-	ds.shardLeft[0] = daily - int64(float64(daily)*float64(cur)/float64(bucket.PPB))
-	if got, want := c.curveAhead(ds, late, c.arrivalLead(s, ds, late)), cur+(bucket.PPB-cur)/2; got != want {
-		t.Errorf("half an hour before midnight: asked for %d PPB, want halfway to the end, %d", got, want)
-	}
-
-	// Behind its curve by more than a bid: no lead, as before.
-	ds.shardLeft[0] = daily/2 + 2*c.fleetUnit
-	if got := c.arrivalLead(s, ds, noon); !got.zero() {
-		t.Errorf("behind the curve: lead %v, want none", got)
+	if got, want := c.aheadMicros(1_000*4_000), int64(60_000); got != want {
+		t.Errorf("a budget of 1,000 bids: advance %d, want 1.5%% of it, %d", got, want)
 	}
 }
 
