@@ -65,6 +65,7 @@ func TestPacingDocQuotesTheAdvance(t *testing.T) {
 		{regexp.MustCompile(`at most ([0-9.]+) of the campaign's mean SPENDs`), fmt.Sprint(advanceMeanBids)},
 		{regexp.MustCompile(`its own\s+mean over its last ([0-9]+)`), fmt.Sprint(meanSpendWindow)},
 		{regexp.MustCompile(`usual bid as ([0-9]+)\s+SPENDs would`), fmt.Sprint(meanPriorSpends)},
+		{regexp.MustCompile(`or ([0-9.]+)% of the daily budget if that`), fmt.Sprint(float64(advancePermille) / 10)},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {

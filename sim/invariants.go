@@ -27,12 +27,19 @@ import (
 //   - hour: an hour the campaign entered no more than a bid behind its
 //     curve spends at most twice the curve's share of it, plus a bid;
 //   - last hour: the day's last hour spends at most LastHourBound times the
-//     curve's share of it, plus a bid: no end-of-day dump.
+//     curve's share of it, plus a bid: no end-of-day dump;
+//   - ahead: at every CatchUpWindow of the local day, what the campaign
+//     spent is at most AheadBids of its mean bids, or AheadShare of its
+//     budget if more, above what its curve has due: no front-loading,
+//     whatever the demand (a campaign never has to run ahead to spend its
+//     day).
 const (
 	CatchUpWindow      = 10 * time.Second
 	FleetCatchUpWindow = defaultCapWindow
 	CatchUpSlack       = 1.1
 	LastHourBound      = 1.5
+	AheadBids          = 2
+	AheadShare         = 0.02
 	// defaultCatchUp is the daemons' default catch-up multiple (the
 	// simulator runs them with it).
 	defaultCatchUp = 3
@@ -64,6 +71,47 @@ func violations(c *campaignRT, hosts int) []Violation {
 	var out []Violation
 	out = append(out, catchUpViolations(c, hosts)...)
 	out = append(out, hourViolations(c)...)
+	out = append(out, aheadViolations(c)...)
+	return out
+}
+
+// aheadBound is how far ahead of its curve a campaign may run, micros:
+// AheadBids mean bids, or AheadShare of its budget if more.
+func (c *campaignRT) aheadBound() float64 {
+	return max(AheadBids*c.meanBid, AheadShare*float64(c.budget))
+}
+
+// aheadViolations lists each spell the campaign ran further ahead of its
+// curve than aheadBound, at the 10-second sample it began, with the
+// furthest it went in that spell.
+func aheadViolations(c *campaignRT) []Violation {
+	var out []Violation
+	bound := c.aheadBound()
+	var from time.Time
+	var most float64
+	report := func() {
+		out = append(out, Violation{Invariant: "ahead", Campaign: c.spec.ID, At: c.at(from),
+			Detail: fmt.Sprintf("ran up to %.0f micros ahead of its curve (%.1f%% of the budget); bound %.0f: %d mean bids of %.0f or %.0f%% of the budget",
+				most, 100*most/float64(c.budget), bound, AheadBids, c.meanBid, 100*AheadShare)})
+	}
+	for _, s := range c.tens {
+		ahead := float64(s.cum) - c.plan(c.day.Start, s.t)
+		switch {
+		case ahead > bound && from.IsZero():
+			from, most = s.t, ahead
+		case ahead > bound:
+			most = max(most, ahead)
+		case !from.IsZero():
+			report()
+			from = time.Time{}
+		}
+		if len(out) >= maxViolationsEach {
+			return out
+		}
+	}
+	if !from.IsZero() {
+		report()
+	}
 	return out
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,47 @@ func TestCurveOracleArrivalsOutOfOrder(t *testing.T) {
 	}
 	if got, want := c.oracleSpent, int64(4_500_000); got < want-2_000 || got > want+75_000+1_000 {
 		t.Fatalf("oracle spent %d in the last hour, arrivals out of order; want 1.25x the pace, about %d", got, want)
+	}
+}
+
+// The ahead invariant names each spell a campaign ran more than two mean
+// bids (or 2% of its budget) ahead of its curve, where it began and how far
+// it went; a campaign on its curve, or behind it, breaks nothing.
+func TestAheadOfTheCurve(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 8_640_000 // 100 micros a second on a flat curve
+	c := &campaignRT{spec: Spec{ID: "c"}, loc: time.UTC, day: day, curve: bucket.Flat(24), budget: budget, meanBid: 100_000}
+	if got, want := c.aheadBound(), 200_000.0; got != want {
+		t.Fatalf("bound %v, want two mean bids, %v (more than 2%% of the budget)", got, want)
+	}
+	onCurve := func(at time.Time) int64 { return int64(at.Sub(day.Start).Seconds() * 100) }
+	for at := day.Start; !at.After(day.End); at = at.Add(CatchUpWindow) {
+		cum := onCurve(at)
+		switch {
+		case at.Hour() == 1 && at.Minute() < 10: // 2.5 bids ahead for ten minutes
+			cum += 250_000
+		case at.Hour() == 5 && at.Minute() < 10: // 2 bids ahead: within
+			cum += 200_000
+		case at.Hour() == 9: // far behind: not this invariant's
+			cum -= 1_000_000
+		case at.Hour() == 20 && at.Minute() == 30 && at.Second() == 0: // one sample just over
+			cum += 200_001
+		}
+		c.tens = append(c.tens, tenSample{t: at, cum: cum})
+	}
+	v := aheadViolations(c)
+	if len(v) != 2 {
+		t.Fatalf("%d violations, want 2: %v", len(v), v)
+	}
+	if v[0].Invariant != "ahead" || v[0].Campaign != "c" || v[0].At != "01:00:00" || !strings.Contains(v[0].Detail, "250000 micros ahead") {
+		t.Errorf("first: %v; want ahead at 01:00:00, 250000 micros", v[0])
+	}
+	if v[1].At != "20:30:00" || !strings.Contains(v[1].Detail, "200001 micros ahead") {
+		t.Errorf("second: %v; want ahead at 20:30:00, 200001 micros", v[1])
+	}
+	c.budget = 100 * budget // 2% of it is more than two bids
+	if got, want := c.aheadBound(), 0.02*100*budget; got != want {
+		t.Errorf("bound %v, want 2%% of the budget, %v", got, want)
 	}
 }
 

@@ -100,10 +100,11 @@ type campaignRT struct {
 	day      bucket.Day
 	curve    *bucket.Curve // for an "auto" curve, nil until its day starts (dayCurves)
 	shape    shape
-	budget   int64 // pacer's and no pacing's budget
-	blBudget int64 // the Redis-backed baselines' budget (budget / thin)
-	inBL     bool  // runs the Redis-backed baselines
-	maxBid   int64 // the bids' typical largest (95th percentile)
+	budget   int64   // pacer's and no pacing's budget
+	blBudget int64   // the Redis-backed baselines' budget (budget / thin)
+	inBL     bool    // runs the Redis-backed baselines
+	maxBid   int64   // the bids' typical largest (95th percentile)
+	meanBid  float64 // the bids' mean
 
 	npRemaining atomic.Int64 // no pacing: the fleet's shared counter
 	// The curve oracle (oracleSpend): a reference, not a strategy.
@@ -337,7 +338,7 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 		}
 		// As an operator would (pacerctl campaign set --bid): the typical
 		// largest bid, so a budget of few bids gets few shards on its first day.
-		c.maxBid = r.bid.typicalMax()
+		c.maxBid, c.meanBid = r.bid.typicalMax(), r.bid.mean()
 		if err := r.obsLedger.SetBid(ctx, spec.ID, c.maxBid); err != nil {
 			return err
 		}

@@ -85,3 +85,15 @@ func (b bidder) typicalMax() int64 {
 	}
 	return b.lo + b.span*95/100
 }
+
+// mean is the bid distribution's mean, as drawn (the quantile table's).
+func (b bidder) mean() float64 {
+	if b.table == nil {
+		return float64(b.lo) + float64(b.span-1)/2
+	}
+	var sum float64
+	for _, v := range b.table {
+		sum += float64(v)
+	}
+	return sum / float64(len(b.table))
+}
