@@ -358,10 +358,11 @@ local FAIR_END = 3
 -- hours at 2.2-2.7x its plan, less a bid, over five seeds (the issue's bound
 -- for small budgets is 2x); at 2x, 1.6-2.1x.
 local RAMP_PERMILLE = 2000
--- TAIL_BIDS: a shard's last bids wait for no curve once the curve has no
--- more than ahead left to release. Once what it has left (locked and
--- available) is at most TAIL_BIDS bids (the hour's usual bid, else the
--- unit) and the plan keeps at most ahead locked, locked is released, within
+-- TAIL_BIDS: a shard's last bids wait for no curve (with ahead > 0, once
+-- the curve has no more than ahead left to release). Once what it has left
+-- (locked and available) is at most TAIL_BIDS bids (the hour's usual bid,
+-- else the unit), and with ahead > 0 the plan keeps at most ahead locked,
+-- locked is released, within
 -- the hour's bound, unless the shard is far behind (then the catch-up paces
 -- it to the end) or ramping.
 -- Held back a bid ahead of the curve, a small campaign's last bid or two
