@@ -127,10 +127,11 @@ DIST        ?= dist
 NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 
 .PHONY: deb
-deb: ## Build dist/pacer_<version>_<arch>.deb (DIST=dir to change): pacerd, pacerctl, units, the pacer user, /etc/pacer (apt install ./dist/pacer_*.deb).
+deb: ## Build dist/pacer_<version>_<arch>.deb (DIST=dir to change): pacerd, pacerctl, pacer-export, units, the pacer user, /etc/pacer (apt install ./dist/pacer_*.deb).
 	@rm -rf $(DIST)/stage && mkdir -p $(DIST)/stage
-	CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/stage/ ./cmd/pacerd ./cmd/pacerctl
+	CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(DIST)/stage/ ./cmd/pacerd ./cmd/pacerctl ./cmd/pacer-export
 	sed 's|^ExecStart=/usr/local/bin/pacerd |ExecStart=/usr/bin/pacerd |' systemd/pacerd.service > $(DIST)/stage/pacerd.service
+	sed 's|^ExecStart=/usr/local/bin/pacer-export |ExecStart=/usr/bin/pacer-export |' systemd/pacer-export.service > $(DIST)/stage/pacer-export.service
 	printf 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\nUpstream-Name: pacer\nSource: https://github.com/pacer/pacer\n\nFiles: *\nCopyright: 2026 the pacer authors\nLicense: none-stated\n No license is stated in the source repository; ask the maintainers.\n' > $(DIST)/stage/copyright
 	printf 'pacer ($(DEB_VERSION)) unstable; urgency=medium\n\n  * Built from commit %s. What changed: CHANGELOG.md in the source.\n\n -- pacer maintainers <pacer@example.org>  %s\n' \
 		"$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$$(git log -1 --format=%aD 2>/dev/null || date -R)" | gzip -9n > $(DIST)/stage/changelog.gz

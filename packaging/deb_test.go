@@ -59,11 +59,12 @@ func TestDebianPackage(t *testing.T) {
 	contents := run(t, ".", "dpkg-deb", "-c", deb)
 	for _, want := range []string{
 		"-rwxr-xr-x root/root .* ./usr/bin/pacerd\n", "-rwxr-xr-x root/root .* ./usr/bin/pacerctl\n",
+		"-rwxr-xr-x root/root .* ./usr/bin/pacer-export\n", " ./lib/systemd/system/pacer-export.service\n",
 		" ./lib/systemd/system/pacerd.service\n", " ./lib/systemd/system/pacerd.socket\n",
 		" ./usr/lib/sysusers.d/pacer.conf\n", " ./usr/lib/tmpfiles.d/pacer.conf\n",
 		" ./etc/pacer/pacerd.yaml\n", " ./etc/pacer/curves/evening-peak.yaml\n",
 		"drwxr-x--- root/root .* ./var/lib/pacer/\n", " ./usr/share/doc/pacer/copyright\n",
-		" ./usr/share/doc/pacer/pacerd.rules.yaml\n",
+		" ./usr/share/doc/pacer/pacerd.rules.yaml\n", " ./usr/share/doc/pacer/pacer-export.rules.yaml\n",
 	} {
 		if !regexp.MustCompile(want).MatchString(contents) {
 			t.Errorf("dpkg-deb -c has no line matching %q:\n%s", want, contents)
@@ -85,6 +86,13 @@ func TestDebianPackage(t *testing.T) {
 	}
 	if out := run(t, ".", filepath.Join(root, "usr/bin/pacerctl"), "version"); !strings.HasPrefix(out, "pacerctl ") {
 		t.Errorf("installed pacerctl version: %q", out)
+	}
+	exportUnit, err := os.ReadFile(filepath.Join(root, "lib/systemd/system/pacer-export.service"))
+	if err != nil || !strings.Contains(string(exportUnit), "\nExecStart=/usr/bin/pacer-export run\n") {
+		t.Errorf("installed pacer-export unit's ExecStart is not /usr/bin/pacer-export (%v):\n%s", err, exportUnit)
+	}
+	if out := run(t, ".", filepath.Join(root, "usr/bin/pacer-export"), "version"); !strings.HasPrefix(out, "pacer-export ") {
+		t.Errorf("installed pacer-export version: %q", out)
 	}
 	checkDefaultConfig(t, root)
 }
