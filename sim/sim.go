@@ -147,6 +147,7 @@ type hostCampaign struct {
 	firstExhausted                              time.Time
 
 	npAllowed int64
+	oracle    curveMemo // the curve oracle's positions at this host's current arrival tick
 
 	seq                   int64 // arrivals seen, for thinning
 	blRequests            int64
@@ -753,7 +754,7 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 		r.trace(h, c, amount, dec, err, now)
 	}
 
-	oracleSpend(c, amount, now)
+	oracleSpend(c, hc.oracle.at(c, now), amount, now)
 
 	// No pacing: every arrival, the fleet's shared counter, stop at budget.
 	if r.enabled[sNoPacing] {
@@ -815,16 +816,33 @@ const (
 	oracleLastHourCatchUp = 1.25
 )
 
+// curveMemo holds a campaign's curve positions at one instant: every
+// arrival of a host's arrival tick reads the same two, so the curve oracle
+// computes them once per tick and host instead of once per SPEND.
+type curveMemo struct {
+	ns            int64 // the instant, Unix nanoseconds; 0: none yet
+	pos, posAhead int64 // the curve's position (PPB) at ns and a minute later
+}
+
+// at returns the memo for now, computing it if now is another instant.
+func (m *curveMemo) at(c *campaignRT, now time.Time) *curveMemo {
+	if ns := now.UnixNano(); ns != m.ns {
+		m.ns = ns
+		m.pos = c.curve.AtTime(now, c.day)
+		m.posAhead = c.curve.AtTime(now.Add(time.Minute), c.day)
+	}
+	return m
+}
+
 // oracleSpend serves one arrival through the curve oracle: a fleet that sees
 // every SPEND as it comes, with one shared counter, and allows it while the
 // total stays within the curve's target at that instant plus one bid
 // (maxBid) and the budget, and, behind the curve, at most oracleCatchUp x
 // its pace. What it spends of a day's SPENDs is what following the curve
-// could; pacer is judged against 99.5% only where it reaches that.
-func oracleSpend(c *campaignRT, amount int64, now time.Time) {
-	c.oracleMu.Lock()
-	defer c.oracleMu.Unlock()
-	at := c.curve.AtTime(now, c.day)
+// could; pacer is judged against 99.5% only where it reaches that. pos is
+// the curve's position at now (curveMemo.at).
+func oracleSpend(c *campaignRT, pos *curveMemo, amount int64, now time.Time) {
+	at := pos.pos
 	k := oracleCatchUp
 	if c.day.End.Sub(now) <= time.Hour {
 		k = oracleLastHourCatchUp
@@ -835,14 +853,16 @@ func oracleSpend(c *campaignRT, amount int64, now time.Time) {
 	// step, and counting each step back and forth again as pace gave the
 	// oracle up to 1.7x in the last hour for its 1.25x (family seed 11's
 	// f04, "spent" 100% where it follows its curve to 98.4%).
-	minute := float64(c.budget) * float64(c.curve.AtTime(now.Add(time.Minute), c.day)-at) / float64(bucket.PPB)
+	minute := float64(c.budget) * float64(pos.posAhead-at) / float64(bucket.PPB)
+	target := int64(float64(c.budget) * float64(at) / float64(bucket.PPB))
+	c.oracleMu.Lock()
+	defer c.oracleMu.Unlock()
 	if at > c.oracleLastPPB {
 		step := float64(c.budget) * float64(at-c.oracleLastPPB) / float64(bucket.PPB)
 		c.oracleTokens += k * step
 		c.oracleLastPPB = at
 	}
 	c.oracleTokens = min(c.oracleTokens, max(k*minute, float64(c.maxBid)))
-	target := int64(float64(c.budget) * float64(at) / float64(bucket.PPB))
 	if c.oracleSpent+amount > min(target+c.maxBid, c.budget) || float64(amount) > c.oracleTokens {
 		return
 	}
