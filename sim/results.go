@@ -209,9 +209,38 @@ type Summary struct {
 // hotRate is the fleet rate at which a campaign counts as hot.
 const hotRate = 1000
 
+// results gathers the run's figures: the run's settings and Redis counts,
+// each host's, each campaign's per strategy and its ledger at the end, and
+// a summary per strategy.
 func (r *runner) results(ctx context.Context) (*Results, error) {
+	res := r.resultsHeader()
+	for i, s := range strategies {
+		if r.enabled[i] {
+			res.Strategies = append(res.Strategies, s)
+		}
+	}
+	for _, h := range r.hosts {
+		res.Hosts = append(res.Hosts, hostResult(h))
+	}
+	for _, c := range r.camps {
+		cr, err := r.campaignResult(ctx, c, res)
+		if err != nil {
+			return nil, err
+		}
+		res.Campaigns = append(res.Campaigns, cr)
+	}
+	for si, name := range strategies {
+		if r.enabled[si] {
+			res.Summary[name] = r.summary(res, si, name)
+		}
+	}
+	return res, nil
+}
+
+// resultsHeader is the run's settings and Redis command counts.
+func (r *runner) resultsHeader() *Results {
 	sc := r.sc
-	res := &Results{
+	return &Results{
 		Scenario: sc.Name, Seed: sc.Seed, Date: sc.Date, Start: r.first, End: r.end,
 		SimulatedHours: r.end.Sub(r.first).Hours(), WarmupHours: time.Duration(sc.Warmup).Hours(),
 		BaselineThin: sc.Baselines.Thin,
@@ -227,197 +256,228 @@ func (r *runner) results(ctx context.Context) (*Results, error) {
 			FailedWhilePaused: r.pacerCnt.failed.Load() + r.reconCnt.failed.Load() + r.luaCnt.failed.Load() + r.batchCnt.failed.Load()},
 		Faults: r.faults, Notes: r.notes, ConservationOK: true,
 	}
-	for i, s := range strategies {
-		if r.enabled[i] {
-			res.Strategies = append(res.Strategies, s)
-		}
-	}
-	for _, h := range r.hosts {
-		hr := HostResult{Name: h.name, Weight: h.weight, Killed: !h.alive}
-		if h.alive {
-			hr.Daemon = map[string]string{}
-			for _, f := range h.d.Info() {
-				if strings.HasPrefix(f.Key, "ledger_") || strings.HasPrefix(f.Key, "leases_") || strings.HasPrefix(f.Key, "sparse_") {
-					hr.Daemon[f.Key] = f.Value
-				}
-			}
-		}
-		for ci := range h.c {
-			hr.Spends += h.c[ci].requests
-			hr.AllowedMicros += h.c[ci].allowedMicros
-		}
-		res.Hosts = append(res.Hosts, hr)
-	}
+}
 
-	for _, c := range r.camps {
-		cr := &CampaignResult{ID: c.spec.ID, Curve: c.spec.Curve, TZ: c.spec.TZ, Traffic: c.shape.name,
-			Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
-			Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
-			Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c),
-			OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1))}
-		var first, last time.Time
-		allSaw := true
-		var requests, blRequests int64
-		var allowed [nStrategies]int64
-		for _, h := range r.hosts {
-			hc := &h.c[c.idx]
-			requests += hc.requests
-			blRequests += hc.blRequests
-			allowed[sPacer] += hc.allowedMicros
-			allowed[sLua] += hc.luaAllowed
-			allowed[sBatch] += hc.batchAllowed
-			allowed[sNoPacing] += hc.npAllowed
-			cr.Allowed += hc.allowed
-			cr.Paced += hc.paced
-			cr.Exhausted += hc.exhausted
-			cr.Errors += hc.errors
-			if !h.alive {
-				continue
-			}
-			if hc.firstExhausted.IsZero() {
-				allSaw = false
-				continue
-			}
-			if first.IsZero() || hc.firstExhausted.Before(first) {
-				first = hc.firstExhausted
-			}
-			if hc.firstExhausted.After(last) {
-				last = hc.firstExhausted
+// hostResult is one host's SPENDs, what it allowed and, if it is alive, its
+// daemon's ledger, lease and sparse counters.
+func hostResult(h *hostRT) HostResult {
+	hr := HostResult{Name: h.name, Weight: h.weight, Killed: !h.alive}
+	if h.alive {
+		hr.Daemon = map[string]string{}
+		for _, f := range h.d.Info() {
+			if strings.HasPrefix(f.Key, "ledger_") || strings.HasPrefix(f.Key, "leases_") || strings.HasPrefix(f.Key, "sparse_") {
+				hr.Daemon[f.Key] = f.Value
 			}
 		}
-		if allSaw && !first.IsZero() {
-			cr.ExhaustionPropagationSeconds = last.Sub(first).Seconds()
-		}
-		for si, name := range strategies {
-			if !r.enabled[si] || (si != sPacer && si != sNoPacing && !c.inBL) {
-				continue
-			}
-			budget, spends := c.budget, requests
-			if si == sLua || si == sBatch {
-				budget, spends = c.blBudget, blRequests
-			}
-			q := quality(c, si, budget, allowed[si])
-			if si == sPacer {
-				res.Violations = append(res.Violations, violations(c, len(r.hosts))...)
-			}
-			q.Spends = spends
-			if si != sNoPacing {
-				q.RedisCommands = c.cmdsAtEnd[si] - c.cmdsAtStart[si]
-			}
-			if spends > 0 {
-				q.CmdsPer1000 = 1000 * float64(q.RedisCommands) / float64(spends)
-			}
-			if h := c.day.End.Sub(c.day.Start).Hours(); h > 0 {
-				q.CmdsPerHour = float64(q.RedisCommands) / h
-			}
-			if si == sPacer {
-				q.HostShareMaxDev = r.hostShareDev(c)
-				q.HostShares, q.HostRequestShares = r.hostShares(c)
-				if len(q.HostShares) == len(q.HostRequestShares) {
-					for i, sh := range q.HostShares {
-						q.HostShareAskedDev = max(q.HostShareAskedDev, 100*math.Abs(sh-q.HostRequestShares[i]))
-					}
-				}
-				if budget > 0 {
-					q.DemandAsked = float64(c.overHosts(r, func(hc *hostCampaign) int64 { return hc.askedMicros })) / float64(budget)
-				}
-				if allowed := c.overHosts(r, func(hc *hostCampaign) int64 { return hc.allowed }); allowed > 0 {
-					for _, p := range q.HostRequestShares {
-						q.HostShareNoise = max(q.HostShareNoise, 100*math.Sqrt(p*(1-p)/float64(allowed)))
-					}
-				}
-			}
-			cr.Results[name] = q
-		}
-		// Ledger at the end: conservation and where the money is.
-		tot, problems, err := r.obsLedger.CheckDay(ctx, c.spec.ID, c.day.Key)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range problems {
-			cr.Ledger.Problems = append(cr.Ledger.Problems, p.String())
-			res.ConservationOK = false
-		}
-		cr.Ledger.LeasedAtDayEnd = c.leasedAtEnd
-		cr.Ledger.Spent, cr.Ledger.Lost, cr.Ledger.Leased = tot.Spent, tot.Lost, tot.Leased
-		cr.Ledger.Unreleased = tot.Locked + tot.Available
-		cr.Ledger.HeldByKilled = c.heldByKilled
-		if n, err := r.obsLedger.DayShards(ctx, c.spec.ID, c.day.Key); err == nil && n > 0 {
-			if shards, err := r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n); err == nil {
-				var budget, moved int64
-				for _, s := range shards {
-					budget += s.Budget
-				}
-				for i, part := range lease.Split(budget, n) {
-					moved += max(shards[i].Budget-part, part-shards[i].Budget)
-				}
-				cr.Ledger.Rebalanced = moved / 2
-			}
-		}
-		if c.inBL && r.enabled[sLua] {
-			v, err := r.obsRDB.Get(ctx, luaKey(c.spec.ID)).Int64()
-			ok := err == nil && c.blBudget-v == allowed[sLua]
-			cr.LuaKeyMatches = &ok
-		}
-		res.Campaigns = append(res.Campaigns, cr)
 	}
+	for ci := range h.c {
+		hr.Spends += h.c[ci].requests
+		hr.AllowedMicros += h.c[ci].allowedMicros
+	}
+	return hr
+}
 
+// campaignCounts is what the hosts' generators counted for one campaign.
+type campaignCounts struct {
+	requests, blRequests int64
+	allowed              [nStrategies]int64 // micros, per strategy
+}
+
+// campaignResult is one campaign's figures per strategy (its pacer
+// invariant violations appended to res) and its ledger at the end.
+func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results) (*CampaignResult, error) {
+	cr := &CampaignResult{ID: c.spec.ID, Curve: c.spec.Curve, TZ: c.spec.TZ, Traffic: c.shape.name,
+		Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
+		Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
+		Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c),
+		OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1))}
+	n := r.countCampaign(c, cr)
 	for si, name := range strategies {
-		if !r.enabled[si] {
+		if !r.enabled[si] || (si != sPacer && si != sNoPacing && !c.inBL) {
 			continue
 		}
-		s := &Summary{}
-		var util, rms, smooth float64
-		var cmds, spends, hotCmds, hotSpends int64
-		for _, cr := range res.Campaigns {
-			q, ok := cr.Results[name]
-			if !ok {
-				continue
-			}
-			if s.Campaigns == 0 || q.Utilisation < s.UtilisationMin {
-				s.UtilisationMin = q.Utilisation
-			}
-			s.Campaigns++
-			if q.OverspendMicros > 0 {
-				s.OverspendCampaigns++
-				s.OverspendMicros += q.OverspendMicros
-				s.OverspendMaxShare = max(s.OverspendMaxShare, float64(q.OverspendMicros)/float64(q.BudgetMicros))
-			}
-			util += q.Utilisation
-			rms += q.TrackingRMS
-			smooth += q.Smoothness
-			s.TrackingMax = max(s.TrackingMax, q.TrackingMax)
-			cmds += q.RedisCommands
-			spends += q.Spends
-			if cr.Hot {
-				hotCmds += q.RedisCommands
-				hotSpends += q.Spends
-				if q.Spends > 0 {
-					s.CmdsPer1000HotMax = max(s.CmdsPer1000HotMax, q.CmdsPer1000)
-				}
-			}
+		if si == sPacer {
+			res.Violations = append(res.Violations, violations(c, len(r.hosts))...)
 		}
-		if s.Campaigns > 0 {
-			n := float64(s.Campaigns)
-			s.UtilisationMean, s.TrackingRMSMean, s.SmoothnessMean = util/n, rms/n, smooth/n
-		}
-		s.Spends = spends
-		if spends > 0 {
-			s.CmdsPer1000 = 1000 * float64(cmds) / float64(spends)
-		}
-		if hotSpends > 0 {
-			s.CmdsPer1000Hot = 1000 * float64(hotCmds) / float64(hotSpends)
-		}
-		var lat []time.Duration
-		for _, h := range r.hosts {
-			lat = append(lat, h.lat[si]...)
-		}
-		s.LatencySamples = len(lat)
-		p := Percentiles(lat, 0.5, 0.99, 0.999)
-		s.LatencyP50, s.LatencyP99, s.LatencyP999 = us(p[0]), us(p[1]), us(p[2])
-		res.Summary[name] = s
+		cr.Results[name] = r.strategyQuality(c, si, n)
 	}
-	return res, nil
+	if err := r.ledgerResult(ctx, c, cr); err != nil {
+		return nil, err
+	}
+	if len(cr.Ledger.Problems) > 0 {
+		res.ConservationOK = false
+	}
+	if c.inBL && r.enabled[sLua] {
+		v, err := r.obsRDB.Get(ctx, luaKey(c.spec.ID)).Int64()
+		ok := err == nil && c.blBudget-v == n.allowed[sLua]
+		cr.LuaKeyMatches = &ok
+	}
+	return cr, nil
+}
+
+// countCampaign sums the hosts' counts of c, puts pacer's answers and how
+// fast exhaustion spread over the live hosts in cr, and returns the sums.
+func (r *runner) countCampaign(c *campaignRT, cr *CampaignResult) campaignCounts {
+	var n campaignCounts
+	var first, last time.Time
+	allSaw := true
+	for _, h := range r.hosts {
+		hc := &h.c[c.idx]
+		n.requests += hc.requests
+		n.blRequests += hc.blRequests
+		n.allowed[sPacer] += hc.allowedMicros
+		n.allowed[sLua] += hc.luaAllowed
+		n.allowed[sBatch] += hc.batchAllowed
+		n.allowed[sNoPacing] += hc.npAllowed
+		cr.Allowed += hc.allowed
+		cr.Paced += hc.paced
+		cr.Exhausted += hc.exhausted
+		cr.Errors += hc.errors
+		if !h.alive {
+			continue
+		}
+		if hc.firstExhausted.IsZero() {
+			allSaw = false
+			continue
+		}
+		if first.IsZero() || hc.firstExhausted.Before(first) {
+			first = hc.firstExhausted
+		}
+		if hc.firstExhausted.After(last) {
+			last = hc.firstExhausted
+		}
+	}
+	if allSaw && !first.IsZero() {
+		cr.ExhaustionPropagationSeconds = last.Sub(first).Seconds()
+	}
+	return n
+}
+
+// strategyQuality is strategy si's figures for c: quality, commands per
+// SPEND and hour, and for pacer how the hosts shared the spend.
+func (r *runner) strategyQuality(c *campaignRT, si int, n campaignCounts) *Quality {
+	budget, spends := c.budget, n.requests
+	if si == sLua || si == sBatch {
+		budget, spends = c.blBudget, n.blRequests
+	}
+	q := quality(c, si, budget, n.allowed[si])
+	q.Spends = spends
+	if si != sNoPacing {
+		q.RedisCommands = c.cmdsAtEnd[si] - c.cmdsAtStart[si]
+	}
+	if spends > 0 {
+		q.CmdsPer1000 = 1000 * float64(q.RedisCommands) / float64(spends)
+	}
+	if h := c.day.End.Sub(c.day.Start).Hours(); h > 0 {
+		q.CmdsPerHour = float64(q.RedisCommands) / h
+	}
+	if si == sPacer {
+		r.hostSharing(c, budget, q)
+	}
+	return q
+}
+
+// hostSharing puts in q how pacer's spend of c was shared among the hosts,
+// against their weights and against the SPENDs each was asked.
+func (r *runner) hostSharing(c *campaignRT, budget int64, q *Quality) {
+	q.HostShareMaxDev = r.hostShareDev(c)
+	q.HostShares, q.HostRequestShares = r.hostShares(c)
+	if len(q.HostShares) == len(q.HostRequestShares) {
+		for i, sh := range q.HostShares {
+			q.HostShareAskedDev = max(q.HostShareAskedDev, 100*math.Abs(sh-q.HostRequestShares[i]))
+		}
+	}
+	if budget > 0 {
+		q.DemandAsked = float64(c.overHosts(r, func(hc *hostCampaign) int64 { return hc.askedMicros })) / float64(budget)
+	}
+	if allowed := c.overHosts(r, func(hc *hostCampaign) int64 { return hc.allowed }); allowed > 0 {
+		for _, p := range q.HostRequestShares {
+			q.HostShareNoise = max(q.HostShareNoise, 100*math.Sqrt(p*(1-p)/float64(allowed)))
+		}
+	}
+}
+
+// ledgerResult reads c's day from the ledger at the end: conservation, where
+// the money is, and how much budget the reconciler moved between shards.
+func (r *runner) ledgerResult(ctx context.Context, c *campaignRT, cr *CampaignResult) error {
+	tot, problems, err := r.obsLedger.CheckDay(ctx, c.spec.ID, c.day.Key)
+	if err != nil {
+		return err
+	}
+	for _, p := range problems {
+		cr.Ledger.Problems = append(cr.Ledger.Problems, p.String())
+	}
+	cr.Ledger.LeasedAtDayEnd = c.leasedAtEnd
+	cr.Ledger.Spent, cr.Ledger.Lost, cr.Ledger.Leased = tot.Spent, tot.Lost, tot.Leased
+	cr.Ledger.Unreleased = tot.Locked + tot.Available
+	cr.Ledger.HeldByKilled = c.heldByKilled
+	if n, err := r.obsLedger.DayShards(ctx, c.spec.ID, c.day.Key); err == nil && n > 0 {
+		if shards, err := r.obsLedger.ReadShards(ctx, c.spec.ID, c.day.Key, n); err == nil {
+			var budget, moved int64
+			for _, s := range shards {
+				budget += s.Budget
+			}
+			for i, part := range lease.Split(budget, n) {
+				moved += max(shards[i].Budget-part, part-shards[i].Budget)
+			}
+			cr.Ledger.Rebalanced = moved / 2
+		}
+	}
+	return nil
+}
+
+// summary is strategy si's figures over every campaign it ran.
+func (r *runner) summary(res *Results, si int, name string) *Summary {
+	s := &Summary{}
+	var util, rms, smooth float64
+	var cmds, spends, hotCmds, hotSpends int64
+	for _, cr := range res.Campaigns {
+		q, ok := cr.Results[name]
+		if !ok {
+			continue
+		}
+		if s.Campaigns == 0 || q.Utilisation < s.UtilisationMin {
+			s.UtilisationMin = q.Utilisation
+		}
+		s.Campaigns++
+		if q.OverspendMicros > 0 {
+			s.OverspendCampaigns++
+			s.OverspendMicros += q.OverspendMicros
+			s.OverspendMaxShare = max(s.OverspendMaxShare, float64(q.OverspendMicros)/float64(q.BudgetMicros))
+		}
+		util += q.Utilisation
+		rms += q.TrackingRMS
+		smooth += q.Smoothness
+		s.TrackingMax = max(s.TrackingMax, q.TrackingMax)
+		cmds += q.RedisCommands
+		spends += q.Spends
+		if cr.Hot {
+			hotCmds += q.RedisCommands
+			hotSpends += q.Spends
+			if q.Spends > 0 {
+				s.CmdsPer1000HotMax = max(s.CmdsPer1000HotMax, q.CmdsPer1000)
+			}
+		}
+	}
+	if s.Campaigns > 0 {
+		n := float64(s.Campaigns)
+		s.UtilisationMean, s.TrackingRMSMean, s.SmoothnessMean = util/n, rms/n, smooth/n
+	}
+	s.Spends = spends
+	if spends > 0 {
+		s.CmdsPer1000 = 1000 * float64(cmds) / float64(spends)
+	}
+	if hotSpends > 0 {
+		s.CmdsPer1000Hot = 1000 * float64(hotCmds) / float64(hotSpends)
+	}
+	var lat []time.Duration
+	for _, h := range r.hosts {
+		lat = append(lat, h.lat[si]...)
+	}
+	s.LatencySamples = len(lat)
+	p := Percentiles(lat, 0.5, 0.99, 0.999)
+	s.LatencyP50, s.LatencyP99, s.LatencyP999 = us(p[0]), us(p[1]), us(p[2])
+	return s
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }

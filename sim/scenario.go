@@ -202,17 +202,40 @@ func ParseScenario(data []byte, baseDir string) (*Scenario, error) {
 	return &s, nil
 }
 
-func (s *Scenario) resolve(baseDir string) error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+// problems collects what is wrong with a scenario, so that one parse names
+// every error.
+type problems []error
 
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
+
+// resolve fills the scenario's defaults, loads its curves and shapes, works
+// out each campaign's budget and checks everything, in that order.
+func (s *Scenario) resolve(baseDir string) error {
+	var p problems
 	if s.Name == "" {
 		s.Name = "scenario"
 	}
+	s.resolveClock(&p)
+	s.resolveBaselines(&p)
+	hosts := s.resolveHosts(&p)
+	s.resolveBids(&p)
+	dir := s.resolveCurves(&p, baseDir)
+	campaigns := s.resolveCampaigns(&p, baseDir, dir)
+	for _, id := range s.Baselines.Campaigns {
+		if !campaigns[id] {
+			p.add("baselines.campaigns: %q is not a campaign of this scenario", id)
+		}
+	}
+	s.resolveFaults(&p, hosts)
+	return errors.Join(p...)
+}
+
+// resolveClock checks the date, the seed and the run's steps and ticks.
+func (s *Scenario) resolveClock(p *problems) {
 	if s.Date == "" {
-		bad("date: missing; give the local date to simulate, such as 2026-11-21")
+		p.add("date: missing; give the local date to simulate, such as 2026-11-21")
 	} else if d, err := time.Parse("2006-01-02", s.Date); err != nil {
-		bad("date: %q is not YYYY-MM-DD", s.Date)
+		p.add("date: %q is not YYYY-MM-DD", s.Date)
 	} else {
 		s.date = d
 	}
@@ -231,64 +254,73 @@ func (s *Scenario) resolve(baseDir string) error {
 	step, tick := time.Duration(s.Step), time.Duration(s.ArrivalTick)
 	switch {
 	case step < 0 || tick < 0 || s.ReconcileEvery < 0 || s.Baselines.FlushEvery < 0:
-		bad("step, arrival_tick, reconcile_every and baselines.flush_every must be positive")
+		p.add("step, arrival_tick, reconcile_every and baselines.flush_every must be positive")
 	case step%tick != 0:
-		bad("arrival_tick %v must divide step %v", tick, step)
+		p.add("arrival_tick %v must divide step %v", tick, step)
 	case time.Duration(s.Baselines.FlushEvery)%tick != 0:
-		bad("arrival_tick %v must divide baselines.flush_every %v", tick, time.Duration(s.Baselines.FlushEvery))
+		p.add("arrival_tick %v must divide baselines.flush_every %v", tick, time.Duration(s.Baselines.FlushEvery))
 	case step > time.Minute:
-		bad("step %v: at most 1m (metrics are sampled every simulated minute)", step)
+		p.add("step %v: at most 1m (metrics are sampled every simulated minute)", step)
 	case time.Minute%step != 0:
-		bad("step %v must divide a minute", step)
+		p.add("step %v must divide a minute", step)
 	}
 	if s.Warmup < 0 || time.Duration(s.Warmup) > 24*time.Hour {
-		bad("warmup %v: want 0 to 24h", time.Duration(s.Warmup))
-	}
-	if s.Baselines.Thin == 0 {
-		s.Baselines.Thin = 1
-	}
-	if s.Baselines.Thin < 0 {
-		bad("baselines.thin %d: want 1 or more", s.Baselines.Thin)
-	}
-	if s.Baselines.BatchShards == 0 {
-		s.Baselines.BatchShards = 8
-	}
-	if s.Baselines.BatchShards < 1 || s.Baselines.BatchShards > 256 {
-		bad("baselines.batch_shards %d: want 1 to 256", s.Baselines.BatchShards)
-	}
-	for _, d := range s.Baselines.Disable {
-		if d != StrategyLua && d != StrategyBatch && d != StrategyNoPacing {
-			bad("baselines.disable: %q: want lua, batch or nopacing", d)
-		}
+		p.add("warmup %v: want 0 to 24h", time.Duration(s.Warmup))
 	}
 	if s.RedistributeKilled == nil {
 		t := true
 		s.RedistributeKilled = &t
 	}
+}
 
-	// Hosts.
-	if len(s.Hosts) == 0 {
-		bad("hosts: none; a scenario needs at least one host")
+// resolveBaselines checks the baselines' thinning, shards and disabled set.
+func (s *Scenario) resolveBaselines(p *problems) {
+	if s.Baselines.Thin == 0 {
+		s.Baselines.Thin = 1
 	}
-	hostSeen := map[string]bool{}
+	if s.Baselines.Thin < 0 {
+		p.add("baselines.thin %d: want 1 or more", s.Baselines.Thin)
+	}
+	if s.Baselines.BatchShards == 0 {
+		s.Baselines.BatchShards = 8
+	}
+	if s.Baselines.BatchShards < 1 || s.Baselines.BatchShards > 256 {
+		p.add("baselines.batch_shards %d: want 1 to 256", s.Baselines.BatchShards)
+	}
+	for _, d := range s.Baselines.Disable {
+		if d != StrategyLua && d != StrategyBatch && d != StrategyNoPacing {
+			p.add("baselines.disable: %q: want lua, batch or nopacing", d)
+		}
+	}
+}
+
+// resolveHosts names and weighs the hosts; it returns the set of names.
+func (s *Scenario) resolveHosts(p *problems) map[string]bool {
+	if len(s.Hosts) == 0 {
+		p.add("hosts: none; a scenario needs at least one host")
+	}
+	seen := map[string]bool{}
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
 		if h.Name == "" {
 			h.Name = fmt.Sprintf("host%d", i+1)
 		}
-		if hostSeen[h.Name] {
-			bad("hosts[%d]: name %q used twice", i, h.Name)
+		if seen[h.Name] {
+			p.add("hosts[%d]: name %q used twice", i, h.Name)
 		}
-		hostSeen[h.Name] = true
+		seen[h.Name] = true
 		if h.Weight == 0 {
 			h.Weight = 1
 		}
 		if h.Weight < 0 || math.IsNaN(h.Weight) || math.IsInf(h.Weight, 0) {
-			bad("hosts[%d] (%s): weight %v: want a positive number", i, h.Name, h.Weight)
+			p.add("hosts[%d] (%s): weight %v: want a positive number", i, h.Name, h.Weight)
 		}
 	}
+	return seen
+}
 
-	// Bids.
+// resolveBids checks the bid distribution and settles its mean.
+func (s *Scenario) resolveBids(p *problems) {
 	b := &s.Bids
 	if b.Dist == "" {
 		b.Dist = "lognormal"
@@ -302,21 +334,24 @@ func (s *Scenario) resolve(baseDir string) error {
 			b.Sigma = 0.5
 		}
 		if b.Sigma < 0 || b.Sigma > 3 || b.MeanMicros < 1 {
-			bad("bids: lognormal needs mean_micros >= 1 and 0 < sigma <= 3")
+			p.add("bids: lognormal needs mean_micros >= 1 and 0 < sigma <= 3")
 		}
 	case "uniform":
 		if b.MinMicros == 0 && b.MaxMicros == 0 {
 			b.MinMicros, b.MaxMicros = b.MeanMicros/2, b.MeanMicros*3/2
 		}
 		if b.MinMicros < 1 || b.MaxMicros < b.MinMicros {
-			bad("bids: uniform needs 1 <= min_micros <= max_micros")
+			p.add("bids: uniform needs 1 <= min_micros <= max_micros")
 		}
 		b.MeanMicros = (b.MinMicros + b.MaxMicros) / 2
 	default:
-		bad("bids.dist: %q: want lognormal or uniform", b.Dist)
+		p.add("bids.dist: %q: want lognormal or uniform", b.Dist)
 	}
+}
 
-	// Curves.
+// resolveCurves loads curves_dir and curve_files into s.curves; it returns
+// the directory the curves came from.
+func (s *Scenario) resolveCurves(p *problems, baseDir string) string {
 	if s.CurvesDir == "" {
 		s.CurvesDir = "../curves"
 	}
@@ -326,33 +361,37 @@ func (s *Scenario) resolve(baseDir string) error {
 	}
 	curves, err := config.LoadCurves(os.DirFS(dir))
 	if err != nil {
-		bad("curves_dir %s: %v", dir, err)
+		p.add("curves_dir %s: %v", dir, err)
 		curves = map[string]*bucket.Curve{config.FlatCurve: bucket.Flat(24)}
 	}
 	for _, f := range s.CurveFiles {
-		p := f
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(baseDir, p)
+		path := f
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(baseDir, path)
 		}
-		data, err := os.ReadFile(p)
+		data, err := os.ReadFile(path)
 		if err != nil {
-			bad("curve_files: %v", err)
+			p.add("curve_files: %v", err)
 			continue
 		}
 		c, err := config.ParseCurve(data)
 		if err != nil {
-			bad("curve_files: %s: %v", f, err)
+			p.add("curve_files: %s: %v", f, err)
 			continue
 		}
 		if _, dup := curves[c.Name()]; dup {
-			bad("curve_files: %s: curve %q is already defined", f, c.Name())
+			p.add("curve_files: %s: curve %q is already defined", f, c.Name())
 			continue
 		}
 		curves[c.Name()] = c
 	}
 	s.curves = curves
+	return dir
+}
 
-	// Campaigns.
+// resolveCampaigns fills each campaign from the defaults and resolves it;
+// it returns the set of campaign ids.
+func (s *Scenario) resolveCampaigns(p *problems, baseDir, curvesDir string) map[string]bool {
 	d := &s.Defaults
 	if d.Traffic == "" {
 		d.Traffic = "flat"
@@ -370,7 +409,7 @@ func (s *Scenario) resolve(baseDir string) error {
 		d.Shards = lease.DefaultShards
 	}
 	if len(s.Campaigns) == 0 {
-		bad("campaigns: none; a scenario needs at least one campaign")
+		p.add("campaigns: none; a scenario needs at least one campaign")
 	}
 	seen := map[string]bool{}
 	s.shapes = make([]shape, len(s.Campaigns))
@@ -382,104 +421,116 @@ func (s *Scenario) resolve(baseDir string) error {
 			where += " (" + c.ID + ")"
 		}
 		if !lease.ValidCampaignID(c.ID) {
-			bad("%s: id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", where, c.ID)
+			p.add("%s: id %q: want 1 to 128 characters from [A-Za-z0-9_.-]", where, c.ID)
 		}
 		if seen[c.ID] {
-			bad("%s: id used twice", where)
+			p.add("%s: id used twice", where)
 		}
 		seen[c.ID] = true
-		if c.Traffic == "" {
-			c.Traffic = d.Traffic
-		}
-		if c.Curve == "" {
-			c.Curve = d.Curve
-		}
-		if c.TZ == "" {
-			c.TZ = d.TZ
-		}
-		if c.Shards == 0 {
-			c.Shards = d.Shards
-		}
-		if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
-			bad("%s: rate %v: want SPENDs per second > 0", where, c.Rate)
-		}
-		curve, ok := curves[c.Curve]
-		if !ok && c.Curve != daemon.AutoCurve {
-			bad("%s: curve %q: not in %s nor curve_files (have %s), nor %s", where, c.Curve, dir, strings.Join(sortedKeys(curves), ", "), daemon.AutoCurve)
-		}
-		if c.Curve == daemon.AutoCurve {
-			ok = c.Traffic != "curve"
-			if !ok {
-				bad("%s: traffic curve follows the campaign's curve, and an %s curve is known only once the fleet fits it: name a shape", where, daemon.AutoCurve)
-			}
-		}
-		if _, err := time.LoadLocation(c.TZ); err != nil {
-			bad("%s: tz %q is not an IANA zone such as America/New_York", where, c.TZ)
-		}
-		if c.Shards < 1 || c.Shards > lease.MaxShards {
-			bad("%s: shards %d: want 1 to %d", where, c.Shards, lease.MaxShards)
-		}
-		if ok {
-			sh, err := parseShape(c.Traffic, curve, baseDir)
-			if err != nil {
-				bad("%s: traffic: %v", where, err)
-			}
-			s.shapes[i] = sh
-		}
-		// Expected demand over a 24-hour day; shapes have mean 1.
-		demand := c.Rate * 86400 * float64(b.MeanMicros)
-		switch {
-		case c.BudgetMicros < 0:
-			bad("%s: budget_micros %d is negative", where, c.BudgetMicros)
-		case c.BudgetMicros > 0:
-			c.Demand = demand / float64(c.BudgetMicros)
-		default:
-			if c.Demand == 0 {
-				c.Demand = d.Demand
-			}
-			if !(c.Demand > 0) {
-				bad("%s: demand %v: want > 0", where, c.Demand)
-				continue
-			}
-			c.BudgetMicros = int64(demand / c.Demand)
-		}
-		if c.BudgetMicros > lease.MaxBudgetMicros {
-			bad("%s: budget %d micros exceeds the ledger's maximum", where, c.BudgetMicros)
-		}
-		s.budget[i] = c.BudgetMicros
+		s.resolveCampaign(p, i, where, baseDir, curvesDir)
 	}
-	for _, id := range s.Baselines.Campaigns {
-		if !seen[id] {
-			bad("baselines.campaigns: %q is not a campaign of this scenario", id)
-		}
-	}
+	return seen
+}
 
-	// Faults.
+// resolveCampaign resolves campaign i (where names it in errors): the
+// defaults it takes, its curve, zone, shards, traffic shape and budget.
+func (s *Scenario) resolveCampaign(p *problems, i int, where, baseDir, curvesDir string) {
+	c, d := &s.Campaigns[i], &s.Defaults
+	if c.Traffic == "" {
+		c.Traffic = d.Traffic
+	}
+	if c.Curve == "" {
+		c.Curve = d.Curve
+	}
+	if c.TZ == "" {
+		c.TZ = d.TZ
+	}
+	if c.Shards == 0 {
+		c.Shards = d.Shards
+	}
+	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+		p.add("%s: rate %v: want SPENDs per second > 0", where, c.Rate)
+	}
+	curve, ok := s.curves[c.Curve]
+	if !ok && c.Curve != daemon.AutoCurve {
+		p.add("%s: curve %q: not in %s nor curve_files (have %s), nor %s", where, c.Curve, curvesDir, strings.Join(sortedKeys(s.curves), ", "), daemon.AutoCurve)
+	}
+	if c.Curve == daemon.AutoCurve {
+		ok = c.Traffic != "curve"
+		if !ok {
+			p.add("%s: traffic curve follows the campaign's curve, and an %s curve is known only once the fleet fits it: name a shape", where, daemon.AutoCurve)
+		}
+	}
+	if _, err := time.LoadLocation(c.TZ); err != nil {
+		p.add("%s: tz %q is not an IANA zone such as America/New_York", where, c.TZ)
+	}
+	if c.Shards < 1 || c.Shards > lease.MaxShards {
+		p.add("%s: shards %d: want 1 to %d", where, c.Shards, lease.MaxShards)
+	}
+	if ok {
+		sh, err := parseShape(c.Traffic, curve, baseDir)
+		if err != nil {
+			p.add("%s: traffic: %v", where, err)
+		}
+		s.shapes[i] = sh
+	}
+	s.resolveBudget(p, i, where)
+}
+
+// resolveBudget sets campaign i's budget from its demand, or its demand
+// from its budget: expected demand over a 24-hour day (shapes have mean 1)
+// at its rate and the bids' mean.
+func (s *Scenario) resolveBudget(p *problems, i int, where string) {
+	c := &s.Campaigns[i]
+	demand := c.Rate * 86400 * float64(s.Bids.MeanMicros)
+	switch {
+	case c.BudgetMicros < 0:
+		p.add("%s: budget_micros %d is negative", where, c.BudgetMicros)
+	case c.BudgetMicros > 0:
+		c.Demand = demand / float64(c.BudgetMicros)
+	default:
+		if c.Demand == 0 {
+			c.Demand = s.Defaults.Demand
+		}
+		if !(c.Demand > 0) {
+			p.add("%s: demand %v: want > 0", where, c.Demand)
+			return
+		}
+		c.BudgetMicros = int64(demand / c.Demand)
+	}
+	if c.BudgetMicros > lease.MaxBudgetMicros {
+		p.add("%s: budget %d micros exceeds the ledger's maximum", where, c.BudgetMicros)
+	}
+	s.budget[i] = c.BudgetMicros
+}
+
+// resolveFaults checks that each fault does exactly one thing, at a time
+// not before the run, to a host the scenario has.
+func (s *Scenario) resolveFaults(p *problems, hosts map[string]bool) {
 	for i, f := range s.Faults {
 		n := 0
 		if f.Kill != "" {
 			n++
-			if !hostSeen[f.Kill] {
-				bad("faults[%d]: kill: no host named %q", i, f.Kill)
+			if !hosts[f.Kill] {
+				p.add("faults[%d]: kill: no host named %q", i, f.Kill)
 			}
 		}
 		if f.PauseRedis != 0 {
 			n++
 			if f.PauseRedis < 0 {
-				bad("faults[%d]: pause_redis must be positive", i)
+				p.add("faults[%d]: pause_redis must be positive", i)
 			}
 		}
 		if f.StopNATS {
 			n++
 		}
 		if n != 1 {
-			bad("faults[%d]: give exactly one of kill, pause_redis, stop_nats", i)
+			p.add("faults[%d]: give exactly one of kill, pause_redis, stop_nats", i)
 		}
 		if f.At < 0 {
-			bad("faults[%d]: at %v is negative", i, time.Duration(f.At))
+			p.add("faults[%d]: at %v is negative", i, time.Duration(f.At))
 		}
 	}
-	return errors.Join(errs...)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

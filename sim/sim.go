@@ -273,10 +273,64 @@ func (r *runner) close() {
 	}
 }
 
+// setup connects the run's Redis clients, writes the campaigns to the
+// ledger, opens a daemon per host and the reconciler.
 func (r *runner) setup(ctx context.Context, addr string) error {
-	sc := r.sc
-	ids := make([]string, len(sc.Campaigns))
-	for i, c := range sc.Campaigns {
+	if err := r.connect(ctx, addr); err != nil {
+		return err
+	}
+	for _, s := range strategies {
+		r.enabled[strategyIndex(s)] = true
+	}
+	for _, s := range r.sc.Baselines.Disable {
+		r.enabled[strategyIndex(s)] = false
+	}
+	if err := r.setupCampaigns(ctx); err != nil {
+		return err
+	}
+	r.first = r.start
+	r.start = r.start.Add(-time.Duration(r.sc.Warmup))
+	r.stopAt = r.end.Add(2 * time.Minute)
+	if r.enabled[sLua] {
+		if err := r.luaScript.Load(ctx, r.luaRDB).Err(); err != nil {
+			return fmt.Errorf("load the Lua baseline: %w", err)
+		}
+	}
+	r.daemonCfg = r.daemonConfig()
+	for i := range r.sc.Hosts {
+		if err := r.openHost(ctx, i); err != nil {
+			return err
+		}
+	}
+	// Resolve daemon defaults for reporting and the reconciler's grace.
+	resolved, err := r.daemonCfg.WithDefaults()
+	if err != nil {
+		return err
+	}
+	r.daemonCfg = resolved
+	r.reconClock = &hostClock{}
+	r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
+		Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
+	r.reshare()
+	for _, f := range r.sc.Faults {
+		if f.StopNATS {
+			r.notes = append(r.notes, "stop_nats is accepted but a no-op: the simulator runs its daemons without NATS, so exhaustion and pauses spread through the ledger only")
+		}
+	}
+	return nil
+}
+
+// ledgerConfig is every ledger's configuration in the run. The scenario's
+// day is simulated, often in the past of Redis's own clock: its keys must
+// not expire the moment they are written.
+func ledgerConfig() lease.Config { return lease.Config{Retention: 100 * 365 * 24 * time.Hour} }
+
+// connect opens the run's counted Redis clients (pacer's daemons, the
+// reconciler, each baseline and the observer) and the reconciler's and the
+// observer's ledgers, and checks that a given Redis holds no pacer keys.
+func (r *runner) connect(ctx context.Context, addr string) error {
+	ids := make([]string, len(r.sc.Campaigns))
+	for i, c := range r.sc.Campaigns {
 		ids[i] = c.ID
 	}
 	never := new(atomic.Bool)
@@ -297,21 +351,18 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	if err := r.obsRDB.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
-	// The scenario's day is simulated, often in the past of Redis's own clock:
-	// keep its keys from expiring the moment they are written.
-	lcfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
-	r.reconLedger = lease.New(r.reconRDB, lcfg, r.log)
-	r.obsLedger = lease.New(r.obsRDB, lcfg, r.log)
+	r.reconLedger = lease.New(r.reconRDB, ledgerConfig(), r.log)
+	r.obsLedger = lease.New(r.obsRDB, ledgerConfig(), r.log)
 	if n, err := r.obsLedger.CountKeys(ctx); err == nil && n > 0 && r.opt.RedisAddr != "" {
 		return fmt.Errorf("redis at %s already holds %d pacer:* keys; give the simulator an empty Redis", addr, n)
 	}
+	return nil
+}
 
-	for _, s := range strategies {
-		r.enabled[strategyIndex(s)] = true
-	}
-	for _, s := range sc.Baselines.Disable {
-		r.enabled[strategyIndex(s)] = false
-	}
+// setupCampaigns sets up each campaign's run-time state, writes it and its
+// typical largest bid to the ledger, and spans the run over their days.
+func (r *runner) setupCampaigns(ctx context.Context) error {
+	sc := r.sc
 	inBL := map[string]bool{}
 	for _, id := range sc.Baselines.Campaigns {
 		inBL[id] = true
@@ -344,74 +395,60 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			return err
 		}
 	}
-	r.first = r.start
-	r.start = r.start.Add(-time.Duration(sc.Warmup))
-	r.stopAt = r.end.Add(2 * time.Minute)
-	if r.enabled[sLua] {
-		if err := r.luaScript.Load(ctx, r.luaRDB).Err(); err != nil {
-			return fmt.Errorf("load the Lua baseline: %w", err)
-		}
-	}
+	return nil
+}
 
-	tune := sc.Daemon
-	r.daemonCfg = daemon.Config{
+// daemonConfig is the daemons' configuration from the scenario's daemon
+// settings and the options.
+func (r *runner) daemonConfig() daemon.Config {
+	tune := r.sc.Daemon
+	cfg := daemon.Config{
 		// The refill loop runs at every step: its leases are renewed the
 		// step before they end, as a daemon's are the tick before.
-		TickInterval: time.Duration(sc.Step),
+		TickInterval: time.Duration(r.sc.Step),
 		LeaseTiming: daemon.LeaseTiming{
 			LeaseWindow: time.Duration(tune.LeaseWindow), SkewBound: time.Duration(tune.SkewBound),
 			CapWindow: time.Duration(tune.CapWindow), BurstWindow: time.Duration(tune.BurstWindow),
 		},
 	}
-	r.daemonCfg.SparseWait = time.Duration(tune.SparseWait)
+	cfg.SparseWait = time.Duration(tune.SparseWait)
 	if r.opt.SparseWait != nil {
-		r.daemonCfg.SparseWait = *r.opt.SparseWait
-		if r.daemonCfg.SparseWait == 0 {
-			r.daemonCfg.SparseWait = daemon.Never // standing leases
+		cfg.SparseWait = *r.opt.SparseWait
+		if cfg.SparseWait == 0 {
+			cfg.SparseWait = daemon.Never // standing leases
 		}
 	}
-	for i, h := range sc.Hosts {
-		hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,
-			rng:   rand.New(rand.NewPCG(sc.Seed, uint64(i)+1)),
-			blRng: rand.New(rand.NewPCG(sc.Seed, uint64(i)+1001)),
-			c:     make([]hostCampaign, len(r.camps)), warmed: make([]bool, len(r.camps))}
-		hr.clock.set(r.start)
-		cfg := r.daemonCfg
-		cfg.Holder, cfg.Clock, cfg.Logger = h.Name, hr.clock, r.log.Named(h.Name)
-		cfg.Curves = make(map[string]*bucket.Curve, len(sc.curves))
-		for k, v := range sc.curves {
-			cfg.Curves[k] = v
-		}
-		// Every host's ledger calls go through one counted client; the
-		// runner steps each daemon itself, on the host's clock.
-		cfg.Links = daemon.Links{RedisClient: r.pacerRDB, Ledger: lcfg, ManualStep: true}
-		d, err := daemon.Open(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		hr.d = d
-		for ci := range hr.c {
-			hr.c[ci].view = make([]int64, sc.Baselines.BatchShards)
-			hr.c[ci].pending = make([]int64, sc.Baselines.BatchShards)
-			copy(hr.c[ci].view, lease.Split(r.camps[ci].blBudget, sc.Baselines.BatchShards))
-		}
-		r.hosts = append(r.hosts, hr)
+	return cfg
+}
+
+// openHost opens scenario host i: its clock, its generators and its daemon.
+func (r *runner) openHost(ctx context.Context, i int) error {
+	sc, h := r.sc, r.sc.Hosts[i]
+	hr := &hostRT{name: h.Name, weight: h.Weight, clock: &hostClock{}, alive: true,
+		rng:   rand.New(rand.NewPCG(sc.Seed, uint64(i)+1)),
+		blRng: rand.New(rand.NewPCG(sc.Seed, uint64(i)+1001)),
+		c:     make([]hostCampaign, len(r.camps)), warmed: make([]bool, len(r.camps))}
+	hr.clock.set(r.start)
+	cfg := r.daemonCfg
+	cfg.Holder, cfg.Clock, cfg.Logger = h.Name, hr.clock, r.log.Named(h.Name)
+	cfg.Curves = make(map[string]*bucket.Curve, len(sc.curves))
+	for k, v := range sc.curves {
+		cfg.Curves[k] = v
 	}
-	// Resolve daemon defaults for reporting and the reconciler's grace.
-	resolved, err := r.daemonCfg.WithDefaults()
+	// Every host's ledger calls go through one counted client; the
+	// runner steps each daemon itself, on the host's clock.
+	cfg.Links = daemon.Links{RedisClient: r.pacerRDB, Ledger: ledgerConfig(), ManualStep: true}
+	d, err := daemon.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	r.daemonCfg = resolved
-	r.reconClock = &hostClock{}
-	r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
-		Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
-	r.reshare()
-	for _, f := range sc.Faults {
-		if f.StopNATS {
-			r.notes = append(r.notes, "stop_nats is accepted but a no-op: the simulator runs its daemons without NATS, so exhaustion and pauses spread through the ledger only")
-		}
+	hr.d = d
+	for ci := range hr.c {
+		hr.c[ci].view = make([]int64, sc.Baselines.BatchShards)
+		hr.c[ci].pending = make([]int64, sc.Baselines.BatchShards)
+		copy(hr.c[ci].view, lease.Split(r.camps[ci].blBudget, sc.Baselines.BatchShards))
 	}
+	r.hosts = append(r.hosts, hr)
 	return nil
 }
 
@@ -440,15 +477,14 @@ func (r *runner) reshare() {
 	}
 }
 
+// loop runs the simulated time from the run's start to its stop, a step at
+// a time, then the reconciler's last pass and the daemons' shutdown.
 func (r *runner) loop(ctx context.Context) error {
-	sc := r.sc
-	step := time.Duration(sc.Step)
-	reconcileEvery := time.Duration(sc.ReconcileEvery)
+	step := time.Duration(r.sc.Step)
+	reconcileEvery := time.Duration(r.sc.ReconcileEvery)
 	nextReconcile := r.start.Add(reconcileEvery)
-	total := r.stopAt.Sub(r.start)
-	wall := time.Now()
-	lastProgress := wall
-	faults := append([]Fault(nil), sc.Faults...)
+	faults := append([]Fault(nil), r.sc.Faults...)
+	progress := r.newProgress()
 	for t := r.start; !t.After(r.stopAt); t = t.Add(step) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -456,19 +492,7 @@ func (r *runner) loop(ctx context.Context) error {
 		for _, h := range r.hosts {
 			h.clock.set(t)
 		}
-		if r.paused.Load() && !t.Before(r.resume) {
-			r.paused.Store(false)
-			r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.first).String(), What: "redis resumed"})
-		}
-		kept := faults[:0]
-		for _, f := range faults {
-			if r.first.Add(time.Duration(f.At)).After(t) {
-				kept = append(kept, f)
-				continue
-			}
-			r.applyFault(ctx, t, f)
-		}
-		faults = kept
+		faults = r.faultsDue(ctx, t, faults)
 		if !t.Before(nextReconcile) {
 			r.reconcile(ctx, t)
 			nextReconcile = nextReconcile.Add(reconcileEvery)
@@ -477,42 +501,10 @@ func (r *runner) loop(ctx context.Context) error {
 			return err
 		}
 		r.bookkeeping(ctx, t)
-
-		// Every live host, in parallel: its daemon's refill loop at t (so
-		// every ledger call of the step happens at t), then the step's
-		// arrivals on its own clock.
-		var wg sync.WaitGroup
-		for _, h := range r.hosts {
-			if !h.alive {
-				continue
-			}
-			wg.Go(func() {
-				var warm []string
-				for ci, c := range r.camps {
-					if !h.warmed[ci] && !t.Before(c.day.Start.Add(-time.Duration(r.sc.Warmup))) && t.Before(c.day.End) {
-						h.warmed[ci] = true
-						warm = append(warm, c.spec.ID)
-					}
-				}
-				if len(warm) > 0 {
-					h.d.Warm(warm)
-				}
-				h.d.Step(ctx)
-				if t.Before(r.end) {
-					r.arrivals(ctx, h, t)
-				}
-			})
-		}
-		wg.Wait()
-		if r.opt.Progress != nil && time.Since(lastProgress) >= time.Second {
-			lastProgress = time.Now()
-			fmt.Fprintf(r.opt.Progress, "\rsim %s  %5.1f%%  wall %5.1fs ", t.UTC().Format("2006-01-02 15:04"),
-				100*float64(t.Sub(r.start))/float64(total), time.Since(wall).Seconds())
-		}
+		r.stepHosts(ctx, t)
+		progress.at(t, false)
 	}
-	if r.opt.Progress != nil {
-		fmt.Fprintf(r.opt.Progress, "\rsim %s  100.0%%  wall %5.1fs \n", r.stopAt.UTC().Format("2006-01-02 15:04"), time.Since(wall).Seconds())
-	}
+	progress.at(r.stopAt, true)
 	// The reconciler's last pass, after every lease has expired, then the
 	// live daemons shut down as pacerd would on SIGTERM.
 	r.reconcile(ctx, r.stopAt)
@@ -524,6 +516,79 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// faultsDue resumes a paused Redis when its pause is over and applies the
+// faults due at t; it returns those still to come.
+func (r *runner) faultsDue(ctx context.Context, t time.Time, faults []Fault) []Fault {
+	if r.paused.Load() && !t.Before(r.resume) {
+		r.paused.Store(false)
+		r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.first).String(), What: "redis resumed"})
+	}
+	kept := faults[:0]
+	for _, f := range faults {
+		if r.first.Add(time.Duration(f.At)).After(t) {
+			kept = append(kept, f)
+			continue
+		}
+		r.applyFault(ctx, t, f)
+	}
+	return kept
+}
+
+// stepHosts runs every live host in parallel: its daemon's refill loop at t
+// (so every ledger call of the step happens at t), then the step's arrivals
+// on its own clock.
+func (r *runner) stepHosts(ctx context.Context, t time.Time) {
+	var wg sync.WaitGroup
+	for _, h := range r.hosts {
+		if !h.alive {
+			continue
+		}
+		wg.Go(func() {
+			var warm []string
+			for ci, c := range r.camps {
+				if !h.warmed[ci] && !t.Before(c.day.Start.Add(-time.Duration(r.sc.Warmup))) && t.Before(c.day.End) {
+					h.warmed[ci] = true
+					warm = append(warm, c.spec.ID)
+				}
+			}
+			if len(warm) > 0 {
+				h.d.Warm(warm)
+			}
+			h.d.Step(ctx)
+			if t.Before(r.end) {
+				r.arrivals(ctx, h, t)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// progress writes the run's progress line, at most once a wall second.
+type progress struct {
+	w           io.Writer // nil: none
+	start, stop time.Time // the simulated run
+	wall, last  time.Time // wall clock: the loop's start, the last line
+}
+
+func (r *runner) newProgress() *progress {
+	now := time.Now()
+	return &progress{w: r.opt.Progress, start: r.start, stop: r.stopAt, wall: now, last: now}
+}
+
+// at writes the line for simulated instant t if a wall second has passed
+// since the last, and the final line if done.
+func (p *progress) at(t time.Time, done bool) {
+	switch {
+	case p.w == nil:
+	case done:
+		fmt.Fprintf(p.w, "\rsim %s  100.0%%  wall %5.1fs \n", t.UTC().Format("2006-01-02 15:04"), time.Since(p.wall).Seconds())
+	case time.Since(p.last) >= time.Second:
+		p.last = time.Now()
+		fmt.Fprintf(p.w, "\rsim %s  %5.1f%%  wall %5.1fs ", t.UTC().Format("2006-01-02 15:04"),
+			100*float64(t.Sub(p.start))/float64(p.stop.Sub(p.start)), time.Since(p.wall).Seconds())
+	}
 }
 
 func (r *runner) applyFault(ctx context.Context, t time.Time, f Fault) {
@@ -723,13 +788,43 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 		h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(amount), "")
 		return
 	}
-	// pacer: the production hot path.
+	r.spendPacer(h, c, hc, amount, now)
+	oracleSpend(c, hc.oracle.at(c, now), amount, now)
+	if r.enabled[sNoPacing] {
+		spendNoPacing(h, c, hc, amount)
+	}
+	if !c.inBL {
+		return
+	}
+	hc.seq++
+	if hc.seq%int64(r.sc.Baselines.Thin) != 0 {
+		return
+	}
+	hc.blRequests++
+	if r.enabled[sLua] {
+		r.spendLua(ctx, h, c, hc, amount)
+	}
+	if r.enabled[sBatch] {
+		spendBatch(h, hc, amount)
+	}
+}
+
+// timed reports whether host h's next call of strategy si is one to time
+// (one in latencyEvery).
+func (h *hostRT) timed(si int) bool {
+	h.latCount[si]++
+	return h.latCount[si]%latencyEvery == 0
+}
+
+// spendPacer serves one arrival through pacer, the production hot path
+// (Daemon.Spend), and counts its answer.
+func (r *runner) spendPacer(h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
 	hc.requests++
 	hc.askedMicros += amount
 	var dec pacer.Decision
 	var err error
 	id, micros := pacer.CampaignID(c.spec.ID), pacer.Micros(amount)
-	if h.latCount[sPacer]++; h.latCount[sPacer]%latencyEvery == 0 {
+	if h.timed(sPacer) {
 		t0 := time.Now()
 		dec, err = h.d.Spend(id, micros, "")
 		h.lat[sPacer] = append(h.lat[sPacer], time.Since(t0))
@@ -753,57 +848,54 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 	if r.traced(c) {
 		r.trace(h, c, amount, dec, err, now)
 	}
+}
 
-	oracleSpend(c, hc.oracle.at(c, now), amount, now)
-
-	// No pacing: every arrival, the fleet's shared counter, stop at budget.
-	if r.enabled[sNoPacing] {
-		if h.latCount[sNoPacing]++; h.latCount[sNoPacing]%latencyEvery == 0 {
-			t0 := time.Now()
-			ok := noPacingSpend(&c.npRemaining, amount)
-			h.lat[sNoPacing] = append(h.lat[sNoPacing], time.Since(t0))
-			if ok {
-				hc.npAllowed += amount
-			}
-		} else if noPacingSpend(&c.npRemaining, amount) {
-			hc.npAllowed += amount
-		}
+// spendNoPacing serves one arrival without pacing: every arrival, the
+// fleet's shared counter, stop at budget.
+func spendNoPacing(h *hostRT, c *campaignRT, hc *hostCampaign, amount int64) {
+	var ok bool
+	if h.timed(sNoPacing) {
+		t0 := time.Now()
+		ok = noPacingSpend(&c.npRemaining, amount)
+		h.lat[sNoPacing] = append(h.lat[sNoPacing], time.Since(t0))
+	} else {
+		ok = noPacingSpend(&c.npRemaining, amount)
 	}
+	if ok {
+		hc.npAllowed += amount
+	}
+}
 
-	if !c.inBL {
+// spendLua serves one (thinned) arrival through the Lua baseline: a timed
+// one alone, the others queued for the arrival tick's pipeline (flushLua).
+func (r *runner) spendLua(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64) {
+	if !h.timed(sLua) {
+		h.luaQueue = append(h.luaQueue, luaCall{ci: c.idx, amount: amount})
 		return
 	}
-	hc.seq++
-	if hc.seq%int64(r.sc.Baselines.Thin) != 0 {
-		return
+	t0 := time.Now()
+	v, err := r.luaScript.EvalSha(ctx, r.luaRDB, []string{luaKey(c.spec.ID)}, amount).Int()
+	h.lat[sLua] = append(h.lat[sLua], time.Since(t0))
+	switch {
+	case err != nil:
+		hc.luaErrors++
+	case v == 1:
+		hc.luaAllowed += amount
 	}
-	hc.blRequests++
-	if r.enabled[sLua] {
-		if h.latCount[sLua]++; h.latCount[sLua]%latencyEvery == 0 {
-			t0 := time.Now()
-			v, err := r.luaScript.EvalSha(ctx, r.luaRDB, []string{luaKey(c.spec.ID)}, amount).Int()
-			h.lat[sLua] = append(h.lat[sLua], time.Since(t0))
-			switch {
-			case err != nil:
-				hc.luaErrors++
-			case v == 1:
-				hc.luaAllowed += amount
-			}
-		} else {
-			h.luaQueue = append(h.luaQueue, luaCall{ci: c.idx, amount: amount})
-		}
+}
+
+// spendBatch serves one (thinned) arrival through the batching baseline.
+func spendBatch(h *hostRT, hc *hostCampaign, amount int64) {
+	var ok bool
+	if h.timed(sBatch) {
+		t0 := time.Now()
+		ok = batchSpend(hc, h.blRng, amount)
+		h.lat[sBatch] = append(h.lat[sBatch], time.Since(t0))
+	} else {
+		ok = batchSpend(hc, h.blRng, amount)
 	}
-	if r.enabled[sBatch] {
-		if h.latCount[sBatch]++; h.latCount[sBatch]%latencyEvery == 0 {
-			t0 := time.Now()
-			ok := batchSpend(hc, h.blRng, amount)
-			h.lat[sBatch] = append(h.lat[sBatch], time.Since(t0))
-			if ok {
-				hc.batchAllowed += amount
-			}
-		} else if batchSpend(hc, h.blRng, amount) {
-			hc.batchAllowed += amount
-		}
+	if ok {
+		hc.batchAllowed += amount
 	}
 }
 

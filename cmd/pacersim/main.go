@@ -34,88 +34,144 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// flags are pacersim's command line.
+type flags struct {
+	fs                                *flag.FlagSet
+	out, redisAddr, redisServer       *string
+	imgPrefix, cpuProfile, memProfile *string
+	curvesDir, writeScenario, curve   *string
+	trace                             *string
+	asJSON, quiet                     *bool
+	seed                              *uint64
+	family                            *int
+	warmup                            *time.Duration
+	sparseWait                        optionalDuration
+	positional                        []string // the scenario file, if named
+}
+
+// parseFlags parses args, flags before or after the scenario path.
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet("pacersim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "sim-out", "directory for results.json, results.md and the plots")
-	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (default: the Markdown table)")
-	seed := fs.Uint64("seed", 0, "random seed (default: the scenario's)")
-	redisAddr := fs.String("redis", "", "use this Redis (host:port or socket path; it must hold no pacer keys) instead of starting a redis-server")
-	redisServer := fs.String("redis-server", "redis-server", "redis-server binary to start")
-	imgPrefix := fs.String("img-prefix", "", "path the Markdown links the plots from (default: next to results.md)")
-	quiet := fs.Bool("quiet", false, "no progress line")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	family := fs.Int("family", 0, "instead of a scenario file, run a family of N campaigns generated from --seed (default 1): budgets of 20 to 1,000,000 bids, demand 1x-3x, irregular traffic")
-	curvesDir := fs.String("curves", "configs/curves", "curves directory a --family scenario names")
-	writeScenario := fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
-	warmup := fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
-	curve := fs.String("curve", "", "pace every campaign by this curve instead of the scenario's (the traffic unchanged): one of its curves, or auto, fitted each day to the demand the fleet recorded the days before (with --warmup 24h, the day before's)")
-	var sparseWait optionalDuration
-	fs.Var(&sparseWait, "sparse-wait", "the daemons' lease.sparse_wait, a `duration`; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
-	trace := fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held), and a minute a line per shard, of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
+	f := &flags{fs: fs}
+	f.out = fs.String("out", "sim-out", "directory for results.json, results.md and the plots")
+	f.asJSON = fs.Bool("json", false, "print the results as JSON on stdout (default: the Markdown table)")
+	f.seed = fs.Uint64("seed", 0, "random seed (default: the scenario's)")
+	f.redisAddr = fs.String("redis", "", "use this Redis (host:port or socket path; it must hold no pacer keys) instead of starting a redis-server")
+	f.redisServer = fs.String("redis-server", "redis-server", "redis-server binary to start")
+	f.imgPrefix = fs.String("img-prefix", "", "path the Markdown links the plots from (default: next to results.md)")
+	f.quiet = fs.Bool("quiet", false, "no progress line")
+	f.cpuProfile = fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	f.memProfile = fs.String("memprofile", "", "write an allocation profile of the run to this file")
+	f.family = fs.Int("family", 0, "instead of a scenario file, run a family of N campaigns generated from --seed (default 1): budgets of 20 to 1,000,000 bids, demand 1x-3x, irregular traffic")
+	f.curvesDir = fs.String("curves", "configs/curves", "curves directory a --family scenario names")
+	f.writeScenario = fs.String("write-scenario", "", "with --family: also write the generated scenario to this file")
+	f.warmup = fs.Duration("warmup", -1, "run the fleet this long (at most 24h) before the measured day, pacer only, nothing counted: a fleet that has run for days (default: the scenario's warmup)")
+	f.curve = fs.String("curve", "", "pace every campaign by this curve instead of the scenario's (the traffic unchanged): one of its curves, or auto, fitted each day to the demand the fleet recorded the days before (with --warmup 24h, the day before's)")
+	fs.Var(&f.sparseWait, "sparse-wait", "the daemons' lease.sparse_wait, a `duration`; 0s: off, sparse campaigns hold standing leases (default: the scenario's daemon.sparse_wait, else the daemon's)")
+	f.trace = fs.String("trace", "", "write a line per SPEND (time, host, amount, answer, what the host held), and a minute a line per shard, of these campaigns (comma-separated; 'all' for every one) to trace.log in --out")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: pacersim SCENARIO.yaml [--out DIR] [--json] [--seed N] [--redis ADDR]")
 		fmt.Fprintln(stderr, "       pacersim --family N [--seed S] [--write-scenario FILE] [--out DIR] ...")
 		fs.PrintDefaults()
 	}
-	// Flags may come before or after the scenario path.
-	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
+			return nil, err
 		}
 		if fs.NArg() == 0 {
-			break
+			return f, nil
 		}
-		positional = append(positional, fs.Arg(0))
+		f.positional = append(f.positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	sc, err := scenario(*family, *seed, *curvesDir, *writeScenario, positional)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	sc, err := scenario(*f.family, *f.seed, *f.curvesDir, *f.writeScenario, f.positional)
 	if err != nil {
 		if errors.Is(err, errUsage) {
-			fs.Usage()
+			f.fs.Usage()
 		}
 		return err
 	}
-	opt := sim.Options{RedisAddr: *redisAddr, RedisServer: *redisServer, Seed: *seed, Curve: *curve}
-	if *warmup >= 0 {
-		opt.Warmup = warmup
-	}
-	if sparseWait.set {
-		opt.SparseWait = &sparseWait.d
-	}
-	if *trace != "" {
-		w, done, err := traceFile(*out)
-		if err != nil {
-			return err
-		}
-		defer done()
-		opt.Trace = w
-		if *trace != "all" {
-			opt.TraceCampaigns = strings.Split(*trace, ",")
-		}
-	}
-	if !*quiet {
-		opt.Progress = stderr
-	}
-	if *cpuProfile != "" {
-		stop, err := profile(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	opt, done, err := f.options(stderr)
+	defer done()
+	if err != nil {
+		return err
 	}
 	res, err := sim.Run(ctx, sc, opt)
 	if err != nil {
 		return err
 	}
-	if err := report(res, *out, *imgPrefix, *asJSON, stdout); err != nil {
+	if err := report(res, *f.out, *f.imgPrefix, *f.asJSON, stdout); err != nil {
 		return err
 	}
 	return violated(res, stderr)
+}
+
+// options are the run's sim.Options from the flags; done closes the trace
+// file and ends the profiles, and is to be called whatever err is.
+func (f *flags) options(stderr io.Writer) (opt sim.Options, done func(), err error) {
+	var closers []func()
+	done = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	opt = sim.Options{RedisAddr: *f.redisAddr, RedisServer: *f.redisServer, Seed: *f.seed, Curve: *f.curve}
+	if *f.warmup >= 0 {
+		opt.Warmup = f.warmup
+	}
+	if f.sparseWait.set {
+		opt.SparseWait = &f.sparseWait.d
+	}
+	if !*f.quiet {
+		opt.Progress = stderr
+	}
+	if *f.trace != "" {
+		w, closeTrace, err := traceFile(*f.out)
+		if err != nil {
+			return opt, done, err
+		}
+		closers = append(closers, closeTrace)
+		opt.Trace = w
+		if *f.trace != "all" {
+			opt.TraceCampaigns = strings.Split(*f.trace, ",")
+		}
+	}
+	if *f.cpuProfile != "" {
+		stop, err := profile(*f.cpuProfile)
+		if err != nil {
+			return opt, done, err
+		}
+		closers = append(closers, stop)
+	}
+	if *f.memProfile != "" {
+		closers = append(closers, func() { writeAllocs(*f.memProfile, stderr) })
+	}
+	return opt, done, nil
+}
+
+// writeAllocs writes the allocation profile of the run so far to path.
+func writeAllocs(path string, stderr io.Writer) {
+	fh, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(fh, 0)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "pacersim: memprofile:", err)
+	}
 }
 
 // profile starts a CPU profile into path; stop ends it.
