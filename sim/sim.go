@@ -1021,16 +1021,19 @@ func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
 		cmd   *redis.IntCmd
 	}
 	var ps []pend
-	pipe := r.batchRDB.Pipeline()
+	var pipe redis.Pipeliner // made only when a key has pending spend: most flushes have none
 	for ci, c := range r.camps {
 		hc := &h.c[ci]
 		for s, p := range hc.pending {
 			if p > 0 {
+				if pipe == nil {
+					pipe = r.batchRDB.Pipeline()
+				}
 				ps = append(ps, pend{ci, s, pipe.DecrBy(ctx, batchKey(c.spec.ID, s), p)})
 			}
 		}
 	}
-	if len(ps) == 0 {
+	if pipe == nil {
 		return
 	}
 	pipe.Exec(ctx)
