@@ -241,6 +241,14 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		d.BidMicros = u
 	}
 	d.Requests = d.Allowed + d.Denied
+	if c.d.ledgerRefusal(ctx) != nil {
+		// A host that may take no lease (its gate refuses: clock skewed,
+		// ledger not durable) serves none of what it is asked: its SPENDs
+		// count for the curve's fit (requests, denials), but their micros
+		// are no part of the fleet's demand that the hosts which serve
+		// share (updateShare).
+		d.MicrosAsked = 0
+	}
 	if d.Requests <= 0 {
 		c.lastFlush = now
 		return
