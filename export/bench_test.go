@@ -2,6 +2,7 @@ package export_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,33 +13,50 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/export"
+	"github.com/pacer/pacer/internal/pgtest"
+	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkExport measures the exporter's throughput: 8 shards' streams of
 // 25,000 release entries each (fields as the ledger writes them) exported
-// into a PostgreSQL on the same machine, in passes, with the default batch
-// (1000) and a larger one. It reports events/s of wall time and the exporter's own CPU time
-// per event (Redis and PostgreSQL are other processes); run it with
-// GOMAXPROCS=1 for "one core". docs/BENCHMARKS.md has the figures.
+// into a PostgreSQL on the same machine with fsync on (as production runs it;
+// synchronous_commit on), in passes of the default batch (1000). Two ways
+// side by side, alternating in one run: copy (the exporter: entries past the
+// cursor copied in with COPY) and insert (every row through INSERT … ON
+// CONFLICT DO NOTHING, as before COPY). It reports events/s of wall time, and
+// CPU time per event of the exporter (this process), of PostgreSQL (the
+// server's processes) and of redis-server; it logs the load average. Run it
+// with GOMAXPROCS=1 for "one core". docs/BENCHMARKS.md has the figures.
 //
-//	GOMAXPROCS=1 go test -run '^$' -bench Export -benchtime 1x -count 3 ./export/
+//	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x -count 3 ./export/
 func BenchmarkExport(b *testing.B) {
-	for _, batch := range []int64{1000, 5000} {
-		b.Run("batch="+strconv.FormatInt(batch, 10), func(b *testing.B) { benchExport(b, batch) })
+	pgSrv := pgtest.OwnDurable(b)
+	for _, way := range []string{"copy", "insert"} {
+		b.Run("way="+way, func(b *testing.B) { benchExport(b, pgSrv, way == "insert") })
 	}
 }
 
-func benchExport(b *testing.B, batch int64) {
+func benchExport(b *testing.B, pgSrv *pgtest.Server, checkEveryRow bool) {
 	const shards, perShard = 8, 25_000
 	for range b.N {
 		b.StopTimer()
-		f := newFixture(b, lease.Config{})
+		srv := redistest.Start(b)
+		rdb := srv.Client()
+		f := &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
+		_, f.db = pgtest.Pool(b, pgSrv)
+		if _, err := export.Migrate(ctx, f.db); err != nil {
+			b.Fatal(err)
+		}
 		f.open(b, "bench", shards)
 		fill(b, f.rdb, "bench", shards, perShard)
-		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Batch: batch}, nil, nil)
-		cpu0 := cpuTime(b)
+		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench"}, nil, nil)
+		if checkEveryRow {
+			export.CheckEveryRow(e)
+		}
+		b.Logf("load average %s", loadAverage(b))
+		cpu0, pg0, redis0 := cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, rdb)
 		start := time.Now()
 		b.StartTimer()
 		var n int64
@@ -50,9 +68,12 @@ func benchExport(b *testing.B, batch int64) {
 			n += st.Exported
 		}
 		b.StopTimer()
-		wall, cpu := time.Since(start), cpuTime(b)-cpu0
+		wall := time.Since(start)
+		perEvent := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
 		b.ReportMetric(float64(n)/wall.Seconds(), "events/s")
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+		b.ReportMetric(perEvent(cpuTime(b)-cpu0), "cpu-ns/event")
+		b.ReportMetric(perEvent(pgCPU(b, pgSrv)-pg0), "pg-cpu-ns/event")
+		b.ReportMetric(perEvent(redisCPU(b, rdb)-redis0), "redis-cpu-ns/event")
 	}
 }
 
@@ -62,6 +83,45 @@ func cpuTime(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func pgCPU(b *testing.B, s *pgtest.Server) time.Duration {
+	d, err := s.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys and
+// used_cpu_user, its main thread and the others).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sec += x
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// loadAverage is /proc/loadavg's three figures.
+func loadAverage(b *testing.B) string {
+	l, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(l))
+	return strings.Join(f[:3], " ")
 }
 
 // fill appends n release entries to each of the day's shards' streams.

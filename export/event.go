@@ -1,6 +1,7 @@
 package export
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -91,6 +92,37 @@ func parseEntry(k lease.ShardKey, m redis.XMessage) (event, error) {
 	e.holder = e.fields["holder"]
 	e.carryOut = e.kind == "adjust" && strings.HasPrefix(e.fields["op"], "carry-out")
 	return e, nil
+}
+
+// appendFieldsJSON appends fields as a JSON object (key order is the map's:
+// jsonb keeps its own). Strings of printable ASCII without quotes or
+// backslashes, all the ledger's scripts write, are copied as they are; any
+// other goes through encoding/json, which escapes it.
+func appendFieldsJSON(dst []byte, fields map[string]string) []byte {
+	dst = append(dst, '{')
+	first := true
+	for k, v := range fields {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendJSONString(dst, v)
+	}
+	return append(dst, '}')
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			b, _ := json.Marshal(s) // a string always marshals
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 func intField(f map[string]string, name string) (int64, error) {

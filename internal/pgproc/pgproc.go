@@ -15,7 +15,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -35,12 +37,21 @@ type Server struct {
 	bin string
 	// runAs is the user the server runs as ("" for ourselves).
 	runAs string
-	dbs   atomic.Int64
+	// durable: fsync on (StartDurable).
+	durable bool
+	dbs     atomic.Int64
 }
 
 // Start runs initdb and starts the server. A missing postgresql-15 is an
 // error saying how to get it.
-func Start(ctx context.Context) (*Server, error) {
+func Start(ctx context.Context) (*Server, error) { return start(ctx, false) }
+
+// StartDurable is Start with fsync on, as production runs PostgreSQL: each
+// commit waits for its WAL on disk (synchronous_commit is on in both). For
+// benchmarks that measure what a commit costs.
+func StartDurable(ctx context.Context) (*Server, error) { return start(ctx, true) }
+
+func start(ctx context.Context, durable bool) (*Server, error) {
 	bin := os.Getenv("PACER_PG_BIN")
 	if bin == "" {
 		bin = DefaultBin
@@ -52,7 +63,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, bin: bin}
+	s := &Server{Dir: dir, bin: bin, durable: durable}
 	if os.Geteuid() == 0 {
 		s.runAs = "nobody"
 		u, err := user.Lookup(s.runAs)
@@ -97,7 +108,11 @@ func (s *Server) cmd(ctx context.Context, prog string, args ...string) error {
 
 // Start starts the (stopped) server and waits until it accepts connections.
 func (s *Server) Start(ctx context.Context) error {
-	opts := "-c listen_addresses='' -c unix_socket_directories=" + s.Dir + " -c fsync=off -c max_connections=200"
+	fsync := "off"
+	if s.durable {
+		fsync = "on"
+	}
+	opts := "-c listen_addresses='' -c unix_socket_directories=" + s.Dir + " -c fsync=" + fsync + " -c max_connections=200"
 	return s.cmd(ctx, "pg_ctl", "-D", s.dataDir(), "-w", "-t", startTimeout, "-l", filepath.Join(s.Dir, "log"), "-o", opts, "start")
 }
 
@@ -143,4 +158,63 @@ func (s *Server) CreateNamedDB(ctx context.Context, name string) (string, error)
 		return "", fmt.Errorf("pgproc: create database: %w", err)
 	}
 	return s.DSN(name), nil
+}
+
+// CPU is the processor time (user and system) the server has used so far:
+// the postmaster's, its live processes' and its exited ones'. Linux only
+// (/proc); for benchmarks that say what PostgreSQL's share was.
+func (s *Server) CPU() (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("pgproc: cpu: %w", err)
+	}
+	pid, _, _ := strings.Cut(string(b), "\n")
+	procs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return 0, err
+	}
+	var ticks int64
+	for _, p := range procs {
+		st, err := procStat(p)
+		if err != nil {
+			continue // exited since the glob
+		}
+		switch {
+		case st.pid == pid:
+			ticks += st.utime + st.stime + st.cutime + st.cstime
+		case st.ppid == pid:
+			ticks += st.utime + st.stime
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/PID/stat's times.
+const clockTicks = 100
+
+type stat struct {
+	pid, ppid                    string
+	utime, stime, cutime, cstime int64
+}
+
+// procStat reads /proc/PID/stat: the fields after the command's closing
+// parenthesis are state, ppid, …, utime (14th field), stime, cutime, cstime.
+func procStat(path string) (stat, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return stat{}, err
+	}
+	pid, _, _ := strings.Cut(string(b), " ")
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 15 {
+		return stat{}, fmt.Errorf("pgproc: %s: short", path)
+	}
+	st := stat{pid: pid, ppid: f[1]}
+	for j, p := range []*int64{&st.utime, &st.stime, &st.cutime, &st.cstime} {
+		if *p, err = strconv.ParseInt(f[11+j], 10, 64); err != nil {
+			return stat{}, fmt.Errorf("pgproc: %s: %w", path, err)
+		}
+	}
+	return st, nil
 }

@@ -68,6 +68,18 @@ func Own(tb testing.TB) *Server {
 	return s
 }
 
+// OwnDurable is Own with fsync on (pgproc.StartDurable), as production
+// runs PostgreSQL: for benchmarks.
+func OwnDurable(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := pgproc.StartDurable(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
 // Pool creates a fresh database on s and returns its DSN and a pool on it,
 // closed at cleanup.
 func Pool(tb testing.TB, s *Server) (string, *pgxpool.Pool) {
