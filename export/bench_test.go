@@ -2,6 +2,7 @@ package export_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pacer/pacer/export"
 	"github.com/pacer/pacer/internal/pgtest"
 	"github.com/pacer/pacer/internal/redistest"
@@ -22,23 +24,30 @@ import (
 // BenchmarkExport measures the exporter's throughput: 8 shards' streams of
 // 25,000 release entries each (fields as the ledger writes them) exported
 // into a PostgreSQL on the same machine with fsync on (as production runs it;
-// synchronous_commit on), in passes of the default batch (1000). Two ways
-// side by side, alternating in one run: copy (the exporter: entries past the
-// cursor copied in with COPY) and insert (every row through INSERT … ON
-// CONFLICT DO NOTHING, as before COPY). It reports events/s of wall time, and
+// synchronous_commit on), in passes of the default batch (1000). Three ways
+// side by side: copy-2 (the exporter's defaults: entries past the cursor
+// copied in with COPY, two streams at once), copy-1 (one stream at a time)
+// and insert-1 (every row through INSERT … ON CONFLICT DO NOTHING, one
+// stream at a time: the exporter before COPY). It reports events/s of wall time, and
 // CPU time per event of the exporter (this process), of PostgreSQL (the
 // server's processes) and of redis-server; it logs the load average. Run it
 // with GOMAXPROCS=1 for "one core". docs/BENCHMARKS.md has the figures.
 //
-//	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x -count 3 ./export/
+// scripts/bench-export.sh runs them in alternation.
+//
+//	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x ./export/
 func BenchmarkExport(b *testing.B) {
 	pgSrv := pgtest.OwnDurable(b)
-	for _, way := range []string{"copy", "insert"} {
-		b.Run("way="+way, func(b *testing.B) { benchExport(b, pgSrv, way == "insert") })
+	for _, way := range []struct {
+		name          string
+		streams       int
+		checkEveryRow bool
+	}{{"copy-2", 2, false}, {"copy-1", 1, false}, {"insert-1", 1, true}} {
+		b.Run("way="+way.name, func(b *testing.B) { benchExport(b, pgSrv, way.streams, way.checkEveryRow) })
 	}
 }
 
-func benchExport(b *testing.B, pgSrv *pgtest.Server, checkEveryRow bool) {
+func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int, checkEveryRow bool) {
 	const shards, perShard = 8, 25_000
 	for range b.N {
 		b.StopTimer()
@@ -51,7 +60,7 @@ func benchExport(b *testing.B, pgSrv *pgtest.Server, checkEveryRow bool) {
 		}
 		f.open(b, "bench", shards)
 		fill(b, f.rdb, "bench", shards, perShard)
-		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench"}, nil, nil)
+		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Streams: streams}, nil, nil)
 		if checkEveryRow {
 			export.CheckEveryRow(e)
 		}
@@ -200,22 +209,44 @@ func writeLeases(f *fixture, ctx context.Context, shard int, written *atomic.Int
 }
 
 // oldestUnexported is the age of the oldest audit entry PostgreSQL does not
-// hold yet (0 if none): the first entry after each stream's cursor.
+// hold yet (0 if none), over every stream the ledger holds: the first entry
+// after each stream's cursor, read in one pipeline.
 func oldestUnexported(b *testing.B, f *fixture) time.Duration {
-	var oldest time.Duration
-	for s := range 8 {
-		k := lease.ShardKey{Campaign: "lag", Day: day, Shard: s}
-		var ms, seq int64
-		err := f.db.QueryRow(ctx, `SELECT last_ms, last_seq FROM export_cursors WHERE campaign = $1 AND shard = $2`, k.Campaign, s).Scan(&ms, &seq)
-		if err != nil {
-			ms, seq = 0, 0
+	streams, err := f.ledger.AuditStreams(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cursors := map[lease.ShardKey]string{}
+	rows, err := f.db.Query(ctx, `SELECT campaign, day::text, shard, last_ms || '-' || last_seq FROM export_cursors`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var k lease.ShardKey
+	var last string
+	if _, err := pgx.ForEachRow(rows, []any{&k.Campaign, &k.Day, &k.Shard, &last}, func() error {
+		cursors[k] = last
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	p := f.rdb.Pipeline()
+	next := make([]*redis.XMessageSliceCmd, len(streams))
+	for i, k := range streams {
+		from := "-"
+		if c, ok := cursors[k]; ok {
+			from = "(" + c
 		}
-		next, err := f.rdb.XRangeN(ctx, k.AuditKey(), "("+strconv.FormatInt(ms, 10)+"-"+strconv.FormatInt(seq, 10), "+", 1).Result()
-		if err != nil {
+		next[i] = p.XRangeN(ctx, k.AuditKey(), from, "+", 1)
+	}
+	_, _ = p.Exec(ctx) // a stream not written yet is an empty reply
+	var oldest time.Duration
+	for _, c := range next {
+		msgs, err := c.Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			b.Fatal(err)
 		}
-		if len(next) == 1 {
-			idMS, _, _ := strings.Cut(next[0].ID, "-")
+		if len(msgs) == 1 {
+			idMS, _, _ := strings.Cut(msgs[0].ID, "-")
 			v, _ := strconv.ParseInt(idMS, 10, 64)
 			oldest = max(oldest, time.Since(time.UnixMilli(v)))
 		}

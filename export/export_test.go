@@ -221,7 +221,7 @@ func TestCrashAtEveryStepLosesAndDuplicatesNothing(t *testing.T) {
 	}
 }
 
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+func gaugeValue(t testing.TB, g prometheus.Gauge) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := g.Write(&m); err != nil {
@@ -230,7 +230,7 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 	return m.GetGauge().GetValue()
 }
 
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := c.Write(&m); err != nil {

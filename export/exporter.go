@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,6 +43,11 @@ type Config struct {
 	// BatchesPerPass bounds the batches one stream gets per pass, so that a
 	// stream with a backlog does not starve the others (default 50).
 	BatchesPerPass int
+	// Streams is how many streams a pass exports at once, each batch on a
+	// PostgreSQL connection of its own (default 2): so that PostgreSQL
+	// commits one stream's batch while the exporter reads and encodes
+	// another's. A stream is exported by one of them at a time.
+	Streams int
 	// ClaimIdle is how long an entry stays delivered and unacknowledged
 	// before another consumer takes it over (XAUTOCLAIM; default 1 minute).
 	ClaimIdle time.Duration
@@ -54,8 +60,9 @@ type Config struct {
 	Now func() time.Time
 	// Step, if set, is called at each step of a batch's export ("read",
 	// "begun", "inserted", "totals", "cursor", "committed", "acked",
-	// "trimmed"); an error it returns aborts the pass there, as a crash
-	// would. For tests; production leaves it nil.
+	// "trimmed"), one call at a time; an error it returns aborts the pass
+	// there, as a crash would (the streams being exported at the same time
+	// stop at their next step). For tests; production leaves it nil.
 	Step func(ctx context.Context, step string) error
 }
 
@@ -84,6 +91,9 @@ func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg 
 	if cfg.BatchesPerPass <= 0 {
 		cfg.BatchesPerPass = 50
 	}
+	if cfg.Streams <= 0 {
+		cfg.Streams = 2
+	}
 	if cfg.ClaimIdle <= 0 {
 		cfg.ClaimIdle = time.Minute
 	}
@@ -96,7 +106,13 @@ func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg 
 	if hook := cfg.Step; hook == nil {
 		cfg.Step = func(context.Context, string) error { return nil }
 	} else {
+		var mu sync.Mutex
 		cfg.Step = func(ctx context.Context, step string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("%w %s: %w", errStep, step, context.Cause(ctx))
+			}
 			if err := hook(ctx, step); err != nil {
 				return fmt.Errorf("%w %s: %w", errStep, step, err)
 			}
@@ -166,22 +182,70 @@ func (e *Exporter) Pass(ctx context.Context) (PassStats, error) {
 	if err := e.measureLag(ctx, states, cursors); err != nil {
 		return st, err
 	}
-	// A stream that fails (a malformed entry, a failed transaction) stops
-	// there until a later pass; the others go on.
-	var errs []error
-	for _, s := range states {
-		if err := e.exportStream(ctx, s, cursors[s.k], &st); err != nil {
-			if errors.Is(err, errStep) || ctx.Err() != nil {
-				return st, err
-			}
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return st, errors.Join(errs...)
+	if err := e.exportAll(ctx, states, cursors, &st); err != nil {
+		return st, err
 	}
 	e.m.LastPass.Set(float64(e.cfg.Now().UnixNano()) / 1e9)
 	return st, nil
+}
+
+// exportAll exports the streams, Config.Streams of them at once. A stream
+// that fails (a malformed entry, a failed transaction) stops there until a
+// later pass and the others go on; their errors are returned together. A
+// Step hook's error (a crash, in tests) or ctx's end stops them all.
+func (e *Exporter) exportAll(ctx context.Context, states []streamState, cursors map[lease.ShardKey]cursor, st *PassStats) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var (
+		mu      sync.Mutex
+		errs    []error
+		crashed error
+		wg      sync.WaitGroup
+	)
+	next := make(chan streamState)
+	for range e.cfg.Streams {
+		wg.Go(func() {
+			for s := range next {
+				var one PassStats
+				err := e.exportStream(ctx, s, cursors[s.k], &one)
+				mu.Lock()
+				st.add(one)
+				switch {
+				case err == nil:
+				case errors.Is(err, errStep) && crashed == nil:
+					crashed = err
+					stop(err)
+				case ctx.Err() == nil:
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+feed:
+	for _, s := range states {
+		select {
+		case next <- s:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if crashed != nil {
+		return crashed
+	}
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+func (st *PassStats) add(o PassStats) {
+	st.Exported += o.Exported
+	st.Duplicates += o.Duplicates
+	st.Trimmed += o.Trimmed
+	st.Gaps = append(st.Gaps, o.Gaps...)
 }
 
 // streamState is what Redis says of one stream at the start of a pass.

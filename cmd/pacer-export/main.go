@@ -98,6 +98,7 @@ func flagSet(o *options, getenv func(string) string, stderr io.Writer) *flag.Fla
 	fs.StringVar(&o.cfg.Consumer, "consumer", orDefault(host, "pacer-export"), "this exporter's name in the group (default: the host name)")
 	fs.Int64Var(&o.cfg.Batch, "batch", 1000, "entries per read and per transaction")
 	fs.IntVar(&o.cfg.BatchesPerPass, "batches-per-pass", 50, "batches one stream may take per pass before the next stream's turn")
+	fs.IntVar(&o.cfg.Streams, "streams", 2, "streams exported at once, each on a PostgreSQL connection of its own")
 	fs.DurationVar(&o.cfg.Interval, "interval", time.Second, "time between passes")
 	fs.DurationVar(&o.cfg.ClaimIdle, "claim-idle", time.Minute, "take over entries another exporter holds unacknowledged for this long")
 	fs.BoolVar(&o.cfg.NoTrim, "no-trim", false, "do not trim the streams (a second group whose database is not the record)")

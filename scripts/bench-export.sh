@@ -1,0 +1,20 @@
+#!/bin/sh
+# The exporter's throughput, its three ways in alternation (ROUNDS rounds,
+# default 3), GOMAXPROCS=1; then its lag under the simulator's default day.
+# docs/BENCHMARKS.md, "The spend ledger export", has the figures.
+set -eu
+cd "$(dirname "$0")/.."
+rounds=${ROUNDS:-3}
+bin=$(mktemp -d)/export.test
+trap 'rm -rf "$(dirname "$bin")"' EXIT
+go test -c -o "$bin" ./export/
+cd export
+i=0
+while [ "$i" -lt "$rounds" ]; do
+	for way in copy-2 copy-1 insert-1; do
+		GOMAXPROCS=1 "$bin" -test.run '^$' -test.bench "Export\$/way=$way\$" -test.benchtime 1x -test.v -test.timeout 30m |
+			grep -E 'load average|events/s'
+	done
+	i=$((i + 1))
+done
+"$bin" -test.run '^$' -test.bench 'ExportLagSimulatedDay' -test.benchtime 1x -test.v -test.timeout 60m | grep -E 'load average|lag-p99'
