@@ -25,8 +25,10 @@ func DefaultSmooth(n int) int { return max(1, n/48) }
 // FitCurve turns demand per slot of a local day (24, 48, 96 or 1440 slots,
 // summed over the days observed) into a curve of o.Slots slots:
 //
-//  1. smoothed by a circular triangular moving average (the day wraps:
-//     23:45 is next to 00:00), half-width o.Smooth slots;
+//  1. smoothed by a triangular moving average of half-width o.Smooth slots
+//     that stays within the day: a slot near midnight averages over the
+//     slots of its own day only (a day's budget cannot meet the next day's
+//     demand, so 00:00's traffic gives 23:45 no share);
 //  2. normalised to shares that sum to 1;
 //  3. bounded: each share is clip(c*share, Min/n, Max/n) with the one
 //     scale c that makes them sum to 1 again (found by bisection: this is
@@ -74,17 +76,18 @@ func FitCurve(name string, demand []float64, o FitOptions) (*Curve, []float64, e
 
 func validSlotCount(n int) bool { return n == 24 || n == 48 || n == 96 || n == 1440 }
 
-// smooth returns the circular moving average of x with triangular weights
-// h+1-|k| for k in [-h, h].
+// smooth returns the moving average of x with triangular weights h+1-|k|
+// for k in [-h, h], over the slots of x only: at either end the weights
+// that would fall outside are left out (not wrapped round).
 func smooth(x []float64, h int) []float64 {
 	n := len(x)
 	h = min(h, (n-1)/2)
 	out := make([]float64, n)
 	for i := range x {
 		var sum, wsum float64
-		for k := -h; k <= h; k++ {
+		for k := max(-h, -i); k <= h && i+k < n; k++ {
 			w := float64(h + 1 - abs(k))
-			sum += w * x[((i+k)%n+n)%n]
+			sum += w * x[i+k]
 			wsum += w
 		}
 		out[i] = sum / wsum

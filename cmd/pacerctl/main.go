@@ -193,7 +193,7 @@ func curveCommands() []command {
 				"(default 7; days without data are skipped). From --from-csv: a CSV file, a header line\n" +
 				"then one row per slot, \"slot,requests\" (24, 48, 96 or 1440 rows, slot 0 first at local\n" +
 				"midnight) or \"hour,requests\" (24 rows, hours 0-23); # starts a comment. The demand is\n" +
-				"smoothed (a circular triangular moving average, --smooth slots each side; default one slot\n" +
+				"smoothed (a triangular moving average within the day, --smooth slots each side; default one slot\n" +
 				"of 24 or 48, two of 96, thirty of 1440), normalised, and bounded: every slot gets between --min and --max times the\n" +
 				"mean share (default 0.2 and 5), so no slot is starved and none takes an extreme share.\n" +
 				"--slots is the fitted curve's slot count (24, 48, 96 or 1440; default 24). The curve is\n" +

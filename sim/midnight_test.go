@@ -1,0 +1,24 @@
+package sim
+
+import "testing"
+
+// A campaign whose traffic puts a fifth of the day's SPENDs in hour 0, on
+// curve: auto, spends its day: the fitted curve's smoothing stays within
+// the day, so hour 23 gets an ordinary hour's share. pacersim on the
+// scenario: hour 23 3.45% of the day, 99.92% spent (the curve oracle
+// 99.98%); when the moving average wrapped round midnight, hour 0's peak
+// gave hour 23 5.17%, budget that met no extra demand there and stayed
+// locked: 98.33% spent (the oracle 98.31%).
+func TestMidnightPeakIsFitted(t *testing.T) {
+	_, c := spendsItsDay(t, "../configs/scenarios/midnight-peak.yaml", Options{})
+	q := c.Results[StrategyPacer]
+	last, ordinary := q.PlanHourShares[23], q.PlanHourShares[12]
+	t.Logf("the day's curve: hour 0 %.2f%%, hour 12 %.2f%%, hour 23 %.2f%%; tracking error max %.2f%%",
+		100*q.PlanHourShares[0], 100*ordinary, 100*last, 100*q.TrackingMax)
+	if last > 1.2*ordinary {
+		t.Errorf("the day's curve gives hour 23 %.2f%% of the budget, an ordinary hour %.2f%%: hour 0's peak leaks across midnight", 100*last, 100*ordinary)
+	}
+	if q.PlanHourShares[0] < 0.15 {
+		t.Errorf("the day's curve gives hour 0 %.2f%% of the budget; the traffic, 20%%", 100*q.PlanHourShares[0])
+	}
+}
