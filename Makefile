@@ -6,9 +6,10 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 PREFIX    ?= /usr/local
 DESTDIR   ?=
-# The revision bench-scale runs the ledger scripts' cost beside (before a
-# call read and wrote its state fields in one HMGET and one HSET).
-BENCH_BASE ?= 7fef01a
+# The revision bench-scale runs the ledger scripts' cost beside (the same
+# scripts sent by EVALSHA, the prelude run again at every call, before they
+# became a Redis Functions library called by FCALL).
+BENCH_BASE ?= 23356e2
 
 .DEFAULT_GOAL := help
 

@@ -52,19 +52,23 @@ func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.C
 	return d, b
 }
 
+// evalshaCalls counts the ledger scripts Redis ran (EVALSHA and FCALL).
 func evalshaCalls(t *testing.T, f *fixture) int64 {
 	t.Helper()
 	info, err := f.redis.Client().Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n int64
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
+		for _, name := range []string{"cmdstat_evalsha:calls=", "cmdstat_fcall:calls="} {
+			if rest, ok := strings.CutPrefix(line, name); ok {
+				c, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				n += c
+			}
 		}
 	}
-	return 0
+	return n
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -30,7 +30,7 @@ type cmdKinds struct {
 
 func (c *cmdKinds) count(cmd redis.Cmder) {
 	kind := strings.ToLower(cmd.Name())
-	if kind == "evalsha" || kind == "eval" {
+	if kind == "evalsha" || kind == "eval" || kind == "fcall" {
 		kind = "lease"
 		if args := cmd.Args(); len(args) > 3 && strings.HasPrefix(fmt.Sprint(args[3]), "pacer:demand:") {
 			kind = "demand"

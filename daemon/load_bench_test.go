@@ -173,22 +173,37 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// scriptUsec is Redis's own time per EVALSHA since its stats were reset.
+// scriptUsec is Redis's own time per ledger script (EVALSHA and FCALL)
+// since its stats were reset.
 func scriptUsec(tb testing.TB, f *fixture) (float64, bool) {
 	tb.Helper()
 	info, err := f.redis.Client().Info(ctx, "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	var calls, usec float64
 	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-			for _, kv := range strings.Split(rest, ",") {
-				if v, ok := strings.CutPrefix(kv, "usec_per_call="); ok {
-					x, err := strconv.ParseFloat(v, 64)
-					return x, err == nil
-				}
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
+		if !ok {
+			rest, ok = strings.CutPrefix(line, "cmdstat_fcall:")
+		}
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			x, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "calls":
+				calls += x
+			case "usec":
+				usec += x
 			}
 		}
 	}
-	return 0, false
+	if calls == 0 {
+		return 0, false
+	}
+	return usec / calls, true
 }

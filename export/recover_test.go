@@ -304,7 +304,7 @@ func (crashAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (h crashAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		name := cmd.Name()
-		if name != "evalsha" && name != "eval" {
+		if name != "evalsha" && name != "eval" && name != "fcall" {
 			return next(ctx, cmd)
 		}
 		if h.seen.Load() >= h.n {

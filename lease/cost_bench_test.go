@@ -167,7 +167,7 @@ func benchSettleCalls(b *testing.B, aof bool) {
 	b.ReportMetric(float64(cmds)/float64(scripts), "redis-cmds/call")
 }
 
-// commandCounts is how many scripts Redis ran since the last CONFIG
+// commandCounts is how many scripts (EVALSHA, EVAL, FCALL) Redis ran since the last CONFIG
 // RESETSTAT, and how many commands they ran (INFO commandstats, less the
 // benchmark's own INFO and CONFIG).
 func commandCounts(b *testing.B, srv *redistest.Server) (scripts, cmds int64) {
@@ -184,9 +184,9 @@ func commandCounts(b *testing.B, srv *redistest.Server) (scripts, cmds int64) {
 		v, _, _ := strings.Cut(rest, ",")
 		n, _ := strconv.ParseInt(v, 10, 64)
 		switch {
-		case name == "evalsha" || name == "eval":
+		case name == "evalsha" || name == "eval" || name == "fcall":
 			scripts += n
-		case name == "info" || name == "hello" || strings.HasPrefix(name, "config") || strings.HasPrefix(name, "script") || name == "ping":
+		case name == "info" || name == "hello" || strings.HasPrefix(name, "config") || strings.HasPrefix(name, "script") || strings.HasPrefix(name, "function") || name == "ping":
 		default:
 			cmds += n
 		}

@@ -169,6 +169,40 @@ func (e *NotDurableError) Int64s() []int64 {
 // nothing, so its WAIT proves nothing about the first write: a grant that
 // failed with ErrNotDurable is released, never retried under the same id.
 func (d Durability) Run(ctx context.Context, rdb redis.UniversalClient, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return d.run(ctx, rdb, evalScript{s}, keys, args...)
+}
+
+// ledgerCall is a script as Durability runs it: a *redis.Script (EVALSHA,
+// then EVAL where the server lacks it) or a function of the ledger's
+// library (FCALL, then FUNCTION LOAD and FCALL).
+type ledgerCall interface {
+	// Run sends the call, and again once if the server lacked the script.
+	Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd
+	// send queues the call (EVALSHA or FCALL) on p.
+	send(ctx context.Context, p redis.Cmdable, keys []string, args ...any) *redis.Cmd
+	// resend queues on p what gives the server the script, and the call.
+	resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd
+	// missing reports whether err says the server lacked the script.
+	missing(err error) bool
+}
+
+type evalScript struct{ s *redis.Script }
+
+func (e evalScript) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	return e.s.Run(ctx, rdb, keys, args...)
+}
+
+func (e evalScript) send(ctx context.Context, p redis.Cmdable, keys []string, args ...any) *redis.Cmd {
+	return e.s.EvalSha(ctx, p, keys, args...)
+}
+
+func (e evalScript) resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
+	return e.s.Eval(ctx, p, keys, args...)
+}
+
+func (e evalScript) missing(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+func (d Durability) run(ctx context.Context, rdb redis.UniversalClient, s ledgerCall, keys []string, args ...any) *redis.Cmd {
 	if d.Policy != PolicyReplicas {
 		return s.Run(ctx, rdb, keys, args...)
 	}
@@ -187,9 +221,9 @@ func (d Durability) Run(ctx context.Context, rdb redis.UniversalClient, s *redis
 		cmd.SetErr(fmt.Errorf("ledger.durability=%s: cannot WAIT through a %T", d, rdb))
 		return cmd
 	}
-	sc, wc := d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.EvalSha(ctx, p, keys, args...) })
-	if redis.HasErrorPrefix(sc.Err(), "NOSCRIPT") {
-		sc, wc = d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.Eval(ctx, p, keys, args...) })
+	sc, wc := d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.send(ctx, p, keys, args...) })
+	if s.missing(sc.Err()) {
+		sc, wc = d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.resend(ctx, p, keys, args...) })
 	}
 	if sc.Err() != nil {
 		return sc

@@ -56,7 +56,7 @@ func BenchmarkGrantDurability(b *testing.B) {
 			cpu0 := redisCPU(b, srv)
 			b.ResetTimer()
 			for i := range b.N {
-				_, err := bc.policy.Run(ctx, rdb, grantScript, k.keys(),
+				_, err := bc.policy.run(ctx, rdb, grantScript, k.keys(),
 					"l"+strconv.Itoa(i), "h", 1000, now.Add(30*time.Second).UnixMilli(), now.UnixMilli(),
 					1_000_000_000, 1_000_000_000, 4000, now.Add(100*24*time.Hour).UnixMilli(), 1000).Int64Slice()
 				if err != nil {

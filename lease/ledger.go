@@ -75,23 +75,30 @@ var (
 	luaReassertRun string
 )
 
-func script(body string) *redis.Script { return redis.NewScript(luaPrelude + "\n" + body) }
+// ledgerLibrary holds the scripts that share the prelude, as one Redis
+// Functions library (see functions.go).
+var ledgerLibrary = newLibrary(luaPrelude, [][2]string{
+	{"open", luaOpen}, {"grant", luaGrant}, {"renew", luaRenew}, {"release", luaRelease},
+	{"settle", luaSettle}, {"adjust", luaAdjust}, {"close", luaClose}, {"freeze", luaFreeze},
+	{"reassert", luaReassert}, {"hold", luaHold}, {"reassert_run", luaReassertRun},
+	{"move_out", luaMoveOut}, {"move_in", luaMoveIn}, {"move_done", luaMoveDone},
+})
 
-// Scripts are immutable; sharing them across Ledgers only shares their SHA.
+// Scripts are immutable; sharing them across Ledgers only shares their name.
 var (
-	openScript     = script(luaOpen)
-	grantScript    = script(luaGrant)
-	renewScript    = script(luaRenew)
-	releaseScript  = script(luaRelease)
-	settleScript   = script(luaSettle)
-	adjustScript   = script(luaAdjust)
-	closeScript    = script(luaClose)
+	openScript     = ledgerLibrary.function("open")
+	grantScript    = ledgerLibrary.function("grant")
+	renewScript    = ledgerLibrary.function("renew")
+	releaseScript  = ledgerLibrary.function("release")
+	settleScript   = ledgerLibrary.function("settle")
+	adjustScript   = ledgerLibrary.function("adjust")
+	closeScript    = ledgerLibrary.function("close")
 	planScript     = redis.NewScript(luaPlan)
-	dayOpScript    = redis.NewScript(luaDayOp)
-	freezeScript   = script(luaFreeze)
-	reassertScript = script(luaReassert)
-	holdScript     = script(luaHold)
-	reassertRun    = script(luaReassertRun)
+	dayOpScript    = evalScript{redis.NewScript(luaDayOp)}
+	freezeScript   = ledgerLibrary.function("freeze")
+	reassertScript = ledgerLibrary.function("reassert")
+	holdScript     = ledgerLibrary.function("hold")
+	reassertRun    = ledgerLibrary.function("reassert_run")
 )
 
 // Config tunes a Ledger. The zero value is usable.
@@ -259,7 +266,7 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 // arguments: the retry returns the first answer and changes nothing. The
 // client itself must not retry (NewClient turns go-redis's retries off):
 // plain commands are not idempotent.
-func (l *Ledger) run(ctx context.Context, s *redis.Script, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
+func (l *Ledger) run(ctx context.Context, s *function, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
 	res, err := l.runScript(ctx, s, l.scriptKeys(k), args...)
 	var notDurable error
 	if errors.Is(err, ErrNotDurable) && res != nil {
@@ -284,11 +291,11 @@ const scriptAttempts = 3
 
 // runScript runs an idempotent script, retrying on network errors (never on
 // an error reply from Redis, which means the script ran and refused).
-func (l *Ledger) runScript(ctx context.Context, s *redis.Script, keys []string, args ...any) ([]int64, error) {
+func (l *Ledger) runScript(ctx context.Context, s ledgerCall, keys []string, args ...any) ([]int64, error) {
 	var err error
 	for attempt := 1; ; attempt++ {
 		var res []int64
-		res, err = l.cfg.Durability.Run(ctx, l.rdb, s, keys, args...).Int64Slice()
+		res, err = l.cfg.Durability.run(ctx, l.rdb, s, keys, args...).Int64Slice()
 		// A write the replicas did not acknowledge is decoded as usual, so
 		// the caller knows what to release, and returned with the error.
 		// (Every script writes, even when it finds its work done, so the

@@ -35,7 +35,7 @@ func (h *loseReplies) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		name := strings.ToLower(cmd.Name())
-		if err != nil || (name != "evalsha" && name != "eval") {
+		if err != nil || (name != "evalsha" && name != "eval" && name != "fcall") {
 			return err
 		}
 		if h.alternate.Load() && h.calls.Add(1)%2 == 1 || h.n.Add(-1) >= 0 {

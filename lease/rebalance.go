@@ -19,9 +19,9 @@ var (
 	//go:embed lua/move_done.lua
 	luaMoveDone string
 
-	moveOutScript  = script(luaMoveOut)
-	moveInScript   = script(luaMoveIn)
-	moveDoneScript = script(luaMoveDone)
+	moveOutScript  = ledgerLibrary.function("move_out")
+	moveInScript   = ledgerLibrary.function("move_in")
+	moveDoneScript = ledgerLibrary.function("move_done")
 )
 
 // Move moves up to amount micros of locked budget from shard from to shard to

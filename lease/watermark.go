@@ -35,7 +35,7 @@ const watermarkKey = keyPrefix + "watermark"
 //go:embed lua/watermark.lua
 var luaWatermark string
 
-var watermarkScript = redis.NewScript(luaWatermark)
+var watermarkScript = evalScript{redis.NewScript(luaWatermark)}
 
 // ErrWatermarkMoved: the watermark is no longer what the caller read (another
 // reconciler advanced it, or Redis was restored meanwhile). Nothing was

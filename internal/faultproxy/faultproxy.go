@@ -36,14 +36,14 @@ import (
 // sent them) is the one a fault applies to.
 type Matcher func(cmd []string) bool
 
-// Scripts matches the commands that run a Lua script (EVALSHA, EVAL and their
-// read-only forms).
+// Scripts matches the commands that run a Lua script (EVALSHA, EVAL, FCALL
+// and their read-only forms).
 func Scripts(cmd []string) bool {
 	if len(cmd) == 0 {
 		return false
 	}
 	switch strings.ToUpper(cmd[0]) {
-	case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO":
+	case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO":
 		return true
 	}
 	return false

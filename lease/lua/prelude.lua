@@ -888,3 +888,16 @@ local function release_lease(K, s, id, unused, now, maxlen)
     'amount', str(amount), 'unused', str(unused), 'ms', str(now))
   return 0, unused
 end
+
+-- begin_call resets the prelude's per-call state. A script's prelude runs
+-- afresh at every EVAL, but the ledger's Functions library
+-- (lease/functions.go) creates it once per master and calls begin_call at
+-- the start of every function: every top-level local above that a call
+-- changes is reset here (TestPreludeStateIsResetAtEveryCall holds each
+-- lower-case one to it, and the upper-case ones to constants).
+local function begin_call()
+  created = {}
+  deferred = nil
+  exported = {}
+  done_seen = false
+end

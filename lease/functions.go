@@ -1,0 +1,127 @@
+package lease
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The ledger's scripts that share the prelude run as the functions of one
+// Redis Functions library (FUNCTION LOAD, FCALL; Redis 7.0 or later). A
+// library is loaded once per master, so its prelude (the helpers every
+// script uses) is created once, not again at every call as a script's
+// would be (that re-run was ~20 µs of a lease call's Redis CPU).
+//
+// The library's name and its functions' names carry a hash of its code:
+// daemons of two releases, each with its own scripts, call their own
+// library on the same master during a rolling upgrade, and a library is
+// never replaced under a caller. Old libraries stay until an operator
+// deletes them (FUNCTION DELETE); the code is ~70 KB.
+//
+// A master may not have the library: it restarted without persistence, it
+// was restored from a backup taken before, it is a replica promoted before
+// the library reached it, or a new Cluster master. As EVALSHA's NOSCRIPT
+// is answered by EVAL, a call answered "Function not found" loads the
+// library on the master that answered and is sent again, once.
+
+// library is a Redis Functions library built from the prelude and the
+// scripts' bodies. It is immutable.
+type library struct {
+	name string
+	code string
+}
+
+// function is one of a library's functions: a ledger script called by
+// FCALL. It is immutable and safe for concurrent use.
+type function struct {
+	lib  *library
+	name string
+}
+
+// newLibrary builds the library of bodies (script name -> Lua body, each
+// run with the prelude in front). A body sees KEYS and ARGV as a script
+// does: the prelude's helpers read them too, so they are the library's
+// upvalues, set at each call (Redis runs one function at a time).
+func newLibrary(prelude string, bodies [][2]string) *library {
+	const named = "@LIBRARY@"
+	var b strings.Builder
+	b.WriteString("local KEYS, ARGV\n")
+	b.WriteString(prelude)
+	for _, nb := range bodies {
+		b.WriteString("\nredis.register_function('" + named + "_" + nb[0] + "', function(keys, args)\nKEYS, ARGV = keys, args\nbegin_call()\n")
+		b.WriteString(nb[1])
+		b.WriteString("\nend)\n")
+	}
+	sum := sha1.Sum([]byte(b.String()))
+	name := "pacer_" + hex.EncodeToString(sum[:6])
+	return &library{name: name, code: "#!lua name=" + name + "\n" + strings.ReplaceAll(b.String(), named, name)}
+}
+
+// function returns the library's function for the body named name.
+func (lib *library) function(name string) *function {
+	if !strings.Contains(lib.code, "redis.register_function('"+lib.name+"_"+name+"',") {
+		panic("lease: no ledger script named " + name)
+	}
+	return &function{lib: lib, name: lib.name + "_" + name}
+}
+
+// Run calls f on the master of keys[0] (FCALL), and, if that master lacks
+// the library, loads it there and calls again.
+func (f *function) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmd := f.send(ctx, rdb, keys, args...)
+	if !f.missing(cmd.Err()) {
+		return f.explain(cmd)
+	}
+	if err := f.lib.load(ctx, rdb, keys); err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	return f.explain(f.send(ctx, rdb, keys, args...))
+}
+
+func (f *function) send(ctx context.Context, c redis.Cmdable, keys []string, args ...any) *redis.Cmd {
+	return c.FCall(ctx, f.name, keys, args...)
+}
+
+// resend queues the library's load and the call again, for a pipeline on
+// one connection (Durability.Run's WAIT must follow the call there).
+func (f *function) resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
+	p.FunctionLoad(ctx, f.lib.code) // "already exists" when another caller loaded it first
+	return f.explain(f.send(ctx, p, keys, args...))
+}
+
+// missing reports whether err says the server does not have the library.
+func (f *function) missing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+// explain says what a server without Functions lacks, in place of its
+// "unknown command".
+func (f *function) explain(cmd *redis.Cmd) *redis.Cmd {
+	if err := cmd.Err(); err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		cmd.SetErr(fmt.Errorf("ledger script %s: the ledger needs Redis 7.0 or later (FCALL): %w", f.name, err))
+	}
+	return cmd
+}
+
+// load loads the library on the master that serves keys[0] (any master
+// for a client of one master). A library already there is no error.
+func (lib *library) load(ctx context.Context, rdb redis.UniversalClient, keys []string) error {
+	var node redis.Cmdable = rdb
+	if cc, ok := rdb.(*redis.ClusterClient); ok && len(keys) > 0 {
+		m, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			return fmt.Errorf("load %s: master for %s: %w", lib.name, keys[0], err)
+		}
+		node = m
+	}
+	err := node.FunctionLoad(ctx, lib.code).Err()
+	if err != nil && !strings.Contains(err.Error(), "already exists") {
+		return fmt.Errorf("FUNCTION LOAD %s: %w", lib.name, err)
+	}
+	return nil
+}
