@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -298,6 +299,10 @@ func TestIdleConnectionsCapped(t *testing.T) {
 		st := ts.Stats()
 		return st.ConnectionsOpen == maxClients && st.Rejected == uint64(total-maxClients)
 	})
+	// The burst holds the runtime's memory limit to the socket's bound.
+	if lim := debug.SetMemoryLimit(-1); lim == math.MaxInt64 || lim < connMemory*int64(maxClients) {
+		t.Errorf("memory limit with %d connections open = %d: not held to the socket's bound", maxClients, lim)
+	}
 	used, usedRSS := heapAndStacks()-base, rssBytes(t)-baseRSS
 	perConn := used / uint64(maxClients)
 	t.Logf("%d idle connections served, %d refused: Go heap+stacks +%d MB (%d B each), RSS +%d MB (%d B each)",
@@ -321,6 +326,8 @@ func TestIdleConnectionsCapped(t *testing.T) {
 		t.Fatalf("dialer: %v", err)
 	}
 	waitFor(t, func() bool { return ts.Stats().ConnectionsOpen == 0 })
+	// And lets it go once the burst is over.
+	waitFor(t, func() bool { return debug.SetMemoryLimit(-1) == math.MaxInt64 })
 	debug.FreeOSMemory()
 	// Live bytes, not spans in use: a span keeps one survivor's page. A
 	// closed socket's memory is freed the GC after its finalizer has run.

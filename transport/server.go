@@ -862,20 +862,29 @@ const burstConns = 1000
 // noteOpen starts watchBurst when open connections reach burstConns.
 // Called with s.mu held.
 func (s *Server) noteOpen(open int) {
-	if open >= burstConns && !s.burstWatched && !s.closing.Load() {
+	switch {
+	case open >= burstConns && !s.burstWatched && !s.closing.Load():
 		s.burstWatched = true
+		governor.hold(s, open)
 		s.handlers.Add(1)
 		go s.watchBurst(open)
+	case s.burstWatched && open%burstStep == 0:
+		governor.hold(s, open)
 	}
 }
 
-// watchBurst gives the memory of a burst of connections back as they
-// close: a GC each time the open connections have halved (the runtime's
-// scavenger then returns the pages, a quiet daemon may otherwise not
-// collect for minutes), and debug.FreeOSMemory once when the burst is over
-// (fewer than burstConns/8 left), which returns them at once but holds the
-// heap while it does. It checks once a second, and ends there or when the
-// server stops.
+// burstStep: during a burst the memory limit follows the connections
+// opened every burstStep, and those closed every second (watchBurst).
+const burstStep = 64
+
+// watchBurst keeps a burst of connections within the socket's memory
+// bound (memGovernor: the limit follows the open connections, checked once
+// a second) and gives their memory back as they close: a GC each time the
+// open connections have halved (the runtime's scavenger then returns the
+// pages, a quiet daemon may otherwise not collect for minutes), and
+// debug.FreeOSMemory once when the burst is over (fewer than burstConns/8
+// left), which returns them at once but holds the heap while it does. It
+// ends there or when the server stops.
 func (s *Server) watchBurst(open int) {
 	defer s.handlers.Done()
 	released := open
@@ -884,6 +893,7 @@ func (s *Server) watchBurst(open int) {
 	for {
 		select {
 		case <-s.stopped:
+			governor.release(s)
 			return
 		case <-tick.C:
 		}
@@ -892,7 +902,11 @@ func (s *Server) watchBurst(open int) {
 		released = max(released, open)
 		done := open < burstConns/8
 		if done {
+			// Under s.mu: a burst noteOpen starts next holds anew.
 			s.burstWatched = false
+			governor.release(s)
+		} else {
+			governor.hold(s, open)
 		}
 		s.mu.Unlock()
 		switch {
