@@ -70,6 +70,10 @@ bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simu
 bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated family of 50 campaigns, on its curves and on curve: auto (docs/img/tail-*; ~8 min).
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
+.PHONY: bench-export
+bench-export: deps ## The PostgreSQL exporter: its throughput (two streams at once and one, in alternation), and its lag under the simulator's default day (docs/BENCHMARKS.md; ~15 min on 2 quiet cores).
+	@scripts/bench-export.sh
+
 .PHONY: bench-scale
 bench-scale: deps ## The reconciler at 1,000, 10,000 and 100,000 campaigns, one daemon at 1,000 and 10,000: commands, time, CPU (docs/BENCHMARKS.md, Scale; ~40 min).
 	@echo "load average: $$(cut -d' ' -f1-3 /proc/loadavg)"

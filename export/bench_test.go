@@ -24,30 +24,23 @@ import (
 // BenchmarkExport measures the exporter's throughput: 8 shards' streams of
 // 25,000 release entries each (fields as the ledger writes them) exported
 // into a PostgreSQL on the same machine with fsync on (as production runs it;
-// synchronous_commit on), in passes of the default batch (1000). Three ways
-// side by side: copy-2 (the exporter's defaults: entries past the cursor
-// copied in with COPY, two streams at once), copy-1 (one stream at a time)
-// and insert-1 (every row through INSERT … ON CONFLICT DO NOTHING, one
-// stream at a time: the exporter before COPY). It reports events/s of wall time, and
-// CPU time per event of the exporter (this process), of PostgreSQL (the
-// server's processes) and of redis-server; it logs the load average. Run it
-// with GOMAXPROCS=1 for "one core". docs/BENCHMARKS.md has the figures.
-//
-// scripts/bench-export.sh runs them in alternation.
+// synchronous_commit on), in passes of the default batch (1000). Two ways
+// side by side: streams-2 (the default: two streams exported at once) and
+// streams-1 (one at a time). It reports events/s of wall time, and CPU time
+// per event of the exporter (this process), of PostgreSQL (the server's
+// processes) and of redis-server; it logs the load average. Run it with
+// GOMAXPROCS=1 for "one core"; scripts/bench-export.sh runs the two ways in
+// alternation. docs/BENCHMARKS.md has the figures.
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x ./export/
 func BenchmarkExport(b *testing.B) {
 	pgSrv := pgtest.OwnDurable(b)
-	for _, way := range []struct {
-		name          string
-		streams       int
-		checkEveryRow bool
-	}{{"copy-2", 2, false}, {"copy-1", 1, false}, {"insert-1", 1, true}} {
-		b.Run("way="+way.name, func(b *testing.B) { benchExport(b, pgSrv, way.streams, way.checkEveryRow) })
+	for _, streams := range []int{2, 1} {
+		b.Run("streams="+strconv.Itoa(streams), func(b *testing.B) { benchExport(b, pgSrv, streams) })
 	}
 }
 
-func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int, checkEveryRow bool) {
+func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int) {
 	const shards, perShard = 8, 25_000
 	for range b.N {
 		b.StopTimer()
@@ -61,9 +54,6 @@ func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int, checkEveryRow 
 		f.open(b, "bench", shards)
 		fill(b, f.rdb, "bench", shards, perShard)
 		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Streams: streams}, nil, nil)
-		if checkEveryRow {
-			export.CheckEveryRow(e)
-		}
 		b.Logf("load average %s", loadAverage(b))
 		cpu0, pg0, redis0 := cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, rdb)
 		start := time.Now()

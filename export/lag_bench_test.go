@@ -97,14 +97,5 @@ func caughtUp(b *testing.B, f *fixture, m *export.Metrics) {
 			b.Fatal("the export did not catch up within 10 minutes of the day's end")
 		}
 	}
-	diffs, days, err := export.Reconcile(ctx, f.db, f.ledger, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, d := range diffs {
-		b.Errorf("reconcile: %s", d)
-	}
-	if days == 0 {
-		b.Fatal("reconcile compared no day")
-	}
+	f.agrees(b)
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pacer/pacer/lease"
 )
@@ -22,9 +21,6 @@ type store struct {
 	step  func(ctx context.Context, step string) error
 	now   func() time.Time
 	zones *zones // each campaign's time zone, for spend_hours
-	// conflictOnly checks every row against the primary key (no COPY):
-	// for the benchmark's side-by-side.
-	conflictOnly bool
 }
 
 // cursor is a stream's export position: the highest entry id exported and
@@ -77,18 +73,6 @@ func (s *store) cursors(ctx context.Context) (map[lease.ShardKey]cursor, error) 
 // only the rows inserted count towards the totals. It returns how many were
 // inserted.
 func (s *store) commit(ctx context.Context, k lease.ShardKey, evs []event) (int, error) {
-	n, err := s.commitTx(ctx, k, evs, !s.conflictOnly)
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
-		// A row past the cursor (not one the exporter wrote: put there by
-		// hand): the whole batch again, each row checked.
-		n, err = s.commitTx(ctx, k, evs, false)
-	}
-	return n, err
-}
-
-// commitTx is commit's transaction; useCopy lets it copy in the entries past
-// the cursor (insertEvents).
-func (s *store) commitTx(ctx context.Context, k lease.ShardKey, evs []event, useCopy bool) (int, error) {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: begin: %w", k, err)
@@ -101,7 +85,7 @@ func (s *store) commitTx(ctx context.Context, k lease.ShardKey, evs []event, use
 	if err != nil {
 		return 0, err
 	}
-	inserted, err := insertEvents(ctx, tx, k, cur.last, evs, useCopy)
+	inserted, err := insertEvents(ctx, tx, k, evs)
 	if err != nil {
 		return 0, err
 	}
@@ -136,9 +120,6 @@ func (s *store) commitTx(ctx context.Context, k lease.ShardKey, evs []event, use
 	return len(inserted), nil
 }
 
-// uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
-const uniqueViolation = "23505"
-
 // lockCursor returns the stream's cursor, created at 0-0 if it has none, and
 // holds its row lock until the transaction ends: one statement.
 func lockCursor(ctx context.Context, tx pgx.Tx, k lease.ShardKey, now time.Time) (cursor, error) {
@@ -152,66 +133,9 @@ func lockCursor(ctx context.Context, tx pgx.Tx, k lease.ShardKey, now time.Time)
 	return cur, nil
 }
 
-// insertEvents writes the events PostgreSQL does not hold yet and returns
-// them. Every row of a stream is at or below its cursor (last), which moves
-// in the transaction that writes them, under the row lock this transaction
-// holds; so, with useCopy, the events past it are copied in (COPY, no check
-// per row) and only those at or below it (read again: a redelivery after a
-// crash between COMMIT and XACK, an entry another exporter of the group
-// committed first, a replay) go through INSERT … ON CONFLICT DO NOTHING,
-// which returns the ones inserted. A row past the cursor that the exporter
-// did not write (by hand) fails the COPY with a unique violation.
-func insertEvents(ctx context.Context, tx pgx.Tx, k lease.ShardKey, last streamID, evs []event, useCopy bool) ([]event, error) {
-	if !useCopy {
-		return insertChecked(ctx, tx, k, evs)
-	}
-	var fresh, again []event
-	for _, e := range evs {
-		if last.less(e.id) {
-			fresh = append(fresh, e)
-		} else {
-			again = append(again, e)
-		}
-	}
-	out, err := insertChecked(ctx, tx, k, again)
-	if err != nil || len(fresh) == 0 {
-		return out, err
-	}
-	if err := copyEvents(ctx, tx, k, fresh); err != nil {
-		return nil, err
-	}
-	return append(out, fresh...), nil
-}
-
-// ledgerColumns are the columns the exporter writes (exported_at is the
-// default, now()).
-var ledgerColumns = []string{"campaign", "day", "shard", "entry_ms", "entry_seq", "kind", "micros", "unused", "ref", "holder", "at", "fields"}
-
-// copyEvents copies events into ledger_events (COPY … FROM STDIN, binary).
-func copyEvents(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) error {
-	d, err := time.Parse(time.DateOnly, k.Day)
-	if err != nil {
-		return fmt.Errorf("export %s: day: %w", k, err)
-	}
-	shard := int32(k.Shard)
-	row := make([]any, len(ledgerColumns))
-	var f []byte // reused: pgx encodes a row before it asks for the next
-	src := pgx.CopyFromSlice(len(evs), func(i int) ([]any, error) {
-		e := &evs[i]
-		f = appendFieldsJSON(f[:0], e.fields)
-		row[0], row[1], row[2], row[3], row[4], row[5] = k.Campaign, d, shard, e.id.ms, e.id.seq, e.kind
-		row[6], row[7], row[8], row[9], row[10], row[11] = e.micros, e.unused, e.ref, e.holder, e.at, f
-		return row, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_events"}, ledgerColumns, src); err != nil {
-		return fmt.Errorf("export %s: copy: %w", k, err)
-	}
-	return nil
-}
-
-// insertChecked inserts the rows not there yet, in one statement, and
+// insertEvents inserts the rows not there yet, in one statement, and
 // returns the events inserted.
-func insertChecked(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) ([]event, error) {
+func insertEvents(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) ([]event, error) {
 	n := len(evs)
 	if n == 0 {
 		return nil, nil
