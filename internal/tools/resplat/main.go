@@ -91,6 +91,17 @@ func (h *hist) quantile(q float64) float64 {
 
 type sent struct{ due, at time.Time }
 
+// run is one measurement: its schedule and what the readers recorded.
+type run struct {
+	req                     []byte
+	interval                time.Duration
+	start, measureFrom, end time.Time
+
+	mu                  sync.Mutex
+	corrected, raw, lag hist
+	errs, replies       uint64
+}
+
 func main() {
 	sock := flag.String("socket", "", "Unix socket of the server")
 	rate := flag.Float64("rate", 10000, "requests per second, all connections together")
@@ -102,18 +113,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: resplat -socket path [-rate r] [-conns n] [-duration d] command args...")
 		os.Exit(2)
 	}
-	req := []byte("*" + strconv.Itoa(flag.NArg()) + "\r\n")
+	r := &run{req: []byte("*" + strconv.Itoa(flag.NArg()) + "\r\n")}
 	for _, a := range flag.Args() {
-		req = append(req, "$"+strconv.Itoa(len(a))+"\r\n"+a+"\r\n"...)
+		r.req = append(r.req, "$"+strconv.Itoa(len(a))+"\r\n"+a+"\r\n"...)
 	}
-	interval := time.Duration(float64(*conns) / *rate * 1e9)
-	start := time.Now().Add(50 * time.Millisecond)
-	measureFrom := start.Add(*warmup)
-	end := measureFrom.Add(*duration)
+	r.interval = time.Duration(float64(*conns) / *rate * 1e9)
+	r.start = time.Now().Add(50 * time.Millisecond)
+	r.measureFrom = r.start.Add(*warmup)
+	r.end = r.measureFrom.Add(*duration)
 
-	var mu sync.Mutex
-	var corrected, raw, lag hist
-	var errs, replies uint64
 	var wg sync.WaitGroup
 	for i := range *conns {
 		c, err := net.Dial("unix", *sock)
@@ -122,91 +130,97 @@ func main() {
 			os.Exit(1)
 		}
 		// Connections start staggered across one interval.
-		first := start.Add(interval * time.Duration(i) / time.Duration(*conns))
+		first := r.start.Add(r.interval * time.Duration(i) / time.Duration(*conns))
 		q := make(chan sent, 1<<16)
 		wg.Add(2)
-		go func() { // writer: sends what is due, never waits for replies
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer close(q)
-			buf := make([]byte, 0, 64*len(req))
-			for k := 0; ; {
-				due := first.Add(time.Duration(k) * interval)
-				if !due.Before(end) {
-					return
-				}
-				if d := time.Until(due); d > 0 {
-					// nanosleep(2) on this thread: hrtimer precision
-					// (tens of µs), where time.Sleep may round a
-					// sub-millisecond sleep up to a millisecond.
-					ts := unix.NsecToTimespec(int64(d))
-					for unix.Nanosleep(&ts, &ts) == unix.EINTR {
-					}
-				}
-				// Everything due by now goes in one write.
-				now := time.Now()
-				buf = buf[:0]
-				var batch []time.Time
-				for ; len(batch) < 64; k++ {
-					d := first.Add(time.Duration(k) * interval)
-					if d.After(now) || !d.Before(end) {
-						break
-					}
-					buf = append(buf, req...)
-					batch = append(batch, d)
-				}
-				at := time.Now()
-				if _, err := c.Write(buf); err != nil {
-					fmt.Fprintln(os.Stderr, "resplat: write:", err)
-					return
-				}
-				for _, d := range batch {
-					q <- sent{due: d, at: at}
-				}
-			}
-		}()
-		go func() { // reader: one reply per request, in order
-			defer wg.Done()
-			defer c.Close()
-			rd := bufio.NewReaderSize(c, 64<<10)
-			var h, r, l hist
-			var e, n uint64
-			for s := range q {
-				isErr, err := skipReply(rd)
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "resplat: read:", err)
-					e++
-					break
-				}
-				now := time.Now()
-				if isErr {
-					e++
-				}
-				if !s.due.Before(measureFrom) {
-					n++
-					h.add(now.Sub(s.due))
-					r.add(now.Sub(s.at))
-					l.add(s.at.Sub(s.due))
-				}
-			}
-			mu.Lock()
-			corrected.merge(&h)
-			raw.merge(&r)
-			lag.merge(&l)
-			errs += e
-			replies += n
-			mu.Unlock()
-		}()
+		go func() { defer wg.Done(); r.write(c, first, q) }()
+		go func() { defer wg.Done(); r.read(c, q) }()
 	}
 	wg.Wait()
 	fmt.Printf("rate=%.0f conns=%d measured=%d achieved_rps=%.0f errors=%d "+
 		"p50=%.1f p99=%.1f p999=%.1f max=%.1f raw_p50=%.1f raw_p99=%.1f raw_p999=%.1f lag_p50=%.1f lag_p99=%.1f\n",
-		*rate, *conns, replies, float64(replies)/duration.Seconds(), errs,
-		corrected.quantile(0.5), corrected.quantile(0.99), corrected.quantile(0.999), float64(corrected.max)/1e3,
-		raw.quantile(0.5), raw.quantile(0.99), raw.quantile(0.999), lag.quantile(0.5), lag.quantile(0.99))
-	if errs > 0 {
+		*rate, *conns, r.replies, float64(r.replies)/duration.Seconds(), r.errs,
+		r.corrected.quantile(0.5), r.corrected.quantile(0.99), r.corrected.quantile(0.999), float64(r.corrected.max)/1e3,
+		r.raw.quantile(0.5), r.raw.quantile(0.99), r.raw.quantile(0.999), r.lag.quantile(0.5), r.lag.quantile(0.99))
+	if r.errs > 0 {
 		os.Exit(1)
 	}
+}
+
+// write sends c's requests as they fall due from first, never waiting for
+// replies, and queues each one's times for read.
+func (r *run) write(c net.Conn, first time.Time, q chan<- sent) {
+	runtime.LockOSThread()
+	defer close(q)
+	buf := make([]byte, 0, 64*len(r.req))
+	for k := 0; ; {
+		due := first.Add(time.Duration(k) * r.interval)
+		if !due.Before(r.end) {
+			return
+		}
+		if d := time.Until(due); d > 0 {
+			// nanosleep(2) on this thread: hrtimer precision (tens of
+			// µs), where time.Sleep may round a sub-millisecond sleep
+			// up to a millisecond.
+			ts := unix.NsecToTimespec(int64(d))
+			for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+			}
+		}
+		// Everything due by now goes in one write.
+		now := time.Now()
+		buf = buf[:0]
+		var batch []time.Time
+		for ; len(batch) < 64; k++ {
+			d := first.Add(time.Duration(k) * r.interval)
+			if d.After(now) || !d.Before(r.end) {
+				break
+			}
+			buf = append(buf, r.req...)
+			batch = append(batch, d)
+		}
+		at := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			fmt.Fprintln(os.Stderr, "resplat: write:", err)
+			return
+		}
+		for _, d := range batch {
+			q <- sent{due: d, at: at}
+		}
+	}
+}
+
+// read takes one reply per request, in order, records the latencies of
+// those due after the warm-up, and adds them to r's totals.
+func (r *run) read(c net.Conn, q <-chan sent) {
+	defer c.Close()
+	rd := bufio.NewReaderSize(c, 64<<10)
+	var h, raw, l hist
+	var e, n uint64
+	for s := range q {
+		isErr, err := skipReply(rd)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "resplat: read:", err)
+			e++
+			break
+		}
+		now := time.Now()
+		if isErr {
+			e++
+		}
+		if !s.due.Before(r.measureFrom) {
+			n++
+			h.add(now.Sub(s.due))
+			raw.add(now.Sub(s.at))
+			l.add(s.at.Sub(s.due))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.corrected.merge(&h)
+	r.raw.merge(&raw)
+	r.lag.merge(&l)
+	r.errs += e
+	r.replies += n
 }
 
 // skipReply reads one RESP reply and reports whether it is an error.

@@ -66,6 +66,17 @@ type pkgState struct {
 	pkgLines []string
 }
 
+// summary is what summarise has seen so far.
+type summary struct {
+	w                io.Writer
+	now              func() time.Time
+	begin            time.Time
+	running          map[string]*pkgState
+	okPkgs, failPkgs []string
+	failTests        []string
+	anyFailed        bool
+}
+
 // summarise reads go test's JSON events from r, writes progress to w, and
 // reports whether any package or test failed.
 func summarise(r io.Reader, w io.Writer, now func() time.Time, every time.Duration) bool {
@@ -78,89 +89,104 @@ func summarise(r io.Reader, w io.Writer, now func() time.Time, every time.Durati
 		}
 		close(lines)
 	}()
-	running := map[string]*pkgState{}
-	var okPkgs, failPkgs []string
-	var failTests []string
-	anyFailed := false
+	s := &summary{w: w, now: now, begin: now(), running: map[string]*pkgState{}}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	begin := now()
 	for {
 		select {
 		case <-tick.C:
-			if len(running) == 0 {
-				continue
-			}
-			var names []string
-			for p, st := range running {
-				names = append(names, fmt.Sprintf("%s (%s)", short(p), now().Sub(st.start).Round(time.Second)))
-			}
-			slices.Sort(names)
-			fmt.Fprintf(w, "      … %s elapsed; still running: %s\n", now().Sub(begin).Round(time.Second), strings.Join(names, ", "))
-			continue
+			s.progress()
 		case line, ok := <-lines:
 			if !ok {
-				fmt.Fprintf(w, "\n%d packages ok, %d failed", len(okPkgs), len(failPkgs))
-				if len(failTests) > 0 {
-					fmt.Fprintf(w, "; failed tests: %s", strings.Join(failTests, ", "))
-				}
-				fmt.Fprintf(w, " (%s)\n", now().Sub(begin).Round(time.Second))
-				return anyFailed
+				s.end()
+				return s.anyFailed
 			}
-			var e event
-			if err := json.Unmarshal([]byte(line), &e); err != nil {
-				fmt.Fprintln(w, line)
-				continue
-			}
-			if e.Package == "" {
-				if e.Action == "build-output" {
-					fmt.Fprint(w, e.Output) // compile errors
-				}
-				continue
-			}
-			st := running[e.Package]
-			if st == nil {
-				st = &pkgState{start: now(), tests: map[string][]string{}}
-				running[e.Package] = st
-			}
-			switch {
-			case e.Action == "output" && e.Test != "":
-				st.tests[e.Test] = append(st.tests[e.Test], e.Output)
-			case e.Action == "output" || e.Action == "build-output":
-				st.pkgLines = append(st.pkgLines, e.Output)
-			case e.Test != "" && e.Action == "fail":
-				st.failed = append(st.failed, st.tests[e.Test]...)
-				delete(st.tests, e.Test)
-				failTests = append(failTests, e.Test+" ("+short(e.Package)+")")
-				anyFailed = true
-			case e.Test != "" && (e.Action == "pass" || e.Action == "skip"):
-				delete(st.tests, e.Test)
-			case e.Test == "" && (e.Action == "pass" || e.Action == "skip"):
-				delete(running, e.Package)
-				if e.Action == "pass" || hasTests(st) {
-					fmt.Fprintf(w, "ok    %-40s %6.1fs\n", short(e.Package), e.Elapsed)
-					okPkgs = append(okPkgs, e.Package)
-				}
-			case e.Test == "" && e.Action == "fail":
-				delete(running, e.Package)
-				anyFailed = true
-				failPkgs = append(failPkgs, e.Package)
-				fmt.Fprintf(w, "FAIL  %-40s %6.1fs\n", short(e.Package), e.Elapsed)
-				for _, l := range st.failed {
-					fmt.Fprint(w, "      "+l)
-				}
-				// Tests still running when the package failed
-				// (a timeout or a panic) and the package's own output.
-				for _, out := range st.tests {
-					for _, l := range out {
-						fmt.Fprint(w, "      "+l)
-					}
-				}
-				for _, l := range st.pkgLines {
-					fmt.Fprint(w, "      "+l)
-				}
-			}
+			s.line(line)
 		}
+	}
+}
+
+// progress names the packages still running, and for how long.
+func (s *summary) progress() {
+	if len(s.running) == 0 {
+		return
+	}
+	var names []string
+	for p, st := range s.running {
+		names = append(names, fmt.Sprintf("%s (%s)", short(p), s.now().Sub(st.start).Round(time.Second)))
+	}
+	slices.Sort(names)
+	fmt.Fprintf(s.w, "      … %s elapsed; still running: %s\n", s.now().Sub(s.begin).Round(time.Second), strings.Join(names, ", "))
+}
+
+// end writes the totals.
+func (s *summary) end() {
+	fmt.Fprintf(s.w, "\n%d packages ok, %d failed", len(s.okPkgs), len(s.failPkgs))
+	if len(s.failTests) > 0 {
+		fmt.Fprintf(s.w, "; failed tests: %s", strings.Join(s.failTests, ", "))
+	}
+	fmt.Fprintf(s.w, " (%s)\n", s.now().Sub(s.begin).Round(time.Second))
+}
+
+// line takes one line of go test's output: a JSON event, or text passed on.
+func (s *summary) line(line string) {
+	var e event
+	if err := json.Unmarshal([]byte(line), &e); err != nil {
+		fmt.Fprintln(s.w, line)
+		return
+	}
+	if e.Package == "" {
+		if e.Action == "build-output" {
+			fmt.Fprint(s.w, e.Output) // compile errors
+		}
+		return
+	}
+	st := s.running[e.Package]
+	if st == nil {
+		st = &pkgState{start: s.now(), tests: map[string][]string{}}
+		s.running[e.Package] = st
+	}
+	switch {
+	case e.Action == "output" && e.Test != "":
+		st.tests[e.Test] = append(st.tests[e.Test], e.Output)
+	case e.Action == "output" || e.Action == "build-output":
+		st.pkgLines = append(st.pkgLines, e.Output)
+	case e.Test != "" && e.Action == "fail":
+		st.failed = append(st.failed, st.tests[e.Test]...)
+		delete(st.tests, e.Test)
+		s.failTests = append(s.failTests, e.Test+" ("+short(e.Package)+")")
+		s.anyFailed = true
+	case e.Test != "" && (e.Action == "pass" || e.Action == "skip"):
+		delete(st.tests, e.Test)
+	case e.Test == "" && (e.Action == "pass" || e.Action == "skip"):
+		delete(s.running, e.Package)
+		if e.Action == "pass" || hasTests(st) {
+			fmt.Fprintf(s.w, "ok    %-40s %6.1fs\n", short(e.Package), e.Elapsed)
+			s.okPkgs = append(s.okPkgs, e.Package)
+		}
+	case e.Test == "" && e.Action == "fail":
+		s.packageFailed(e, st)
+	}
+}
+
+// packageFailed writes a failed package's line and the output that says
+// why: its failed tests', then that of tests still running when it failed
+// (a timeout or a panic), then the package's own.
+func (s *summary) packageFailed(e event, st *pkgState) {
+	delete(s.running, e.Package)
+	s.anyFailed = true
+	s.failPkgs = append(s.failPkgs, e.Package)
+	fmt.Fprintf(s.w, "FAIL  %-40s %6.1fs\n", short(e.Package), e.Elapsed)
+	for _, l := range st.failed {
+		fmt.Fprint(s.w, "      "+l)
+	}
+	for _, out := range st.tests {
+		for _, l := range out {
+			fmt.Fprint(s.w, "      "+l)
+		}
+	}
+	for _, l := range st.pkgLines {
+		fmt.Fprint(s.w, "      "+l)
 	}
 }
 
