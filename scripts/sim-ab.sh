@@ -3,9 +3,12 @@
 # BASE (a git revision, built in a temporary worktree) and the working tree
 # run at the same time, each against its own redis-server, so that both see
 # the same machine load. Prints, per side, the wall time, pacersim's own
-# user+sys CPU seconds, the redis-server's CPU seconds and its EVALSHA count
-# and mean cost (INFO commandstats), and the load average before and after.
-# CPU seconds are the steadier figure on a shared machine.
+# user+sys CPU seconds, the redis-server's CPU seconds, its ledger script
+# calls (EVALSHA and FCALL) and their mean cost (INFO commandstats), and the
+# load average before and after.
+# CPU seconds are the steadier figure on a shared machine. Each side's
+# results.json, results.md and plots are kept in $SIM_AB_OUT/base and
+# $SIM_AB_OUT/new (default: a new directory under /tmp, named at the end).
 # Usage: scripts/sim-ab.sh BASE [SCENARIO] [extra pacersim flags]
 # e.g.   scripts/sim-ab.sh main configs/scenarios/default.yaml
 set -euo pipefail
@@ -16,6 +19,7 @@ scenario=${2:-configs/scenarios/default.yaml}
 shift $(( $# < 2 ? $# : 2 ))
 command -v redis-server >/dev/null || { echo "redis-server not found: sudo apt-get install redis-server" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/sim-ab.XXXXXX)
+out=${SIM_AB_OUT:-$(mktemp -d /tmp/sim-ab-out.XXXXXX)}
 cleanup() {
 	for side in base new; do
 		[ -f "$tmp/$side/redis.pid" ] && kill "$(cat "$tmp/$side/redis.pid")" 2>/dev/null || true
@@ -40,18 +44,20 @@ for side in base new; do
 	(
 		start=$(date +%s.%N)
 		/usr/bin/time -f '%U %S' -o "$tmp/$side/cpu" "$tmp/$side.bin" "$scenario" --quiet \
-			--redis "$tmp/$side/redis.sock" --out "$tmp/$side/out" "$@" >/dev/null
+			--redis "$tmp/$side/redis.sock" --out "$out/$side" "$@" >/dev/null ||
+			echo "# $side: pacersim exited non-zero (pacing invariants broken, or an error: see above)"
 		echo "$start $(date +%s.%N)" >"$tmp/$side/wall"
 	) &
 done
 wait
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %8s %14s %12s %10s %14s\n' side wall_s pacersim_cpu_s redis_cpu_s evalsha usec_per_evalsha
+printf '%-5s %8s %14s %12s %12s %13s\n' side wall_s pacersim_cpu_s redis_cpu_s script_calls usec_per_call
 for side in base new; do
 	s=$tmp/$side/redis.sock
 	read -r t0 t1 <"$tmp/$side/wall"
-	read -r u sy <"$tmp/$side/cpu"
+	read -r u sy < <(tail -1 "$tmp/$side/cpu") # after time's "Command exited with non-zero status" line, if any
 	rcpu=$(redis-cli -s "$s" info cpu | awk -F: '/^used_cpu_(user|sys):/ { c += $2 } END { printf "%.1f", c }')
-	ev=$(redis-cli -s "$s" info commandstats | awk -F'[:=,]' '/^cmdstat_evalsha:/ { printf "%s %s", $3, $7 }')
-	printf '%-5s %8.1f %14.1f %12s %10s %14s\n' "$side" "$(echo "$t1 - $t0" | bc)" "$(echo "$u + $sy" | bc)" "$rcpu" $ev
+	ev=$(redis-cli -s "$s" info commandstats | awk -F'[:=,]' '/^cmdstat_(evalsha|fcall):/ { n += $3; us += $5 } END { printf "%d %.2f", n, n ? us / n : 0 }')
+	printf '%-5s %8.1f %14.1f %12s %12s %13s\n' "$side" "$(echo "$t1 - $t0" | bc)" "$(echo "$u + $sy" | bc)" "$rcpu" $ev
 done
+echo "# results: $out/base, $out/new"
