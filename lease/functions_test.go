@@ -156,11 +156,7 @@ func TestFunctionsReloadUnderTheReplicasPolicy(t *testing.T) {
 // promoted before the library reached it) takes over its master by CLUSTER
 // FAILOVER; the ledger's next calls on that master's shards are answered.
 func TestFunctionsReloadAfterAClusterFailover(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 1)
-	cc := cl.Client()
-	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	c := campaign("c", 8_000_000, 8)
-	mustOpen(t, l, c, "2026-11-21")
+	cl, cc, l := clusterDay(t, 1)
 	k := shardKey("c", "2026-11-21", 0)
 	mustGrant(t, l, k, "a", 1000)
 	master := serverFor(t, cl.Nodes, cc, k)
@@ -195,11 +191,7 @@ func TestFunctionsReloadAfterAClusterFailover(t *testing.T) {
 // slots with their keys (redis-cli --cluster rebalance); the ledger's
 // calls on the shards it took are answered.
 func TestFunctionsReloadOnANewClusterMaster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3, 0)
-	cc := cl.Client()
-	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	c := campaign("c", 8_000_000, 8)
-	mustOpen(t, l, c, "2026-11-21")
+	cl, cc, l := clusterDay(t, 0)
 	bus, err := redisproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +223,17 @@ func TestFunctionsReloadOnANewClusterMaster(t *testing.T) {
 		t.Fatalf("the new master's libraries after the calls: %v, want one", got)
 	}
 	mustBalance(t, l, "c", "2026-11-21")
+}
+
+// clusterDay is a Cluster of 3 masters with replicas each, and a ledger
+// over it with campaign c's 8 shards of 2026-11-21 open.
+func clusterDay(t *testing.T, replicas int) (*redistest.Cluster, *redis.ClusterClient, *lease.Ledger) {
+	t.Helper()
+	cl := redistest.StartCluster(t, 3, replicas)
+	cc := cl.Client()
+	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	mustOpen(t, l, campaign("c", 8_000_000, 8), "2026-11-21")
+	return cl, cc, l
 }
 
 // meet joins node to the Cluster of seed (CLUSTER MEET with seed's bus port).

@@ -3,7 +3,9 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
+	"sort"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
+	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A full pass cut off by a lost term is resumed by the next leader from the
@@ -23,11 +27,7 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	const n = 1_500
 	f, counter, ledger := scaleFixtureDays(t, n, false)
 	f.clock.Set(midnight.Add(12 * time.Hour))
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = "c" + strconv.Itoa(i)
-	}
-	slices.Sort(ids)
+	ids := passOrder(n)
 
 	// The first leader loses its term as its second chunk begins.
 	term, lose := context.WithCancel(ctx)
@@ -98,4 +98,130 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 			t.Fatalf("%s: a settle with a stale fence: %v, want ErrFenced", id, err)
 		}
 	}
+}
+
+// A leader is killed (its process stops: no more passes, its etcd session
+// neither renewed nor resigned) halfway through its term's first full pass;
+// the next candidate is elected once the session expires and resumes the
+// pass from the cursor: the campaigns the first leader looked at keep its
+// fence, the rest carry the second's, and the second's pass is done. At
+// 3,000 campaigns here; PACER_BENCH_SCALE=1 runs it at 100,000 (make
+// bench-scale: the setup alone takes minutes).
+func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
+	n := 3_000
+	if os.Getenv("PACER_BENCH_SCALE") != "" {
+		n = 100_000
+	}
+	f, _, ledger := scaleFixtureDays(t, n, false)
+	f.clock.Set(midnight.Add(12 * time.Hour))
+	ids := passOrder(n)
+	_, etcdClient := startEtcd(t)
+
+	start := time.Now()
+	at := killLeaderHalfway(t, f, ledger, etcdClient(), ids)
+	t.Logf("killed after %s (%d of %d campaigns, %v), fence %d", at.After, sort.SearchStrings(ids, at.After)+1, n, time.Since(start), at.Fence)
+
+	start = time.Now()
+	rc2 := reconcile.New(ledger, reconcile.Config{Holder: "r2", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond})
+	run2, stop2 := context.WithCancel(ctx)
+	done2 := make(chan error, 1)
+	client2 := etcdClient()
+	go func() { done2 <- rc2.Run(run2, reconcile.NewEtcdElector(client2, "r2", 1)) }()
+	defer func() { stop2(); <-done2; client2.Close() }()
+	deadline := time.Now().Add(10 * time.Minute)
+	var cur lease.PassCursor
+	for {
+		var ok bool
+		var err error
+		if cur, ok, err = ledger.LoadPassCursor(ctx); err == nil && ok && cur.Done && cur.Fence > at.Fence {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second leader did not finish the pass in 10 minutes: cursor %+v, %v", cur, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop2()
+	t.Logf("the second leader elected and its pass done in %v", time.Since(start))
+	if !cur.Started.Equal(at.Started) || cur.After != ids[len(ids)-1] {
+		t.Fatalf("cursor after the second leader's pass: %+v; want the first's pass (started %v) finished", cur, at.Started)
+	}
+	checkFencesSplit(t, f, ids, sort.SearchStrings(ids, at.After)+1, at.Fence, cur.Fence)
+}
+
+// killLeaderHalfway elects a reconciler alone (client its etcd client) and
+// kills it, from its gate, once its full pass's cursor is past half of ids.
+// It returns the cursor the pass left.
+func killLeaderHalfway(t *testing.T, f *fixture, ledger *lease.Ledger, client *clientv3.Client, ids []string) lease.PassCursor {
+	t.Helper()
+	run, kill := context.WithCancel(ctx)
+	defer kill()
+	killed := make(chan lease.PassCursor, 1)
+	rc := reconcile.New(ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
+		Gate: func(context.Context) error {
+			if cur, ok, err := ledger.LoadPassCursor(ctx); err == nil && ok && cur.After >= ids[len(ids)/2] && run.Err() == nil {
+				client.Close() // first: the session is neither renewed nor resigned
+				kill()
+				killed <- cur
+			}
+			return nil
+		}})
+	done := make(chan error, 1)
+	go func() { done <- rc.Run(run, reconcile.NewEtcdElector(client, "r1", 1)) }()
+	var at lease.PassCursor
+	select {
+	case at = <-killed:
+	case err := <-done:
+		t.Fatalf("the first leader stopped before it was killed: %v", err)
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the first leader's full pass did not reach half of the campaigns in 10 minutes")
+	}
+	<-done
+	if at.Done || at.Fence == 0 {
+		t.Fatalf("cursor when the first leader was killed: %+v", at)
+	}
+	// Its chunk in flight may have reached Redis after the cursor was read.
+	at, _, _ = ledger.LoadPassCursor(ctx)
+	return at
+}
+
+// checkFencesSplit checks that the first resumed campaigns of ids (in the
+// pass's order) carry a fence of the first leader's terms (at most first:
+// a term it lost under load, and won again, resumed its own pass too) and
+// the rest the second leader's.
+func checkFencesSplit(t *testing.T, f *fixture, ids []string, resumed int, first, second int64) {
+	t.Helper()
+	p := f.redis.Client().Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = p.HGet(ctx, "pacer:{"+id+"/"+day+"/0}:state", "fence")
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fences := map[int64]int{}
+	for i, c := range cmds {
+		got, err := strconv.ParseInt(c.Val(), 10, 64)
+		ok := err == nil && got == second
+		if i < resumed {
+			ok = err == nil && got > 0 && got <= first
+		}
+		if !ok {
+			t.Fatalf("%s (#%d in the pass's order; the cursor was after #%d) carries fence %q; want the first leader's (at most %d) before the cursor, the second's (%d) after",
+				ids[i], i, resumed-1, c.Val(), first, second)
+		}
+		fences[got]++
+	}
+	t.Logf("campaigns by the fence they carry: %v", fences)
+}
+
+// passOrder is the ids of scaleFixture's n campaigns in a full pass's
+// order (sorted).
+func passOrder(n int) []string {
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = "c" + strconv.Itoa(i)
+	}
+	slices.Sort(ids)
+	return ids
 }

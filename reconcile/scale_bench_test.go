@@ -44,17 +44,22 @@ func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *cmdC
 	tb.Helper()
 	f := newFixture(tb)
 	yesterday := midnight.Add(-24 * time.Hour)
+	// 16 writers at once, each write fsynced: at a load average of 20 a
+	// reply can take longer than go-redis's default 3-s read timeout.
+	setup := redis.NewClient(&redis.Options{Network: "unix", Addr: f.redis.Socket, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
+	defer setup.Close()
+	store := lease.New(setup, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				c, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
+				c, err := store.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
 				if err == nil && withYesterday {
-					_, err = f.ledger.OpenDay(ctx, c, "2026-11-20", yesterday, yesterday)
+					_, err = store.OpenDay(ctx, c, "2026-11-20", yesterday, yesterday)
 				}
 				if err == nil {
-					_, err = f.ledger.OpenDay(ctx, c, day, midnight, midnight)
+					_, err = store.OpenDay(ctx, c, day, midnight, midnight)
 				}
 				if err != nil {
 					errs <- err
