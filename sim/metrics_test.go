@@ -185,6 +185,30 @@ func TestCurveOracleArrivalsOutOfOrder(t *testing.T) {
 	}
 }
 
+// A host's curve memo gives the curve's positions at its arrival tick and a
+// minute later, as the curve does, and reads them again when the tick moves
+// on (on a curve that is not flat, so a stale position would show).
+func TestCurveMemo(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	hourly := make([]float64, 24)
+	for i := range hourly {
+		hourly[i] = float64(i + 1)
+	}
+	curve, err := bucket.NewCurve("ramp", hourly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &campaignRT{day: day, curve: curve}
+	var m curveMemo
+	for _, at := range []time.Time{day.Start, day.Start.Add(90 * time.Minute), day.Start.Add(90 * time.Minute),
+		day.Start.Add(13*time.Hour + 100*time.Millisecond), day.End.Add(-30 * time.Second), day.Start.Add(time.Hour)} {
+		got := m.at(c, at)
+		if want, wantAhead := curve.AtTime(at, day), curve.AtTime(at.Add(time.Minute), day); got.pos != want || got.posAhead != wantAhead {
+			t.Fatalf("memo at %s: %d, a minute on %d; the curve says %d, %d", at.Format(time.TimeOnly), got.pos, got.posAhead, want, wantAhead)
+		}
+	}
+}
+
 // The ahead invariant names each spell a campaign ran more than two mean
 // bids (or 2% of its budget) ahead of its curve, where it began and how far
 // it went; a campaign on its curve, or behind it, breaks nothing.
