@@ -322,23 +322,30 @@ func (s streamState) idle() bool {
 
 // measureLag sets the lag gauges from the streams' states and cursors: how
 // many entries each stream added beyond what was exported, and the age of
-// the oldest of them.
+// the oldest of them (the first entry after each cursor, read in one
+// pipeline).
 func (e *Exporter) measureLag(ctx context.Context, states []streamState, cursors map[lease.ShardKey]cursor) error {
 	var entries int64
 	var oldest time.Duration
 	now := e.cfg.Now()
+	p := e.rdb.Pipeline()
+	var firsts []*redis.XMessageSliceCmd
 	for _, s := range states {
 		c := cursors[s.k]
 		if !s.exists || s.info.EntriesAdded <= c.events {
 			continue
 		}
 		entries += s.info.EntriesAdded - c.events
-		first, err := e.rdb.XRangeN(ctx, s.k.AuditKey(), "("+c.last.String(), "+", 1).Result()
-		if err != nil {
+		firsts = append(firsts, p.XRangeN(ctx, s.k.AuditKey(), "("+c.last.String(), "+", 1))
+	}
+	if len(firsts) > 0 {
+		if _, err := p.Exec(ctx); err != nil {
 			e.m.Errors.WithLabelValues("redis").Inc()
-			return fmt.Errorf("export %s: lag: %w", s.k, err)
+			return fmt.Errorf("export: lag: %w", err)
 		}
-		if len(first) == 1 {
+	}
+	for _, cmd := range firsts {
+		if first := cmd.Val(); len(first) == 1 {
 			if id, err := parseStreamID(first[0].ID); err == nil {
 				oldest = max(oldest, now.Sub(time.UnixMilli(id.ms)))
 			}

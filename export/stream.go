@@ -30,10 +30,17 @@ func (e *Exporter) exportStream(ctx context.Context, s streamState, c cursor, st
 		}
 	}
 	acked := false
-	claimed, err := e.claim(ctx, s.k)
-	if err == nil {
-		acked = len(claimed) > 0
-		err = e.exportBatch(ctx, s.k, claimed, st)
+	// With nothing pending in the group when the pass began, no consumer
+	// holds an entry to take over or to read again (one delivered since is
+	// not idle long enough to claim): only new entries are read.
+	pending := s.ours != nil && s.ours.Pending > 0
+	var err error
+	if pending {
+		var claimed []redis.XMessage
+		if claimed, err = e.claim(ctx, s.k); err == nil {
+			acked = len(claimed) > 0
+			err = e.exportBatch(ctx, s.k, claimed, st)
+		}
 	}
 	for i := 0; err == nil && i < e.cfg.BatchesPerPass; i++ {
 		var msgs []redis.XMessage
@@ -41,6 +48,9 @@ func (e *Exporter) exportStream(ctx context.Context, s streamState, c cursor, st
 		// (a previous run under the same name); then ">": new entries.
 		start := ">"
 		if i == 0 {
+			if !pending {
+				continue
+			}
 			start = "0"
 		}
 		if msgs, err = e.read(ctx, s.k, start); err != nil || (len(msgs) == 0 && i > 0) {
