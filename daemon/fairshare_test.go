@@ -85,14 +85,25 @@ var hostWeights = []float64{0.45, 0.35, 0.20}
 // on, and what the fleet was allowed in each minute of the run.
 func spendFleet(t *testing.T, f *fixture, ds []*daemon.Daemon, perSecond float64, bid int64, tick, warmup, run time.Duration) (allowed, perMinute []int64) {
 	t.Helper()
+	return spendHosts(t, f, ds, hostWeights, perSecond, bid, tick, warmup, run, nil)
+}
+
+// spendHosts is spendFleet with the hosts' shares of the SPENDs given
+// (weights), and before, if not nil, called at each tick's offset into the
+// run before the hosts step.
+func spendHosts(t *testing.T, f *fixture, ds []*daemon.Daemon, weights []float64, perSecond float64, bid int64, tick, warmup, run time.Duration, before func(at time.Duration)) (allowed, perMinute []int64) {
+	t.Helper()
 	allowed = make([]int64, len(ds))
 	perMinute = make([]int64, (run+time.Minute-1)/time.Minute)
 	owed := make([]float64, len(ds)) // SPENDs due but not yet sent
 	for i := range int(run / tick) {
 		at := time.Duration(i) * tick
+		if before != nil {
+			before(at)
+		}
 		for h, d := range ds {
 			d.Step(ctx)
-			owed[h] += perSecond * hostWeights[h] * tick.Seconds()
+			owed[h] += perSecond * weights[h] * tick.Seconds()
 			for ; owed[h] >= 1; owed[h]-- {
 				dec, err := d.Spend("c", pacer.Micros(bid), "")
 				if err != nil {

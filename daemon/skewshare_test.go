@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 )
 
@@ -51,27 +50,7 @@ func TestSharesFollowTheHostsThatServe(t *testing.T) {
 		ds = append(ds, d)
 	}
 	const skew, run = 20 * time.Minute, 80 * time.Minute
-	perSecond := 4.0 * pace / bid
-	owed := make([]float64, len(ds))
-	perMinute := make([]int64, run/time.Minute)
-	for i := range int(run / tick) {
-		at := time.Duration(i) * tick
-		skewed.Store(at >= skew)
-		for h, d := range ds {
-			d.Step(ctx)
-			owed[h] += perSecond * weights[h] * tick.Seconds()
-			for ; owed[h] >= 1; owed[h]-- {
-				dec, err := d.Spend("c", pacer.Micros(bid), "")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if dec == pacer.Allowed {
-					perMinute[at/time.Minute] += bid
-				}
-			}
-		}
-		f.clock.Add(tick)
-	}
+	_, perMinute := spendHosts(t, f, ds, weights, 4.0*pace/bid, bid, tick, 0, run, func(at time.Duration) { skewed.Store(at >= skew) })
 	rate := func(from, to time.Duration) float64 {
 		var sum int64
 		for _, a := range perMinute[from/time.Minute : to/time.Minute] {
