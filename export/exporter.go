@@ -18,10 +18,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
@@ -158,7 +162,33 @@ type PassStats struct {
 // Pass exports what every stream holds beyond its cursor, and trims what was
 // exported. A stream that fails stops at the failure (the next pass resumes
 // it there) and the others go on; the errors are returned together.
+//
+// A pass that failed because a PostgreSQL connection broke (PostgreSQL
+// restarted, or the network dropped) closes every idle connection of the
+// pool: they are as likely dead, and the pool pings only a connection idle
+// for over a second before lending it, so the next pass could fail again
+// on one of them.
 func (e *Exporter) Pass(ctx context.Context) (PassStats, error) {
+	st, err := e.pass(ctx)
+	if err != nil && connectionLost(err) {
+		e.store.db.Reset()
+	}
+	return st, err
+}
+
+// connectionLost reports whether err says a connection broke (a network
+// error, an end of stream, PostgreSQL shutting down or refusing
+// connections) rather than a statement failing.
+func connectionLost(err error) bool {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || pgconn.SafeToRetry(err)
+}
+
+func (e *Exporter) pass(ctx context.Context) (PassStats, error) {
 	var st PassStats
 	streams, err := e.ledger.AuditStreams(ctx)
 	if err != nil {
