@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -110,15 +111,43 @@ func (f *function) explain(cmd *redis.Cmd) *redis.Cmd {
 
 // load loads the library on the master that serves keys[0] (any master
 // for a client of one master). A library already there is no error.
+//
+// On a Cluster the client's slot map may still name the master before a
+// failover, which answers READONLY as a replica: the client asked a
+// redirected call's node map to be reloaded, and load waits for it (the
+// map is re-read each time, up to loadTries times, loadWait apart).
 func (lib *library) load(ctx context.Context, rdb redis.UniversalClient, keys []string) error {
-	var node redis.Cmdable = rdb
-	if cc, ok := rdb.(*redis.ClusterClient); ok && len(keys) > 0 {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok || len(keys) == 0 {
+		return lib.loadOn(ctx, rdb)
+	}
+	for try := 1; ; try++ {
 		m, err := cc.MasterForKey(ctx, keys[0])
 		if err != nil {
 			return fmt.Errorf("load %s: master for %s: %w", lib.name, keys[0], err)
 		}
-		node = m
+		err = lib.loadOn(ctx, m)
+		if err == nil || !strings.Contains(err.Error(), "READONLY") || try == loadTries {
+			return err
+		}
+		cc.ReloadState(ctx)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (waiting for the Cluster's new master: %w)", err, ctx.Err())
+		case <-time.After(loadWait):
+		}
 	}
+}
+
+// A Cluster's slot map is re-read up to loadTries times, loadWait apart,
+// while the master a library is loaded on answers as a replica.
+const (
+	loadTries = 20
+	loadWait  = 100 * time.Millisecond
+)
+
+// loadOn loads the library on node.
+func (lib *library) loadOn(ctx context.Context, node redis.Cmdable) error {
 	err := node.FunctionLoad(ctx, lib.code).Err()
 	if err != nil && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("FUNCTION LOAD %s: %w", lib.name, err)
