@@ -27,7 +27,7 @@ import (
 // was restored from a backup taken before, it is a replica promoted before
 // the library reached it, or a new Cluster master. As EVALSHA's NOSCRIPT
 // is answered by EVAL, a call answered "Function not found" loads the
-// library on the master that answered and is sent again, once.
+// library on the master that answered and is sent again (see Run).
 
 // library is a Redis Functions library built from the prelude and the
 // scripts' bodies. It is immutable.
@@ -72,16 +72,36 @@ func (lib *library) function(name string) *function {
 
 // Run calls f on the master of keys[0] (FCALL), and, if that master lacks
 // the library, loads it there and calls again.
+//
+// On a Cluster the call may have followed a MOVED redirection to a master
+// the client's slot map does not name yet (slots moved to a new master):
+// the map is reloaded in the background, and until it is, the load reaches
+// the old master, which has the library. So a call still answered
+// "Function not found" after a load asks the map to be reloaded, and loads
+// and calls again, up to loadTries times, loadWait apart.
 func (f *function) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	cmd := f.send(ctx, rdb, keys, args...)
-	if !f.missing(cmd.Err()) {
-		return f.explain(cmd)
+	cc, isCluster := rdb.(*redis.ClusterClient)
+	for try := 1; f.missing(cmd.Err()); try++ {
+		if try > 1 {
+			if !isCluster || try > loadTries {
+				break
+			}
+			cc.ReloadState(ctx)
+			select {
+			case <-ctx.Done():
+				cmd.SetErr(fmt.Errorf("%w (waiting for the Cluster's slot map: %w)", cmd.Err(), ctx.Err()))
+				return cmd
+			case <-time.After(loadWait):
+			}
+		}
+		if err := f.lib.load(ctx, rdb, keys); err != nil {
+			cmd.SetErr(err)
+			return cmd
+		}
+		cmd = f.send(ctx, rdb, keys, args...)
 	}
-	if err := f.lib.load(ctx, rdb, keys); err != nil {
-		cmd.SetErr(err)
-		return cmd
-	}
-	return f.explain(f.send(ctx, rdb, keys, args...))
+	return f.explain(cmd)
 }
 
 func (f *function) send(ctx context.Context, c redis.Cmdable, keys []string, args ...any) *redis.Cmd {
@@ -140,7 +160,8 @@ func (lib *library) load(ctx context.Context, rdb redis.UniversalClient, keys []
 }
 
 // A Cluster's slot map is re-read up to loadTries times, loadWait apart,
-// while the master a library is loaded on answers as a replica.
+// while the master a library is loaded on answers as a replica, or a call
+// after the load is still answered "Function not found".
 const (
 	loadTries = 20
 	loadWait  = 100 * time.Millisecond

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,9 +190,25 @@ func TestFunctionsReloadAfterAClusterFailover(t *testing.T) {
 // A master joins the Cluster (CLUSTER MEET, as an orchestrator adds one;
 // redis-cli --cluster add-node would copy the functions to it) and takes
 // slots with their keys (redis-cli --cluster rebalance); the ledger's
-// calls on the shards it took are answered.
+// calls on the shards it took are answered. The ledger's client still has
+// the slot map from before the rebalance, and re-reading it is slowed
+// (slowSlotMap), so its first calls on a moved shard follow a MOVED to the
+// new master while the map still names the old one: the load must wait
+// for the map, not land on the old master again.
 func TestFunctionsReloadOnANewClusterMaster(t *testing.T) {
-	cl, cc, l := clusterDay(t, 0)
+	cl, _, _ := clusterDay(t, 0)
+	slow := &slowSlotMap{delay: 600 * time.Millisecond}
+	sc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Seed()}, ContextTimeoutEnabled: true, MaxRetries: -1,
+		NewClient: func(opt *redis.Options) *redis.Client {
+			c := redis.NewClient(opt)
+			c.AddHook(slow)
+			return c
+		}})
+	t.Cleanup(func() { sc.Close() })
+	l := lease.New(sc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	if err := sc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
 	bus, err := redisproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -208,11 +225,13 @@ func TestFunctionsReloadOnANewClusterMaster(t *testing.T) {
 	if got := libraries(t, added.Client()); len(got) != 0 {
 		t.Fatalf("the new master's libraries: %v, want none", got)
 	}
+	slow.on.Store(true)
+	fresh := cl.Client()
 	moved := 0
 	for s := range 8 {
 		k := shardKey("c", "2026-11-21", s)
 		mustGrant(t, l, k, "a"+strconv.Itoa(s), 1000)
-		if serverFor(t, cl.Nodes, cc, k) == added {
+		if serverFor(t, cl.Nodes, fresh, k) == added {
 			moved++
 		}
 	}
@@ -223,6 +242,28 @@ func TestFunctionsReloadOnANewClusterMaster(t *testing.T) {
 		t.Fatalf("the new master's libraries after the calls: %v, want one", got)
 	}
 	mustBalance(t, l, "c", "2026-11-21")
+}
+
+// slowSlotMap is a go-redis hook that, once on, delays each CLUSTER SLOTS
+// (a Cluster client's reload of its slot map) by delay.
+type slowSlotMap struct {
+	on    atomic.Bool
+	delay time.Duration
+}
+
+func (*slowSlotMap) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *slowSlotMap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() && strings.EqualFold(cmd.FullName(), "cluster slots") {
+			time.Sleep(h.delay)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*slowSlotMap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // clusterDay is a Cluster of 3 masters with replicas each, and a ledger
