@@ -124,56 +124,16 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		}
 		persist = []string{"--appendonly", "yes", "--appendfsync", fsync, "--save", ""}
 	}
-	port := "0"
-	if opt.TCP || opt.ReplicaOf != "" || opt.Sentinel {
-		p, err := FreePort()
-		if err != nil {
-			s.Stop()
-			return nil, err
-		}
-		port = strconv.Itoa(p)
-		s.Addr = net.JoinHostPort("127.0.0.1", port)
-		persist = append(persist, "--bind", "127.0.0.1")
+	port, network, err := s.networkArgs(opt)
+	if err != nil {
+		s.Stop()
+		return nil, err
 	}
-	if opt.TLS != nil {
-		p, err := FreePort()
-		if err != nil {
-			s.Stop()
-			return nil, err
-		}
-		clients := "no"
-		if opt.TLS.ClientCerts {
-			clients = "yes"
-		}
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-		port = "0"
-		persist = append(persist, "--bind", "127.0.0.1", "--tls-port", strconv.Itoa(p),
-			"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile,
-			"--tls-ca-cert-file", opt.TLS.CAFile, "--tls-auth-clients", clients)
-	}
-	if opt.ReplicaOf != "" {
-		host, mport, err := net.SplitHostPort(opt.ReplicaOf)
-		if err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("replica of %q: %w", opt.ReplicaOf, err)
-		}
-		persist = append(persist, "--replicaof", host, mport)
-	}
-	var conf []string
-	if opt.Conf != "" {
-		path := filepath.Join(s.dir, "redis.conf")
-		if err := os.WriteFile(path, []byte(opt.Conf), 0o600); err != nil {
-			s.Stop()
-			return nil, err
-		}
-		conf = []string{path}
-	}
-	if opt.Sentinel {
-		if opt.Conf == "" {
-			s.Stop()
-			return nil, errors.New("a Sentinel needs Options.Conf with its `sentinel monitor` lines")
-		}
-		conf = append(conf, "--sentinel")
+	persist = append(persist, network...)
+	conf, err := s.confArgs(opt)
+	if err != nil {
+		s.Stop()
+		return nil, err
 	}
 	s.args = append(append(append(conf,
 		"--port", port, "--unixsocket", s.Socket, "--unixsocketperm", "700", "--dir", s.dir,
@@ -184,6 +144,64 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// networkArgs are the server's port and its TCP, TLS and replication
+// arguments; they set s.Addr when the server listens on TCP.
+func (s *Server) networkArgs(opt Options) (port string, args []string, err error) {
+	port = "0"
+	if opt.TCP || opt.ReplicaOf != "" || opt.Sentinel {
+		p, err := FreePort()
+		if err != nil {
+			return "", nil, err
+		}
+		port = strconv.Itoa(p)
+		s.Addr = net.JoinHostPort("127.0.0.1", port)
+		args = append(args, "--bind", "127.0.0.1")
+	}
+	if opt.TLS != nil {
+		p, err := FreePort()
+		if err != nil {
+			return "", nil, err
+		}
+		clients := "no"
+		if opt.TLS.ClientCerts {
+			clients = "yes"
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		port = "0"
+		args = append(args, "--bind", "127.0.0.1", "--tls-port", strconv.Itoa(p),
+			"--tls-cert-file", opt.TLS.CertFile, "--tls-key-file", opt.TLS.KeyFile,
+			"--tls-ca-cert-file", opt.TLS.CAFile, "--tls-auth-clients", clients)
+	}
+	if opt.ReplicaOf != "" {
+		host, mport, err := net.SplitHostPort(opt.ReplicaOf)
+		if err != nil {
+			return "", nil, fmt.Errorf("replica of %q: %w", opt.ReplicaOf, err)
+		}
+		args = append(args, "--replicaof", host, mport)
+	}
+	return port, args, nil
+}
+
+// confArgs are the arguments that come first: a configuration file written
+// from opt.Conf, and --sentinel.
+func (s *Server) confArgs(opt Options) ([]string, error) {
+	var conf []string
+	if opt.Conf != "" {
+		path := filepath.Join(s.dir, "redis.conf")
+		if err := os.WriteFile(path, []byte(opt.Conf), 0o600); err != nil {
+			return nil, err
+		}
+		conf = []string{path}
+	}
+	if opt.Sentinel {
+		if opt.Conf == "" {
+			return nil, errors.New("a Sentinel needs Options.Conf with its `sentinel monitor` lines")
+		}
+		conf = append(conf, "--sentinel")
+	}
+	return conf, nil
 }
 
 func (s *Server) start(ctx context.Context) error {

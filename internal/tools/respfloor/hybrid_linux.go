@@ -52,10 +52,8 @@ func hybridLoop(epfd int, ready chan<- error) {
 		return
 	}
 	events := make([]unix.EpollEvent, 256)
-	bufs := map[int][]byte{}
+	h := &hybridRing{ring: ring, bufs: map[int][]byte{}, got: make([]int32, 256), want: make([]int32, 256)}
 	buf := make([]byte, 16<<10)
-	got := make([]int32, 256)
-	want := make([]int32, 256)
 	var yield loopYield
 	for {
 		yield.maybe()
@@ -66,63 +64,77 @@ func hybridLoop(epfd int, ready chan<- error) {
 		if n < hybridBatch {
 			for _, ev := range events[:max(n, 0)] {
 				if err := echo(int(ev.Fd), buf); err != nil {
-					unix.Close(int(ev.Fd))
-					delete(bufs, int(ev.Fd))
+					h.drop(int(ev.Fd))
 				}
 			}
 			continue
 		}
-		for i, ev := range events[:n] {
-			b := bufs[int(ev.Fd)]
-			if b == nil {
-				b = make([]byte, 16<<10)
-				bufs[int(ev.Fd)] = b
-			}
-			e := ring.SQE()
-			e.PrepRecv(int(ev.Fd), b, uint64(i))
-			e.OpFlags = unix.MSG_DONTWAIT
+		h.round(events[:n])
+	}
+}
+
+// hybridRing echoes a batch of ready connections through io_uring: one
+// enter for their receives, one for their sends.
+type hybridRing struct {
+	ring      *uring.Ring
+	bufs      map[int][]byte // a buffer per connection
+	got, want []int32        // per event of the batch: a result, a send's length
+}
+
+func (h *hybridRing) drop(fd int) {
+	unix.Close(fd)
+	delete(h.bufs, fd)
+}
+
+// round receives from every ready connection, sends back what each sent,
+// and finishes with plain writes a send that did not fit, as the epoll
+// floor's echo does.
+func (h *hybridRing) round(events []unix.EpollEvent) {
+	for i, ev := range events {
+		b := h.bufs[int(ev.Fd)]
+		if b == nil {
+			b = make([]byte, 16<<10)
+			h.bufs[int(ev.Fd)] = b
 		}
-		hybridReap(ring, uint32(n), got)
-		sends := uint32(0)
-		for i, ev := range events[:n] {
-			fd := int(ev.Fd)
-			want[i] = 0
-			switch {
-			case got[i] > 0:
-				want[i] = got[i]
-				e := ring.SQE()
-				e.PrepSend(fd, bufs[fd][:got[i]], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, uint64(i))
-				sends++
-			case got[i] == -int32(unix.EAGAIN):
-			default:
-				unix.Close(fd)
-				delete(bufs, fd)
-			}
+		e := h.ring.SQE()
+		e.PrepRecv(int(ev.Fd), b, uint64(i))
+		e.OpFlags = unix.MSG_DONTWAIT
+	}
+	hybridReap(h.ring, uint32(len(events)), h.got)
+	sends := uint32(0)
+	for i, ev := range events {
+		fd := int(ev.Fd)
+		h.want[i] = 0
+		switch {
+		case h.got[i] > 0:
+			h.want[i] = h.got[i]
+			e := h.ring.SQE()
+			e.PrepSend(fd, h.bufs[fd][:h.got[i]], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, uint64(i))
+			sends++
+		case h.got[i] == -int32(unix.EAGAIN):
+		default:
+			h.drop(fd)
 		}
-		hybridReap(ring, sends, got)
-		// A send that did not fit is finished with plain writes, as the
-		// epoll floor's echo does.
-		for i, ev := range events[:n] {
-			if want[i] == 0 {
+	}
+	hybridReap(h.ring, sends, h.got)
+	for i, ev := range events {
+		if h.want[i] == 0 {
+			continue
+		}
+		fd := int(ev.Fd)
+		if h.got[i] < 0 && h.got[i] != -int32(unix.EAGAIN) {
+			h.drop(fd)
+			continue
+		}
+		for off := max(int(h.got[i]), 0); off < int(h.want[i]); {
+			w, err := unix.Write(fd, h.bufs[fd][off:h.want[i]])
+			if err == unix.EINTR || err == unix.EAGAIN {
 				continue
 			}
-			fd := int(ev.Fd)
-			off := max(int(got[i]), 0)
-			if got[i] < 0 && got[i] != -int32(unix.EAGAIN) {
-				unix.Close(fd)
-				delete(bufs, fd)
-				continue
+			if err != nil {
+				break
 			}
-			for off < int(want[i]) {
-				w, err := unix.Write(fd, bufs[fd][off:want[i]])
-				if err == unix.EINTR || err == unix.EAGAIN {
-					continue
-				}
-				if err != nil {
-					break
-				}
-				off += w
-			}
+			off += w
 		}
 	}
 }

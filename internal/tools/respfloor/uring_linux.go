@@ -167,29 +167,35 @@ func (l *uloop) markDirty(slot int) {
 	}
 }
 
+// adopt takes the connections the acceptor handed over, arms a receive
+// on each, and re-arms the wake-up read.
+func (l *uloop) adopt() {
+	l.mu.Lock()
+	fds := l.incoming
+	l.incoming = nil
+	l.mu.Unlock()
+	for _, fd := range fds {
+		c := &uconn{fd: fd}
+		if !l.multishot {
+			c.in = make([]byte, 16<<10)
+		}
+		var s int
+		if k := len(l.free); k > 0 {
+			s, l.free = l.free[k-1], l.free[:k-1]
+			l.conns[s] = c
+		} else {
+			s = len(l.conns)
+			l.conns = append(l.conns, c)
+		}
+		l.armRecv(s, true)
+	}
+	l.sqe().PrepRead(l.wake, l.wakeBuf[:], ud(opWake, 0))
+}
+
 func (l *uloop) complete(cqe *uring.CQE) {
 	op, slot := int(cqe.UserData>>32), int(uint32(cqe.UserData))
 	if op == opWake {
-		l.mu.Lock()
-		fds := l.incoming
-		l.incoming = nil
-		l.mu.Unlock()
-		for _, fd := range fds {
-			c := &uconn{fd: fd}
-			if !l.multishot {
-				c.in = make([]byte, 16<<10)
-			}
-			var s int
-			if k := len(l.free); k > 0 {
-				s, l.free = l.free[k-1], l.free[:k-1]
-				l.conns[s] = c
-			} else {
-				s = len(l.conns)
-				l.conns = append(l.conns, c)
-			}
-			l.armRecv(s, true)
-		}
-		l.sqe().PrepRead(l.wake, l.wakeBuf[:], ud(opWake, 0))
+		l.adopt()
 		return
 	}
 	c := l.conns[slot]
