@@ -13,7 +13,7 @@ if redis.call('EXISTS', K.state) == 1 then return {0} end
 -- whole history.
 redis.call('HSET', K.state, 'budget', str(budget), 'locked', str(budget), 'available', 0,
   'leased', 0, 'spent', 0, 'lost', 0, 'cppb', 0, 'owed', 0, 'seq', 1, 'tip', 0, 'closed', 0, 'adv', 0,
-  'touch', 0, 'frozen_until', 0, 'fair_sum', 0, 'fair_supply', 0, 'fair_avail', 0, 'fair_epoch', 0,
+  'hr', 0, 'hrel', 0, 'touch', 0, 'frozen_until', 0, 'holds', 0, 'fair_sum', 0, 'fair_supply', 0, 'fair_avail', 0, 'fair_epoch', 0,
   'r_events', 0, 'r_budget', 0, 'r_leases', 0, 'r_granted', 0, 'r_spent', 0, 'r_returned', 0,
   'r_closed', 0, 'r_settled', 0, 'r_lost', 0, 'fence', 0, 'opened_ms', str(now), 'h1', '1:0')
 audit(K.audit, maxlen, 'ev', 'open', 'amount', str(budget), 'ms', str(now))

@@ -10,7 +10,10 @@ local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[5]), {ARGV[1]},
 if not s then return no_day() end
 s.diverged = diverged(K, s, tonumber(ARGV[5]), tonumber(ARGV[6])) or run_behind(K, ARGV[1], tonumber(ARGV[7]), tonumber(ARGV[8]))
 local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
-if type(st) == 'table' then return st end
+if type(st) == 'table' then
+  touch_unstored()
+  return st
+end
 store_shard(K.state, s)
 keep_inherited(K, s)
 return shard_reply(st, credited, s)

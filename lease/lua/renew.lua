@@ -20,7 +20,10 @@ local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[13]), {old_id, 
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14])) or run_behind(K, id, tonumber(ARGV[26]), tonumber(ARGV[27]))
 local st, credited = release_lease(K, s, old_id, unused, now, maxlen)
-if type(st) == 'table' then return st end
+if type(st) == 'table' then
+  touch_unstored()
+  return st
+end
 local new_status, g = 0, 0
 local cur = redis.call('HGET', K.leases, id)
 if s.diverged then

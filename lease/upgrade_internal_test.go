@@ -1,0 +1,152 @@
+package lease
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/redistest"
+)
+
+// previousRelease is the ledger library of the release before the state
+// hash's writes were cut to the fields a call changes (testdata: its
+// prelude and the scripts a daemon and the reconciler call on a shard).
+type previousRelease struct{ grant, renew, release, settle *function }
+
+func loadPreviousRelease(t *testing.T) previousRelease {
+	t.Helper()
+	dir := filepath.Join("testdata", "release-3a9230c")
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name+".lua"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var bodies [][2]string
+	for _, n := range []string{"grant", "renew", "release", "settle"} {
+		bodies = append(bodies, [2]string{n, read(n)})
+	}
+	lib := newLibrary(read("prelude"), bodies)
+	if lib.name == ledgerLibrary.name {
+		t.Fatal("the previous release's library has this one's name")
+	}
+	return previousRelease{lib.function("grant"), lib.function("renew"), lib.function("release"), lib.function("settle")}
+}
+
+// A rolling upgrade runs two daemon versions on one master, each with its
+// own library (the name carries the code's hash), on the same shards. Here
+// the previous release's grant, renew, release and settle and this one's
+// take turns on a shard laid out as the previous release opened it (two
+// hosts taking turns, the version switching every third cycle): every call is granted,
+// none sees the other version's writes as lost ones (a diverged history or
+// a run behind its caller's totals), the leases left open are settled by
+// the previous release's reconciler, the day balances and its report
+// counters add up.
+func TestRollingUpgradeSharesAShard(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	l := New(rdb, Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	prev := loadPreviousRelease(t)
+	day0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	const day = "2026-11-21"
+	c := Campaign{ID: "c", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: StateActive}
+	if _, err := l.PutCampaign(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenDay(ctx, c, day, day0, day0); err != nil {
+		t.Fatal(err)
+	}
+	k := ShardKey{Campaign: "c", Day: day, Shard: 0}
+	// The previous release's open wrote every field this one's does but these.
+	if err := rdb.HDel(ctx, k.keys()[0], "holds", "hr", "hrel").Err(); err != nil {
+		t.Fatal(err)
+	}
+	now := day0.Add(12 * time.Hour)
+	type host struct {
+		holder string
+		known  History
+	}
+	hosts := []*host{{holder: "h1"}, {holder: "h2"}}
+	req := func(h *host, id string) GrantRequest {
+		return GrantRequest{Shard: k, LeaseID: id, Holder: h.holder, Want: 10_000, Expiry: now.Add(30 * time.Second), Now: now,
+			Pace: Pace{Now: 500_000_000, Cap: 503_472_222, Unit: 1000, CatchUpPermille: 1500}, Grace: 5 * time.Second,
+			DayStart: day0, Known: h.known, Demand: 1000, DemandTTL: time.Minute}
+	}
+	seen := func(h *host, what string, status int64, sh Shard, g int64, unused int64) {
+		t.Helper()
+		if status != 0 || sh.Diverged {
+			t.Fatalf("%s: status %d, diverged %v", what, status, sh.Diverged)
+		}
+		h.known = History{Seq: sh.Seq, Tip: sh.Tip, Granted: h.known.Granted + g, Returned: h.known.Returned + unused}
+	}
+	for i := range 40 {
+		h := hosts[i%2]
+		old := (i/3)%2 == 1
+		id := h.holder + "-boot-" + strconv.Itoa(i)
+		what := "cycle " + strconv.Itoa(i) + map[bool]string{true: " (previous release)", false: ""}[old]
+		now = now.Add(time.Second)
+		var st, g int64
+		var sh Shard
+		var extra []int64
+		var err error
+		if old {
+			st, g, sh, _, err = l.run(ctx, prev.grant, k, l.grantArgs(req(h, id))...)
+		} else {
+			var gr Grant
+			gr, err = l.Grant(ctx, req(h, id))
+			g, sh = gr.Granted, gr.Shard
+		}
+		if err != nil || g <= 0 {
+			t.Fatalf("%s: grant %d: %v", what, g, err)
+		}
+		seen(h, what+": grant", st, sh, g, 0)
+		if old {
+			st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.grantArgs(req(h, id+"r"))...)...)
+			if err == nil && (len(extra) == 0 || extra[0] != 0) {
+				t.Fatalf("%s: renew: grant status %v", what, extra)
+			}
+		} else {
+			var gr Grant
+			gr, err = l.Renew(ctx, id, 100, req(h, id+"r"))
+			g, sh = gr.Granted, gr.Shard
+		}
+		if err != nil || g <= 0 {
+			t.Fatalf("%s: renew %d: %v", what, g, err)
+		}
+		seen(h, what+": renew", st, sh, g, 100)
+		if i >= 36 {
+			continue // left open, for the reconciler to settle
+		}
+		if old {
+			st, _, sh, _, err = l.run(ctx, prev.release, k, id+"r", int64(250), now.UnixMilli(), l.cfg.AuditMaxLen,
+				h.known.Seq, h.known.Tip, h.known.Granted, h.known.Returned)
+		} else {
+			sh, err = l.ReleaseKnown(ctx, k, id+"r", 250, now, h.known)
+		}
+		if err != nil {
+			t.Fatalf("%s: release: %v", what, err)
+		}
+		seen(h, what+": release", st, sh, 0, 250)
+	}
+	st, n, sh, extra, err := l.run(ctx, prev.settle, k, now.Add(time.Hour).UnixMilli(), int64(5000), int64(7), int64(64), l.cfg.AuditMaxLen)
+	if err != nil || st != 0 || len(extra) == 0 || extra[0] != 4 || n <= 0 || sh.Leased != 0 {
+		t.Fatalf("the previous release's settle: status %d, %v leases for %d, leased %d left: %v", st, extra, n, sh.Leased, err)
+	}
+	if _, problems, err := l.CheckDay(ctx, "c", day); err != nil || len(problems) > 0 {
+		t.Fatalf("check: %v %v", problems, err)
+	}
+	r, err := l.BuildReport(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Events: the open, 80 grants, 76 releases (40 in renewals), 4 settlements.
+	if r.Leases != 80 || r.Settled != 4 || r.Events != 161 || r.Returned != 40*100+36*250 || r.Outstanding != 0 ||
+		r.Spent != sh.Spent || r.Lost != sh.Lost || r.Budget != c.DailyMicros {
+		t.Errorf("report %+v, shard %+v", r, sh)
+	}
+}
