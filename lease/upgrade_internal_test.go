@@ -45,7 +45,9 @@ func loadPreviousRelease(t *testing.T) previousRelease {
 // none sees the other version's writes as lost ones (a diverged history or
 // a run behind its caller's totals), the leases left open are settled by
 // the previous release's reconciler, the day balances and its report
-// counters add up.
+// counters add up; the shard becomes a hashtable at its 64th grant (the
+// 32nd is the previous release's, which leaves the encoding alone) and the
+// previous release serves it as one.
 func TestRollingUpgradeSharesAShard(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
@@ -67,75 +69,17 @@ func TestRollingUpgradeSharesAShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := day0.Add(12 * time.Hour)
-	type host struct {
-		holder string
-		known  History
-	}
-	hosts := []*host{{holder: "h1"}, {holder: "h2"}}
-	req := func(h *host, id string) GrantRequest {
-		return GrantRequest{Shard: k, LeaseID: id, Holder: h.holder, Want: 10_000, Expiry: now.Add(30 * time.Second), Now: now,
-			Pace: Pace{Now: 500_000_000, Cap: 503_472_222, Unit: 1000, CatchUpPermille: 1500}, Grace: 5 * time.Second,
-			DayStart: day0, Known: h.known, Demand: 1000, DemandTTL: time.Minute}
-	}
-	seen := func(h *host, what string, status int64, sh Shard, g int64, unused int64) {
-		t.Helper()
-		if status != 0 || sh.Diverged {
-			t.Fatalf("%s: status %d, diverged %v", what, status, sh.Diverged)
-		}
-		h.known = History{Seq: sh.Seq, Tip: sh.Tip, Granted: h.known.Granted + g, Returned: h.known.Returned + unused}
-	}
+	hosts := []*upgradeHost{{holder: "h1"}, {holder: "h2"}}
 	for i := range 40 {
-		h := hosts[i%2]
-		old := (i/3)%2 == 1
-		id := h.holder + "-boot-" + strconv.Itoa(i)
-		what := "cycle " + strconv.Itoa(i) + map[bool]string{true: " (previous release)", false: ""}[old]
 		now = now.Add(time.Second)
-		var st, g int64
-		var sh Shard
-		var extra []int64
-		var err error
-		if old {
-			st, g, sh, _, err = l.run(ctx, prev.grant, k, l.grantArgs(req(h, id))...)
-		} else {
-			var gr Grant
-			gr, err = l.Grant(ctx, req(h, id))
-			g, sh = gr.Granted, gr.Shard
-		}
-		if err != nil || g <= 0 {
-			t.Fatalf("%s: grant %d: %v", what, g, err)
-		}
-		seen(h, what+": grant", st, sh, g, 0)
-		if old {
-			st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.grantArgs(req(h, id+"r"))...)...)
-			if err == nil && (len(extra) == 0 || extra[0] != 0) {
-				t.Fatalf("%s: renew: grant status %v", what, extra)
-			}
-		} else {
-			var gr Grant
-			gr, err = l.Renew(ctx, id, 100, req(h, id+"r"))
-			g, sh = gr.Granted, gr.Shard
-		}
-		if err != nil || g <= 0 {
-			t.Fatalf("%s: renew %d: %v", what, g, err)
-		}
-		seen(h, what+": renew", st, sh, g, 100)
-		if i >= 36 {
-			continue // left open, for the reconciler to settle
-		}
-		if old {
-			st, _, sh, _, err = l.run(ctx, prev.release, k, id+"r", int64(250), now.UnixMilli(), l.cfg.AuditMaxLen,
-				h.known.Seq, h.known.Tip, h.known.Granted, h.known.Returned)
-		} else {
-			sh, err = l.ReleaseKnown(ctx, k, id+"r", 250, now, h.known)
-		}
-		if err != nil {
-			t.Fatalf("%s: release: %v", what, err)
-		}
-		seen(h, what+": release", st, sh, 0, 250)
+		hosts[i%2].cycle(t, l, prev, k, i, (i/3)%2 == 1, now, day0)
 	}
 	st, n, sh, extra, err := l.run(ctx, prev.settle, k, now.Add(time.Hour).UnixMilli(), int64(5000), int64(7), int64(64), l.cfg.AuditMaxLen)
 	if err != nil || st != 0 || len(extra) == 0 || extra[0] != 4 || n <= 0 || sh.Leased != 0 {
 		t.Fatalf("the previous release's settle: status %d, %v leases for %d, leased %d left: %v", st, extra, n, sh.Leased, err)
+	}
+	if e, _ := rdb.ObjectEncoding(ctx, k.keys()[0]).Result(); e != "hashtable" {
+		t.Errorf("after 80 grants, 40 of them this release's: encoding %s, want hashtable", e)
 	}
 	if _, problems, err := l.CheckDay(ctx, "c", day); err != nil || len(problems) > 0 {
 		t.Fatalf("check: %v %v", problems, err)
@@ -149,4 +93,78 @@ func TestRollingUpgradeSharesAShard(t *testing.T) {
 		r.Spent != sh.Spent || r.Lost != sh.Lost || r.Budget != c.DailyMicros {
 		t.Errorf("report %+v, shard %+v", r, sh)
 	}
+}
+
+// upgradeHost is a daemon's run on the shard: its holder and what it
+// acknowledged (the last reply's history, its run's totals).
+type upgradeHost struct {
+	holder string
+	known  History
+}
+
+func (h *upgradeHost) request(k ShardKey, id string, now, day0 time.Time) GrantRequest {
+	return GrantRequest{Shard: k, LeaseID: id, Holder: h.holder, Want: 10_000, Expiry: now.Add(30 * time.Second), Now: now,
+		Pace: Pace{Now: 500_000_000, Cap: 503_472_222, Unit: 1000, CatchUpPermille: 1500}, Grace: 5 * time.Second,
+		DayStart: day0, Known: h.known, Demand: 1000, DemandTTL: time.Minute}
+}
+
+// seen checks a call's reply and takes its history and the run's totals.
+func (h *upgradeHost) seen(t *testing.T, what string, status int64, sh Shard, granted, unused int64) {
+	t.Helper()
+	if status != 0 || sh.Diverged {
+		t.Fatalf("%s: status %d, diverged %v", what, status, sh.Diverged)
+	}
+	h.known = History{Seq: sh.Seq, Tip: sh.Tip, Granted: h.known.Granted + granted, Returned: h.known.Returned + unused}
+}
+
+// cycle is a lease's grant, its renewal (100 unused) and, before cycle 36,
+// the successor's release (250 unused), by the previous release's scripts
+// (old) or this one's.
+func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k ShardKey, i int, old bool, now, day0 time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	id := h.holder + "-boot-" + strconv.Itoa(i)
+	what := "cycle " + strconv.Itoa(i) + map[bool]string{true: " (previous release)", false: ""}[old]
+	var st, g int64
+	var sh Shard
+	var extra []int64
+	var err error
+	if old {
+		st, g, sh, _, err = l.run(ctx, prev.grant, k, l.grantArgs(h.request(k, id, now, day0))...)
+	} else {
+		var gr Grant
+		gr, err = l.Grant(ctx, h.request(k, id, now, day0))
+		g, sh = gr.Granted, gr.Shard
+	}
+	if err != nil || g <= 0 {
+		t.Fatalf("%s: grant %d: %v", what, g, err)
+	}
+	h.seen(t, what+": grant", st, sh, g, 0)
+	if old {
+		st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.grantArgs(h.request(k, id+"r", now, day0))...)...)
+		if err == nil && (len(extra) == 0 || extra[0] != 0) {
+			t.Fatalf("%s: renew: grant status %v", what, extra)
+		}
+	} else {
+		var gr Grant
+		gr, err = l.Renew(ctx, id, 100, h.request(k, id+"r", now, day0))
+		g, sh = gr.Granted, gr.Shard
+	}
+	if err != nil || g <= 0 {
+		t.Fatalf("%s: renew %d: %v", what, g, err)
+	}
+	h.seen(t, what+": renew", st, sh, g, 100)
+	if i >= 36 {
+		return // left open, for the reconciler to settle
+	}
+	if old {
+		st, _, sh, _, err = l.run(ctx, prev.release, k, id+"r", int64(250), now.UnixMilli(), l.cfg.AuditMaxLen,
+			h.known.Seq, h.known.Tip, h.known.Granted, h.known.Returned)
+	} else {
+		sh, err = l.ReleaseKnown(ctx, k, id+"r", 250, now, h.known)
+	}
+	if err != nil {
+		t.Fatalf("%s: release: %v", what, err)
+	}
+	h.seen(t, what+": release", st, sh, 0, 250)
 }

@@ -200,6 +200,17 @@ local HISTORY = 64
 
 -- store_shard writes the shard back and takes one step of its history:
 -- every script stores at most once, so seq counts acknowledged writes.
+-- A busy shard's state is a hashtable, not a listpack: each field a call
+-- reads or writes is a search of a listpack from its start (a shard's
+-- ~100 fields, two thirds of them the history and the runs' totals), which
+-- was a sixth of a lease call's instructions. A hash holding a value longer
+-- than hash-max-listpack-value (64 bytes by default) is a hashtable from
+-- then on, and stays one, so at every BUSY_LEASES-th grant of its day a
+-- shard gets the field enc, whose value is that long. Most shards of a
+-- day see few grants (a cold campaign's), and keep the listpack's third of
+-- the memory.
+local BUSY_LEASES = 32
+local ENC = 'hashtable: a busy shard, read and written field by field (see store_shard)'
 -- It writes only the fields the call changed (s.o: the money fields as
 -- loaded; s.x0: the deferred ones): each field written is a search of the
 -- hash, and a byte count in the AOF.
@@ -222,6 +233,11 @@ local function store_shard(key, s)
         args[#args + 1] = v
       end
     end
+  end
+  local leases = s.put and s.put.r_leases
+  if leases and tonumber(leases) % BUSY_LEASES == 0 then
+    args[#args + 1] = 'enc'
+    args[#args + 1] = ENC
   end
   s.unstored = false
   redis.call('HSET', key, unpack(args))
