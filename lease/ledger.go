@@ -650,6 +650,12 @@ type GrantRequest struct {
 	// no SPEND of a bid, and parts spread over several hosts would hold a
 	// campaign's last bids where none can be spent.
 	Min int64
+	// Refunded (Renew only) is what bidders refunded to the holder since it
+	// last reported refunds for the campaign-day, in micros: written in the
+	// ending lease's release entry of the audit stream for the billing
+	// record (pacer-export's refunded column). It moves no money: the
+	// release's unused micros already hold what of it was not spent again.
+	Refunded int64
 }
 
 // MaxDemandTTL bounds GrantRequest.DemandTTL: a campaign-day's shard is
@@ -696,6 +702,8 @@ func (r GrantRequest) validate() error {
 		return fmt.Errorf("demand ttl %v: want 1ms to %v", r.DemandTTL, MaxDemandTTL)
 	case r.Min < 0 || r.Min > r.Want:
 		return fmt.Errorf("min %d micros: want 0 to the %d wanted", r.Min, r.Want)
+	case r.Refunded < 0 || r.Refunded > MaxBudgetMicros:
+		return fmt.Errorf("refunded %d micros out of range", r.Refunded)
 	}
 	return nil
 }
@@ -784,7 +792,8 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	if unused < 0 {
 		return Grant{}, fmt.Errorf("ledger %s: renew: unused %d is negative", r.Shard, unused)
 	}
-	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard, append([]any{oldLeaseID, unused}, l.grantArgs(r)...)...)
+	args := append(append([]any{oldLeaseID, unused}, l.grantArgs(r)...), r.Refunded)
+	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard, args...)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -824,10 +833,21 @@ func (l *Ledger) Release(ctx context.Context, k ShardKey, leaseID string, unused
 // ReleaseKnown is Release that also checks the shard still has the caller's
 // known history (the returned Shard's Diverged says).
 func (l *Ledger) ReleaseKnown(ctx context.Context, k ShardKey, leaseID string, unused int64, now time.Time, known History) (Shard, error) {
+	return l.ReleaseRefunded(ctx, k, leaseID, unused, 0, now, known)
+}
+
+// ReleaseRefunded is ReleaseKnown that also records refunded micros in the
+// release's audit entry: what bidders refunded to the holder since it last
+// reported refunds for the campaign-day (GrantRequest.Refunded says more).
+// Written once, with the release: a retry records nothing again.
+func (l *Ledger) ReleaseRefunded(ctx context.Context, k ShardKey, leaseID string, unused, refunded int64, now time.Time, known History) (Shard, error) {
 	if unused < 0 {
 		return Shard{}, fmt.Errorf("ledger %s: release %s: unused %d is negative", k, leaseID, unused)
 	}
-	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned)
+	if refunded < 0 || refunded > MaxBudgetMicros {
+		return Shard{}, fmt.Errorf("ledger %s: release %s: refunded %d micros out of range", k, leaseID, refunded)
+	}
+	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned, refunded)
 	if err != nil {
 		return Shard{}, err
 	}

@@ -64,14 +64,15 @@ func TestGrantStatusesMatchTheScripts(t *testing.T) {
 }
 
 // Grant and Renew send the same arguments for the same request, renew's
-// after the ending lease's: one argument list, in the scripts' ARGV order.
+// after the ending lease's and before its refunded: one argument list, in
+// the scripts' ARGV order.
 func TestGrantArgumentsFollowTheScriptsHeaders(t *testing.T) {
 	l := &Ledger{}
 	args := l.grantArgs(GrantRequest{LeaseID: "l", Holder: "h"})
 	for _, script := range []struct {
-		file string
-		skip int
-	}{{"lua/grant.lua", 0}, {"lua/renew.lua", 2}} {
+		file       string
+		skip, tail int
+	}{{"lua/grant.lua", 0, 0}, {"lua/renew.lua", 2, 1}} {
 		src, err := os.ReadFile(script.file)
 		if err != nil {
 			t.Fatal(err)
@@ -81,8 +82,11 @@ func TestGrantArgumentsFollowTheScriptsHeaders(t *testing.T) {
 			t.Fatalf("%s has no ARGV line", script.file)
 		}
 		names := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(m[1]))
-		if got := len(names) - script.skip; got != len(args) {
-			t.Errorf("%s takes %d grant arguments (%v); grantArgs sends %d", script.file, got, names[script.skip:], len(args))
+		if got := len(names) - script.skip - script.tail; got != len(args) {
+			t.Errorf("%s takes %d grant arguments (%v); grantArgs sends %d", script.file, got, names[script.skip:len(names)-script.tail], len(args))
+		}
+		if script.tail > 0 && names[len(names)-1] != "refunded" {
+			t.Errorf("%s's last argument is %s; Renew sends refunded last", script.file, names[len(names)-1])
 		}
 	}
 }

@@ -917,8 +917,11 @@ end
 -- release_lease closes an active lease: unused micros go back to available, the
 -- rest is spent. Returns a status: 0 released now, 2 released before (retry: same
 -- answer), 3 settled before (the holder was too late), 4 unknown lease, and the
--- unused micros credited.
-local function release_lease(K, s, id, unused, now, maxlen)
+-- unused micros credited. refunded (nil or 0: none) is what bidders refunded to
+-- the holder since its last release or renewal of the campaign-day: recorded
+-- in the release's audit entry for the billing record, and no part of the
+-- money here (unused already holds whatever of it the holder did not spend again).
+local function release_lease(K, s, id, unused, now, maxlen, refunded)
   local done = redis.call('HGET', K.done, id)
   if done then
     local kind, v = string.match(done, '^(%a):(%d+)$')
@@ -940,8 +943,13 @@ local function release_lease(K, s, id, unused, now, maxlen)
   redis.call('ZREM', K.exp, id)
   note_done(K)
   redis.call('HSET', K.done, id, 'r:' .. str(unused))
-  audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
-    'amount', str(amount), 'unused', str(unused), 'ms', str(now))
+  if refunded and refunded > 0 then
+    audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
+      'amount', str(amount), 'unused', str(unused), 'ms', str(now), 'refunded', str(refunded))
+  else
+    audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
+      'amount', str(amount), 'unused', str(unused), 'ms', str(now))
+  end
   return 0, unused
 end
 

@@ -2,14 +2,15 @@
 -- Idempotent by lease id: a retry after a timeout gets the first answer and
 -- credits nothing twice.
 -- KEYS: state leases exp done audit
--- ARGV: lease_id unused now_ms audit_maxlen [known_seq known_tip [known_granted known_returned]]
+-- ARGV: lease_id unused now_ms audit_maxlen [known_seq known_tip [known_granted known_returned [refunded]]]
+-- refunded: bidders' refunds the holder accepted since its last report (release_lease).
 -- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status as release_lease, -1 no such day.
 local K = keys_of(KEYS)
 local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[5]), {ARGV[1]}, false))
 if not s then return no_day() end
 s.diverged = diverged(K, s, tonumber(ARGV[5]), tonumber(ARGV[6])) or run_behind(K, ARGV[1], tonumber(ARGV[7]), tonumber(ARGV[8]))
-local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])
+local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[9]))
 if type(st) == 'table' then
   touch_unstored()
   return st

@@ -2,8 +2,9 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead]]]]]]]]]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [refunded]]]]]]]]]]]
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
+-- refunded: bidders' refunds the holder accepted since its last report, recorded in the release's entry (release_lease).
 -- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
@@ -19,7 +20,7 @@ local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
 local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[13]), {old_id, id}, true))
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14])) or run_behind(K, id, tonumber(ARGV[26]), tonumber(ARGV[27]))
-local st, credited = release_lease(K, s, old_id, unused, now, maxlen)
+local st, credited = release_lease(K, s, old_id, unused, now, maxlen, tonumber(ARGV[29]))
 if type(st) == 'table' then
   touch_unstored()
   return st
