@@ -76,6 +76,9 @@ type dayState struct {
 	known []lease.History
 	// closed: the ledger closed the day (it is over there): no more grants.
 	closed bool
+	// refundsTold: of the bucket's accepted refunds, the micros handed to a
+	// release or renewal for the audit stream (refunds.go).
+	refundsTold int64
 	// carry: micros withdrawn from the bucket with the leases that ended
 	// this tick, for their successors to credit at once (refill loop only).
 	carry int64

@@ -17,12 +17,13 @@ import (
 // the day's leases, released by the renewal's ledger call.
 type renewal struct {
 	bucket.Closed
-	expiry time.Time
+	expiry   time.Time
+	refunded int64 // bidders' refunds the renewal reports (refunds.go)
 }
 
 // release returns the ending lease's release, to be done on its own.
 func (r *renewal) release(key lease.ShardKey, until time.Time) release {
-	return release{key: key, id: r.ID, amount: r.Amount, unused: r.Unused, expiry: r.expiry, until: until}
+	return release{key: key, id: r.ID, amount: r.Amount, unused: r.Unused, expiry: r.expiry, until: until, refunded: r.refunded}
 }
 
 // grantCall is one grant on its way: the request, and what answering it
@@ -259,6 +260,8 @@ func (c *campaign) dripSpan(now time.Time, ds *dayState, call *grantCall, g leas
 // the releases pending, and then released, so that the part our SPENDs took
 // stays counted spent. The error returned is the grant half's.
 func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState, key lease.ShardKey, ending *renewal, req lease.GrantRequest) (lease.Grant, error) {
+	ending.refunded += c.takeRefunds(now, key.Day)
+	req.Refunded = ending.refunded
 	start := time.Now()
 	g, err := c.ledger.Renew(cctx, ending.ID, ending.Unused, req)
 	c.d.observeLedger("renew", start, err)
@@ -283,6 +286,7 @@ func (c *campaign) renew(ctx, cctx context.Context, now time.Time, ds *dayState,
 		}
 		if errors.Is(err, lease.ErrLeaseSettled) {
 			c.log.Warn("lease was settled before we released it", zap.String("lease", ending.ID), zap.Error(err))
+			c.untakeRefunds(key.Day, ending.refunded) // the release entry was the settlement's
 			err = nil
 		}
 	default:

@@ -20,9 +20,13 @@ type release struct {
 	amount, unused int64
 	expiry         time.Time // the lease's, for re-asserting it
 	until          time.Time
+	// refunded: bidders' refunds reported with this release (refunds.go),
+	// the same on every retry: the ledger records them once, with it.
+	refunded int64
 }
 
 func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
+	r.refunded += c.takeRefunds(now, r.key.Day)
 	if !c.tryRelease(ctx, now, r) {
 		c.pending = append(c.pending, r)
 	}
@@ -42,7 +46,7 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	if ds != nil {
 		known = c.knownOf(ds, r.key.Shard)
 	}
-	sh, err := c.ledger.ReleaseKnown(ctx, r.key, r.id, r.unused, now, known)
+	sh, err := c.ledger.ReleaseRefunded(ctx, r.key, r.id, r.unused, r.refunded, now, known)
 	c.d.observeLedger("release", start, err)
 	if err == nil {
 		c.d.ran.add(r.key, 0, r.unused)
@@ -69,9 +73,11 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrDayNotOpen):
 		c.log.Warn("lease release refused by the ledger", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
 		c.d.journalClosed(r.id, 0)
+		c.untakeRefunds(r.key.Day, r.refunded)
 		return true
 	case now.After(r.until):
 		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
+		c.untakeRefunds(r.key.Day, r.refunded)
 		return true
 	}
 	return false
