@@ -18,6 +18,7 @@ type event struct {
 	kind     string
 	micros   int64 // the entry's amount (a release's lease amount, of which unused came back)
 	unused   int64
+	refunded int64  // a release's: bidders' refunds its holder reported with it
 	ref      string // the lease, budget op, move or daemon run the entry is about
 	holder   string
 	at       time.Time // the ledger's time of the change (the entry's ms field)
@@ -75,6 +76,12 @@ func parseEntry(k lease.ShardKey, m redis.XMessage) (event, error) {
 	}
 	if e.unused < 0 || (e.kind == "release" && e.unused > e.micros) {
 		return event{}, fmt.Errorf("%s entry %s: unused %d of %d", k, m.ID, e.unused, e.micros)
+	}
+	if e.refunded, err = intField(e.fields, "refunded"); err != nil {
+		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+	}
+	if e.refunded < 0 || (e.refunded > 0 && e.kind != "release") {
+		return event{}, fmt.Errorf("%s entry %s: refunded %d in a %s entry", k, m.ID, e.refunded, e.kind)
 	}
 	ms := id.ms
 	if s, ok := e.fields["ms"]; ok {
@@ -144,6 +151,7 @@ type Totals struct {
 	Budget   int64 `json:"budget"`   // open + adjust (carry-over and cuts included)
 	Spent    int64 `json:"spent"`    // released minus unused, plus settled, plus re-asserted runs
 	Returned int64 `json:"returned"` // unused micros given back on release (bidders' refunds included)
+	Refunded int64 `json:"refunded"` // bidders' refunds the daemons accepted (in Spent's net already)
 	Lost     int64 `json:"lost"`     // settled from expired leases
 	Carry    int64 `json:"carry"`    // taken from the day by its carry-over
 	Cuts     int64 `json:"cuts"`     // taken from the day by budget cuts (carry-over not included)
@@ -182,6 +190,7 @@ func (t *Totals) add(e event) error {
 		inc(&t.Spent, e.micros-e.unused)
 		inc(&t.Returned, e.unused)
 		inc(&t.Closed, e.micros)
+		inc(&t.Refunded, e.refunded)
 	case "reassert_run":
 		inc(&t.Spent, e.micros)
 	case "settle":
@@ -195,7 +204,7 @@ func (t *Totals) add(e event) error {
 
 // columns are Totals' fields in spend_days' and spend_hours' column order.
 func (t *Totals) columns() []int64 {
-	return []int64{t.Budget, t.Spent, t.Returned, t.Lost, t.Carry, t.Cuts, t.Granted, t.Closed, t.Leases, t.Settled, t.Events}
+	return []int64{t.Budget, t.Spent, t.Returned, t.Lost, t.Carry, t.Cuts, t.Granted, t.Closed, t.Leases, t.Settled, t.Events, t.Refunded}
 }
 
-const totalsColumns = "budget, spent, returned, lost, carry, cuts, granted, closed, leases, settled, events"
+const totalsColumns = "budget, spent, returned, lost, carry, cuts, granted, closed, leases, settled, events, refunded"

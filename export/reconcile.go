@@ -38,7 +38,7 @@ var totalsFieldNames = []string{"budget", "spent", "returned", "lost", "leases",
 // DayTotals reads a campaign-day's SQL totals; ok is false if it has none.
 func DayTotals(ctx context.Context, db *pgxpool.Pool, campaign, day string) (t Totals, ok bool, err error) {
 	err = db.QueryRow(ctx, `SELECT `+totalsColumns+` FROM spend_days WHERE campaign = $1 AND day = $2::text::date`, campaign, day).
-		Scan(&t.Budget, &t.Spent, &t.Returned, &t.Lost, &t.Carry, &t.Cuts, &t.Granted, &t.Closed, &t.Leases, &t.Settled, &t.Events)
+		Scan(&t.Budget, &t.Spent, &t.Returned, &t.Lost, &t.Carry, &t.Cuts, &t.Granted, &t.Closed, &t.Leases, &t.Settled, &t.Events, &t.Refunded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Totals{}, false, nil
 	}
