@@ -63,8 +63,8 @@ type Config struct {
 	// Now is the clock (default time.Now): lag and the times written.
 	Now func() time.Time
 	// Step, if set, is called at each step of a batch's export ("read",
-	// "begun", "inserted", "totals", "cursor", "committed", "acked",
-	// "trimmed"), one call at a time; an error it returns aborts the pass
+	// "encoded": before the one statement that writes it, "committed",
+	// "acked", "trimmed"), one call at a time; an error it returns aborts the pass
 	// there, as a crash would (the streams being exported at the same time
 	// stop at their next step). For tests; production leaves it nil.
 	Step func(ctx context.Context, step string) error

@@ -67,146 +67,120 @@ func (s *store) cursors(ctx context.Context) (map[lease.ShardKey]cursor, error) 
 }
 
 // commit writes a batch of one stream's entries, the totals they add and the
-// stream's cursor, in one transaction: all of it or none. Entries already
-// exported (a redelivery after a crash between commit and XACK, an entry two
-// exporters both read, a replay) are skipped by the rows' primary key, and
-// only the rows inserted count towards the totals. It returns how many were
-// inserted.
+// stream's cursor in one statement (commitSQL), so in one round trip and one
+// transaction: all of it or none. Entries already exported (a redelivery
+// after a crash between commit and XACK, an entry two exporters both read, a
+// replay) are skipped by the rows' primary key, and only the rows inserted
+// count towards the totals. It returns how many were inserted.
 func (s *store) commit(ctx context.Context, k lease.ShardKey, evs []event) (int, error) {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("export %s: begin: %w", k, err)
-	}
-	defer tx.Rollback(ctx)
-	if err := s.step(ctx, "begun"); err != nil {
-		return 0, err
-	}
-	cur, err := lockCursor(ctx, tx, k, s.now())
-	if err != nil {
-		return 0, err
-	}
-	inserted, err := insertEvents(ctx, tx, k, evs)
-	if err != nil {
-		return 0, err
-	}
-	if err := s.step(ctx, "inserted"); err != nil {
-		return 0, err
+	if len(evs) == 0 {
+		return 0, nil
 	}
 	loc, err := s.zones.of(ctx, k.Campaign)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", k, err)
 	}
-	if err := addTotals(ctx, tx, k, loc, inserted); err != nil {
+	args, err := commitArgs(k, evs, loc, s.now())
+	if err != nil {
 		return 0, err
 	}
-	if err := s.step(ctx, "totals"); err != nil {
+	if err := s.step(ctx, "encoded"); err != nil {
 		return 0, err
 	}
-	for _, e := range evs {
-		if cur.last.less(e.id) {
-			cur.last = e.id
-		}
-	}
-	if _, err := tx.Exec(ctx, `UPDATE export_cursors SET last_ms = $4, last_seq = $5, events = events + $6, updated_at = $7
-		WHERE campaign = $1 AND day = $2::text::date AND shard = $3`, k.Campaign, k.Day, k.Shard, cur.last.ms, cur.last.seq, len(inserted), s.now()); err != nil {
-		return 0, fmt.Errorf("export %s: cursor: %w", k, err)
-	}
-	if err := s.step(ctx, "cursor"); err != nil {
-		return 0, err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	var inserted int
+	if err := s.db.QueryRow(ctx, commitSQL, args...).Scan(&inserted); err != nil {
 		return 0, fmt.Errorf("export %s: commit: %w", k, err)
 	}
-	return len(inserted), nil
+	return inserted, nil
 }
 
-// lockCursor returns the stream's cursor, created at 0-0 if it has none, and
-// holds its row lock until the transaction ends: one statement.
-func lockCursor(ctx context.Context, tx pgx.Tx, k lease.ShardKey, now time.Time) (cursor, error) {
-	var cur cursor
-	err := tx.QueryRow(ctx, `INSERT INTO export_cursors AS c (campaign, day, shard, last_ms, last_seq, events, updated_at)
-		VALUES ($1, $2::text::date, $3, 0, 0, 0, $4) ON CONFLICT (campaign, day, shard) DO UPDATE SET last_ms = c.last_ms
-		RETURNING last_ms, last_seq, events`, k.Campaign, k.Day, k.Shard, now).Scan(&cur.last.ms, &cur.last.seq, &cur.events)
-	if err != nil {
-		return cursor{}, fmt.Errorf("export %s: cursor: %w", k, err)
+// commitSQL inserts a batch's rows ($4-$12, one array a column), adds what
+// the rows inserted add to the day's totals and to each hour's ($13: each
+// entry's hour; $14-$24: each entry's part of every total but events, from
+// Totals.add), and moves the stream's cursor to the batch's last id ($25,
+// $26) if it is past it, counting the rows inserted. The day's row is
+// written before the hours' (the hours read the day's RETURNING), so two
+// streams of a campaign lock them in one order.
+var commitSQL = func() string {
+	cols := strings.Split(totalsColumns, ", ")
+	var parts, sums, sets []string
+	for i, c := range cols {
+		sets = append(sets, c+" = %[1]s."+c+" + EXCLUDED."+c)
+		if c == "events" {
+			sums = append(sums, "count(*)")
+			continue
+		}
+		parts = append(parts, "$"+strconv.Itoa(14+len(parts))+"::bigint[]")
+		sums = append(sums, "sum(p.v"+strconv.Itoa(i)+")::bigint")
 	}
-	return cur, nil
-}
+	var names []string
+	for i, c := range cols {
+		if c != "events" {
+			names = append(names, "v"+strconv.Itoa(i))
+		}
+	}
+	set := func(table string) string { return fmt.Sprintf(strings.Join(sets, ", "), table) }
+	return `WITH ins AS (
+		INSERT INTO ledger_events (campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, ref, holder, at, fields)
+		SELECT $1, $2::text::date, $3, u.ms, u.seq, u.kind, u.micros, u.unused, u.ref, u.holder, u.at, u.f::jsonb
+		FROM unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::timestamptz[], $12::text[])
+			AS u(ms, seq, kind, micros, unused, ref, holder, at, f)
+		ON CONFLICT DO NOTHING RETURNING entry_ms, entry_seq),
+	p AS (SELECT u.* FROM unnest($4::bigint[], $5::bigint[], $13::timestamptz[], ` + strings.Join(parts, ", ") + `)
+			AS u(ms, seq, hour, ` + strings.Join(names, ", ") + `)
+		JOIN ins ON ins.entry_ms = u.ms AND ins.entry_seq = u.seq),
+	d AS (INSERT INTO spend_days (campaign, day, ` + totalsColumns + `)
+		SELECT $1, $2::text::date, ` + strings.Join(sums, ", ") + ` FROM p HAVING count(*) > 0
+		ON CONFLICT (campaign, day) DO UPDATE SET ` + set("spend_days") + ` RETURNING 1),
+	h AS (INSERT INTO spend_hours (campaign, day, hour, ` + totalsColumns + `)
+		SELECT $1, $2::text::date, p.hour, ` + strings.Join(sums, ", ") + ` FROM p WHERE EXISTS (SELECT FROM d) GROUP BY p.hour ORDER BY p.hour
+		ON CONFLICT (campaign, day, hour) DO UPDATE SET ` + set("spend_hours") + ` RETURNING 1),
+	c AS (INSERT INTO export_cursors AS x (campaign, day, shard, last_ms, last_seq, events, updated_at)
+		VALUES ($1, $2::text::date, $3, $25, $26, (SELECT count(*) FROM ins), $27)
+		ON CONFLICT (campaign, day, shard) DO UPDATE SET
+			last_ms = CASE WHEN (EXCLUDED.last_ms, EXCLUDED.last_seq) > (x.last_ms, x.last_seq) THEN EXCLUDED.last_ms ELSE x.last_ms END,
+			last_seq = CASE WHEN (EXCLUDED.last_ms, EXCLUDED.last_seq) > (x.last_ms, x.last_seq) THEN EXCLUDED.last_seq ELSE x.last_seq END,
+			events = x.events + EXCLUDED.events, updated_at = EXCLUDED.updated_at
+		RETURNING 1)
+	SELECT (SELECT count(*) FROM ins)::int + 0 * ((SELECT count(*) FROM h) + (SELECT count(*) FROM c))`
+}()
 
-// insertEvents inserts the rows not there yet, in one statement, and
-// returns the events inserted.
-func insertEvents(ctx context.Context, tx pgx.Tx, k lease.ShardKey, evs []event) ([]event, error) {
+// commitArgs are commitSQL's arguments for a batch of stream k: the rows,
+// each entry's hour in loc and its part of the totals, the batch's last id.
+func commitArgs(k lease.ShardKey, evs []event, loc *time.Location, now time.Time) ([]any, error) {
 	n := len(evs)
-	if n == 0 {
-		return nil, nil
-	}
 	ms, seq, micros, unused := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	kind, ref, holder, fields := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	at := make([]time.Time, n)
-	byID := make(map[streamID]event, n)
+	at, hour := make([]time.Time, n), make([]time.Time, n)
+	ncols := len(strings.Split(totalsColumns, ", "))
+	parts := make([][]int64, ncols)
+	for i := range parts {
+		parts[i] = make([]int64, n)
+	}
+	var last streamID
 	for i, e := range evs {
 		ms[i], seq[i], micros[i], unused[i] = e.id.ms, e.id.seq, e.micros, e.unused
 		kind[i], ref[i], holder[i], at[i] = e.kind, e.ref, e.holder, e.at
 		fields[i] = string(appendFieldsJSON(nil, e.fields))
-		byID[e.id] = e
-	}
-	rows, err := tx.Query(ctx, `INSERT INTO ledger_events (campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, ref, holder, at, fields)
-		SELECT $1, $2::text::date, $3, u.ms, u.seq, u.kind, u.micros, u.unused, u.ref, u.holder, u.at, u.f::jsonb
-		FROM unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::timestamptz[], $12::text[])
-			AS u(ms, seq, kind, micros, unused, ref, holder, at, f)
-		ON CONFLICT DO NOTHING RETURNING entry_ms, entry_seq`,
-		k.Campaign, k.Day, k.Shard, ms, seq, kind, micros, unused, ref, holder, at, fields)
-	if err != nil {
-		return nil, fmt.Errorf("export %s: insert: %w", k, err)
-	}
-	var out []event
-	var id streamID
-	if _, err := pgx.ForEachRow(rows, []any{&id.ms, &id.seq}, func() error {
-		out = append(out, byID[id])
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("export %s: insert: %w", k, err)
-	}
-	return out, nil
-}
-
-// addTotals adds the inserted events to their day's totals and to their
-// hours' (the hour of the change in the campaign's time zone loc).
-func addTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey, loc *time.Location, evs []event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	var day Totals
-	hours := map[time.Time]*Totals{}
-	for _, e := range evs {
-		if err := day.add(e); err != nil {
-			return fmt.Errorf("export %s: %w", k, err)
+		hour[i] = hourOf(e.at, loc)
+		var t Totals
+		if err := t.add(e); err != nil {
+			return nil, fmt.Errorf("export %s: %w", k, err)
 		}
-		h := hourOf(e.at, loc)
-		if hours[h] == nil {
-			hours[h] = &Totals{}
+		for j, v := range t.columns() {
+			parts[j][i] = v
 		}
-		if err := hours[h].add(e); err != nil {
-			return fmt.Errorf("export %s: %w", k, err)
+		if last.less(e.id) {
+			last = e.id
 		}
 	}
-	args := []any{k.Campaign, k.Day}
-	for _, v := range day.columns() {
-		args = append(args, v)
-	}
-	if _, err := tx.Exec(ctx, upsertTotals("spend_days", "campaign, day", "$1, $2::text::date", 3), args...); err != nil {
-		return fmt.Errorf("export %s: day totals: %w", k, err)
-	}
-	for h, t := range hours {
-		args := []any{k.Campaign, k.Day, h}
-		for _, v := range t.columns() {
-			args = append(args, v)
-		}
-		if _, err := tx.Exec(ctx, upsertTotals("spend_hours", "campaign, day, hour", "$1, $2::text::date, $3", 4), args...); err != nil {
-			return fmt.Errorf("export %s: hour totals: %w", k, err)
+	args := []any{k.Campaign, k.Day, k.Shard, ms, seq, kind, micros, unused, ref, holder, at, fields, hour}
+	for j, c := range strings.Split(totalsColumns, ", ") {
+		if c != "events" {
+			args = append(args, parts[j])
 		}
 	}
-	return nil
+	return append(args, last.ms, last.seq, now), nil
 }
 
 // upsertTotals is an INSERT … ON CONFLICT that adds to a totals row.
