@@ -2,7 +2,9 @@ package export_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/sim"
+	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkExportLagSimulatedDay measures the export's lag under the
@@ -98,4 +101,143 @@ func caughtUp(b *testing.B, f *fixture, m *export.Metrics) {
 		}
 	}
 	f.agrees(b)
+}
+
+// lagRates are BenchmarkExportLagAtRate's ledger event rates, a second: the
+// real default day's busiest hour (about 8 lease calls a second fleet-wide,
+// at most two entries each: 20 rounds it up), then ten to four hundred
+// times that.
+var lagRates = []int{20, 200, 1_000, 2_000, 4_000, 8_000}
+
+// BenchmarkExportLagAtRate measures the export's lag at a given rate of
+// ledger events: the default day's 20 campaigns and 134 shards (15 of 8
+// shards, 2 of 4, 3 of 2) opened in a real redis-server, and a generator
+// appending release and grant entries (as the ledger writes them) to
+// streams picked at random, every 10 ms, at each rate of lagRates for 30 s,
+// while an exporter with the default settings (1-s interval, batches of
+// 1000, two streams at once) copies them into a PostgreSQL with fsync on.
+// Every 100 ms the age of the oldest entry not yet in PostgreSQL is sampled
+// across every stream. Each rate reports the events written a second and the
+// lag's p50, p99 and max, and logs the load average; the export must catch
+// up and agree with the ledger's counters afterwards.
+//
+//	go test -run '^$' -bench ExportLagAtRate -benchtime 1x ./export/
+func BenchmarkExportLagAtRate(b *testing.B) {
+	pgSrv := pgtest.OwnDurable(b)
+	for _, rate := range lagRates {
+		b.Run("rate="+strconv.Itoa(rate), func(b *testing.B) {
+			for range b.N {
+				lagAtRate(b, pgSrv, rate)
+			}
+		})
+	}
+}
+
+func lagAtRate(b *testing.B, pgSrv *pgtest.Server, rate int) {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	f := &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
+	_, f.db = pgtest.Pool(b, pgSrv)
+	if _, err := export.Migrate(ctx, f.db); err != nil {
+		b.Fatal(err)
+	}
+	var streams []lease.ShardKey
+	for i := range 20 {
+		shards := 8
+		if i >= 17 {
+			shards = 2
+		} else if i >= 15 {
+			shards = 4
+		}
+		id := "c" + strconv.Itoa(i)
+		f.open(b, id, shards)
+		for s := range shards {
+			streams = append(streams, lease.ShardKey{Campaign: id, Day: day, Shard: s})
+		}
+	}
+	m := export.NewMetrics(nil)
+	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "lag"}, m, nil)
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.Run(runCtx) })
+	defer func() { stop(); wg.Wait() }()
+	b.Logf("load average %s", loadAverage(b))
+	genDone := make(chan error, 1)
+	var written int64
+	start := time.Now()
+	go func() { genDone <- generate(runCtx, f.rdb, streams, rate, 30*time.Second, &written) }()
+	lags := sampleLag(b, f, genDone)
+	wall := time.Since(start)
+	rowsCaughtUp(b, f, m, written+int64(len(streams))) // and the days' opens
+	b.Logf("load average %s", loadAverage(b))
+	slices.Sort(lags)
+	b.ReportMetric(float64(written)/wall.Seconds(), "events/s")
+	b.ReportMetric(lags[len(lags)/2].Seconds(), "lag-p50-s")
+	b.ReportMetric(lags[len(lags)*99/100].Seconds(), "lag-p99-s")
+	b.ReportMetric(lags[len(lags)-1].Seconds(), "lag-max-s")
+}
+
+// generate appends rate entries a second, in a pipeline every 10 ms, to
+// streams picked at random (a seeded source: every run the same), for d:
+// grants, each released (on its stream) in a later tick. It counts the
+// entries in written.
+func generate(ctx context.Context, rdb *redis.Client, streams []lease.ShardKey, rate int, d time.Duration, written *int64) error {
+	rng := rand.New(rand.NewPCG(1, uint64(rate)))
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	ms := strconv.FormatInt(t0.Add(10*time.Hour).UnixMilli(), 10)
+	type held struct {
+		k  lease.ShardKey
+		id string
+	}
+	var due float64
+	var open []held
+	for n := 0; time.Since(start) < d; n++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		due += float64(rate) / 100
+		p := rdb.Pipeline()
+		granted := open[:0:0]
+		for ; due >= 1; due-- {
+			if len(open) > 0 {
+				o := open[0]
+				open = open[1:]
+				p.XAdd(ctx, &redis.XAddArgs{Stream: o.k.AuditKey(), Values: []any{"ev", "release", "lease", o.id,
+					"holder", "h1", "amount", "25000", "unused", "1250", "ms", ms}})
+				continue
+			}
+			o := held{k: streams[rng.IntN(len(streams))], id: "h1-" + strconv.Itoa(n) + "-" + strconv.Itoa(len(granted))}
+			p.XAdd(ctx, &redis.XAddArgs{Stream: o.k.AuditKey(), Values: []any{"ev", "grant", "lease", o.id,
+				"holder", "h1", "amount", "25000", "ms", ms}})
+			granted = append(granted, o)
+		}
+		open = append(open, granted...)
+		k := p.Len()
+		if _, err := p.Exec(ctx); err != nil {
+			return err
+		}
+		*written += int64(k)
+	}
+	return nil
+}
+
+// rowsCaughtUp waits (up to 10 minutes) until the exporter's last pass saw
+// nothing left, then checks that ledger_events holds want rows.
+func rowsCaughtUp(b *testing.B, f *fixture, m *export.Metrics, want int64) {
+	for end := time.Now().Add(10 * time.Minute); oldestUnexported(b, f) > 0 || gaugeValue(b, m.LagEntries) > 0; time.Sleep(time.Second) {
+		if time.Now().After(end) {
+			b.Fatal("the export did not catch up within 10 minutes of the generator's end")
+		}
+	}
+	var rows int64
+	if err := f.db.QueryRow(ctx, `SELECT count(*) FROM ledger_events`).Scan(&rows); err != nil {
+		b.Fatal(err)
+	}
+	if rows != want {
+		b.Fatalf("ledger_events holds %d rows; %d entries were written", rows, want)
+	}
 }
