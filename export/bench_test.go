@@ -33,29 +33,26 @@ import (
 // alternation. docs/BENCHMARKS.md has the figures.
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x ./export/
+//
+// batch=5000 is streams=2 with batches of 5,000 entries.
 func BenchmarkExport(b *testing.B) {
 	pgSrv := pgtest.OwnDurable(b)
 	for _, streams := range []int{2, 1} {
-		b.Run("streams="+strconv.Itoa(streams), func(b *testing.B) { benchExport(b, pgSrv, streams) })
+		b.Run("streams="+strconv.Itoa(streams), func(b *testing.B) { benchExport(b, pgSrv, streams, 0) })
 	}
+	b.Run("batch=5000", func(b *testing.B) { benchExport(b, pgSrv, 2, 5000) })
 }
 
-func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int) {
+func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int, batch int64) {
 	const shards, perShard = 8, 25_000
 	for range b.N {
 		b.StopTimer()
-		srv := redistest.Start(b)
-		rdb := srv.Client()
-		f := &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
-		_, f.db = pgtest.Pool(b, pgSrv)
-		if _, err := export.Migrate(ctx, f.db); err != nil {
-			b.Fatal(err)
-		}
+		f := benchFixture(b, pgSrv)
 		f.open(b, "bench", shards)
 		fill(b, f.rdb, "bench", shards, perShard)
-		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Streams: streams}, nil, nil)
+		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Streams: streams, Batch: batch}, nil, nil)
 		b.Logf("load average %s", loadAverage(b))
-		cpu0, pg0, redis0 := cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, rdb)
+		cpu0, pg0, redis0 := cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, f.rdb)
 		start := time.Now()
 		b.StartTimer()
 		var n int64
@@ -72,7 +69,7 @@ func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int) {
 		b.ReportMetric(float64(n)/wall.Seconds(), "events/s")
 		b.ReportMetric(perEvent(cpuTime(b)-cpu0), "cpu-ns/event")
 		b.ReportMetric(perEvent(pgCPU(b, pgSrv)-pg0), "pg-cpu-ns/event")
-		b.ReportMetric(perEvent(redisCPU(b, rdb)-redis0), "redis-cpu-ns/event")
+		b.ReportMetric(perEvent(redisCPU(b, f.rdb)-redis0), "redis-cpu-ns/event")
 	}
 }
 
@@ -121,6 +118,19 @@ func loadAverage(b *testing.B) string {
 	}
 	f := strings.Fields(string(l))
 	return strings.Join(f[:3], " ")
+}
+
+// benchFixture is a fresh redis-server with a ledger, and a migrated database
+// of PostgreSQL server pgSrv.
+func benchFixture(b *testing.B, pgSrv *pgtest.Server) *fixture {
+	srv := redistest.Start(b)
+	rdb := srv.Client()
+	f := &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
+	_, f.db = pgtest.Pool(b, pgSrv)
+	if _, err := export.Migrate(ctx, f.db); err != nil {
+		b.Fatal(err)
+	}
+	return f
 }
 
 // fill appends n release entries to each of the day's shards' streams.
