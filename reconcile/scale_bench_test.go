@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,40 +42,26 @@ func scaleFixture(tb testing.TB, n int) (*fixture, *cmdCounter, *lease.Ledger) {
 func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *cmdCounter, *lease.Ledger) {
 	tb.Helper()
 	f := newFixture(tb)
-	yesterday := midnight.Add(-24 * time.Hour)
-	// 16 writers at once, each write fsynced: at a load average of 20 a
-	// reply can take longer than go-redis's default 3-s read timeout.
-	setup := redis.NewClient(&redis.Options{Network: "unix", Addr: f.redis.Socket, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
-	defer setup.Close()
-	store := lease.New(setup, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for w := range 16 {
-		wg.Go(func() {
-			for i := w; i < n; i += 16 {
-				c, err := store.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive})
-				if err == nil && withYesterday {
-					_, err = store.OpenDay(ctx, c, "2026-11-20", yesterday, yesterday)
-				}
-				if err == nil {
-					_, err = store.OpenDay(ctx, c, day, midnight, midnight)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
+	days, starts := []string{day}, []time.Time{midnight}
+	if withYesterday {
+		days, starts = []string{"2026-11-20", day}, []time.Time{midnight.Add(-24 * time.Hour), midnight}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
+	begin := time.Now()
+	fillCampaigns(tb, func() redis.UniversalClient { return slowClient(f.redis.Socket) }, 0, n, days, starts)
+	if n >= 10_000 {
+		tb.Logf("stored %d campaigns and opened %d days each in %v", n, len(days), time.Since(begin).Round(time.Millisecond))
 	}
 	counter := &cmdCounter{}
 	c := f.redis.Client()
 	c.AddHook(counter)
 	return f, counter, lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+}
+
+// slowClient is a client of the Redis at socket whose calls may take a
+// minute: a pipeline of a thousand fsynced writes at a load average of 20
+// can take longer than go-redis's default 3-s read timeout.
+func slowClient(socket string) *redis.Client {
+	return redis.NewClient(&redis.Options{Network: "unix", Addr: socket, ReadTimeout: time.Minute, WriteTimeout: time.Minute, MaxRetries: -1})
 }
 
 // BenchmarkReconcilerScale measures the reconciler's passes over 1,000 and
