@@ -147,6 +147,35 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 		t.Fatalf("cursor after the second leader's pass: %+v; want the first's pass (started %v) finished", cur, at.Started)
 	}
 	checkFencesSplit(t, f, ids, sort.SearchStrings(ids, at.After)+1, at.Fence, cur.Fence)
+	timeFullPassAndStep(t, f, ledger, cur.Fence+1)
+}
+
+// timeFullPassAndStep times a new leader's (fence) first full pass over
+// every campaign and the index-driven step after it, and logs their Redis
+// commands; it fails if the step costs what a pass does.
+func timeFullPassAndStep(t *testing.T, f *fixture, ledger *lease.Ledger, fence int64) {
+	t.Helper()
+	counter := &cmdCounter{}
+	c := f.redis.Client()
+	c.AddHook(counter)
+	rc := reconcile.New(lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), reconcile.Config{Clock: f.clock, Grace: 4 * time.Second})
+	f.clock.Add(time.Second)
+	start := time.Now()
+	if err := rc.Pass(ctx, fence); err != nil {
+		t.Fatal(err)
+	}
+	full, fullCmds := time.Since(start), counter.n.Swap(0)
+	t.Logf("a new leader's full pass: %v, %d Redis commands (load %s)", full.Round(time.Millisecond), fullCmds, loadAverage())
+	f.clock.Add(time.Second)
+	start = time.Now()
+	if err := rc.Step(ctx, fence); err != nil {
+		t.Fatal(err)
+	}
+	step, stepCmds := time.Since(start), counter.n.Load()
+	t.Logf("the step after it: %v, %d Redis commands (load %s)", step.Round(time.Millisecond), stepCmds, loadAverage())
+	if stepCmds*10 > fullCmds {
+		t.Fatalf("the step cost %d Redis commands, the full pass %d: not an index-driven step", stepCmds, fullCmds)
+	}
 }
 
 // killLeaderHalfway elects a reconciler alone (client its etcd client) and
