@@ -117,6 +117,10 @@ type campaign struct {
 	// 10-second EWMAs forget between SPENDs that come hours apart.
 	demandTicks [sparseSpends]time.Time
 	demandTickN int
+	// recent is the demand counters at the last refill ticks (a ring,
+	// recentN so far): a jump in demand (followJump).
+	recent  [rampSamples]demandSample
+	recentN int
 	// share: this host's share of the fleet's demand for the campaign (0:
 	// not known yet), from the demand flushes; it caps leases when the
 	// campaign is supply-constrained, so hosts get budget in proportion to

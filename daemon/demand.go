@@ -109,6 +109,58 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 		}
 	}
 	c.lastTick, c.lastRequested, c.lastCalls = now, req, calls
+	c.followJump(now, req, calls)
+}
+
+// rampWindow is how far back followJump compares demand; rampSpends, the
+// fewest SPENDs in it that can be a jump; rampSamples, how many refill
+// ticks it keeps (a second of them at the default 100-ms tick, and more).
+const (
+	rampWindow  = time.Second
+	rampSpends  = 4
+	rampSamples = 16
+)
+
+// demandSample is a campaign's demand counters at one refill tick.
+type demandSample struct {
+	at               time.Time
+	requested, calls int64
+}
+
+// followJump restarts the demand EWMAs from the last second's demand when
+// it jumped (refill loop). The 10-second EWMAs follow a campaign turning
+// busy in tens of seconds: from idle to its demand, the leases sized from
+// them (pace.Input.DemandRate) drip a tenth of it after a second, so its
+// SPENDs are paced below the pace and every tick asks for a larger lease.
+// A jump is at least rampSpends SPENDs in the last rampWindow (at least a
+// quarter of it measured), more than twice the EWMA's count for that time by
+// four standard deviations of a Poisson count: a sparse campaign's SPENDs
+// or a busy one's random bunching are no jump.
+func (c *campaign) followJump(now time.Time, req, calls int64) {
+	c.recent[c.recentN%rampSamples] = demandSample{at: now, requested: req, calls: calls}
+	c.recentN++
+	if c.rateWeight <= 0 {
+		return // no EWMA yet: demand() is already what was seen
+	}
+	var from demandSample
+	for i := 1; i < min(c.recentN, rampSamples); i++ {
+		s := c.recent[(c.recentN-1-i)%rampSamples]
+		if now.Sub(s.at) > rampWindow {
+			break
+		}
+		from = s
+	}
+	span := now.Sub(from.at).Seconds()
+	k := float64(calls - from.calls)
+	if from.at.IsZero() || span < rampWindow.Seconds()/4 || k < rampSpends || req < from.requested {
+		return
+	}
+	_, callRate := c.demand()
+	if e := callRate * span; k <= 2*e+4*math.Sqrt(e) {
+		return
+	}
+	c.rate = float64(req-from.requested) / span * c.rateWeight
+	c.callRate = k / span * c.rateWeight
 }
 
 // meanSpendWindow is how many of a host's last SPENDs its mean SPEND is
