@@ -262,3 +262,75 @@ func TestInvariantsUseTheDaemonsDefaults(t *testing.T) {
 			defaultCatchUp, defaultCapWindow, leaseWindow, c.CatchUp, c.CapWindow, c.LeaseWindow)
 	}
 }
+
+// The behind invariant names each spell a campaign fell more than two mean
+// bids (or 2% of its budget) below the less of its curve and what its
+// demand offered (the curve oracle's spend): a campaign whose demand fell
+// short, or that ran ahead of its curve, breaks nothing.
+func TestBehindTheCurve(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 8_640_000 // 100 micros a second on a flat curve
+	c := &campaignRT{spec: Spec{ID: "c"}, loc: time.UTC, day: day, curve: bucket.Flat(24), budget: budget, meanBid: 100_000}
+	onCurve := func(at time.Time) int64 { return int64(at.Sub(day.Start).Seconds() * 100) }
+	for at := day.Start; !at.After(day.End); at = at.Add(CatchUpWindow) {
+		cum, oracle := onCurve(at), onCurve(at)
+		switch {
+		case at.Hour() == 3: // demand fell short: the oracle is behind too
+			cum, oracle = cum-1_000_000, oracle-900_000
+		case at.Hour() == 9 && at.Minute() < 10: // 2.5 bids behind for ten minutes
+			cum -= 250_000
+		case at.Hour() == 12: // ahead of the curve: not this invariant's
+			cum += 1_000_000
+		case at.Hour() == 14 && at.Minute() < 10: // the oracle a bid ahead; 1.9 bids behind the curve: within
+			cum, oracle = cum-190_000, oracle+100_000
+		case at.Hour() == 20 && at.Minute() == 30 && at.Second() == 0: // one sample just over
+			cum -= 200_001
+		}
+		c.tens = append(c.tens, tenSample{t: at, cum: cum, oracle: oracle})
+	}
+	v := behindViolations(c)
+	if len(v) != 2 {
+		t.Fatalf("%d violations, want 2: %v", len(v), v)
+	}
+	if v[0].Invariant != "behind" || v[0].Campaign != "c" || v[0].At != "09:00:00" || !strings.Contains(v[0].Detail, "250000 micros behind") {
+		t.Errorf("first: %v; want behind at 09:00:00, 250000 micros", v[0])
+	}
+	if v[1].At != "20:30:00" || !strings.Contains(v[1].Detail, "200001 micros behind") {
+		t.Errorf("second: %v; want behind at 20:30:00, 200001 micros", v[1])
+	}
+	if got := c.behindMax(); got != 250_000 {
+		t.Errorf("behindMax %v, want 250000", got)
+	}
+}
+
+// The cold-start ratio measures a fresh fleet's window from 2 s to 12 s
+// after its start against the less of the curve's plan for it and what
+// the oracle spent in it, where that is at least 50 mean bids.
+func TestColdStartRatio(t *testing.T) {
+	if ColdStartWithin != 2*time.Second || ColdStartShare != 0.8 || ColdStartBids != 50 || CatchUpWindow != 10*time.Second {
+		t.Fatalf("docs/PACING.md quotes the cold start as 80%% over 10 s from 2 s on, where it could take 50 mean bids; the constants say %.0f%% over %s from %s, %d bids",
+			100*ColdStartShare, CatchUpWindow, ColdStartWithin, ColdStartBids)
+	}
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 8_640_000_000 // 100,000 micros a second on a flat curve: 1,000,000 in 10 s
+	from, to := day.Start.Add(ColdStartWithin), day.Start.Add(ColdStartWithin+CatchUpWindow)
+	for _, tc := range []struct {
+		name          string
+		meanBid       float64
+		spent, oracle int64 // over the window
+		want          float64
+	}{
+		{"the plan, demand offered more", 10_000, 790_000, 1_100_000, 0.79},
+		{"demand offered less than the plan", 10_000, 500_000, 625_000, 0.8},
+		{"fewer than 50 mean bids: not measured", 30_000, 0, 1_100_000, 0},
+	} {
+		c := &campaignRT{spec: Spec{ID: "c"}, loc: time.UTC, day: day, curve: bucket.Flat(24), budget: budget, meanBid: tc.meanBid,
+			cold: []tenSample{{t: from, cum: 5_000, oracle: 200_000}, {t: to, cum: 5_000 + tc.spent, oracle: 200_000 + tc.oracle}}}
+		if got := c.coldStartRatio(); math.Abs(got-tc.want) > 1e-4 { // the curve's plan is rounded to parts per billion
+			t.Errorf("%s: ratio %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := (&campaignRT{curve: bucket.Flat(24), budget: budget, meanBid: 1}).coldStartRatio(); got != 0 {
+		t.Errorf("a fleet that was not fresh (no cold samples): ratio %v, want 0", got)
+	}
+}

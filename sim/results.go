@@ -155,8 +155,17 @@ type CampaignResult struct {
 	// the curve's pace (oracleSpend). Below 99.5%, this day's SPENDs did
 	// not reach the curve, whatever its expectation (Reachable): a 62-bid
 	// campaign a few SPENDs an hour drew too few in its afternoon.
-	OracleUtilisation float64             `json:"oracle_utilisation"`
-	Results           map[string]*Quality `json:"results"`
+	OracleUtilisation float64 `json:"oracle_utilisation"`
+	// BehindMaxMicros is the furthest pacer fell behind the less of the
+	// curve and the oracle's spend, sampled every 10 s (the "behind"
+	// invariant's distance); BehindBoundMicros, that invariant's bound.
+	BehindMaxMicros   int64 `json:"behind_max_micros"`
+	BehindBoundMicros int64 `json:"behind_bound_micros"`
+	// ColdStartRatio is what a fresh fleet spent over the window the
+	// "cold start" invariant judges, over what it could have; 0 where
+	// not judged.
+	ColdStartRatio float64             `json:"cold_start_ratio,omitempty"`
+	Results        map[string]*Quality `json:"results"`
 	// Pacer's daemons' answers.
 	Allowed, Paced, Exhausted, Errors int64
 	// ExhaustionPropagationSeconds: from the first host answering
@@ -291,6 +300,10 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 		Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
 		Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c),
 		OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1))}
+	if c.curve != nil {
+		cr.BehindMaxMicros, cr.BehindBoundMicros = int64(c.behindMax()), int64(c.aheadBound())
+		cr.ColdStartRatio = c.coldStartRatio()
+	}
 	n := r.countCampaign(c, cr)
 	for si, name := range strategies {
 		if !r.enabled[si] || (si != sPacer && si != sNoPacing && !c.inBL) {

@@ -116,6 +116,8 @@ type campaignRT struct {
 	// Main goroutine only.
 	samples      []sample    // one per simulated minute of the local day, from its start
 	tens         []tenSample // pacer's spend every CatchUpWindow of the local day
+	fresh        bool        // the daemons meet the campaign first at its day's start (no warm-up)
+	cold         []tenSample // a fresh fleet's: at ColdStartWithin and a CatchUpWindow later
 	cmdsAtStart  [nStrategies]int64
 	cmdsAtEnd    [nStrategies]int64
 	leasedAtEnd  int64
@@ -127,8 +129,9 @@ type campaignRT struct {
 // tenSample is pacer's cumulative spend, as the generator counted it, at
 // one instant (every CatchUpWindow): what the catch-up invariant reads.
 type tenSample struct {
-	t   time.Time
-	cum int64
+	t      time.Time
+	cum    int64
+	oracle int64 // the curve oracle's cumulative spend: what demand offered, paced by the curve
 }
 
 // sample is the generator's cumulative net spend at one instant.
@@ -375,7 +378,8 @@ func (r *runner) setupCampaigns(ctx context.Context) error {
 			return err
 		}
 		c := &campaignRT{spec: spec, idx: i, loc: loc, day: day, curve: sc.curves[spec.Curve], shape: sc.shapes[i],
-			budget: sc.budget[i], blBudget: sc.budget[i] / thin, inBL: len(inBL) == 0 || inBL[spec.ID]}
+			budget: sc.budget[i], blBudget: sc.budget[i] / thin, inBL: len(inBL) == 0 || inBL[spec.ID],
+			fresh: sc.Warmup == 0}
 		c.npRemaining.Store(c.budget)
 		r.camps = append(r.camps, c)
 		if r.start.IsZero() || day.Start.Before(r.start) {
@@ -685,12 +689,10 @@ func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 				r.openBaselines(ctx, c)
 			}
 		}
-		if t.Sub(c.day.Start)%CatchUpWindow == 0 {
-			var cum int64
-			for _, h := range r.hosts {
-				cum += h.c[c.idx].allowedMicros
-			}
-			c.tens = append(c.tens, tenSample{t: t, cum: cum})
+		if d := t.Sub(c.day.Start); d%CatchUpWindow == 0 {
+			c.tens = append(c.tens, r.tenSample(c, t))
+		} else if c.fresh && (d == ColdStartWithin || d == ColdStartWithin+CatchUpWindow) {
+			c.cold = append(c.cold, r.tenSample(c, t))
 		}
 		if t.Sub(c.day.Start)%time.Minute == 0 {
 			s := sample{t: t, hosts: make([]int64, len(r.hosts))}
@@ -711,6 +713,17 @@ func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 			r.snapshotDayEnd(ctx, c)
 		}
 	}
+}
+
+// tenSample is pacer's and the curve oracle's cumulative spend of c at t.
+func (r *runner) tenSample(c *campaignRT, t time.Time) tenSample {
+	var cum int64
+	for _, h := range r.hosts {
+		cum += h.c[c.idx].allowedMicros
+	}
+	c.oracleMu.Lock()
+	defer c.oracleMu.Unlock()
+	return tenSample{t: t, cum: cum, oracle: c.oracleSpent}
 }
 
 func (r *runner) cmdCounts(c *campaignRT) [nStrategies]int64 {
