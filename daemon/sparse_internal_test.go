@@ -215,11 +215,11 @@ func TestHourUnitIsTheUsualBid(t *testing.T) {
 }
 
 // The ledger's hour bound is asked for a campaign whose average hour is at
-// most hourBoundBids of its bids, in the hour of its local day the call
+// most pacing.HourBoundBids of its bids, in the hour of its local day the call
 // falls in, at twice the curve's share of it (the catch-up multiple if
-// less), and in the day's last hour at lastHourExactPermille with no bid
+// less), and in the day's last hour at pacing.LastHourExactPermille with no bid
 // over it; for a larger campaign only in the day's last hour, at
-// lastHourPermille and a bid, or lastHourExactPermille and none where the
+// pacing.LastHourPermille and a bid, or pacing.LastHourExactPermille and none where the
 // bid is more than a fifth of the hour; never outside the day. A day that gains an hour at a
 // DST change has an hour 24.
 func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
@@ -241,24 +241,24 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	if p.HourNoBid {
 		t.Errorf("a 20-bid campaign at 13:30: no bid over the hour's bound; want a bid")
 	}
-	if p := pace(small, day.End.Add(-time.Minute), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
+	if p := pace(small, day.End.Add(-time.Minute), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != pacing.LastHourExactPermille || !p.HourNoBid {
 		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille, no bid over it",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourExactPermille))
+			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourExactPermille))
 	}
-	if p := pace(hourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
-		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", hourBoundBids, p.HourPermille)
+	if p := pace(pacing.HourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
+		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", pacing.HourBoundBids, p.HourPermille)
 	}
-	large := int64(hourBoundBids*24*bid + 1)
-	if p := pace(large, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourExactPermille ||
+	large := int64(pacing.HourBoundBids*24*bid + 1)
+	if p := pace(large, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != pacing.LastHourExactPermille ||
 		!p.HourNoBid || p.HourPPB < bucket.PPB/24-1 || p.HourPPB > bucket.PPB/24+1 {
 		t.Errorf("a campaign of more bids an hour, whose bid is more than a fifth of its last hour, at 23:00: hour %d, %d ppb, %d permille, no bid %v; want 23, %d ppb, %d permille, no bid",
-			p.Hour, p.HourPPB, p.HourPermille, p.HourNoBid, int64(bucket.PPB/24), int64(lastHourExactPermille))
+			p.Hour, p.HourPPB, p.HourPermille, p.HourNoBid, int64(bucket.PPB/24), int64(pacing.LastHourExactPermille))
 	}
 	// 1.3x and a bid is less than 1.5x once the bid is under a fifth of the hour.
 	larger := int64(6 * 24 * bid)
-	if p := pace(larger, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != lastHourPermille || p.HourNoBid {
+	if p := pace(larger, day.End.Add(-time.Hour), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != pacing.LastHourPermille || p.HourNoBid {
 		t.Errorf("a campaign whose bid is a sixth of its last hour, at 23:00: hour %d, %d permille, no bid %v; want 23, %d permille and a bid",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourPermille))
+			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourPermille))
 	}
 	for _, tc := range []struct {
 		name  string
@@ -280,14 +280,14 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	}
 	long := bucket.DayOf(time.Date(2026, 10, 25, 12, 0, 0, 0, berlin), berlin) // 25 hours
 	ds = &dayState{day: long, curve: bucket.Flat(24)}
-	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourExactPermille || !p.HourNoBid {
+	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != pacing.LastHourExactPermille || !p.HourNoBid {
 		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille, no bid %v; want 24, %d, no bid",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(lastHourExactPermille))
+			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourExactPermille))
 	}
 	if p := pace(small, long.End.Add(-time.Hour-time.Minute), 1250); p.Hour != 23 || p.HourPermille != 1250 || p.HourNoBid {
 		t.Errorf("the hour before it: hour %d, %d permille, no bid %v; want 23, the catch-up's 1250, a bid", p.Hour, p.HourPermille, p.HourNoBid)
 	}
-	if p := pace(larger, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != lastHourPermille {
-		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(lastHourPermille))
+	if p := pace(larger, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != pacing.LastHourPermille {
+		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(pacing.LastHourPermille))
 	}
 }

@@ -14,7 +14,7 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	words := map[string]int{"two": 2, "three": 3, "four": 4, "five": 5}
+	words := map[string]int{"two": 2, "twice": 2, "three": 3, "four": 4, "five": 5}
 	for _, c := range []struct {
 		phrase *regexp.Regexp
 		want   float64
@@ -22,6 +22,10 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile(`before it\) catches up at ([0-9.]+)x`), float64(LastHourCatchUpPermille) / 1000},
 		{regexp.MustCompile(`\(at most ([0-9.]+)\), ` + "`n`"), MaxHeadroom},
 		{regexp.MustCompile(`behind by (\w+) windows of pace`), CatchingWindows},
+		{regexp.MustCompile(`average hour is at most (\w+)\s+bids`), HourBoundBids},
+		{regexp.MustCompile(`hour at (\w+) the curve's share of it`), HourPermille / 1000},
+		{regexp.MustCompile(`less of ([0-9.]+)x its share and a`), float64(LastHourPermille) / 1000},
+		{regexp.MustCompile(`([0-9.]+)x and no bid \(a small`), float64(LastHourExactPermille) / 1000},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {

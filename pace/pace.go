@@ -51,6 +51,9 @@
 //     the lease it is granted (Decision.StartCredit), so a fresh host meets
 //     its first seconds of demand; the rest drips.
 //
+// Conditions 7 and 8, the hour's bound each ledger call asks for, are
+// with Hour.
+//
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
 // in the day's last hour, LastHourCatchUpPermille); the burst window (a
 // couple of seconds of the target) is the only instant credit on top.
