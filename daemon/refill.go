@@ -352,7 +352,7 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, d pace.Decisio
 		}
 		st := ds.b.Stats(now)
 		if held := st.Tokens + st.Reserve; held < unit {
-			return c.standingBids(s, unit)*unit - held, true
+			return c.standingBids(now, s, unit)*unit - held, true
 		}
 		return 0, false
 	}

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"time"
+
+	"github.com/pacer/pacer/pace"
 )
 
 // heldElsewhere estimates how much of leasedOut (the day's leased budget, as
@@ -118,67 +120,33 @@ func (c *campaign) meterSpend(now time.Time, ds *dayState) {
 	ds.spendCredit = min(ds.spendCredit+rate*dt-float64(spent), limit)
 }
 
-// standingIdleIntervals is how many of a sparse host's mean SPEND
-// intervals its standing lease outlasts its last SPEND, when that is longer
-// than StandingIdle; maxStandingIdle bounds it.
-const (
-	standingIdleIntervals = 3
-	maxStandingIdle       = 24 * time.Hour
-)
+// sparseOf is what this host knows of the campaign's sparse SPENDs at now,
+// for the controller's standing-bid rules (pace.StandsHere, StandingIdle,
+// StandingBids).
+func (c *campaign) sparseOf(now time.Time, ds *dayState) pace.Sparse {
+	_, calls := c.demand()
+	in := pace.Sparse{Seen: c.demandTickN, Interval: c.sparseInterval(), Quiet: now.Sub(c.lastDemandAt),
+		Calls: calls, Window: c.cfg.StandingWindow, Idle: c.cfg.StandingIdle}
+	if ds != nil {
+		in.UntilDayEnd = ds.day.End.Sub(now)
+	}
+	return in
+}
 
 // standingIdle is how long after its last SPEND here a sparse campaign keeps
-// its standing lease on this host: StandingIdle, or three of the host's mean
-// intervals between its last few SPENDs if longer (at most a day). A host that sees the campaign
-// every four hours let its bid lapse after six, two SPENDs in five, and met
-// its next SPEND with an empty bucket while the lapsed bid, given back,
-// was locked again by the shard's cap.
+// its standing lease on this host (pace.StandingIdle).
 func (c *campaign) standingIdle() time.Duration {
-	idle := c.cfg.StandingIdle
-	if idle <= 0 {
-		return idle
-	}
-	return max(idle, min(standingIdleIntervals*c.sparseInterval(), maxStandingIdle))
+	return pace.StandingIdle(c.sparseOf(time.Time{}, nil))
 }
 
 // standsHere reports whether a sparse campaign keeps a standing bid on this
-// host even with SparseWait on: when its last SPENDs here came within a
-// standing window of each other (four intervals seen), and more than two of
-// them remain before midnight. Such a bid is spent before its renewal, so
-// it costs no more ledger calls than fetching would, and fewer when it
-// holds several bids (a campaign with a SPEND every 30 s on the host made
-// two ledger calls a SPEND fetching, one every few SPENDs standing:
-// TestWarmCampaignTopsUpEveryFewSpends); and what it holds at midnight is
-// one window's worth. A rarer host fetches: a bid held for hours, or over
-// midnight, is budget nobody spends. And only while they come: not once
-// the last is more than standingIdleIntervals of them ago, and a standing
-// window. A burst of four SPENDs in six minutes, then none, kept a 28-bid
-// campaign's host standing two bids, renewed unspent every five minutes
-// from 22:04 to midnight, while the other hosts' SPENDs were refused for
-// want of them (family's f00, seed 27: 83.71% spent, the curve oracle
-// 99.05%). A standing window alone was too short: a host whose SPENDs came
-// every three or four minutes stopped at its ordinary gaps, and its next
-// SPENDs fetched and were paced (family seed 9: a 109-bid campaign 92.21 ->
-// 88.56%).
+// host even with SparseWait on (pace.StandsHere).
 func (c *campaign) standsHere(now time.Time, ds *dayState) bool {
-	iv := c.sparseInterval()
-	quiet := now.Sub(c.lastDemandAt)
-	return c.demandTickN > sparseSpends && iv > 0 && iv <= c.cfg.StandingWindow &&
-		quiet <= max(c.cfg.StandingWindow, standingIdleIntervals*iv) && ds.day.End.Sub(now) > 2*iv
+	return pace.StandsHere(c.sparseOf(now, ds))
 }
 
-// standingBids is how many bids a sparse host's standing lease holds: as
-// many as the host expects SPENDs in a quarter of a standing window, from 1
-// to maxStandingBids, and together at most 1% of the day's budget. A top-up
-// comes when less than a bid is left, so a host that sees a SPEND every 30 s
-// calls the ledger about every fourth SPEND rather than at each (issue 13:
-// such warm campaigns' top-ups were most of a large fleet's Redis load); a
-// host that sees one every few minutes, or a budget of a few hundred bids,
-// holds one bid as before, so small budgets keep their smoothness.
-func (c *campaign) standingBids(s *settings, unit int64) int64 {
-	_, calls := c.demand()
-	k := int64(calls * c.cfg.StandingWindow.Seconds() / 4)
-	return max(min(k, maxStandingBids, s.DailyMicros/(100*unit)), 1)
+// standingBids is how many bids a sparse host's standing lease holds
+// (pace.StandingBids).
+func (c *campaign) standingBids(now time.Time, s *settings, unit int64) int64 {
+	return pace.StandingBids(c.sparseOf(now, nil), s.DailyMicros, unit)
 }
-
-// maxStandingBids bounds a standing lease, in bids.
-const maxStandingBids = 4

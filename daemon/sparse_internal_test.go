@@ -291,3 +291,11 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 		t.Errorf("the last hour of a 25-hour day, a larger campaign: hour %d, %d permille; want 24, %d", p.Hour, p.HourPermille, int64(pacing.LastHourPermille))
 	}
 }
+
+// The controller's standing-bid rules count the SPENDs the host keeps for
+// its interval: the daemon's ring of them must be as long.
+func TestSparseSpendsAreTheControllers(t *testing.T) {
+	if sparseSpends != pacing.StandingSpends {
+		t.Errorf("the daemon keeps its last %d SPENDs; pace.StandsHere counts %d", sparseSpends, pacing.StandingSpends)
+	}
+}
