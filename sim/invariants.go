@@ -52,7 +52,7 @@ const (
 	// (CampaignResult.ColdStartRatio). Measured where that is at least
 	// ColdStartBids mean bids: fewer SPENDs say nothing of a rate. It is
 	// reported, not yet judged: the goal is ColdStartShare, and fresh
-	// fleets at their day's start reach 0.6-0.8 (docs/PACING.md, Limits).
+	// fleets at their day's start reach 0.44-0.88 (docs/PACING.md, Limits).
 	ColdStartWithin = 2 * time.Second
 	ColdStartShare  = 0.8
 	ColdStartBids   = 50
