@@ -102,34 +102,8 @@ func (c *campaignRT) aheadBound() float64 {
 // curve than aheadBound, at the 10-second sample it began, with the
 // furthest it went in that spell.
 func aheadViolations(c *campaignRT) []Violation {
-	var out []Violation
-	bound := c.aheadBound()
-	var from time.Time
-	var most float64
-	report := func() {
-		out = append(out, Violation{Invariant: "ahead", Campaign: c.spec.ID, At: c.at(from),
-			Detail: fmt.Sprintf("ran up to %.0f micros ahead of its curve (%.1f%% of the budget); bound %.0f: %d mean bids of %.0f or %.0f%% of the budget",
-				most, 100*most/float64(c.budget), bound, AheadBids, c.meanBid, 100*AheadShare)})
-	}
-	for _, s := range c.tens {
-		ahead := float64(s.cum) - c.plan(c.day.Start, s.t)
-		switch {
-		case ahead > bound && from.IsZero():
-			from, most = s.t, ahead
-		case ahead > bound:
-			most = max(most, ahead)
-		case !from.IsZero():
-			report()
-			from = time.Time{}
-		}
-		if len(out) >= maxViolationsEach {
-			return out
-		}
-	}
-	if !from.IsZero() {
-		report()
-	}
-	return out
+	ahead := func(s tenSample) float64 { return float64(s.cum) - c.plan(c.day.Start, s.t) }
+	return spells(c, "ahead", ahead, "ran up to %.0f micros ahead of its curve")
 }
 
 // behindViolations lists each spell the campaign fell further behind what
@@ -137,22 +111,29 @@ func aheadViolations(c *campaignRT) []Violation {
 // its curve's due and the curve oracle's spend (what demand offered, paced
 // by the curve: oracleSpend), minus what it spent.
 func behindViolations(c *campaignRT) []Violation {
+	return spells(c, "behind", c.behind, "fell up to %.0f micros behind the less of its curve and what its demand offered")
+}
+
+// spells lists each spell in which distance, at the campaign's 10-second
+// samples, exceeded aheadBound: a violation of invariant at the sample it
+// began, with the furthest it went (what, a format of it in micros).
+func spells(c *campaignRT, invariant string, distance func(tenSample) float64, what string) []Violation {
 	var out []Violation
 	bound := c.aheadBound()
 	var from time.Time
 	var most float64
 	report := func() {
-		out = append(out, Violation{Invariant: "behind", Campaign: c.spec.ID, At: c.at(from),
-			Detail: fmt.Sprintf("fell up to %.0f micros behind the less of its curve and what its demand offered (%.1f%% of the budget); bound %.0f: %d mean bids of %.0f or %.0f%% of the budget",
+		out = append(out, Violation{Invariant: invariant, Campaign: c.spec.ID, At: c.at(from),
+			Detail: fmt.Sprintf(what+" (%.1f%% of the budget); bound %.0f: %d mean bids of %.0f or %.0f%% of the budget",
 				most, 100*most/float64(c.budget), bound, AheadBids, c.meanBid, 100*AheadShare)})
 	}
 	for _, s := range c.tens {
-		behind := c.behind(s)
+		d := distance(s)
 		switch {
-		case behind > bound && from.IsZero():
-			from, most = s.t, behind
-		case behind > bound:
-			most = max(most, behind)
+		case d > bound && from.IsZero():
+			from, most = s.t, d
+		case d > bound:
+			most = max(most, d)
 		case !from.IsZero():
 			report()
 			from = time.Time{}
