@@ -64,7 +64,7 @@ func clusterIndexSteps(t *testing.T, n int) {
 	sweep := (n + 299) / 300
 	most := int64(2*slotsRead + sweep*35 + 10) // a swept campaign: 3 reads, 8 surveys, and its days' reads
 	for i := range 3 {
-		before := masterCommands(t, cl)
+		before, cpuBefore := masterCommands(t, cl)
 		counter.n.Store(0)
 		clock.Add(time.Second)
 		start := time.Now()
@@ -72,13 +72,15 @@ func clusterIndexSteps(t *testing.T, n int) {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
-		after := masterCommands(t, cl)
-		per := make([]int64, masters)
+		after, cpuAfter := masterCommands(t, cl)
+		per, cpu := make([]int64, masters), make([]int64, masters)
 		for m := range per {
 			per[m] = after[m] - before[m] - 1 // less INFO itself
+			cpu[m] = (cpuAfter[m] - cpuBefore[m]) / 1000
 		}
 		got := counter.n.Load()
-		t.Logf("step %d at %d campaigns: %d Redis commands (%v by master), %v, load %s", i, n, got, per, took.Round(time.Millisecond), loadAverage())
+		t.Logf("step %d at %d campaigns: %d Redis commands sent, %v processed by master (a script's calls included), Redis CPU %v ms by master (INFO included), %v, load %s",
+			i, n, got, per, cpu, took.Round(time.Millisecond), loadAverage())
 		if got > most {
 			t.Fatalf("step %d: %d Redis commands at %d campaigns, want at most %d", i, got, n, most)
 		}
@@ -108,25 +110,34 @@ func settleDeadLeaseOnCluster(t *testing.T, ledger *lease.Ledger, rc *reconcile.
 }
 
 // masterCommands is each master's count of the commands it processed
-// (INFO stats), in the Cluster's node order.
-func masterCommands(t *testing.T, cl *redistest.Cluster) []int64 {
+// (INFO stats: a script's own calls included) and its CPU time in
+// microseconds (INFO cpu: user and system), in the Cluster's node order.
+func masterCommands(t *testing.T, cl *redistest.Cluster) (cmds, cpu []int64) {
 	t.Helper()
-	var out []int64
 	for _, n := range cl.Nodes {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr})
-		info, err := c.Info(ctx, "stats").Result()
+		info, err := c.Info(ctx, "stats", "cpu").Result()
 		c.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
+		var used float64
 		for _, l := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+			l = strings.TrimSpace(l)
+			if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
 				x, _ := strconv.ParseInt(v, 10, 64)
-				out = append(out, x)
+				cmds = append(cmds, x)
+			}
+			for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if v, ok := strings.CutPrefix(l, f); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					used += x
+				}
 			}
 		}
+		cpu = append(cpu, int64(used*1e6))
 	}
-	return out
+	return cmds, cpu
 }
 
 // loadAverage is the machine's 1-minute load average, for the figures' record.
