@@ -73,33 +73,40 @@ func (lib *library) function(name string) *function {
 // Run calls f on the master of keys[0] (FCALL), and, if that master lacks
 // the library, loads it there and calls again.
 //
-// On a Cluster the call may have followed a MOVED redirection to a master
-// the client's slot map does not name yet (slots moved to a new master):
-// the map is reloaded in the background, and until it is, the load reaches
-// the old master, which has the library. So a call still answered
-// "Function not found" after a load asks the map to be reloaded, and loads
-// and calls again, up to loadTries times, loadWait apart.
+// On a Cluster the client's slot map may lag the Cluster (go-redis reloads
+// it in the background after a redirection): the load may reach a master
+// before a failover, now a replica that answers READONLY, or the master
+// that gave slots to a new one, which has the library, so that the call
+// sent again is still answered "Function not found". Either way the map is
+// reloaded and the load and call tried again, up to loadTries times,
+// loadWait apart.
 func (f *function) Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
 	cmd := f.send(ctx, rdb, keys, args...)
 	cc, isCluster := rdb.(*redis.ClusterClient)
 	for try := 1; f.missing(cmd.Err()); try++ {
-		if try > 1 {
-			if !isCluster || try > loadTries {
+		err := f.lib.load(ctx, rdb, keys)
+		if err == nil {
+			cmd = f.send(ctx, rdb, keys, args...)
+			if !f.missing(cmd.Err()) {
 				break
 			}
-			cc.ReloadState(ctx)
-			select {
-			case <-ctx.Done():
-				cmd.SetErr(fmt.Errorf("%w (waiting for the Cluster's slot map: %w)", cmd.Err(), ctx.Err()))
-				return cmd
-			case <-time.After(loadWait):
-			}
-		}
-		if err := f.lib.load(ctx, rdb, keys); err != nil {
+		} else if !strings.Contains(err.Error(), "READONLY") {
 			cmd.SetErr(err)
 			return cmd
 		}
-		cmd = f.send(ctx, rdb, keys, args...)
+		if !isCluster || try == loadTries {
+			if err != nil {
+				cmd.SetErr(err)
+			}
+			return f.explain(cmd)
+		}
+		cc.ReloadState(ctx)
+		select {
+		case <-ctx.Done():
+			cmd.SetErr(fmt.Errorf("%w (waiting for the Cluster's slot map: %w)", cmd.Err(), ctx.Err()))
+			return cmd
+		case <-time.After(loadWait):
+		}
 	}
 	return f.explain(cmd)
 }
@@ -129,39 +136,24 @@ func (f *function) explain(cmd *redis.Cmd) *redis.Cmd {
 	return cmd
 }
 
-// load loads the library on the master that serves keys[0] (any master
-// for a client of one master). A library already there is no error.
-//
-// On a Cluster the client's slot map may still name the master before a
-// failover, which answers READONLY as a replica: the client asked a
-// redirected call's node map to be reloaded, and load waits for it (the
-// map is re-read each time, up to loadTries times, loadWait apart).
+// load loads the library on the master that serves keys[0] by the
+// client's slot map (any master for a client of one master). A library
+// already there is no error.
 func (lib *library) load(ctx context.Context, rdb redis.UniversalClient, keys []string) error {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok || len(keys) == 0 {
 		return lib.loadOn(ctx, rdb)
 	}
-	for try := 1; ; try++ {
-		m, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			return fmt.Errorf("load %s: master for %s: %w", lib.name, keys[0], err)
-		}
-		err = lib.loadOn(ctx, m)
-		if err == nil || !strings.Contains(err.Error(), "READONLY") || try == loadTries {
-			return err
-		}
-		cc.ReloadState(ctx)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (waiting for the Cluster's new master: %w)", err, ctx.Err())
-		case <-time.After(loadWait):
-		}
+	m, err := cc.MasterForKey(ctx, keys[0])
+	if err != nil {
+		return fmt.Errorf("load %s: master for %s: %w", lib.name, keys[0], err)
 	}
+	return lib.loadOn(ctx, m)
 }
 
-// A Cluster's slot map is re-read up to loadTries times, loadWait apart,
-// while the master a library is loaded on answers as a replica, or a call
-// after the load is still answered "Function not found".
+// Run re-reads a Cluster's slot map up to loadTries times, loadWait apart,
+// while the library's load answers READONLY or the call after it is still
+// answered "Function not found".
 const (
 	loadTries = 20
 	loadWait  = 100 * time.Millisecond
