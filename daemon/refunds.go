@@ -11,12 +11,17 @@ import "time"
 // campaign-day reports the refunds its bucket accepted since the last one
 // that reported (ledger.ReleaseRefunded, GrantRequest.Refunded), written in
 // the release's audit entry. A release the ledger refuses (the lease was
-// settled; the day is not open) or that is given up on hands its refunds
-// back to the next one. Every accepted refund is followed by a release or a
+// settled; the day is not open) hands its refunds back to the next one. A
+// release left unanswered is asked again with the same lease id, its refunds
+// held by it, until the ledger says released (they were recorded with it,
+// once: a retry writes nothing) or settled (they were not: handed on); past
+// its settlement it is asked for as long as its day is current, so refunds
+// are never recorded twice. Every accepted refund is followed by a release or a
 // renewal (it was accepted only while a lease fed the bucket), so a day's
 // entries add up to every refund its buckets accepted, unless the daemon
-// dies first: its refunds since its last release are not recorded (the
-// settlement counts the lease as spent).
+// dies first (its refunds since its last release are not recorded: the
+// settlement counts the lease as spent) or a release stays unanswered until
+// its day ends (its refunds are recorded only if a try was applied).
 
 // takeRefunds returns the refunds day's bucket accepted and no release or
 // renewal reported yet, and counts them reported. Refill loop only.

@@ -23,18 +23,20 @@ type release struct {
 	// refunded: bidders' refunds reported with this release (refunds.go),
 	// the same on every retry: the ledger records them once, with it.
 	refunded int64
+	// overdue: past until, still asked for its refunds' sake (logged once).
+	overdue bool
 }
 
 func (c *campaign) releaseLease(ctx context.Context, now time.Time, r release) {
 	r.refunded += c.takeRefunds(now, r.key.Day)
-	if !c.tryRelease(ctx, now, r) {
+	if !c.tryRelease(ctx, now, &r) {
 		c.pending = append(c.pending, r)
 	}
 }
 
 // tryRelease reports whether the release is done with (acknowledged, or
 // pointless to retry).
-func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) bool {
+func (c *campaign) tryRelease(ctx context.Context, now time.Time, r *release) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
@@ -58,7 +60,7 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 	case err == nil:
 		c.d.counters.leasesReleased.Add(1)
 		c.d.journalClosed(r.id, r.unused)
-		c.gaveBack(r)
+		c.gaveBack(*r)
 		return true
 	case errors.Is(err, lease.ErrUnknownLease):
 		// A lease we held and never released: the ledger forgot its grant.
@@ -75,12 +77,30 @@ func (c *campaign) tryRelease(ctx context.Context, now time.Time, r release) boo
 		c.d.journalClosed(r.id, 0)
 		c.untakeRefunds(r.key.Day, r.refunded)
 		return true
+	case now.After(r.until) && r.refunded > 0 && c.dayIs(r.key.Day):
+		// Past settlement, but the refunds it carries are recorded only if
+		// one of its tries was applied: ask again, with the same id, until
+		// the ledger answers released (recorded once, with it) or settled
+		// (handed to the next release above), or the day ends.
+		if !r.overdue {
+			r.overdue = true
+			c.log.Warn("lease release unanswered past its settlement; asking again for its refunds' sake", zap.Stringer("shard", r.key),
+				zap.String("lease", r.id), zap.Int64("refunded_micros", r.refunded), zap.Error(err))
+		}
 	case now.After(r.until):
+		// Its refunds, if any, belong to a day that is over: nothing can
+		// take them now. Whether they were recorded depends on whether a
+		// try was applied; they are never handed on, so never recorded twice.
 		c.log.Warn("giving up on a lease release; the ledger settles it", zap.Stringer("shard", r.key), zap.String("lease", r.id), zap.Error(err))
-		c.untakeRefunds(r.key.Day, r.refunded)
 		return true
 	}
 	return false
+}
+
+// dayIs reports whether day is the campaign's current day.
+func (c *campaign) dayIs(day string) bool {
+	ds := c.day.Load()
+	return ds != nil && ds.day.Key == day
 }
 
 // gaveBack notes a released lease's unused micros: a sparse campaign's
@@ -123,7 +143,7 @@ func (c *campaign) smallestSpend() int64 {
 func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 	kept := c.pending[:0]
 	for _, r := range c.pending {
-		if !c.tryRelease(ctx, now, r) {
+		if !c.tryRelease(ctx, now, &r) {
 			kept = append(kept, r)
 		}
 	}
