@@ -6,118 +6,58 @@ import (
 	"github.com/pacer/pacer/pace"
 )
 
-// heldElsewhere estimates how much of leasedOut (the day's leased budget, as
-// the shards last said) other hosts hold, for a sparse campaign: standing
-// bids that may come back unused. Such a day whose shards are empty is
-// exhausted for this host only when less than one of its SPENDs is held
-// elsewhere; until then its bids are paced. A busy campaign's day is
-// exhausted when its shards are (0): what other hosts hold at its end is
-// theirs to spend, and passing crumbs around would only cost ledger calls.
+// heldElsewhere is what other hosts hold of leasedOut (the day's leased
+// budget, as the shards last said) for a sparse campaign: standing bids
+// that may come back unused (pace.HeldElsewhere, condition 18).
 func (c *campaign) heldElsewhere(now time.Time, ds *dayState, leasedOut int64) int64 {
 	if !c.sparse() {
 		return 0
 	}
 	st := ds.b.Stats(now)
-	return max(leasedOut-st.Tokens-st.Reserve, 0)
+	return pace.HeldElsewhere(true, leasedOut, st.Tokens+st.Reserve)
 }
 
-// shareRate is this host's share of what the fleet may take a second, by
-// which the share meters (shareThrottle, meterSpend) meter it: of the
-// curve's pace, or of the catch-up rate while the fleet catches up
-// (fleetCatching), as fleetWindow last computed them.
+// shareRate is this host's share rate, by which the share meters
+// (shareThrottle, meterSpend) meter it (pace.ShareRate, condition 15), as
+// fleetWindow last computed the fleet's rates.
 func (c *campaign) shareRate(ds *dayState) float64 {
-	if ds.fleetCatching {
-		return c.share * ds.fleetRate
-	}
-	return c.share * ds.fleetPace
+	return pace.ShareRate(c.share, ds.fleetPace, ds.fleetRate, ds.fleetCatching)
 }
-
-// shareThrottleDemand is how far above its share of the fleet's rate a
-// host's own demand must be for shareThrottle to meter it: near its share,
-// the bunching of its SPENDs would make it miss some the fleet could serve.
-const shareThrottleDemand = 1.25
 
 // shareThrottle notes a standing bid or fetched lease of granted micros on
 // a host that keeps standing bids (standsHere): its next one waits until
-// its share of the fleet's demand, taken of the fleet's rate, has covered
-// it. Without it such a host took a whole bid at every top-up however small
-// its share: hosts with 20% of a campaign's SPENDs (one every 22 s), at 3x
-// the budget, took 24% of the spend (issue 10's fairness goal is 3 points).
-// A host the campaign reaches only hours apart fetches unthrottled: its
-// share is too noisy to meter a few bids a day by, and what it leaves the
-// others would not take.
-//
-// Within a bid of the curve the rate is the curve's pace, not the
-// catch-up's: there the catch-up pace (the pace plus what is behind, per
-// window) overstated what the fleet gets by up to 1.6x for a campaign of a
-// few SPENDs a second, and its small host took a quarter of the spend with
-// a fifth of the SPENDs. Catching up (ds.fleetCatching, pace.CatchingWindows)
-// it is the catch-up rate, which the shards then release: unmetered there,
-// a host with 35% of the SPENDs took 40-44% of a catch-up
-// (TestStandingHostsCatchingUpSpendByDemand), and the family's f39 ran 2.6
-// points off on average, 4.1 at worst over 8 seeds.
-// Catching up, the meter also keeps up to two of the host's SPEND intervals
-// of credit: a bid waits for its SPEND after the meter let it through, and
-// counted from its grant each time, that wait was lost: the catch-up test
-// ran 8 points off without the credit, 4.4 with one interval of it. Within a
-// bid of the curve the credit gave the small host of curve: auto's family
-// 1-3 points more than its share, so the wait counts from the grant there,
-// as it always did.
+// its share of the fleet's rate has covered it (pace.ShareWait, condition
+// 17). Without it such a host took a whole bid at every top-up however
+// small its share: hosts with 20% of a campaign's SPENDs (one every 22 s),
+// at 3x the budget, took 24% of the spend.
 func (c *campaign) shareThrottle(now time.Time, ds *dayState, granted int64) {
-	if granted <= 0 || c.share <= 0 || c.share >= 1 || ds.fleetPace <= 0 || !c.standsHere(now, ds) {
+	if ds.fleetPace <= 0 || !c.standsHere(now, ds) {
 		return
 	}
 	iv := c.sparseInterval()
-	rate := c.shareRate(ds)
-	if iv <= 0 || rate <= 0 || float64(c.typicalSpend())/iv.Seconds() < shareThrottleDemand*rate {
-		return // the host asks for less than its share: nothing to meter
+	var demand float64
+	if iv > 0 {
+		demand = float64(c.typicalSpend()) / iv.Seconds()
 	}
-	wait := time.Duration(float64(granted) / rate * float64(time.Second))
-	from := now
-	if ds.fleetCatching {
-		from = now.Add(-min(2*iv, c.cfg.StandingWindow))
-	}
-	if ds.shareNextAt.After(from) {
-		from = ds.shareNextAt
-	}
-	ds.shareNextAt = from.Add(wait)
-	if limit := now.Add(c.cfg.StandingWindow); ds.shareNextAt.After(limit) {
-		ds.shareNextAt = limit
-	}
+	ds.shareNextAt = pace.ShareWait(pace.Throttle{Now: now, Granted: granted, Rate: c.shareRate(ds), Demand: demand,
+		Interval: iv, Catching: ds.fleetCatching, Standing: c.cfg.StandingWindow, Next: ds.shareNextAt})
 }
 
-// meterSpend keeps ds.spendCredit, what this host may still spend before
-// it has spent more than its share of the fleet's rate: credited at that
-// share of the rate the shards release (the curve's pace, or the catch-up
-// rate while catching up), debited with what the host spent (less
-// refunds), and never more than four of its bids or a lease window of its
-// share. A host without credit asks the ledger for nothing, of any kind,
-// until it is back (spendAhead); one that spends less than its share keeps
-// its credit whole and is never held.
-//
-// The shards' fair split and shareThrottle each bind one way of asking
-// (ordinary leases, and standing bids), and a host whose SPENDs come every
-// few seconds moves between the two with the 10-second EWMA of its
-// SPENDs: with such hosts (SPENDs every 5-17 s, 4-6x the pace on the
-// curve), the fleet split its spend 33/41/26% for 45/35/20% of the SPENDs,
-// 8 to 14 points off (TestMixedHostsSpendByDemand). Metering what each host
-// spent binds every way of asking at once. Not only while the host asks for
-// more than its share (as shareThrottle): its demand, measured over a few
-// SPENDs, often looked below it, and each such look restored the credit (the
-// family's f48 on curve: auto stayed 2.5 points off on average).
+// meterSpend reads this host's spend meter (pace.MeterCredit, condition
+// 16) into ds.spendCredit: a host without credit asks the ledger for
+// nothing, of any kind, until it is back (spendAhead). The shards' fair
+// split and shareThrottle each bind one way of asking (ordinary leases, and
+// standing bids), and a host whose SPENDs come every few seconds moves
+// between the two: with such hosts the fleet split its spend 33/41/26% for
+// 45/35/20% of the SPENDs (TestMixedHostsSpendByDemand). Metering what each
+// host spent binds every way of asking at once.
 func (c *campaign) meterSpend(now time.Time, ds *dayState) {
 	st := ds.b.Stats(now)
 	net := st.Spent - st.Refunded
-	spent := net - ds.spendSeen
-	first, dt := ds.spendAt.IsZero(), max(now.Sub(ds.spendAt).Seconds(), 0)
+	r := pace.Reading{First: ds.spendAt.IsZero(), Elapsed: now.Sub(ds.spendAt), Spent: net - ds.spendSeen,
+		Rate: c.shareRate(ds), Bid: c.unit(), Window: c.cfg.LeaseWindow}
 	ds.spendSeen, ds.spendAt = net, now
-	rate := c.shareRate(ds)
-	limit := max(4*float64(c.unit()), rate*c.cfg.LeaseWindow.Seconds())
-	if c.share <= 0 || c.share >= 1 || rate <= 0 || first {
-		ds.spendCredit = limit
-		return
-	}
-	ds.spendCredit = min(ds.spendCredit+rate*dt-float64(spent), limit)
+	ds.spendCredit = pace.MeterCredit(ds.spendCredit, r)
 }
 
 // sparseOf is what this host knows of the campaign's sparse SPENDs at now,

@@ -29,6 +29,8 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile(`its last (\w+) SPENDs came`), StandingSpends},
 		{regexp.MustCompile(`or (\w+) of their\s+intervals`), StandingIdleIntervals},
 		{regexp.MustCompile(`one to (\w+), and at most 1%`), MaxStandingBids},
+		{regexp.MustCompile(`holds at most (\w+) bids or a lease`), MeterBids},
+		{regexp.MustCompile(`asks at\s+least ([0-9.]+)x its share`), ShareThrottleDemand},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {

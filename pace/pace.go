@@ -52,7 +52,7 @@
 //     its first seconds of demand; the rest drips.
 //
 // Conditions 7 and 8, the hour's bound each ledger call asks for, are
-// with Hour.
+// with Hour; 15 to 18, a host's share of the fleet, with ShareRate.
 //
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
 // in the day's last hour, LastHourCatchUpPermille); the burst window (a
