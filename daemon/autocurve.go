@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -29,6 +30,31 @@ const (
 	AutoCurveMax         = 5
 	AutoCurveMinRequests = 200
 )
+
+// AutoCurveSlotRequests is how many recorded SPENDs a slot's share is
+// estimated from, at least, where the data allows: a Poisson count of 256
+// is within 1/16 of its mean about two times in three.
+const AutoCurveSlotRequests = 256
+
+// AutoCurveSmooth is the half-width of the fit's moving average for total
+// SPENDs recorded over n slots: the narrowest whose window weighs at least
+// AutoCurveSlotRequests of them (a triangular window of half-width h
+// weighs about h+1 slots' worth), and never wider than bucket.DefaultSmooth.
+// A moving average spreads a step in the traffic over its width, and each
+// slot of the spread is a slot where the curve releases budget the traffic
+// does not ask for: a day whose first hour takes a fifth of its SPENDs ran
+// 2.2% behind its curve after 01:00 at the default half-width of two slots.
+// Where the counts are large the average has no noise to remove, and the
+// curve follows the steps; a campaign of a few hundred SPENDs a day keeps the
+// default's width.
+func AutoCurveSmooth(total int64, n int) int {
+	if n <= 0 || total <= 0 {
+		return bucket.DefaultSmooth(max(n, 1))
+	}
+	perSlot := float64(total) / float64(n)
+	h := int(math.Ceil(AutoCurveSlotRequests/perSlot)) - 1
+	return min(max(h, 0), bucket.DefaultSmooth(n))
+}
 
 // autoCurve returns day's curve for a campaign whose curve is "auto" (see
 // DayAutoCurve), or flat when the ledger cannot be read or written (refill
@@ -98,7 +124,7 @@ func fitDemand(ctx context.Context, l *lease.Ledger, campaign string, day bucket
 	if total < AutoCurveMinRequests {
 		return nil, total
 	}
-	_, w, err := bucket.FitCurve(AutoCurve, req, bucket.FitOptions{Slots: AutoCurveSlots, Smooth: -1, Min: AutoCurveMin, Max: AutoCurveMax})
+	_, w, err := bucket.FitCurve(AutoCurve, req, bucket.FitOptions{Slots: AutoCurveSlots, Smooth: AutoCurveSmooth(total, len(req)), Min: AutoCurveMin, Max: AutoCurveMax})
 	if err != nil {
 		log.Warn("cannot fit the day's curve", zap.Error(err))
 		return nil, total

@@ -1,10 +1,12 @@
 package daemon_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/lease"
 )
@@ -122,5 +124,48 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 	w, ok, err = f.ledger.DayCurve(ctx, "new", day)
 	if err != nil || !ok || len(w) != 24 || w[0] != w[23] {
 		t.Fatalf("curve of a campaign without recorded demand = %v, %v, %v; want flat", w, ok, err)
+	}
+}
+
+// The fit's moving average narrows as the recorded SPENDs grow: at least
+// AutoCurveSlotRequests in a window, never wider than the default. With
+// counts that large, a step in the traffic (a first hour at 5.75x the rest,
+// midnight-peak.yaml's shape) stays a step: the slot after it gets its own
+// demand's share, where the default width gave it 2.6 times that.
+func TestAutoCurveSmoothNarrowsWithTheData(t *testing.T) {
+	for _, c := range []struct {
+		total int64
+		want  int
+	}{
+		{200, 2}, {96 * 42, 2}, {96 * 86, 2}, {96 * 128, 1}, {96 * 238, 1}, {96 * 256, 0}, {96 * 270, 0}, {10_000_000, 0},
+	} {
+		if got := daemon.AutoCurveSmooth(c.total, 96); got != c.want {
+			t.Errorf("AutoCurveSmooth(%d, 96) = %d; want %d", c.total, got, c.want)
+		}
+	}
+	demand := make([]float64, 96)
+	for i := range demand {
+		demand[i] = 270
+		if i < 4 {
+			demand[i] *= 5.75
+		}
+	}
+	var total float64
+	for _, d := range demand {
+		total += d
+	}
+	share := func(smooth int) float64 {
+		_, w, err := bucket.FitCurve("auto", demand, bucket.FitOptions{Slots: 96, Smooth: smooth, Min: daemon.AutoCurveMin, Max: daemon.AutoCurveMax})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w[4]
+	}
+	want := demand[4] / total
+	if got := share(daemon.AutoCurveSmooth(int64(total), 96)); math.Abs(got-want) > 1e-9 {
+		t.Errorf("01:00's share %.5f; its demand's %.5f", got, want)
+	}
+	if got := share(bucket.DefaultSmooth(96)); got < 2*want {
+		t.Errorf("at the default width 01:00's share %.5f, its demand's %.5f: the test no longer shows the spread", got, want)
 	}
 }
