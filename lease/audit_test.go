@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,70 @@ func TestAuditTrimKeepsWhatWasNotExported(t *testing.T) {
 	}
 	if k, ok := lease.ParseAuditKey(exported.AuditKey()); !ok || k != exported {
 		t.Fatalf("ParseAuditKey(%q) = %v, %v", exported.AuditKey(), k, ok)
+	}
+}
+
+// A grant, renewal or release asks neither whether its audit stream is
+// exported (XINFO GROUPS) while the stream cannot have reached the cap, nor
+// whether the shard's done key exists once it has one (EXISTS): both are
+// known from the state it reads anyway. From the event that may reach the
+// cap on, it asks again, and the cap applies as before.
+func TestLeaseCallsAskNoStreamGroupsBelowTheCap(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	const maxLen = 12
+	l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour, AuditMaxLen: maxLen}, nil)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 1_000_000_000, 1), day)
+	k := shardKey("c", day, 0)
+	counts := func() (xinfo, exists int64) {
+		t.Helper()
+		info := rdb.Info(ctx, "commandstats").Val()
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+			v, _, _ := strings.Cut(rest, ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch {
+			case ok && name == "xinfo|groups":
+				xinfo = n
+			case ok && name == "exists":
+				exists = n
+			}
+		}
+		return xinfo, exists
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The open wrote 1 event; each round writes 4 (grant, the renewal's
+	// release and grant, the release): 9 after two rounds, 13 after three.
+	now := t0.Add(12 * time.Hour)
+	round := func(i int) {
+		t.Helper()
+		id := "L" + strconv.Itoa(i)
+		if _, err := l.Grant(ctx, grantReq(id, k, 1_000, now, ppb/2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Renew(ctx, id, 500, grantReq(id+"r", k, 1_000, now, ppb/2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Release(ctx, k, id+"r", 0, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round(0)
+	round(1)
+	if xinfo, exists := counts(); xinfo != 0 || exists != 1 {
+		t.Fatalf("6 calls, 9 events of %d: XINFO GROUPS %d, EXISTS %d; want 0 and 1 (the first done record)", maxLen, xinfo, exists)
+	}
+	round(2) // its release is the 13th event: over the cap, the stream's groups matter
+	if xinfo, _ := counts(); xinfo != 1 {
+		t.Fatalf("13 events of %d: XINFO GROUPS %d, want 1 (the call that may pass the cap)", maxLen, xinfo)
+	}
+	if n := rdb.XLen(ctx, k.AuditKey()).Val(); n != 13 {
+		t.Fatalf("the stream holds %d entries, want all 13", n)
+	}
+	if ttl := rdb.PTTL(ctx, "pacer:{c/"+day+"/0}:done").Val(); ttl <= 0 {
+		t.Fatalf("the done key's expiry: %v, want one", ttl)
 	}
 }

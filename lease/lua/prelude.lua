@@ -25,17 +25,23 @@ end
 -- casts to a C long) prints them exactly and costs a tenth of %.0f, whose
 -- glibc path is multi-precision (about 2,400 instructions a number, 12-15%
 -- of a lease call's instructions under callgrind); %.0f stays for what is
--- not an integer below 2^53.
+-- not an integer below 2^53. n % 1 == 0 is the integer test without a call
+-- to math.floor (a C function call; str runs some 30 times a lease call);
+-- inf and NaN fail it as they fail the range.
 local function str(n)
-  if n == math.floor(n) and n > -9007199254740992 and n < 9007199254740992 then
+  if n % 1 == 0 and n > -9007199254740992 and n < 9007199254740992 then
     return string.format('%d', n)
   end
   return string.format('%.0f', n)
 end
 
 -- divmod returns floor(n/d) and n mod d exactly, for 0 <= n < 2^53, 0 < d.
+-- q - q % 1 is floor(q) (Lua's % is floored, and q's fraction is exact),
+-- computed in the VM instead of a call to math.floor: muldiv, on every
+-- ledger call's curve arithmetic, divides four times.
 local function divmod(n, d)
-  local q = math.floor(n / d)
+  local q = n / d
+  q = q - q % 1
   local r = n - q * d
   if r < 0 then
     q = q - 1
@@ -311,17 +317,40 @@ end
 -- what every group acknowledged. Without a group the cap stays.
 -- exported: per stream key, whether it has a consumer group (asked once a
 -- call). The stream exists from the day's open; a missing one has none.
+-- Whether it has one matters only once the stream may be longer than
+-- maxlen: below that, MAXLEN ~ trims nothing, so the capped and the
+-- uncapped XADD are the same write. The stream holds at most the events
+-- ever appended to it, the shard's r_events (raised in the same script as
+-- each XADD, never lowered), so a call whose shard is loaded deferred
+-- (r_events read with the money, no extra command) appends uncapped without
+-- asking while r_events + 1 <= maxlen: a shard-day of up to maxlen
+-- (default 1,000,000) events asks no XINFO GROUPS in its grants, renewals
+-- and releases.
 local exported = {}
 
+-- below_cap reports whether the shard's stream cannot exceed maxlen with
+-- one more entry, by the deferred shard's r_events; false if that is not
+-- known without a command.
+local function below_cap(maxlen)
+  if not (deferred and deferred.key == KEYS[1]) then return false end
+  local n = state_get(KEYS[1], 'r_events')
+  if not n then return false end
+  return n + 1 <= (tonumber(maxlen) or 0)
+end
+
 local function audit(key, maxlen, ...)
-  if exported[key] == nil then
-    local g = redis.pcall('XINFO', 'GROUPS', key)
-    exported[key] = type(g) == 'table' and not g.err and #g > 0
-  end
-  if exported[key] then
+  if exported[key] == nil and below_cap(maxlen) then
     redis.call('XADD', key, '*', ...)
   else
-    redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+    if exported[key] == nil then
+      local g = redis.pcall('XINFO', 'GROUPS', key)
+      exported[key] = type(g) == 'table' and not g.err and #g > 0
+    end
+    if exported[key] then
+      redis.call('XADD', key, '*', ...)
+    else
+      redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+    end
   end
   local a = {...}
   local f = {}
@@ -612,12 +641,19 @@ end
 -- note_done notes the done key as created (to be given its expiry) if it
 -- does not exist yet: it gets its first record at the shard-day's first
 -- release or settlement, and keeps every later one. Call it before a
--- record is written.
+-- record is written. A deferred shard (grant, renewal, release) notes in its
+-- state field dk that done exists, with its expiry (written in its one HSET,
+-- read in its one HMGET: call_fields), so only its first record costs an
+-- EXISTS. Should done go while the state stays, the record recreating it
+-- has no expiry until the shard's next EXPIRY_SWEEP-th write.
 local done_seen = false
 local function note_done(K)
   if done_seen then return end
   done_seen = true
+  local dk = deferred and deferred.key == K.state
+  if dk and state_get(K.state, 'dk') then return end
   if redis.call('EXISTS', K.done) == 0 then created[K.done] = true end
+  if dk then state_set(K.state, 'dk', '1') end
 end
 
 -- settle_expired settles, conservatively, leases whose expiry is before cutoff:
@@ -767,7 +803,7 @@ end
 -- caller's known seq, the runs of its lease ids, and for a grant (grant
 -- true) the freeze and hold marks and the fair-share sums.
 local function call_fields(kseq, ids, grant)
-  local f = {}
+  local f = {'dk'}
   if kseq and kseq > 0 then f[#f + 1] = 'h' .. str(kseq % HISTORY) end
   for _, id in ipairs(ids) do f[#f + 1] = 'u:' .. run_of(id) end
   if grant then
