@@ -17,12 +17,12 @@
 -- holder's (nothing granted), -1 no such day.
 local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
-local want, expiry, now = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local c_now, c_cap, grace = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-local retain, maxlen = tonumber(ARGV[9]), ARGV[10]
-local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[11]), {id}, true))
+local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5])
+local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
+local retain, maxlen = argnum(ARGV[9]), ARGV[10]
+local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[11]), {id}, true))
 if not s then return no_day() end
-s.diverged = diverged(K, s, tonumber(ARGV[11]), tonumber(ARGV[12])) or run_behind(K, id, tonumber(ARGV[24]), tonumber(ARGV[25]))
+s.diverged = diverged(K, s, argnum(ARGV[11]), argnum(ARGV[12])) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis.call('HGET', K.leases, id)
 if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
@@ -33,11 +33,11 @@ if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s
 if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
 pay_owed(s)
-local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[13]), tonumber(ARGV[14]), 0, num(ARGV[18]) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]), num(ARGV[26]))
+local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[13]), argnum(ARGV[14]), 0, (argnum(ARGV[18]) or 0) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]), (argnum(ARGV[26]) or 0))
 local take = want
-local cap = fair_cap(holder, tonumber(ARGV[15]), tonumber(ARGV[16]), now, retain, s, window, tonumber(ARGV[17]))
+local cap = fair_cap(holder, argnum(ARGV[15]), argnum(ARGV[16]), now, retain, s, window, argnum(ARGV[17]))
 if cap and cap < take then take = cap end
-take = all_or_nothing(s, take, tonumber(ARGV[17]))
+take = all_or_nothing(s, take, argnum(ARGV[17]))
 local g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
 fair_granted(s)
 index_low(s, want, now)

@@ -12,6 +12,15 @@ local function num(v)
   return tonumber(v)
 end
 
+-- argnum is a numeric script argument (ARGV[i]) as a number, nil if the
+-- caller left it out. The ledger's Go side sends every numeric argument as
+-- decimal digits: Lua's coercion parses them once, in the VM, where
+-- tonumber is a C call that parses twice (a grant passes some 20 numbers).
+local function argnum(v)
+  if v == nil then return nil end
+  return v + 0
+end
+
 -- stored is num for a field the ledger wrote (digits, or absent): Lua's
 -- own string-to-number coercion parses it once, where tonumber parses a
 -- string twice (a strtod each, ~1,700 instructions).

@@ -7,10 +7,10 @@
 -- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status as release_lease, -1 no such day.
 local K = keys_of(KEYS)
-local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[5]), {ARGV[1]}, false))
+local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[5]), {ARGV[1]}, false))
 if not s then return no_day() end
-s.diverged = diverged(K, s, tonumber(ARGV[5]), tonumber(ARGV[6])) or run_behind(K, ARGV[1], tonumber(ARGV[7]), tonumber(ARGV[8]))
-local st, credited = release_lease(K, s, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[9]))
+s.diverged = diverged(K, s, argnum(ARGV[5]), argnum(ARGV[6])) or run_behind(K, ARGV[1], argnum(ARGV[7]), argnum(ARGV[8]))
+local st, credited = release_lease(K, s, ARGV[1], argnum(ARGV[2]), argnum(ARGV[3]), ARGV[4], argnum(ARGV[9]))
 if type(st) == 'table' then
   touch_unstored()
   return st

@@ -13,14 +13,14 @@
 -- Reply: {old_status, granted, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, new_status};
 -- new_status as grant's status.
 local K = keys_of(KEYS)
-local old_id, unused, id, holder = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local want, expiry, now = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local c_now, c_cap, grace = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local retain, maxlen = tonumber(ARGV[11]), ARGV[12]
-local s = load_shard_deferred(K.state, call_fields(tonumber(ARGV[13]), {old_id, id}, true))
+local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
+local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7])
+local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
+local retain, maxlen = argnum(ARGV[11]), ARGV[12]
+local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[13]), {old_id, id}, true))
 if not s then local r = no_day(); r[13] = -1; return r end
-s.diverged = diverged(K, s, tonumber(ARGV[13]), tonumber(ARGV[14])) or run_behind(K, id, tonumber(ARGV[26]), tonumber(ARGV[27]))
-local st, credited = release_lease(K, s, old_id, unused, now, maxlen, tonumber(ARGV[29]))
+s.diverged = diverged(K, s, argnum(ARGV[13]), argnum(ARGV[14])) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
+local st, credited = release_lease(K, s, old_id, unused, now, maxlen, argnum(ARGV[29]))
 if type(st) == 'table' then
   touch_unstored()
   return st
@@ -44,16 +44,16 @@ elseif held(K) then
 else
   settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
   pay_owed(s)
-  local window = release_by_curve(s, c_now, c_cap, tonumber(ARGV[15]), tonumber(ARGV[16]), st == 0 and credited or 0, num(ARGV[20]) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]), num(ARGV[28]))
+  local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[15]), argnum(ARGV[16]), st == 0 and credited or 0, (argnum(ARGV[20]) or 0) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]), (argnum(ARGV[28]) or 0))
   -- A fair share of what is available, plus what the ending lease just gave
   -- back: it was this holder's, fairly granted, and its tokens are carried.
   local take = want
-  local cap = fair_cap(holder, tonumber(ARGV[17]), tonumber(ARGV[18]), now, retain, s, window, tonumber(ARGV[19]))
+  local cap = fair_cap(holder, argnum(ARGV[17]), argnum(ARGV[18]), now, retain, s, window, argnum(ARGV[19]))
   if cap then
     if st == 0 then cap = cap + credited end
     if cap < take then take = cap end
   end
-  take = all_or_nothing(s, take, tonumber(ARGV[19]))
+  take = all_or_nothing(s, take, argnum(ARGV[19]))
   g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
   fair_granted(s)
   index_low(s, want, now)
