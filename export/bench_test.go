@@ -126,7 +126,15 @@ func benchFixture(b *testing.B, pgSrv *pgtest.Server) *fixture {
 	srv := redistest.Start(b)
 	rdb := srv.Client()
 	f := &fixture{srv: srv, rdb: rdb, ledger: lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)}
-	_, f.db = pgtest.Pool(b, pgSrv)
+	dsn, err := pgSrv.CreateDB(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// As pacer-export sizes it: a connection for each of up to 8 streams.
+	if f.db, err = export.NewPool(ctx, dsn, 8); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(f.db.Close)
 	if _, err := export.Migrate(ctx, f.db); err != nil {
 		b.Fatal(err)
 	}
@@ -157,7 +165,8 @@ func fill(b *testing.B, rdb *redis.Client, id string, shards, n int) {
 
 // BenchmarkExportLag measures the export's lag while the ledger writes: 8
 // writers, one per shard, grant and release leases as fast as the ledger
-// (AOF, fsync always) answers, for 30 s, while an exporter runs with the default interval (1 s);
+// (AOF, fsync always) answers, for 30 s, while an exporter passes every
+// second with 2 streams at once;
 // every 100 ms the age of the oldest entry not yet in PostgreSQL is sampled
 // (as pacer_export_lag_seconds measures it, but at each sample rather than at
 // each pass). It reports the events written per second, and the lag's p50,
@@ -174,7 +183,7 @@ func BenchmarkExportLag(b *testing.B) {
 		for shard := range 8 {
 			wg.Go(func() { writeLeases(f, runCtx, shard, &written) })
 		}
-		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "lag"}, nil, nil)
+		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "lag", Interval: time.Second, Streams: 2}, nil, nil)
 		wg.Go(func() { _ = e.Run(runCtx) })
 		var lags []time.Duration
 		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The exporter's throughput, two streams at once and one, in alternation (ROUNDS rounds,
-# default 3), GOMAXPROCS=1; then its lag at given rates and under the simulator's default day.
+# default 3), GOMAXPROCS=1; then its idle cost, its lag at given rates and under the simulator's
+# default day.
 # docs/BENCHMARKS.md, "The spend ledger export", has the figures.
 set -eu
 cd "$(dirname "$0")/.."
@@ -17,5 +18,6 @@ while [ "$i" -lt "$rounds" ]; do
 	done
 	i=$((i + 1))
 done
+"$bin" -test.run '^$' -test.bench 'ExportIdle' -test.benchtime 1x -test.v -test.timeout 30m | grep -E 'load average|cmds/s'
 "$bin" -test.run '^$' -test.bench 'ExportLagAtRate' -test.benchtime 1x -test.v -test.timeout 60m | grep -E 'load average|lag-p99'
 "$bin" -test.run '^$' -test.bench 'ExportLagSimulatedDay' -test.benchtime 1x -test.v -test.timeout 60m | grep -E 'load average|lag-p99'

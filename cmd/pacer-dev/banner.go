@@ -15,7 +15,7 @@ func (f *fleet) printBanner(out io.Writer) {
 	billing := "  PostgreSQL (billing)   not started (see above)\n"
 	if f.billing != nil {
 		billing = fmt.Sprintf("  PostgreSQL (billing)   %s (database pacer; a fresh one each run)\n"+
-			"  pacer-export           every second; metrics http://127.0.0.1:%d/metrics, log %s/pacer-export.log\n",
+			"  pacer-export           every 500 ms; metrics http://127.0.0.1:%d/metrics, log %s/pacer-export.log\n",
 			f.billing.dir, c.exportPort(), c.dir)
 	}
 	fmt.Fprintf(out, `

@@ -98,8 +98,8 @@ func flagSet(o *options, getenv func(string) string, stderr io.Writer) *flag.Fla
 	fs.StringVar(&o.cfg.Consumer, "consumer", orDefault(host, "pacer-export"), "this exporter's name in the group (default: the host name)")
 	fs.Int64Var(&o.cfg.Batch, "batch", 1000, "entries per read and per transaction")
 	fs.IntVar(&o.cfg.BatchesPerPass, "batches-per-pass", 50, "batches one stream may take per pass before the next stream's turn")
-	fs.IntVar(&o.cfg.Streams, "streams", 2, "streams exported at once, each on a PostgreSQL connection of its own")
-	fs.DurationVar(&o.cfg.Interval, "interval", time.Second, "time between passes")
+	fs.IntVar(&o.cfg.Streams, "streams", export.DefaultStreams, "streams exported at once, each on a PostgreSQL connection of its own")
+	fs.DurationVar(&o.cfg.Interval, "interval", export.DefaultInterval, "time between passes")
 	fs.DurationVar(&o.cfg.ClaimIdle, "claim-idle", time.Minute, "take over entries another exporter holds unacknowledged for this long")
 	fs.BoolVar(&o.cfg.NoTrim, "no-trim", false, "do not trim the streams (a second group whose database is not the record)")
 	fs.StringVar(&o.campaign, "campaign", "", "replay, backfill: the campaign")
@@ -141,7 +141,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.dsn == "" {
 		return errors.New("no database: give --sql DSN or set PACER_SQL")
 	}
-	db, err := openDB(ctx, o.dsn)
+	db, err := openDB(ctx, o.dsn, o.cfg.Streams)
 	if err != nil {
 		return err
 	}
@@ -180,8 +180,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return serve(ctx, o, rdb, ledger, db, log)
 }
 
-func openDB(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
-	db, err := pgxpool.New(ctx, dsn)
+func openDB(ctx context.Context, dsn string, streams int) (*pgxpool.Pool, error) {
+	db, err := export.NewPool(ctx, dsn, streams)
 	if err != nil {
 		return nil, fmt.Errorf("--sql: %w", err)
 	}
