@@ -109,6 +109,60 @@ func TestPostgresRestartedWhileSpending(t *testing.T) {
 	f.exact(t)
 }
 
+// PostgreSQL unreachable (its processes stopped: every connection and query
+// hangs, none is refused) while the ledger writes on, over several passes
+// that each give up: the streams keep everything, the lag grows, and once
+// PostgreSQL answers again the export catches up exactly.
+func TestPostgresUnreachableWhileSpending(t *testing.T) {
+	srv := pgtest.Own(t)
+	dsn, err := srv.CreateDB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, lease.Config{})
+	f.db.Close()
+	f.db = openDB(t, dsn)
+	f.open(t, "cut", 2)
+	m := export.NewMetrics(nil)
+	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "one", Batch: 10}, m, nil)
+	f.spend(t, "cut", 2, 10, "a", t0.Add(9*time.Hour))
+	passes(t, e)
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			srv.Thaw()
+		}
+	})
+	for i, tag := range []string{"b", "c", "d"} {
+		f.spend(t, "cut", 2, 10, tag, t0.Add(time.Duration(10+i)*time.Hour))
+		// A pass cannot finish while PostgreSQL hangs, whatever the time
+		// given: this one is given a second.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := e.Pass(pctx)
+		cancel()
+		if err == nil {
+			t.Fatal("a pass with PostgreSQL unreachable succeeded")
+		}
+	}
+	for s := range 2 {
+		if n := f.rdb.XLen(ctx, lease.ShardKey{Campaign: "cut", Day: day, Shard: s}.AuditKey()).Val(); n < 30 {
+			t.Fatalf("shard %d's stream holds %d entries while PostgreSQL is unreachable: trimmed what was not exported", s, n)
+		}
+	}
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	passes(t, e)
+	if n := gaugeValue(t, m.LagEntries); n != 0 {
+		t.Errorf("after the catch-up, pacer_export_lag_entries is %v", n)
+	}
+	f.exact(t)
+}
+
 // A stream the ledger capped before any exporter read it (a day written
 // before the exporter existed, on a small cap), and a stream restored from an
 // older copy after it was exported: both are recorded as gaps, counted, and

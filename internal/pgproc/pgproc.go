@@ -9,6 +9,7 @@ package pgproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -164,29 +166,68 @@ func (s *Server) CreateNamedDB(ctx context.Context, name string) (string, error)
 // the postmaster's, its live processes' and its exited ones'. Linux only
 // (/proc); for benchmarks that say what PostgreSQL's share was.
 func (s *Server) CPU() (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	var ticks int64
+	err := s.each(func(st stat, postmaster bool) {
+		ticks += st.utime + st.stime
+		if postmaster {
+			ticks += st.cutime + st.cstime
+		}
+	})
 	if err != nil {
 		return 0, fmt.Errorf("pgproc: cpu: %w", err)
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// Freeze stops the postmaster and every server process (SIGSTOP): the
+// server is unreachable as behind a network that drops everything: a
+// connection or a query hangs, none is refused. Thaw resumes them.
+func (s *Server) Freeze() error { return s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() error { return s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) error {
+	var errs []error
+	err := s.each(func(st stat, _ bool) {
+		pid, err := strconv.Atoi(st.pid)
+		if err == nil {
+			err = syscall.Kill(pid, sig)
+		}
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, err)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("pgproc: %v: %w", sig, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pgproc: %v: %w", sig, err)
+	}
+	return nil
+}
+
+// each calls fn with the postmaster's /proc stat and each of its children's.
+func (s *Server) each(fn func(st stat, postmaster bool)) error {
+	b, err := os.ReadFile(filepath.Join(s.dataDir(), "postmaster.pid"))
+	if err != nil {
+		return err
 	}
 	pid, _, _ := strings.Cut(string(b), "\n")
 	procs, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	var ticks int64
 	for _, p := range procs {
 		st, err := procStat(p)
 		if err != nil {
 			continue // exited since the glob
 		}
-		switch {
-		case st.pid == pid:
-			ticks += st.utime + st.stime + st.cutime + st.cstime
-		case st.ppid == pid:
-			ticks += st.utime + st.stime
+		if st.pid == pid || st.ppid == pid {
+			fn(st, st.pid == pid)
 		}
 	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
+	return nil
 }
 
 // clockTicks is Linux's USER_HZ, the unit of /proc/PID/stat's times.
