@@ -5,6 +5,8 @@ package child
 
 import (
 	"os"
+	"os/exec"
+	"syscall"
 	"time"
 )
 
@@ -19,4 +21,17 @@ func Stop(p *os.Process, sig os.Signal, exited <-chan struct{}, grace time.Durat
 		p.Kill()
 		<-exited
 	}
+}
+
+// DieWithParent makes c's process receive SIGKILL when the process that
+// starts it dies (Linux's parent-death signal), so a test binary killed by
+// its timeout or a dev tool killed with SIGKILL leaves no server behind,
+// running on with its socket, its files and its CPU. Call it before
+// c.Start. (The kernel sends it when the starting thread exits; the Go
+// runtime keeps its threads for the process's life.)
+func DieWithParent(c *exec.Cmd) {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

@@ -208,6 +208,7 @@ func (s *Server) start(ctx context.Context) error {
 	os.Remove(s.Socket) // a killed server leaves its socket behind
 	s.cmd = exec.Command(s.bin, s.args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
+	child.DieWithParent(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		s.cmd = nil
 		return fmt.Errorf("start redis-server: %w", err)
