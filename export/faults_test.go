@@ -53,13 +53,10 @@ func TestTwoExportersRacing(t *testing.T) {
 	t.Logf("entries read twice and skipped: %d and %d", dups[0], dups[1])
 }
 
-// PostgreSQL crashes (pg_ctl stop -m immediate) while the ledger writes on:
-// passes fail and are counted, the streams keep everything (the lag grows),
-// and after PostgreSQL restarts the export catches up exactly, from the
-// first pass: the failed pass dropped the pool's idle connections to the
-// old server. (The pool here never pings a connection it lends, so that a
-// dead idle one is found by the exporter, whatever the timing.)
-func TestPostgresRestartedWhileSpending(t *testing.T) {
+// ownServerFixture is a fixture whose database is on a PostgreSQL server of
+// its own, for tests that stop or freeze the server.
+func ownServerFixture(t *testing.T) (*pgtest.Server, *fixture) {
+	t.Helper()
 	srv := pgtest.Own(t)
 	dsn, err := srv.CreateDB(ctx)
 	if err != nil {
@@ -68,7 +65,19 @@ func TestPostgresRestartedWhileSpending(t *testing.T) {
 	f := newFixture(t, lease.Config{})
 	f.db.Close()
 	f.db = openDB(t, dsn)
+	return srv, f
+}
+
+// PostgreSQL crashes (pg_ctl stop -m immediate) while the ledger writes on:
+// passes fail and are counted, the streams keep everything (the lag grows),
+// and after PostgreSQL restarts the export catches up exactly, from the
+// first pass: the failed pass dropped the pool's idle connections to the
+// old server. (The pool here never pings a connection it lends, so that a
+// dead idle one is found by the exporter, whatever the timing.)
+func TestPostgresRestartedWhileSpending(t *testing.T) {
+	srv, f := ownServerFixture(t)
 	cfg := f.db.Config()
+	var err error
 	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	f.db.Close()
 	if f.db, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
@@ -114,14 +123,7 @@ func TestPostgresRestartedWhileSpending(t *testing.T) {
 // that each give up: the streams keep everything, the lag grows, and once
 // PostgreSQL answers again the export catches up exactly.
 func TestPostgresUnreachableWhileSpending(t *testing.T) {
-	srv := pgtest.Own(t)
-	dsn, err := srv.CreateDB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, lease.Config{})
-	f.db.Close()
-	f.db = openDB(t, dsn)
+	srv, f := ownServerFixture(t)
 	f.open(t, "cut", 2)
 	m := export.NewMetrics(nil)
 	e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "one", Batch: 10}, m, nil)
