@@ -148,17 +148,21 @@ func (d *Daemon) stepAll(ctx context.Context, now time.Time, cs []*campaign) {
 		next atomic.Int64
 		wg   sync.WaitGroup
 	)
-	for range min(len(cs), refillWorkers()) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(cs) {
-					return
-				}
-				cs[i].step(ctx, now)
+	work := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(cs) {
+				return
 			}
-		})
+			cs[i].step(ctx, now)
+		}
 	}
+	// The caller is one of the workers: a Step with one campaign due (most
+	// ticks of a daemon with few busy campaigns) starts no goroutine.
+	for range min(len(cs), refillWorkers()) - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
 }
 

@@ -139,7 +139,7 @@ func TestCurveOracle(t *testing.T) {
 	c := &campaignRT{day: day, curve: bucket.Flat(24), budget: budget, maxBid: 1_000}
 	spendEvery := func(from, to time.Time, every time.Duration, amount int64) {
 		for at := from; at.Before(to); at = at.Add(every) {
-			oracleSpend(c, new(curveMemo).at(c, at), amount, at)
+			oracleSpendAll(c, new(curveMemo).at(c, at), []int64{amount}, at)
 		}
 	}
 	// Two bids a second for the first hour, against a pace of one: it
@@ -177,8 +177,8 @@ func TestCurveOracleArrivalsOutOfOrder(t *testing.T) {
 	// pair handed in later one first, a second apart.
 	from := day.End.Add(-time.Hour)
 	for at := from; at.Before(day.End.Add(-time.Second)); at = at.Add(200 * time.Millisecond) {
-		oracleSpend(c, new(curveMemo).at(c, at.Add(time.Second)), 1_000, at.Add(time.Second))
-		oracleSpend(c, new(curveMemo).at(c, at), 1_000, at)
+		oracleSpendAll(c, new(curveMemo).at(c, at.Add(time.Second)), []int64{1_000}, at.Add(time.Second))
+		oracleSpendAll(c, new(curveMemo).at(c, at), []int64{1_000}, at)
 	}
 	if got, want := c.oracleSpent, int64(4_500_000); got < want-2_000 || got > want+75_000+1_000 {
 		t.Fatalf("oracle spent %d in the last hour, arrivals out of order; want 1.25x the pace, about %d", got, want)

@@ -179,6 +179,7 @@ type hostRT struct {
 	lat      [nStrategies][]time.Duration
 	latCount [nStrategies]int
 	luaQueue []luaCall
+	amounts  []int64 // one arrival tick's bids of one campaign
 }
 
 // runner holds one run's state.
@@ -200,6 +201,8 @@ type runner struct {
 	faults  []FaultRecord
 
 	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB redis.UniversalClient
+	pipeRDB                                      redis.UniversalClient // sends pipe's pipelines
+	pipe                                         *autoPipe
 	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
 	reconLedger, obsLedger                       *lease.Ledger
 	recon                                        *reconcile.Reconciler
@@ -269,7 +272,7 @@ func Run(ctx context.Context, sc *Scenario, opt Options) (*Results, error) {
 }
 
 func (r *runner) close() {
-	for _, c := range []redis.UniversalClient{r.pacerRDB, r.reconRDB, r.luaRDB, r.batchRDB, r.obsRDB} {
+	for _, c := range []redis.UniversalClient{r.pacerRDB, r.reconRDB, r.luaRDB, r.batchRDB, r.obsRDB, r.pipeRDB} {
 		if c != nil {
 			c.Close()
 		}
@@ -305,6 +308,10 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			return err
 		}
 	}
+	// The daemons' concurrent ledger calls share pipelines (autoPipe): its
+	// hook goes last, after the ledgers' own, before any step runs.
+	r.pipe = &autoPipe{raw: r.pipeRDB}
+	r.pacerRDB.AddHook(r.pipe)
 	// Resolve daemon defaults for reporting and the reconciler's grace.
 	resolved, err := r.daemonCfg.WithDefaults()
 	if err != nil {
@@ -350,6 +357,10 @@ func (r *runner) connect(ctx context.Context, addr string) error {
 		if *c.rdb, err = newClient(addr, c.cnt); err != nil {
 			return fmt.Errorf("redis at %s: %w", addr, err)
 		}
+	}
+	var err error
+	if r.pipeRDB, err = lease.NewClientWith([]string{addr}, lease.ClientOptions{PoolSize: 4}); err != nil {
+		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	if err := r.obsRDB.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
@@ -489,6 +500,8 @@ func (r *runner) loop(ctx context.Context) error {
 	nextReconcile := r.start.Add(reconcileEvery)
 	faults := append([]Fault(nil), r.sc.Faults...)
 	progress := r.newProgress()
+	workers := r.startHosts(ctx)
+	defer workers.stop()
 	for t := r.start; !t.After(r.stopAt); t = t.Add(step) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -505,7 +518,7 @@ func (r *runner) loop(ctx context.Context) error {
 			return err
 		}
 		r.bookkeeping(ctx, t)
-		r.stepHosts(ctx, t)
+		r.stepHosts(workers, t)
 		progress.at(t, false)
 	}
 	progress.at(r.stopAt, true)
@@ -540,33 +553,67 @@ func (r *runner) faultsDue(ctx context.Context, t time.Time, faults []Fault) []F
 	return kept
 }
 
-// stepHosts runs every live host in parallel: its daemon's refill loop at t
-// (so every ledger call of the step happens at t), then the step's arrivals
-// on its own clock.
-func (r *runner) stepHosts(ctx context.Context, t time.Time) {
-	var wg sync.WaitGroup
-	for _, h := range r.hosts {
-		if !h.alive {
-			continue
-		}
-		wg.Go(func() {
-			var warm []string
-			for ci, c := range r.camps {
-				if !h.warmed[ci] && !t.Before(c.day.Start.Add(-time.Duration(r.sc.Warmup))) && t.Before(c.day.End) {
-					h.warmed[ci] = true
-					warm = append(warm, c.spec.ID)
-				}
-			}
-			if len(warm) > 0 {
-				h.d.Warm(warm)
-			}
-			h.d.Step(ctx)
-			if t.Before(r.end) {
-				r.arrivals(ctx, h, t)
+// hostWorkers runs each host's steps on a goroutine of its own that lives
+// for the whole run: a goroutine started per step grew its stack through the
+// daemon's ledger calls and the arrivals anew every step (runtime.copystack
+// was 7% of a default day's profile).
+type hostWorkers struct {
+	steps []chan time.Time // per host
+	step  sync.WaitGroup   // the current step's hosts
+	exit  sync.WaitGroup   // the workers
+}
+
+// startHosts starts a worker per host; stop them with stopHosts.
+func (r *runner) startHosts(ctx context.Context) *hostWorkers {
+	w := &hostWorkers{steps: make([]chan time.Time, len(r.hosts))}
+	for i, h := range r.hosts {
+		w.steps[i] = make(chan time.Time)
+		w.exit.Go(func() {
+			for t := range w.steps[i] {
+				r.stepHost(ctx, h, t)
+				w.step.Done()
 			}
 		})
 	}
-	wg.Wait()
+	return w
+}
+
+func (w *hostWorkers) stop() {
+	for _, c := range w.steps {
+		close(c)
+	}
+	w.exit.Wait()
+}
+
+// stepHosts runs every live host in parallel (stepHost) and returns when
+// all are done.
+func (r *runner) stepHosts(w *hostWorkers, t time.Time) {
+	for i, h := range r.hosts {
+		if h.alive {
+			w.step.Add(1)
+			w.steps[i] <- t
+		}
+	}
+	w.step.Wait()
+}
+
+// stepHost runs host h's daemon's refill loop at t (so every ledger call of
+// the step happens at t), then the step's arrivals on its own clock.
+func (r *runner) stepHost(ctx context.Context, h *hostRT, t time.Time) {
+	var warm []string
+	for ci, c := range r.camps {
+		if !h.warmed[ci] && !t.Before(c.day.Start.Add(-time.Duration(r.sc.Warmup))) && t.Before(c.day.End) {
+			h.warmed[ci] = true
+			warm = append(warm, c.spec.ID)
+		}
+	}
+	if len(warm) > 0 {
+		h.d.Warm(warm)
+	}
+	h.d.Step(ctx)
+	if t.Before(r.end) {
+		r.arrivals(ctx, h, t)
+	}
 }
 
 // progress writes the run's progress line, at most once a wall second.
@@ -781,9 +828,19 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 		h.clock.set(now)
 		for ci, c := range r.camps {
 			n := poisson(h.rng, lambda[ci])
-			for range n {
-				r.spend(ctx, h, c, &h.c[ci], r.bid.draw(h.rng), now)
+			if n == 0 {
+				continue
 			}
+			amounts := h.amounts[:0]
+			for range n {
+				amount := r.bid.draw(h.rng)
+				amounts = append(amounts, amount)
+				r.spend(ctx, h, c, &h.c[ci], amount, now)
+			}
+			if !now.Before(c.day.Start) {
+				oracleSpendAll(c, h.c[ci].oracle.at(c, now), amounts, now)
+			}
+			h.amounts = amounts
 		}
 		if len(h.luaQueue) > 0 {
 			r.flushLua(ctx, h)
@@ -801,8 +858,7 @@ func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCa
 		h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(amount), "")
 		return
 	}
-	r.spendPacer(h, c, hc, amount, now)
-	oracleSpend(c, hc.oracle.at(c, now), amount, now)
+	r.spendPacer(h, c, hc, amount, now) // and the curve oracle, for the tick's arrivals at once (arrivals)
 	if r.enabled[sNoPacing] {
 		spendNoPacing(h, c, hc, amount)
 	}
@@ -945,7 +1001,7 @@ func (m *curveMemo) at(c *campaignRT, now time.Time) *curveMemo {
 // (maxBid) and the budget, and, behind the curve, at most oracleCatchUp x
 // its pace. What it spends of a day's SPENDs is what following the curve
 // could; pacer is judged against 99.5% only where it reaches that. pos is
-// the curve's position at now (curveMemo.at).
+// the curve's position at now (curveMemo.at). The caller holds c.oracleMu.
 func oracleSpend(c *campaignRT, pos *curveMemo, amount int64, now time.Time) {
 	at := pos.pos
 	k := oracleCatchUp
@@ -960,8 +1016,6 @@ func oracleSpend(c *campaignRT, pos *curveMemo, amount int64, now time.Time) {
 	// f04, "spent" 100% where it follows its curve to 98.4%).
 	minute := float64(c.budget) * float64(pos.posAhead-at) / float64(bucket.PPB)
 	target := int64(float64(c.budget) * float64(at) / float64(bucket.PPB))
-	c.oracleMu.Lock()
-	defer c.oracleMu.Unlock()
 	if at > c.oracleLastPPB {
 		step := float64(c.budget) * float64(at-c.oracleLastPPB) / float64(bucket.PPB)
 		c.oracleTokens += k * step
@@ -973,6 +1027,16 @@ func oracleSpend(c *campaignRT, pos *curveMemo, amount int64, now time.Time) {
 	}
 	c.oracleSpent += amount
 	c.oracleTokens -= float64(amount)
+}
+
+// oracleSpendAll serves one arrival tick's arrivals of a campaign on one
+// host through the curve oracle, in order, under one lock.
+func oracleSpendAll(c *campaignRT, pos *curveMemo, amounts []int64, now time.Time) {
+	c.oracleMu.Lock()
+	defer c.oracleMu.Unlock()
+	for _, a := range amounts {
+		oracleSpend(c, pos, a, now)
+	}
 }
 
 func noPacingSpend(remaining *atomic.Int64, amount int64) bool {
