@@ -146,12 +146,18 @@ type Spec struct {
 
 // Fault is one event of the fault schedule. At is measured from the start
 // of the run (the earliest campaign's local midnight). Exactly one of Kill,
-// PauseRedis and StopNATS is set.
+// PauseRedis, StopNATS and RefuseLeases is set.
 type Fault struct {
 	At         Duration `yaml:"at"`
 	Kill       string   `yaml:"kill"`
 	PauseRedis Duration `yaml:"pause_redis"`
 	StopNATS   bool     `yaml:"stop_nats"`
+	// RefuseLeases names a host whose ledger gate refuses new leases for
+	// For, as a host's does when its clock is off by more than the skew
+	// bound: it keeps serving SPENDs from what it holds, and its clients
+	// keep sending them.
+	RefuseLeases string   `yaml:"refuse_leases"`
+	For          Duration `yaml:"for"`
 }
 
 // Baselines selects the alternative strategies run on the same arrivals.
@@ -524,8 +530,19 @@ func (s *Scenario) resolveFaults(p *problems, hosts map[string]bool) {
 		if f.StopNATS {
 			n++
 		}
+		if f.RefuseLeases != "" {
+			n++
+			if !hosts[f.RefuseLeases] {
+				p.add("faults[%d]: refuse_leases: no host named %q", i, f.RefuseLeases)
+			}
+			if f.For <= 0 {
+				p.add("faults[%d]: refuse_leases needs a positive for", i)
+			}
+		} else if f.For != 0 {
+			p.add("faults[%d]: for is refuse_leases's duration", i)
+		}
 		if n != 1 {
-			p.add("faults[%d]: give exactly one of kill, pause_redis, stop_nats", i)
+			p.add("faults[%d]: give exactly one of kill, pause_redis, stop_nats, refuse_leases", i)
 		}
 		if f.At < 0 {
 			p.add("faults[%d]: at %v is negative", i, time.Duration(f.At))

@@ -175,6 +175,10 @@ type hostRT struct {
 	blRng  *rand.Rand // the batching baseline's shard choice
 	c      []hostCampaign
 	warmed []bool
+	// refused: the host's ledger gate refuses new leases (a refuse_leases
+	// fault) until refusedUntil (main goroutine).
+	refused      atomic.Bool
+	refusedUntil time.Time
 
 	lat      [nStrategies][]time.Duration
 	latCount [nStrategies]int
@@ -446,6 +450,12 @@ func (r *runner) openHost(ctx context.Context, i int) error {
 	hr.clock.set(r.start)
 	cfg := r.daemonCfg
 	cfg.Holder, cfg.Clock, cfg.Logger = h.Name, hr.clock, r.log.Named(h.Name)
+	cfg.LedgerGate = func(context.Context) error {
+		if hr.refused.Load() {
+			return errLeasesRefused
+		}
+		return nil
+	}
 	cfg.Curves = make(map[string]*bucket.Curve, len(sc.curves))
 	for k, v := range sc.curves {
 		cfg.Curves[k] = v
@@ -541,6 +551,12 @@ func (r *runner) faultsDue(ctx context.Context, t time.Time, faults []Fault) []F
 	if r.paused.Load() && !t.Before(r.resume) {
 		r.paused.Store(false)
 		r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.first).String(), What: "redis resumed"})
+	}
+	for _, h := range r.hosts {
+		if h.refused.Load() && !t.Before(h.refusedUntil) {
+			h.refused.Store(false)
+			r.faults = append(r.faults, FaultRecord{At: t, Offset: t.Sub(r.first).String(), What: h.name + " takes leases again"})
+		}
 	}
 	kept := faults[:0]
 	for _, f := range faults {
@@ -661,9 +677,21 @@ func (r *runner) applyFault(ctx context.Context, t time.Time, f Fault) {
 		rec.What = fmt.Sprintf("redis paused for %v (every ledger and baseline command fails fast)", time.Duration(f.PauseRedis))
 	case f.StopNATS:
 		rec.What = "nats stopped (no-op: no NATS in pacerd yet)"
+	case f.RefuseLeases != "":
+		for _, h := range r.hosts {
+			if h.name == f.RefuseLeases {
+				h.refused.Store(true)
+				h.refusedUntil = t.Add(time.Duration(f.For))
+			}
+		}
+		rec.What = fmt.Sprintf("%s's ledger gate refuses new leases for %v (as for a clock off by more than the skew bound)", f.RefuseLeases, time.Duration(f.For))
 	}
 	r.faults = append(r.faults, rec)
 }
+
+// errLeasesRefused is what a host's ledger gate answers during a
+// refuse_leases fault.
+var errLeasesRefused = errors.New("sim: this host's leases are refused by the fault schedule (as for a clock off by more than the skew bound)")
 
 // heldBy sums the outstanding leases holder has on every open shard, per
 // campaign (recorded on the campaign) and in total.
