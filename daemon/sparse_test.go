@@ -24,7 +24,9 @@ func TestSparseCampaignSpendsItsBudget(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	daemons := make([]*daemon.Daemon, len(hosts))
 	for i, h := range hosts {
-		daemons[i] = f.daemon(t, h)
+		// A SPEND's fetch gets a second of wall time, not the default 5 ms,
+		// which a loaded machine's fsync can miss (87% spent at load ~15).
+		daemons[i] = f.sparseDaemon(t, h, time.Second)
 	}
 	rng := rand.New(rand.NewPCG(10, 10))
 	// 150 SPENDs of one bid at random instants of the day (1.5x the budget).

@@ -91,20 +91,23 @@ func processCPU(t testing.TB) time.Duration {
 // A 64 KB line of spaces cost redcon's parser about a second of CPU
 // (quadratic). Now it is refused after its first 4 KB. The claim of well
 // under 1 ms lives in BenchmarkInlineLineOfSpaces; this test bounds the
-// whole exchange, client included, generously for a loaded CI machine.
+// whole exchange, client included, generously for a loaded CI machine. The
+// bound is on the median of 20 rounds: the process's CPU in one round also
+// holds whatever the runtime did meanwhile (a garbage collection under
+// -race: 38 ms once at load ~15), while the quadratic parse cost every
+// round about a second.
 func TestLongInlineLineCheap(t *testing.T) {
 	ts := startServer(t, newFakeSpender(), ServerConfig{})
 	spaces := strings.Repeat(" ", 64<<10) + "\r\n"
 	const rounds = 20
-	var worst time.Duration
+	var costs []time.Duration
 	for range rounds {
 		c := dialRaw(t, ts.path)
 		before := processCPU(t)
 		go io.WriteString(c, spaces)
 		got, _ := c.reply()
 		c.expectClosed(t)
-		cpu := processCPU(t) - before
-		worst = max(worst, cpu)
+		costs = append(costs, processCPU(t)-before)
 		if got != inlineTooLong {
 			t.Fatalf("reply %q", got)
 		}
@@ -118,9 +121,11 @@ func TestLongInlineLineCheap(t *testing.T) {
 		t.Fatalf("PING after a blank 4 KB line = %q", got)
 	}
 	cpu := processCPU(t) - before
-	t.Logf("64 KB line of spaces: worst %v of process CPU over %d rounds; 4 KB blank line + PING: %v", worst, rounds, cpu)
-	if worst > 20*time.Millisecond || cpu > 20*time.Millisecond {
-		t.Fatalf("too much CPU: %v per 64 KB line, %v for a 4 KB line (redcon took ~1 s)", worst, cpu)
+	slices.Sort(costs)
+	median, worst := costs[rounds/2], costs[rounds-1]
+	t.Logf("64 KB line of spaces: median %v, worst %v of process CPU over %d rounds; 4 KB blank line + PING: %v", median, worst, rounds, cpu)
+	if median > 20*time.Millisecond || cpu > 20*time.Millisecond {
+		t.Fatalf("too much CPU: %v per 64 KB line (median of %d), %v for a 4 KB line (redcon took ~1 s)", median, rounds, cpu)
 	}
 }
 
