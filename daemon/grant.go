@@ -10,6 +10,7 @@ import (
 
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/pace"
 	"go.uber.org/zap"
 )
 
@@ -150,16 +151,7 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 		if g.Shard.Remaining() == 0 {
 			c.shardDrained(ctx, now, ds, shard)
 		}
-		if call.standing {
-			// Sparse: the fleet holds what the curve allows. Ask again a
-			// lease window later, not every few seconds all day.
-			ds.nextGrantAt = now.Add(cfg.LeaseWindow)
-		} else {
-			// Nothing here yet, or nothing left: the next shard an eighth of
-			// a window later, not every second (a day's last crumbs would
-			// pass from host to host at every sweep).
-			ds.nextGrantAt = now.Add(cfg.LeaseWindow / 8)
-		}
+		ds.nextGrantAt = now.Add(pace.HoldAfter(pace.Answer{Want: call.req.Want, Standing: call.standing, Window: cfg.LeaseWindow}))
 		return false
 	}
 	c.d.counters.leasesGranted.Add(1)
@@ -201,54 +193,26 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 	if call.standing || call.least > 0 { // a standing bid, or a fetch
 		c.shareThrottle(now, ds, g.Granted-carried)
 	}
-	if g.Granted < call.req.Want && (call.standing || ds.supplied(now)) {
-		// Part of what was asked: the rest is not there yet (the shard
-		// releases along the curve). Ask again a quarter window later, not
-		// every second; a host still short of half its target sweeps the
-		// other shards first.
-		ds.nextGrantAt = now.Add(cfg.LeaseWindow / 4)
+	if hold := pace.HoldAfter(pace.Answer{Want: call.req.Want, Granted: g.Granted, Standing: call.standing, Supplied: ds.supplied(now), Window: cfg.LeaseWindow}); hold > 0 {
+		ds.nextGrantAt = now.Add(hold)
 	}
 }
 
 // dripSpan is when a granted lease drips, from dripFrom to dripEnd (its
 // end, end, at the latest), and how much of it carries on what an ended
-// lease took with it (ds.carry). A lease drips evenly to its end, except:
-//   - what it carries on is credited at once, and so is, for a host
-//     starting its supply, a burst window of its target (the controller's
-//     StartCredit), so its first SPENDs are not all paced;
-//   - a lease no larger than a bid, or a standing bid, is credited whole
-//     (dripped, no SPEND of a bid would fit before its feed closes);
-//   - a shard's last lease drips in full a quarter window before its end
-//     (nothing comes after it to spend its last micros).
+// lease took with it (ds.carry): the controller's rule (pace.Drip), given
+// what the lease credits at once: what it carries on, or the start credit
+// of a host starting its supply (the controller's StartCredit) if more.
 func (c *campaign) dripSpan(now time.Time, ds *dayState, call *grantCall, g lease.Grant, end time.Time) (dripFrom, dripEnd time.Time, carried int64) {
-	cfg := c.cfg
-	dripFrom, dripEnd = now, end
 	carried = min(ds.carry, g.Granted)
 	ds.carry -= carried
 	atOnce := carried
 	if ds.plan.Starting {
 		atOnce = max(atOnce, min(ds.plan.StartCredit, g.Granted))
 	}
-	if atOnce > 0 && dripEnd.After(now) {
-		// The drip starts as far back as puts the share credited at once
-		// before now.
-		if f := float64(atOnce) / float64(g.Granted); f < 0.99 {
-			dripFrom = now.Add(-time.Duration(f / (1 - f) * float64(dripEnd.Sub(now))))
-		} else {
-			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-		}
-	}
-	switch {
-	case g.Granted <= c.unit() || call.standing:
-		dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-	case g.Shard.Remaining() == 0:
-		if full := end.Add(-cfg.LeaseWindow / 4); full.After(now) && full.After(dripFrom) {
-			dripEnd = full
-		} else {
-			dripFrom, dripEnd = now.Add(-cfg.BurstWindow), now
-		}
-	}
-	return dripFrom, dripEnd, carried
+	from, to := pace.Drip(pace.DripInput{Granted: g.Granted, AtOnce: atOnce, Bid: c.unit(), Standing: call.standing,
+		LastOfShard: g.Shard.Remaining() == 0, Span: end.Sub(now), Window: c.cfg.LeaseWindow, Burst: c.cfg.BurstWindow})
+	return now.Add(from), now.Add(to), carried
 }
 
 // renew asks the ledger for req in the call that releases the ending lease

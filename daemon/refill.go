@@ -364,17 +364,11 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, d pace.Decisio
 			return 0, false
 		}
 	}
-	if len(ds.leases) > 0 && now.Sub(ds.lastGrantAt) < minGrantGap {
-		return 0, false // a ledger call a second at most while leases drip
+	if !pace.MayAsk(pace.Gate{SinceGrant: now.Sub(ds.lastGrantAt), Holding: len(ds.leases) > 0}) {
+		return 0, false // a ledger call a pace.MinGrantGap at most while leases drip
 	}
 	return d.Ask, false
 }
-
-// minGrantGap is the least time between two grants while this host holds
-// leases: the controller asks again as soon as its target outgrows what
-// drips by a quarter (a fresh daemon's first lease was sized before it had
-// seen its demand), but not at every tick.
-const minGrantGap = time.Second
 
 // plan is the pacing controller's decision for the campaign now (package
 // pace), given what the leases this host holds supply, and those that end
