@@ -121,6 +121,7 @@ type campaign struct {
 	// recentN so far): a jump in demand (followJump).
 	recent  [rampSamples]demandSample
 	recentN int
+	jumpAt  time.Time // when followJump last restarted the EWMAs
 	// share: this host's share of the fleet's demand for the campaign (0:
 	// not known yet), from the demand flushes; it caps leases when the
 	// campaign is supply-constrained, so hosts get budget in proportion to

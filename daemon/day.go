@@ -140,6 +140,9 @@ type heldLease struct {
 	expiry time.Time
 	end    time.Time // spendable until: expiry - skew bound
 	drip   int64     // micros a second it supplies: amount over its span
+	// fetched: granted for a SPEND (fetchFor), not sized by the
+	// controller: the host's next regular grant renews it.
+	fetched bool
 }
 
 // supplied reports whether the leases held supply at least half the
@@ -223,6 +226,17 @@ func (ds *dayState) pickShard() (int, bool) {
 		}
 	}
 	return best, best >= 0
+}
+
+// fetchedLease returns a lease held that a SPEND fetched (refill loop).
+func (ds *dayState) fetchedLease() (string, bool) {
+	var best string
+	for id, h := range ds.leases {
+		if h.fetched && (best == "" || id < best) {
+			best = id
+		}
+	}
+	return best, best != ""
 }
 
 // oldestLease returns the held lease that ends first (refill loop).

@@ -161,6 +161,7 @@ func (c *campaign) followJump(now time.Time, req, calls int64) {
 	}
 	c.rate = float64(req-from.requested) / span * c.rateWeight
 	c.callRate = k / span * c.rateWeight
+	c.jumpAt = now
 }
 
 // meanSpendWindow is how many of a host's last SPENDs its mean SPEND is

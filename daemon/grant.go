@@ -184,7 +184,7 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 		c.releaseLease(ctx, now, call.release(c, g.Granted))
 		return
 	}
-	held := heldLease{shard: call.shard, amount: g.Granted, expiry: call.req.Expiry, end: end}
+	held := heldLease{shard: call.shard, amount: g.Granted, expiry: call.req.Expiry, end: end, fetched: call.least > 0 && !call.standing}
 	if span := end.Sub(now).Seconds(); span > 0 {
 		held.drip = int64(min(float64(g.Granted)/span, math.MaxInt64/2))
 	}

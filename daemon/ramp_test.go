@@ -8,6 +8,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
 )
 
 // rampMinute is what one simulated minute of the ramp test cost and decided.
@@ -26,13 +27,13 @@ type rampMinute struct {
 // for their fetched lease however loaded the machine: what is counted is
 // the daemon's sizing, not the speed of Redis.
 //
-// The 10-second demand EWMAs alone followed the jump in tens of seconds:
-// 680 SPENDs of 12,000 paced in the first minute (5.7%), 15 commands per
-// campaign-minute against 5.1 steady (2.9x). Restarted from the last
-// second's demand on a jump (followJump): 40 paced (the first two SPENDs
-// of each campaign), 12.1 (2.4x). The issue's goals (2x, none paced) are
-// not met yet: what is left is the first lease calls, which the pacing
-// controller sizes.
+// Goals (issue 36): the first minute costs at most twice a steady one, and
+// no SPEND is paced. The campaign's first SPENDs fetch their leases; the
+// jump in demand (followJump) sizes its first regular leases within half a
+// second, the first of them asked at once, not a minGrantGap after the
+// floor lease asked before the jump was seen; and those regular leases
+// renew the fetched ones, so a fetched lease costs no release call of its
+// own.
 func TestIdleToBusyRamp(t *testing.T) {
 	const n = 20
 	f := newFixture(t)
@@ -52,6 +53,12 @@ func TestIdleToBusyRamp(t *testing.T) {
 	for range 600 { // a minute idle
 		f.clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
+	}
+	// A fleet that has run a while has the demand script loaded: its first
+	// use on this fresh redis-server (NOSCRIPT, then EVAL) is no cost of
+	// the ramp.
+	if _, err := ledger.AddDemand(ctx, "primer", day, midnight, lease.Demand{Slot: 1, Allowed: 1, Requests: 1, MicrosAsked: 1}); err != nil {
+		t.Fatal(err)
 	}
 	kinds.take()
 	var minutes []rampMinute
@@ -82,15 +89,12 @@ func TestIdleToBusyRamp(t *testing.T) {
 		t.Logf("minute %d: %.1f commands per campaign-minute, %d of %d SPENDs paced: %v", i, perMinute[i], m.paced, m.spends, m.commands)
 	}
 	steady := slices.Sorted(slices.Values(perMinute[1:]))[len(perMinute[1:])/2] // the median
-	if perMinute[0] > 2.5*steady {
-		t.Errorf("the ramp's first minute cost %.1f commands per campaign-minute, %.1fx the steady %.1f: want at most 2.5x", perMinute[0], perMinute[0]/steady, steady)
+	if perMinute[0] > 2*steady {
+		t.Errorf("the ramp's first minute cost %.1f commands per campaign-minute, %.1fx the steady %.1f: want at most 2x", perMinute[0], perMinute[0]/steady, steady)
 	}
-	if paced := minutes[0].paced; paced > 2*n {
-		t.Errorf("%d SPENDs paced in the ramp's first minute at a fifth of the pace: want at most 2 a campaign (%d)", paced, 2*n)
-	}
-	for i, m := range minutes[1:] {
+	for i, m := range minutes {
 		if m.paced > 0 {
-			t.Errorf("minute %d: %d SPENDs paced at a fifth of the pace", i+1, m.paced)
+			t.Errorf("minute %d: %d SPENDs paced at a fifth of the pace", i, m.paced)
 		}
 	}
 }

@@ -165,7 +165,7 @@ func (c *campaign) observe(ctx context.Context, now time.Time, s *settings, ds *
 // while the bucket was full is not (credited, it would be forgone again).
 // What this tick's grants do not take is not carried on.
 func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *dayState, t tick) {
-	want, standing := c.want(now, s, ds, t.d)
+	want, standing := c.want(now, s, ds, t)
 	closed := t.closed
 	if t.ending != "" && want > 0 {
 		if cl, ok := ds.b.CloseFeed(now, t.ending); ok {
@@ -182,6 +182,18 @@ func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *da
 				closed = append(closed, cl)
 				want += cl.Unused
 				ds.shardFilled[ds.leases[id].shard] = true // renew on its shard
+			}
+		}
+	}
+	if want > 0 && !standing && len(closed) == 0 {
+		// The host's first regular lease after SPENDs fetched theirs (a
+		// campaign turning busy) renews one of them: the ledger counts its
+		// spent at once, and it costs no release of its own.
+		if id, ok := ds.fetchedLease(); ok {
+			if cl, ok := ds.b.CloseFeed(now, id); ok {
+				closed = append(closed, cl)
+				want += cl.Unused
+				ds.shardFilled[ds.leases[id].shard] = true
 			}
 		}
 	}
@@ -327,7 +339,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 // StandingWindow and renewed, for as long as StandingIdle after its last
 // SPEND here, so its next SPEND finds a bid in the bucket rather than an
 // empty one (standing is then true).
-func (c *campaign) want(now time.Time, s *settings, ds *dayState, d pace.Decision) (int64, bool) {
+func (c *campaign) want(now time.Time, s *settings, ds *dayState, t tick) (int64, bool) {
 	cfg := c.cfg
 	if ds.exhausted.Load() || ds.closed || now.Before(ds.nextGrantAt) {
 		return 0, false
@@ -364,10 +376,12 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, d pace.Decisio
 			return 0, false
 		}
 	}
-	if !pace.MayAsk(pace.Gate{SinceGrant: now.Sub(ds.lastGrantAt), Holding: len(ds.leases) > 0}) {
+	gate := pace.Gate{SinceGrant: now.Sub(ds.lastGrantAt), Holding: len(ds.leases) > 0, Jumped: c.jumpAt.After(ds.lastGrantAt)}
+	gate.Renewing = t.ending != "" || (len(t.closed) > 0 && len(ds.leases)-len(t.closed) <= 1)
+	if !pace.MayAsk(gate) {
 		return 0, false // a ledger call a pace.MinGrantGap at most while leases drip
 	}
-	return d.Ask, false
+	return t.d.Ask, false
 }
 
 // plan is the pacing controller's decision for the campaign now (package

@@ -7,7 +7,15 @@ import "time"
 // 12 to 14 of the contract (cadence_test.go checks each over random
 // inputs); the refill loop in package daemon asks these and does the I/O.
 //
-//  12. At most one grant a MinGrantGap while a host holds leases.
+//  12. At most one grant a MinGrantGap while a host holds leases, except
+//      an ask that renews a lease ending now (the same call gives it
+//      back) or replaces one that ended this tick while at most one other
+//      still drips (waiting, the host's supply would stop or halve for
+//      the rest of the gap), and the first ask after a jump in the host's
+//      demand (its estimate restarted since its last grant: the lease
+//      sized from it is due now, not a gap after one sized before the
+//      jump was seen). Each exception follows a lease's end or a jump, so
+//      a host's grants stay bounded by its leases.
 //
 //  13. After a shard's answer, a host waits before its next regular ask:
 //      nothing after a grant of all it asked; after none, a lease window
@@ -42,11 +50,15 @@ const MinGrantGap = time.Second
 type Gate struct {
 	SinceGrant time.Duration // since its last grant of the day
 	Holding    bool          // it holds leases of the day
+	Jumped     bool          // its demand estimate jumped since its last grant
+	// Renewing: a lease ends now (this ask renews it), or one ended this
+	// tick while at most one other still drips (this ask replaces it).
+	Renewing bool
 }
 
 // MayAsk reports whether a host may ask now (condition 12).
 func MayAsk(g Gate) bool {
-	return !g.Holding || g.SinceGrant >= MinGrantGap
+	return !g.Holding || g.SinceGrant >= MinGrantGap || g.Jumped || g.Renewing
 }
 
 // Answer is what a shard granted of a host's ask.

@@ -8,13 +8,24 @@ import (
 )
 
 // Condition 12 over random gates: a host holding leases asks at most once
-// a MinGrantGap.
+// a MinGrantGap, unless it renews or replaces a lease or its demand jumped.
 func TestMayAskProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 12))
 	for i := range 200_000 {
-		g := Gate{SinceGrant: time.Duration(r.Int64N(int64(3 * MinGrantGap))), Holding: r.IntN(2) == 0}
-		if got, want := MayAsk(g), !g.Holding || g.SinceGrant >= MinGrantGap; got != want {
-			t.Fatalf("#%d %+v: may ask %v, want %v", i, g, got, want)
+		g := Gate{SinceGrant: time.Duration(r.Int64N(int64(3 * MinGrantGap))), Holding: r.IntN(2) == 0,
+			Jumped: r.IntN(4) == 0, Renewing: r.IntN(4) == 0}
+		got := MayAsk(g)
+		switch {
+		case !g.Holding || g.SinceGrant >= MinGrantGap:
+			if !got {
+				t.Fatalf("#%d %+v: held back with no lease held or past the gap", i, g)
+			}
+		case g.Jumped || g.Renewing:
+			if !got {
+				t.Fatalf("#%d %+v: a renewal or the first ask after a jump is held back by the gap", i, g)
+			}
+		case got:
+			t.Fatalf("#%d %+v: a second regular ask within the gap while leases drip", i, g)
 		}
 	}
 }
