@@ -139,6 +139,7 @@ type campaign struct {
 	bidSentDay string       // the day it was sent for
 	lastFlush  time.Time
 	pending    []release
+	unanswered []ask // grant calls whose answers were lost (asks.go)
 	seenDays   map[string]bool
 }
 

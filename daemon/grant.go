@@ -60,6 +60,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	call := &grantCall{shard: shard, standing: standing, least: least, ending: ending,
 		req: c.grantRequest(now, s, ds, key, want, least, standing)}
+	c.d.journalAsked(call.req) // answered by the G line (feed) or a C line
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
 	var g lease.Grant
@@ -71,8 +72,13 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		g, err = c.ledger.Grant(cctx, call.req)
 		c.d.observeLedger("grant", start, err)
 	}
-	if c.answered(ctx, now, ds, call, g, err) {
+	switch {
+	case c.answered(ctx, now, ds, call, g, err):
 		c.feed(ctx, now, ds, call, g)
+	case errors.Is(err, lease.ErrNoAnswer):
+		c.lostAnswer(call.req) // maybe granted: looked up next tick
+	case g.Granted == 0:
+		c.d.journalClosed(call.req.LeaseID, 0) // answered: nothing granted
 	}
 }
 

@@ -23,9 +23,13 @@ import (
 // next run gives back exactly what the crashed one could not have spent,
 // instead of the reconciler settling every held lease as wholly spent.
 //
-// It is an append-only file of one line per event: a grant (G, written
-// before the lease's tokens enter the bucket), a close (C: a release the
-// ledger acknowledged, with the micros it took back, or a settlement), a
+// It is an append-only file of one line per event: an ask (A, written
+// before a grant or renewal call names its new lease id: a crash, or a
+// call whose answer is lost, may leave the ledger holding a lease nobody
+// fed into a bucket, which the next run or tick gives back whole), a grant
+// (G, written before the lease's tokens enter the bucket; it answers the
+// ask), a close (C: a release the ledger acknowledged, with the micros it
+// took back, or a settlement, or an ask answered with nothing), a
 // fence (T: an instant the writer decides no SPEND beyond, see Fence), the
 // machine boot it was written under (B), what a Reclaim decided to give
 // back of a dead run's leases of one campaign-day (U, one line before any
@@ -57,10 +61,13 @@ import (
 // A Journal is safe for concurrent use. Only one daemon may use a journal
 // file at a time (Open locks its StateDir; the spent map is locked too).
 type Journal struct {
-	mu    sync.Mutex
-	path  string
-	f     *os.File
-	open  map[string]JournalLease
+	mu   sync.Mutex
+	path string
+	f    *os.File
+	open map[string]JournalLease
+	// asked: leases asked for and not answered yet (A lines without a G or
+	// C line): nothing of them can have been spent.
+	asked map[string]JournalAsk
 	stale int // close and fence lines since the file was last compacted
 	log   *zap.Logger
 	// fence is the latest fence recorded (unix ns), by this run or a
@@ -111,6 +118,13 @@ type JournalLease struct {
 	Expiry time.Time
 }
 
+// JournalAsk is a lease asked for whose answer the journal has not seen.
+type JournalAsk struct {
+	ID     string
+	Key    lease.ShardKey
+	Expiry time.Time // the lease's, had it been granted
+}
+
 // Unspendable returns the part of the lease that a bucket following its
 // drip schedule had not dripped by now: floor-exact, as the bucket computes
 // it, so it never exceeds what was undripped at any earlier instant.
@@ -138,7 +152,7 @@ func OpenJournal(path string, log *zap.Logger) (*Journal, []JournalLease, error)
 	if log == nil {
 		log = zap.NewNop()
 	}
-	j := &Journal{path: path, open: map[string]JournalLease{}, log: log.Named("journal"), boot: machineBoot(),
+	j := &Journal{path: path, open: map[string]JournalLease{}, asked: map[string]JournalAsk{}, log: log.Named("journal"), boot: machineBoot(),
 		shares: map[string]reclaimShare{}, totals: map[runShard]lease.History{}, reasserted: map[string]bool{}}
 	if err := j.load(); err != nil {
 		return nil, nil, err
@@ -209,6 +223,7 @@ func (j *Journal) apply(line string) error {
 			returned = n
 		}
 		j.closeLease(f[1], returned)
+		delete(j.asked, f[1])
 		return nil
 	case len(f) >= 4 && (len(f)-1)%3 == 0 && f[0] == "U":
 		return j.applyShares(f[1:])
@@ -227,6 +242,8 @@ func (j *Journal) apply(line string) error {
 		}
 		j.fence.Store(max(j.fence.Load(), ns))
 		return nil
+	case len(f) == 6 && f[0] == "A":
+		return j.applyAsk(f[1:])
 	case len(f) == 9 && f[0] == "G":
 		var v [5]int64
 		for i, s := range []string{f[5], f[6], f[7], f[8], f[4]} {
@@ -248,8 +265,28 @@ func (j *Journal) apply(line string) error {
 	return errors.New("unknown record")
 }
 
+// applyAsk reads an A line: id campaign day shard expiry_ms.
+func (j *Journal) applyAsk(f []string) error {
+	shard, err := strconv.Atoi(f[3])
+	if err != nil || shard < 0 || !lease.ValidCampaignID(f[1]) {
+		return errors.New("out of range")
+	}
+	ms, err := strconv.ParseInt(f[4], 10, 64)
+	if err != nil {
+		return fmt.Errorf("field %q: %w", f[4], err)
+	}
+	j.asked[f[0]] = JournalAsk{ID: f[0], Key: lease.ShardKey{Campaign: f[1], Day: f[2], Shard: shard}, Expiry: time.UnixMilli(ms)}
+	return nil
+}
+
+func askLine(a JournalAsk) string {
+	return fmt.Sprintf("A %s %s %s %d %d\n", a.ID, a.Key.Campaign, a.Key.Day, a.Key.Shard, a.Expiry.UnixMilli())
+}
+
 // opened notes an open lease and counts it in its run's totals; under mu.
+// It answers the lease's ask.
 func (j *Journal) opened(jl JournalLease) {
+	delete(j.asked, jl.ID)
 	if _, dup := j.open[jl.ID]; dup {
 		return
 	}
@@ -329,6 +366,9 @@ func (j *Journal) compact() error {
 	j.writeTotals(&b)
 	for _, jl := range j.open {
 		b.WriteString(grantLine(jl))
+	}
+	for _, a := range j.asked {
+		b.WriteString(askLine(a))
 	}
 	j.writeShares(&b)
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o640); err != nil {
@@ -415,6 +455,34 @@ func sharesLine(ids []string, shares map[string]reclaimShare) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// Asked records a lease asked for, before the call that may grant it.
+func (j *Journal) Asked(a JournalAsk) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return errors.New("lease journal closed")
+	}
+	if _, err := j.f.WriteString(askLine(a)); err != nil {
+		return fmt.Errorf("lease journal: %w", err)
+	}
+	j.asked[a.ID] = a
+	j.stale++
+	return nil
+}
+
+// Asks returns the leases asked for whose answer the journal has not seen:
+// by a previous run, which died during the call, or by this one, when the
+// call's answer was lost (Daemon.resolveAsks).
+func (j *Journal) Asks() []JournalAsk {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]JournalAsk, 0, len(j.asked))
+	for _, a := range j.asked {
+		out = append(out, a)
+	}
+	return out
 }
 
 // Granted records a lease before its tokens become spendable.
@@ -550,19 +618,23 @@ func (j *Journal) Closed(id string) { j.Released(id, 0) }
 
 // Released records that the ledger acknowledged a lease's release, taking
 // back returned of its micros (0 if it was settled as spent): nothing is
-// left to reclaim, and the spent map forgets the lease.
+// left to reclaim, and the spent map forgets the lease. Of a lease asked
+// for and never granted (or granted and given back before it was fed), it
+// records the answer.
 func (j *Journal) Released(id string, returned int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	jl, ok := j.open[id]
-	if !ok || j.f == nil {
+	_, asked := j.asked[id]
+	if !ok && !asked || j.f == nil {
 		return
 	}
+	delete(j.asked, id)
 	j.closeLease(id, returned)
 	if _, err := j.f.WriteString("C " + id + " " + strconv.FormatInt(max(returned, 0), 10) + "\n"); err != nil {
 		j.log.Warn("lease journal: cannot record a close; a restart may release the lease again (a no-op)", zap.Error(err))
 	}
-	if seq, ok := leaseSeq(id); ok && j.spent != nil {
+	if seq, isSeq := leaseSeq(id); ok && isSeq && j.spent != nil {
 		j.spent.released(spentKeyOf(jl), seq)
 	}
 	if j.stale++; j.stale >= compactAfter {
@@ -617,12 +689,13 @@ func (j *Journal) Close() error {
 // whatever this run's clock says.
 func (d *Daemon) Reclaim(ctx context.Context, j *Journal, left []JournalLease) (int64, error) {
 	now := d.cfg.Clock.Now()
+	asked, askErr := d.reclaimAsks(ctx, j, now)
 	at := d.reclaimInstant(now, j)
 	// Leases kept for a later run are taken at this instant too.
 	j.reclaimedAt(at)
 	shares, err := j.planReclaim(left, at)
-	errs := []error{err}
-	var back int64
+	errs := []error{askErr, err}
+	back := asked
 	for _, jl := range left {
 		sh, ok := shares[jl.ID]
 		if !ok || !j.isOpen(jl.ID) {

@@ -164,6 +164,11 @@ type modelRun struct {
 	// or a restore of the last backup (the "backup" and "restore" kinds),
 	// drawn aside as sparseRng; nil for the regression seeds.
 	restoreRng *rand.Rand
+	// answerRng turns some steps into a node's tick whose ledger calls'
+	// answers are all lost (the "lost-answers" kind), the node then killed
+	// or not: a grant applied whose answer never came; drawn aside as
+	// sparseRng, nil for the regression seeds.
+	answerRng  *rand.Rand
 	backup     *shardBackup
 	watermarks *memWatermarks
 	dLedger    *lease.Ledger          // the daemons' ledger
@@ -217,11 +222,12 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	m.sparseRng = rand.New(rand.NewPCG(seed, 0x5ba55e))
 	m.rareRng = rand.New(rand.NewPCG(seed, 0xfe7c4))
 	m.restoreRng = rand.New(rand.NewPCG(seed, 0xba0c))
+	m.answerRng = rand.New(rand.NewPCG(seed, 0xa115e7))
 	m.changes = map[history.DayKey]int{}
 	m.watermarks = &memWatermarks{w: map[string]lease.Watermark{}}
 	for _, rs := range regressionSeeds {
 		if rs.seed == seed {
-			m.sparseRng, m.rareRng, m.restoreRng = nil, nil, nil
+			m.sparseRng, m.rareRng, m.restoreRng, m.answerRng = nil, nil, nil, nil
 		}
 	}
 	ledger := func(role string) *lease.Ledger {
@@ -377,6 +383,27 @@ func (m *modelRun) crashRestart(r *rand.Rand, n *modelNode) {
 	m.startNode(n, m.dLedger)
 }
 
+// loseAnswers runs one tick of node n's daemon whose ledger calls all reach
+// Redis and lose their answers (each call's retries too), after the clock
+// moves on enough for it to renew or grant; then, half the time, kills it
+// before its next tick, as a SIGKILL during the calls would: a lease
+// granted whose answer never came must never be spent, whether the daemon
+// or its successor gives it back.
+func (m *modelRun) loseAnswers(r *rand.Rand, n *modelNode) {
+	m.clock.Add(time.Duration(200+r.IntN(5800)) * time.Millisecond)
+	m.register()
+	p := m.env.proxies["daemon"]
+	for range 40 {
+		p.ResetAfter(faultproxy.Scripts)
+	}
+	n.d.Step(ctx)
+	fired := 40 - p.Disarm()
+	m.note("", "%s ticks and every answer to its %d ledger scripts is lost", n.name, fired)
+	if r.IntN(2) == 0 {
+		m.crashRestart(r, n)
+	}
+}
+
 func (m *modelRun) reconciler() *reconcile.Reconciler {
 	off := time.Duration(m.rng.IntN(901)-450) * time.Millisecond
 	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off},
@@ -490,6 +517,9 @@ func (m *modelRun) op() {
 	}
 	if m.rareRng != nil && m.rareRng.IntN(30) == 0 {
 		kind = "rare" // likewise
+	}
+	if m.answerRng != nil && m.answerRng.IntN(30) == 0 {
+		kind = "lost-answers" // likewise
 	}
 	// Each step makes its choices from its own generator, so that turning a
 	// kind off leaves the rest of the history as it was.
@@ -637,6 +667,8 @@ func (m *modelRun) do(kind string) bool {
 		m.note(c.stored.ID, "operator sets %s %s", c.stored.ID, state)
 	case "crash-restart":
 		m.crashRestart(r, n)
+	case "lost-answers":
+		m.loseAnswers(r, n)
 	case "backup":
 		return m.takeBackup(c)
 	case "restore":

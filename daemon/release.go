@@ -140,6 +140,8 @@ func (c *campaign) smallestSpend() int64 {
 	return least
 }
 
+// retryReleases retries the releases not acknowledged yet, then resolves
+// the grant calls whose answers were lost (whose leases it may release).
 func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 	kept := c.pending[:0]
 	for _, r := range c.pending {
@@ -148,6 +150,7 @@ func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 		}
 	}
 	c.pending = kept
+	c.resolveAsks(ctx, now)
 }
 
 // dropDay revokes the day's bucket and releases every lease it held.

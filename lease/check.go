@@ -254,6 +254,23 @@ func (l *Ledger) Leases(ctx context.Context, k ShardKey) ([]LeaseRecord, error) 
 	return parseLeases(k, m)
 }
 
+// LeaseOf returns a shard's outstanding lease id, and whether the shard
+// holds it (not granted, or closed already: false).
+func (l *Ledger) LeaseOf(ctx context.Context, k ShardKey, id string) (LeaseRecord, bool, error) {
+	rec, err := l.rdb.HGet(ctx, k.keys()[1], id).Result()
+	if errors.Is(err, redis.Nil) {
+		return LeaseRecord{}, false, nil
+	}
+	if err != nil {
+		return LeaseRecord{}, false, fmt.Errorf("ledger %s: lease %s: %w", k, id, err)
+	}
+	recs, err := parseLeases(k, map[string]string{id: rec})
+	if err != nil {
+		return LeaseRecord{}, false, err
+	}
+	return recs[0], true, nil
+}
+
 // DayLeases lists the outstanding leases of every shard of a campaign-day,
 // in one pipelined round trip (not a transaction: under Cluster each shard
 // is its own slot). A day not (completely) opened has none.

@@ -40,6 +40,11 @@ var (
 	// Redis lost writes it had acknowledged (restarted from an older AOF or
 	// snapshot, or failed over to a lagging replica).
 	ErrLedgerDiverged = errors.New("lease: ledger lost acknowledged writes (history diverged)")
+	// ErrNoAnswer: a script call got no answer (a timeout, a connection
+	// lost after the call was sent): it may or may not have run. A grant
+	// that ends so may have leased micros the caller does not know of: look
+	// the lease up by its id (LeaseOf) and release it.
+	ErrNoAnswer = errors.New("lease: no answer from the ledger (the call may have been applied)")
 	// ErrUnknownLease: no such lease on the shard.
 	ErrUnknownLease = errors.New("lease: unknown lease")
 	// ErrFenced: a reconciler call carried a fencing token older than one the

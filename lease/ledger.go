@@ -271,6 +271,8 @@ func (l *Ledger) run(ctx context.Context, s *function, k ShardKey, args ...any) 
 	var notDurable error
 	if errors.Is(err, ErrNotDurable) && res != nil {
 		notDurable = fmt.Errorf("ledger %s: %w", k, err)
+	} else if err != nil && (retriable(err) || ctx.Err() != nil) {
+		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w: %w", k, ErrNoAnswer, err)
 	} else if err != nil {
 		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w", k, err)
 	}

@@ -1,0 +1,184 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/internal/clocktest"
+	"github.com/pacer/pacer/internal/faultproxy"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
+	"github.com/redis/go-redis/v9"
+)
+
+// A grant call that the ledger applies but whose every answer is lost
+// leases micros no bucket ever drips: nothing of them can be spent, and the
+// daemon gives the lease back whole, whether it lives on (the next tick
+// looks the lease up by its id) or dies before it learns the answer (a
+// SIGKILL during the call: its successor finds the ask in the journal).
+// Without it the lease expires and is settled as spent: lost to the day.
+// Real redis-server behind a fault proxy; the clock is moved.
+func TestLostGrantAnswerGivesTheLeaseBack(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "daemon lives on", true: "daemon killed during the call"}[crash], func(t *testing.T) {
+			lostGrantAnswer(t, crash)
+		})
+	}
+}
+
+func lostGrantAnswer(t *testing.T, crash bool) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.Start(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	// As pacerd's ledger client: no go-redis retries (lease.Dial).
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
+	ledger, direct := lease.New(rdb, cfg, nil), lease.New(srv.Client(), cfg, nil)
+	if _, err := direct.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 8_640_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "leases.journal")
+	start := func() (*Daemon, *Journal, []JournalLease) {
+		j, left, err := OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}, Journal: j})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, j, left
+	}
+	d, j, _ := start()
+	for range 5 {
+		clock.Add(time.Second)
+		d.Step(ctx)
+		spendAll(t, d, 10)
+	}
+	c, ok := d.campaigns.get("c")
+	if !ok {
+		t.Fatal("campaign c not loaded")
+	}
+	// One grant: it runs, and its answer is lost, as are the ledger's own
+	// retries' (each finds the lease granted, and is cut off too).
+	c.loopMu.Lock()
+	for range 10 {
+		proxy.ResetAfter(faultproxy.Scripts)
+	}
+	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 1_000_000, 0, false, nil)
+	proxy.Disarm()
+	lost := append([]ask(nil), c.unanswered...)
+	c.loopMu.Unlock()
+	asks := j.Asks()
+	if len(lost) != 1 || len(asks) != 1 || asks[0].ID != lost[0].id {
+		t.Fatalf("after the lost answer: %d asks unresolved in the daemon, journal asks %+v; want the one call's", len(lost), asks)
+	}
+	key := lost[0].key
+	rec, granted, err := direct.LeaseOf(ctx, key, lost[0].id)
+	if err != nil || !granted || rec.Amount <= 0 {
+		t.Fatalf("the ledger holds lease %s: %v %+v (err %v); want it granted by the call whose answer was lost", lost[0].id, granted, rec, err)
+	}
+	if crash {
+		j.Close() // SIGKILL: no release, no tick; the journal keeps the ask
+		d2, j2, left := start()
+		t.Cleanup(func() { d2.Close(ctx) })
+		back, err := d2.Reclaim(ctx, j2, left)
+		if err != nil || back < rec.Amount {
+			t.Fatalf("the restart gave back %d micros (err %v); want at least the %d of the lease it never fed", back, err, rec.Amount)
+		}
+		j = j2
+	} else {
+		t.Cleanup(func() { d.Close(ctx) })
+		clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	if _, held, err := direct.LeaseOf(ctx, key, rec.ID); err != nil || held {
+		t.Fatalf("lease %s still held by the ledger (err %v); want it released", rec.ID, err)
+	}
+	if got, ok := releasedUnused(t, srv.Client(), key, rec.ID); !ok || got != rec.Amount {
+		t.Fatalf("lease %s released with %d unused (entry found: %v); want all %d of it", rec.ID, got, ok, rec.Amount)
+	}
+	if a := j.Asks(); len(a) != 0 {
+		t.Fatalf("journal asks left unresolved: %+v", a)
+	}
+}
+
+// releasedUnused returns the unused micros of lease id's release entry in
+// the shard's audit stream, and whether there is one.
+func releasedUnused(t *testing.T, rdb *redis.Client, k lease.ShardKey, id string) (int64, bool) {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), k.AuditKey(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.Values["ev"] != "release" || m.Values["lease"] != id {
+			continue
+		}
+		n, err := strconv.ParseInt(m.Values["unused"].(string), 10, 64)
+		if err != nil {
+			t.Fatalf("entry %s: unused %v", m.ID, m.Values["unused"])
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// The journal keeps an ask until its answer: a G line (the lease fed) or a
+// C line (answered with nothing, or released) answers it; an open ask
+// survives a reopen and the compaction that follows, and a malformed A
+// line is skipped, not fatal.
+func TestJournalKeepsAsksUntilAnswered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.journal")
+	j, _, err := OpenJournal(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := lease.ShardKey{Campaign: "c", Day: "2026-11-21", Shard: 2}
+	exp := time.UnixMilli(1_795_000_000_000)
+	for _, id := range []string{"h-b-1", "h-b-2", "h-b-3"} {
+		if err := j.Asked(JournalAsk{ID: id, Key: key, Expiry: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Granted(JournalLease{ID: "h-b-1", Key: key, Amount: 10, DripStart: exp.Add(-time.Second), DripEnd: exp, Expiry: exp}); err != nil {
+		t.Fatal(err)
+	}
+	j.Closed("h-b-2")
+	j.Close()
+	if err := os.WriteFile(path, append(must(os.ReadFile(path)), "A h-b-9 c 2026-11-21 x 5\n"...), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second open reads the first's compaction
+		j, left, err := OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []JournalAsk{{ID: "h-b-3", Key: key, Expiry: exp}}
+		if got := j.Asks(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("asks after reopening: %+v; want %+v", got, want)
+		}
+		if len(left) != 1 || left[0].ID != "h-b-1" {
+			t.Fatalf("open leases after reopening: %+v; want h-b-1", left)
+		}
+		j.Close()
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
