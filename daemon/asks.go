@@ -40,38 +40,46 @@ func (c *campaign) lostAnswer(req lease.GrantRequest) {
 
 // resolveAsks resolves the calls whose answers were lost: each lease the
 // ledger holds is released whole; each it does not hold was never granted.
+// While the ledger does not answer (an outage makes an ask of every grant
+// tried), a tick spends at most one lookup on them.
 func (c *campaign) resolveAsks(ctx context.Context, now time.Time) {
-	kept := c.unanswered[:0]
+	done := 0
 	for _, a := range c.unanswered {
-		if !c.resolveAsk(ctx, now, a) {
-			kept = append(kept, a)
+		resolved, answered := c.resolveAsk(ctx, now, a)
+		if resolved {
+			done++
+		}
+		if !answered {
+			break
 		}
 	}
-	clear(c.unanswered[len(kept):])
-	c.unanswered = kept
+	c.unanswered = append(c.unanswered[:0], c.unanswered[done:]...)
 }
 
-// resolveAsk reports whether the ask is done with.
-func (c *campaign) resolveAsk(ctx context.Context, now time.Time, a ask) bool {
+// resolveAsk reports whether the ask is done with, and whether the ledger
+// answered its lookup.
+func (c *campaign) resolveAsk(ctx context.Context, now time.Time, a ask) (resolved, answered bool) {
+	if now.After(a.until) { // as a release given up on (tryRelease)
+		c.log.Warn("giving up on a grant whose answer was lost; the ledger has settled it if it was granted",
+			zap.Stringer("shard", a.key), zap.String("lease", a.id))
+		c.d.journalClosed(a.id, 0)
+		return true, true
+	}
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	rec, found, err := c.ledger.LeaseOf(cctx, a.key, a.id)
 	cancel()
 	switch {
-	case err != nil && now.After(a.until):
-		c.log.Warn("giving up on a grant whose answer was lost; the ledger settles it if it was granted",
-			zap.Stringer("shard", a.key), zap.String("lease", a.id), zap.Error(err))
-		return true
 	case err != nil:
-		return false
+		return false, false
 	case !found:
 		c.d.journalClosed(a.id, 0)
-		return true
+		return true, true
 	}
 	c.d.ran.add(a.key, rec.Amount, 0) // the shard recorded it
 	c.log.Warn("a lease granted by a call whose answer was lost is given back whole",
 		zap.Stringer("shard", a.key), zap.String("lease", a.id), zap.Int64("amount", rec.Amount))
 	c.releaseLease(ctx, now, release{key: a.key, id: a.id, amount: rec.Amount, unused: rec.Amount, expiry: rec.Expiry, until: a.until})
-	return true
+	return true, true
 }
 
 // journalAsked records a lease asked for, before the call that may grant it.
