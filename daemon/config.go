@@ -29,6 +29,30 @@ func (f ClockFunc) Now() time.Time { return f() }
 // SystemClock is the wall clock.
 var SystemClock Clock = ClockFunc(time.Now)
 
+// WaitClock is a Clock that also measures the daemon's waits on the
+// ledger within a SPEND (a sparse campaign's fetch, SparseWait) in its own
+// time; on any other Clock they are measured on the wall clock. The
+// simulator's clocks are WaitClocks: a host's clock stands still while its
+// SPEND is decided, so a fetch there ends when the ledger answers, however
+// loaded the machine running the simulation (its figures depend on
+// simulated time only).
+type WaitClock interface {
+	Clock
+	// NewTimer is time.NewTimer on the clock: the channel receives once d
+	// has passed on it; stop releases the timer.
+	NewTimer(d time.Duration) (c <-chan time.Time, stop func() bool)
+}
+
+// newTimer is a timer of d on clock where it is a WaitClock, else on the
+// wall clock.
+func newTimer(clock Clock, d time.Duration) (<-chan time.Time, func() bool) {
+	if w, ok := clock.(WaitClock); ok {
+		return w.NewTimer(d)
+	}
+	t := time.NewTimer(d)
+	return t.C, t.Stop
+}
+
 // Config tunes a Daemon. It is pacerd's one daemon configuration: the
 // config file (package config) decodes its keys straight into it, by the
 // yaml tags below, and the file's own keys (socket, Redis and NATS

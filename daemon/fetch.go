@@ -95,11 +95,11 @@ func (c *campaign) fetchFor(now time.Time, amount int64) bool {
 			c.grant(d.life, now, c.settings.Load(), ds, shard, amount-held, amount-held, false, nil)
 		}
 	}()
-	t := time.NewTimer(c.cfg.SparseWait)
-	defer t.Stop()
+	late, stop := newTimer(c.cfg.Clock, c.cfg.SparseWait)
+	defer stop()
 	select {
 	case <-done:
-	case <-t.C:
+	case <-late:
 		d.counters.sparseFetchesLate.Add(1)
 		return false
 	}

@@ -84,14 +84,6 @@ type Options struct {
 	TraceCampaigns []string
 }
 
-// hostClock is one host's manual clock; the run moves it.
-type hostClock struct{ ns atomic.Int64 }
-
-func (c *hostClock) Now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *hostClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
-func (c *hostClock) unixNanos() int64    { return c.ns.Load() }
-func (c *hostClock) add(d time.Duration) { c.ns.Add(int64(d)) }
-
 // campaignRT is a campaign's run-time state, shared by every host.
 type campaignRT struct {
 	spec     Spec
