@@ -1,6 +1,8 @@
 package pace
 
 import (
+	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -86,63 +88,170 @@ func TestMeterCreditProperties(t *testing.T) {
 	}
 }
 
-// Condition 17 over random inputs, and over runs of a host asking as soon
-// as it may: what it is granted after its first is covered by its share
-// rate over the time it waited, and no wait ends past a standing window.
+// Condition 17, judged by what it promises rather than by its formula:
+// checkShareWait simulates hosts whose SPENDs arrive at random and which
+// ask whenever no wait holds them, and checks what they were granted over
+// every span. ShareWait keeps every promise; each plausible wrong wait
+// below breaks one, so the check can fail.
 func TestShareWaitProperties(t *testing.T) {
-	r := rand.New(rand.NewPCG(35, 17))
+	if err := checkShareWait(ShareWait, rand.New(rand.NewPCG(35, 17))); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkShareWait(mistaken(waitMistake{}), rand.New(rand.NewPCG(35, 17))); err != nil {
+		t.Fatalf("the mistakes' template without a mistake: %v", err)
+	}
+	for _, m := range []struct {
+		name    string
+		mistake waitMistake
+	}{
+		{"delays a host near its share (threshold 1x, not 1.25x)", waitMistake{threshold: 1}},
+		{"waits past a standing window", waitMistake{noCap: true}},
+		{"waits g / (1.25 × rate)", waitMistake{rate: ShareThrottleDemand}},
+		{"waits 2g / rate", waitMistake{rate: 0.5}},
+		{"catching up, counts back past its last wait's end", waitMistake{ignoreNext: true}},
+		{"catching up, counts back three intervals", waitMistake{back: 3}},
+		{"catching up, counts from now", waitMistake{back: -1}},
+	} {
+		err := checkShareWait(mistaken(m.mistake), rand.New(rand.NewPCG(35, 17)))
+		t.Logf("a wait that %s: %v", m.name, err)
+		if err == nil {
+			t.Errorf("a wait that %s passes the check: it cannot tell it from ShareWait", m.name)
+		}
+	}
+}
+
+// waitMistake is one plausible mistake in writing condition 17; its zero
+// value makes none.
+type waitMistake struct {
+	threshold  float64 // of the share rate from which a host is delayed (0: ShareThrottleDemand)
+	rate       float64 // the wait is g / (rate × this) (0: 1)
+	back       float64 // intervals counted back while catching up (0: 2; < 0: none)
+	noCap      bool    // no standing window's cap
+	ignoreNext bool    // count from now, or back, even before the last wait's end
+}
+
+// mistaken is condition 17 written with mistake m.
+func mistaken(m waitMistake) func(Throttle) time.Time {
+	threshold, rate, back := cmp.Or(m.threshold, ShareThrottleDemand), cmp.Or(m.rate, 1), cmp.Or(m.back, 2)
+	return func(t Throttle) time.Time {
+		if t.Granted <= 0 || t.Rate <= 0 || t.Interval <= 0 || t.Demand < threshold*t.Rate {
+			return t.Next
+		}
+		from := t.Now
+		if t.Catching && back > 0 {
+			from = t.Now.Add(-min(time.Duration(back*float64(t.Interval)), t.Standing))
+		}
+		if t.Next.After(from) && !m.ignoreNext {
+			from = t.Next
+		}
+		next := from.Add(time.Duration(float64(t.Granted) / (t.Rate * rate) * float64(time.Second)))
+		if limit := t.Now.Add(t.Standing); next.After(limit) && !m.noCap {
+			return limit
+		}
+		return next
+	}
+}
+
+// checkShareWait checks condition 17's promises of wait, over random
+// single calls and over runs of a host asking as soon as it may:
+//
+//   - no wait ends past a standing window from the grant;
+//   - a host that is not metered, or asks less than ShareThrottleDemand ×
+//     its share rate, is never delayed: its next ask is as it was;
+//   - over any span between two of its asks, a delayed host was granted at
+//     most its share rate × the span (a grant counted up to a standing
+//     window's worth at that rate), plus, while the fleet catches up, the
+//     rate × min(2 intervals, a standing window) it may count back;
+//   - and at least that, less the time it spent idle after a wait ended
+//     beyond what it may count back: it is held no longer than its share
+//     needs.
+//
+// It returns the first broken promise, nil if none.
+func checkShareWait(wait func(Throttle) time.Time, r *rand.Rand) error {
 	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
-	for i := range 200_000 {
+	for i := range 100_000 {
 		th := Throttle{Now: t0.Add(time.Duration(r.Int64N(int64(time.Hour)))), Granted: r.Int64N(50_000) - 1_000,
-			Rate: r.Float64()*1_000 - 100, Demand: r.Float64() * 5_000, Interval: time.Duration(r.Int64N(int64(time.Minute))),
-			Catching: r.IntN(2) == 0, Standing: time.Duration(r.Int64N(int64(10 * time.Minute)))}
+			Rate: r.Float64()*1_000 - 100, Interval: time.Duration(r.Int64N(int64(time.Minute))),
+			Catching: r.IntN(2) == 0, Standing: time.Duration(1 + r.Int64N(int64(10*time.Minute)))}
+		th.Demand = max(th.Rate, 1) * ShareThrottleDemand * (0.5 + r.Float64())
 		if r.IntN(2) == 0 {
 			th.Next = th.Now.Add(time.Duration(r.Int64N(int64(20*time.Minute))) - 10*time.Minute)
 		}
-		got := ShareWait(th)
-		delayed := th.Granted > 0 && th.Rate > 0 && th.Interval > 0 && th.Demand >= ShareThrottleDemand*th.Rate
-		if !delayed {
-			if !got.Equal(th.Next) {
-				t.Fatalf("#%d %+v: next %v; a host not metered, or asking less than %vx its share, keeps %v", i, th, got, ShareThrottleDemand, th.Next)
-			}
+		got := wait(th)
+		metered := th.Granted > 0 && th.Rate > 0 && th.Interval > 0
+		switch {
+		case (!metered || th.Demand < ShareThrottleDemand*th.Rate) && !got.Equal(th.Next):
+			return fmt.Errorf("#%d %+v: next %v; a host not metered, or asking less than %vx its share, keeps %v", i, th, got, ShareThrottleDemand, th.Next)
+		case got.After(th.Now.Add(th.Standing)) && got.After(th.Next):
+			return fmt.Errorf("#%d %+v: next %v, past a standing window", i, th, got)
+		}
+	}
+	for i := range 3_000 {
+		if err := checkShareWaitRun(wait, r, t0); err != nil {
+			return fmt.Errorf("run #%d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// checkShareWaitRun simulates one host over 200 SPENDs arriving at random
+// (exponential gaps of a mean interval), asking for a standing bid or fetch
+// at each that comes when no wait holds it, and checks the run's promises
+// (checkShareWait).
+func checkShareWaitRun(wait func(Throttle) time.Time, r *rand.Rand, t0 time.Time) error {
+	rate := 1 + r.Float64()*1_000
+	iv := time.Duration(1+r.Int64N(int64(5*time.Minute))) / 10
+	th := Throttle{Now: t0, Rate: rate, Interval: iv, Catching: r.IntN(2) == 0,
+		Standing: time.Duration(1+r.Int64N(int64(10*time.Minute)/int64(time.Second))) * time.Second}
+	bid := max(rate*iv.Seconds()*(0.3+1.7*r.Float64()), 1) // so that demand is 0.3x-2x its share
+	th.Demand = bid / iv.Seconds()
+	delayed := th.Demand >= ShareThrottleDemand*rate
+	big := r.IntN(2) == 0 // grants up to three bids, else at most half a standing window's worth
+	back := 0.0           // what the host may count back, seconds
+	if th.Catching {
+		back = min(2*iv, th.Standing).Seconds()
+	}
+	span := func(a, b time.Time) float64 { return b.Sub(a).Seconds() }
+	var asks []time.Time
+	var charged, lost float64  // Σ min(g, rate × standing) of the grants before the last ask; idle time beyond back
+	lowest, first := 0.0, true // min over earlier asks of Σ charged − rate × t
+	next := time.Time{}
+	for now := t0; len(asks) < 200; now = now.Add(time.Duration(r.ExpFloat64() * float64(iv))) {
+		if now.Before(next) {
 			continue
 		}
-		if got.After(th.Now.Add(th.Standing)) {
-			t.Fatalf("#%d %+v: next %v, past a standing window", i, th, got)
+		if !first {
+			lost += max(span(next, now)-back, 0)
 		}
-		wait := time.Duration(float64(th.Granted) / th.Rate * float64(time.Second))
-		from := th.Now
-		if th.Catching {
-			from = th.Now.Add(-min(2*th.Interval, th.Standing))
+		asks = append(asks, now)
+		// Every span between two asks: Σ charged over it ≤ rate × (span + back).
+		if x := charged - rate*span(t0, now); first {
+			lowest, first = x, false
+		} else if delayed && x-lowest > rate*back+1e-6*(charged+1) {
+			return fmt.Errorf("rate %.1f/s, interval %v, catching %v: granted %.0f more than its share over a span", rate, iv, th.Catching, x-lowest-rate*back)
+		} else {
+			lowest = min(lowest, x)
 		}
-		if th.Next.After(from) {
-			from = th.Next
+		if got := span(asks[0], now); delayed && !big && charged < rate*(got-lost)*(1-1e-9)-1 {
+			return fmt.Errorf("rate %.1f/s, interval %v, catching %v: granted %.0f in %.0fs of which %.0fs idle: held beyond its share", rate, iv, th.Catching, charged, got, lost)
 		}
-		if want := from.Add(wait); got.Before(want) && got.Before(th.Now.Add(th.Standing)) {
-			t.Fatalf("#%d %+v: next %v, before %v (g/rate from %v)", i, th, got, want, from)
+		g := bid * (0.5 + r.Float64())
+		if big {
+			g *= 3 * r.Float64() * 3
+		} else {
+			g = min(g, rate*th.Standing.Seconds()/2)
 		}
+		th.Now, th.Granted, th.Next = now, int64(max(g, 1)), next
+		next = wait(th)
+		switch {
+		case !delayed && !next.Equal(th.Next):
+			return fmt.Errorf("rate %.1f/s: a host asking %.2fx its share was held to %v", rate, th.Demand/rate, next)
+		case next.After(now.Add(th.Standing)):
+			return fmt.Errorf("next %v, past a standing window %v from %v", next, th.Standing, now)
+		}
+		charged += min(float64(th.Granted), rate*th.Standing.Seconds())
 	}
-	// A host that asks as soon as it may, not catching up, within a
-	// standing window of waits: granted after its first ≤ rate × elapsed.
-	for i := range 2_000 {
-		rate := 10 + r.Float64()*1_000
-		th := Throttle{Now: t0, Rate: rate, Demand: 10 * rate, Interval: time.Second, Standing: time.Hour}
-		var granted float64
-		for range 100 {
-			th.Granted = 1 + r.Int64N(int64(rate*60))
-			th.Next = ShareWait(th)
-			if !th.Now.Equal(t0) {
-				granted += float64(th.Granted)
-			}
-			th.Now = th.Next
-			if th.Now.Before(t0) {
-				t.Fatalf("#%d: next %v before the start", i, th.Now)
-			}
-		}
-		if elapsed := th.Now.Sub(t0).Seconds(); granted > rate*elapsed*(1+1e-9)+1 {
-			t.Fatalf("#%d: granted %v after the first in %vs at %v/s: more than its share", i, granted, elapsed, rate)
-		}
-	}
+	return nil
 }
 
 // Condition 18 over random inputs.
