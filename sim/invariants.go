@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/pacer/pacer/bucket"
@@ -265,4 +266,72 @@ func hourViolations(c *campaignRT) []Violation {
 		}
 	}
 	return out
+}
+
+// expectViolations judges c's pacer spend by the bounds its scenario
+// declares (Spec.Expect), spent being what pacer allowed over the day:
+//
+//   - tracking: each spell in which the tracking error, at the campaign's
+//     minute samples, exceeded TrackingMax, at the minute it began, with
+//     the furthest it went;
+//   - utilisation: a day that spent less than the less of Utilisation and
+//     the curve oracle's utilisation less BelowIdeal, at the day's end.
+func expectViolations(c *campaignRT, spent int64) []Violation {
+	e := c.spec.Expect
+	if e == nil || c.curve == nil || c.budget <= 0 {
+		return nil
+	}
+	var out []Violation
+	if e.TrackingMax > 0 {
+		out = trackingViolations(c, e.TrackingMax)
+	}
+	if e.Utilisation > 0 {
+		ideal := float64(c.oracleSpent) / float64(c.budget)
+		bound := min(e.Utilisation, ideal-e.BelowIdeal)
+		if u := float64(spent) / float64(c.budget); u < bound {
+			out = append(out, Violation{Invariant: "utilisation", Campaign: c.spec.ID, At: "24:00:00",
+				Detail: fmt.Sprintf("spent %.2f%% of its budget; bound %.2f%%: the less of %.2f%% and the curve oracle's %.2f%% less %.2f pt",
+					100*u, 100*bound, 100*e.Utilisation, 100*ideal, 100*e.BelowIdeal)})
+		}
+	}
+	return out
+}
+
+// trackingViolations lists each spell in which c's tracking error, at its
+// minute samples, exceeded bound (a share of the budget), at the minute it
+// began, with the furthest it went and which way.
+func trackingViolations(c *campaignRT, bound float64) []Violation {
+	var out []Violation
+	var from time.Time
+	var most, signed float64
+	for _, s := range c.samples {
+		d := float64(s.cum[sPacer])/float64(c.budget) - float64(c.curve.AtTime(s.t, c.day))/float64(bucket.PPB)
+		switch {
+		case math.Abs(d) > bound && from.IsZero():
+			from, most, signed = s.t, math.Abs(d), d
+		case math.Abs(d) > bound:
+			if math.Abs(d) > most {
+				most, signed = math.Abs(d), d
+			}
+		case !from.IsZero():
+			out = append(out, trackingViolation(c, from, signed, bound))
+			from = time.Time{}
+		}
+		if len(out) >= maxViolationsEach {
+			return out
+		}
+	}
+	if !from.IsZero() {
+		out = append(out, trackingViolation(c, from, signed, bound))
+	}
+	return out
+}
+
+func trackingViolation(c *campaignRT, from time.Time, d, bound float64) Violation {
+	way := "behind"
+	if d > 0 {
+		way = "ahead of"
+	}
+	return Violation{Invariant: "tracking", Campaign: c.spec.ID, At: c.at(from),
+		Detail: fmt.Sprintf("ran up to %.2f%% of its budget %s its curve; bound %.2f%% (expect.tracking_max)", 100*math.Abs(d), way, 100*bound)}
 }

@@ -334,3 +334,61 @@ func TestColdStartRatio(t *testing.T) {
 		t.Errorf("a fleet that was not fresh (no cold samples): ratio %v, want 0", got)
 	}
 }
+
+// A campaign's declared bounds (expect) judge its day: each spell its
+// tracking error spent above tracking_max is named at the minute it began,
+// and a day below the less of utilisation and the curve oracle's less
+// below_ideal at its end.
+func TestExpectedBounds(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget = 8_640_000 // 100 micros a second on a flat curve
+	c := &campaignRT{spec: Spec{ID: "c"}, loc: time.UTC, day: day, curve: bucket.Flat(24), budget: budget}
+	for at := day.Start; !at.After(day.End); at = at.Add(time.Minute) {
+		cum := int64(at.Sub(day.Start).Seconds() * 100)
+		switch {
+		case at.Hour() == 2 && at.Minute() >= 10 && at.Minute() < 20: // 1.5% behind, then 1.2%
+			cum -= int64(budget * 0.015)
+			if at.Minute() >= 15 {
+				cum += int64(budget * 0.003)
+			}
+		case at.Hour() == 7: // 1% ahead: within
+			cum += budget / 100
+		case at.Hour() == 20 && at.Minute() == 31: // one minute 1.1% ahead
+			cum += budget * 11 / 1000
+		}
+		var s sample
+		s.t, s.cum[sPacer] = at, cum
+		c.samples = append(c.samples, s)
+	}
+	if v := expectViolations(c, budget); v != nil {
+		t.Fatalf("no bounds declared: %v", v)
+	}
+	c.spec.Expect = &Expect{TrackingMax: 0.01}
+	v := expectViolations(c, budget)
+	if len(v) != 2 {
+		t.Fatalf("%d violations, want 2: %v", len(v), v)
+	}
+	if v[0].Invariant != "tracking" || v[0].Campaign != "c" || v[0].At != "02:10:00" || !strings.Contains(v[0].Detail, "1.50% of its budget behind") {
+		t.Errorf("first: %v; want tracking at 02:10:00, 1.50%% behind", v[0])
+	}
+	if v[1].At != "20:31:00" || !strings.Contains(v[1].Detail, "1.10% of its budget ahead of") {
+		t.Errorf("second: %v; want tracking at 20:31:00, 1.10%% ahead", v[1])
+	}
+
+	c.spec.Expect = &Expect{Utilisation: 0.995, BelowIdeal: 0.002}
+	for _, tc := range []struct {
+		oracle, spent int64
+		broken        bool
+	}{
+		{budget, budget * 995 / 1000, false},            // at 99.5%
+		{budget, budget*995/1000 - 1, true},             // a micro under it
+		{budget * 99 / 100, budget * 988 / 1000, false}, // the oracle's 99% less 0.2 pt
+		{budget * 99 / 100, budget*988/1000 - 1, true},
+	} {
+		c.oracleSpent = tc.oracle
+		v := expectViolations(c, tc.spent)
+		if got := len(v) == 1 && v[0].Invariant == "utilisation" && v[0].At == "24:00:00"; got != tc.broken || len(v) > 1 {
+			t.Errorf("oracle %d, spent %d of %d: %v; want broken %v", tc.oracle, tc.spent, budget, v, tc.broken)
+		}
+	}
+}

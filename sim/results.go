@@ -164,8 +164,11 @@ type CampaignResult struct {
 	// ColdStartRatio is what a fresh fleet spent over the window the
 	// "cold start" invariant judges, over what it could have; 0 where
 	// not judged.
-	ColdStartRatio float64             `json:"cold_start_ratio,omitempty"`
-	Results        map[string]*Quality `json:"results"`
+	ColdStartRatio float64 `json:"cold_start_ratio,omitempty"`
+	// Expect is the bounds the scenario declares for the campaign, which
+	// the run was judged by too (Spec.Expect).
+	Expect  *Expect             `json:"expect,omitempty"`
+	Results map[string]*Quality `json:"results"`
 	// Pacer's daemons' answers.
 	Allowed, Paced, Exhausted, Errors int64
 	// ExhaustionPropagationSeconds: from the first host answering
@@ -299,7 +302,7 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 		Rate: c.spec.Rate, Demand: c.spec.Demand, Hot: c.spec.Rate >= hotRate, Baselines: c.inBL,
 		Results: map[string]*Quality{}, ExhaustionPropagationSeconds: -1, rt: c,
 		Bids: float64(c.budget) / float64(max(r.sc.Bids.MeanMicros, 1)), Reachable: reachable(c),
-		OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1))}
+		OracleUtilisation: float64(c.oracleSpent) / float64(max(c.budget, 1)), Expect: c.spec.Expect}
 	if c.curve != nil {
 		cr.BehindMaxMicros, cr.BehindBoundMicros = int64(c.behindMax()), int64(c.aheadBound())
 		cr.ColdStartRatio = c.coldStartRatio()
@@ -309,10 +312,11 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 		if !r.enabled[si] || (si != sPacer && si != sNoPacing && !c.inBL) {
 			continue
 		}
+		cr.Results[name] = r.strategyQuality(c, si, n)
 		if si == sPacer {
 			res.Violations = append(res.Violations, violations(c, len(r.hosts))...)
+			res.Violations = append(res.Violations, expectViolations(c, cr.Results[name].SpentMicros)...)
 		}
-		cr.Results[name] = r.strategyQuality(c, si, n)
 	}
 	if err := r.ledgerResult(ctx, c, cr); err != nil {
 		return nil, err

@@ -142,6 +142,24 @@ type Spec struct {
 	// 14:00), "curve" (follows the campaign's pacing curve) or
 	// "csv:PATH" (hourly weights, one per line or "hour,weight").
 	Traffic string `yaml:"traffic"`
+	// Expect declares bounds the campaign's day must meet beyond the
+	// pacing invariants every run is judged by: a scenario written for a
+	// goal states it here, and every run of it is judged by it
+	// (expectViolations).
+	Expect *Expect `yaml:"expect"`
+}
+
+// Expect is a campaign's declared bounds, each a share of its budget (0
+// to 1); a zero field declares nothing.
+type Expect struct {
+	// TrackingMax bounds the tracking error at every minute of the local
+	// day: |spent / budget − C(t)|, C the curve's cumulative share.
+	TrackingMax float64 `yaml:"tracking_max" json:"tracking_max,omitempty"`
+	// Utilisation and BelowIdeal: the day spends at least the less of
+	// Utilisation and the curve oracle's utilisation (what following the
+	// curve could spend of this day's SPENDs) less BelowIdeal.
+	Utilisation float64 `yaml:"utilisation" json:"utilisation,omitempty"`
+	BelowIdeal  float64 `yaml:"below_ideal" json:"below_ideal,omitempty"`
 }
 
 // Fault is one event of the fault schedule. At is measured from the start
@@ -481,6 +499,19 @@ func (s *Scenario) resolveCampaign(p *problems, i int, where, baseDir, curvesDir
 		s.shapes[i] = sh
 	}
 	s.resolveBudget(p, i, where)
+	if e := c.Expect; e != nil {
+		for _, f := range []struct {
+			key string
+			v   float64
+		}{{"tracking_max", e.TrackingMax}, {"utilisation", e.Utilisation}, {"below_ideal", e.BelowIdeal}} {
+			if !(f.v >= 0 && f.v <= 1) {
+				p.add("%s: expect.%s %v: want a share of the budget, 0 to 1", where, f.key, f.v)
+			}
+		}
+		if e.BelowIdeal > 0 && e.Utilisation == 0 {
+			p.add("%s: expect.below_ideal bounds the utilisation: give expect.utilisation too", where)
+		}
+	}
 }
 
 // resolveBudget sets campaign i's budget from its demand, or its demand

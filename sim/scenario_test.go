@@ -38,6 +38,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"baseline name", base + camp + "baselines: {disable: [pacer]}\n", "want lua, batch or nopacing"},
 		{"bids", base + camp + "bids: {dist: pareto}\n", "want lognormal or uniform"},
 		{"warm-up", base + camp + "warmup: 25h\n", "want 0 to 24h"},
+		{"expect a share", base + "campaigns: [{id: c1, rate: 10, expect: {tracking_max: 2}}]\n", "expect.tracking_max 2: want a share"},
+		{"expect below_ideal alone", base + "campaigns: [{id: c1, rate: 10, expect: {below_ideal: 0.002}}]\n", "give expect.utilisation too"},
 	} {
 		_, err := ParseScenario([]byte(tc.yaml), ".")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
