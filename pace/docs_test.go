@@ -1,10 +1,12 @@
 package pace
 
 import (
+	"math"
 	"os"
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // docs/PACING.md quotes the controller's constants in prose: each quote
@@ -45,5 +47,31 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 				t.Errorf("docs/PACING.md: %q, but the code says %v", m[0], c.want)
 			}
 		}
+	}
+}
+
+// docs/PACING.md quotes the headroom's formula and the least gap between
+// grants: Headroom and MinGrantGap must be what it says.
+func TestPacingDocQuotesTheHeadroomAndGap(t *testing.T) {
+	data, err := os.ReadFile("../docs/PACING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("is `([0-9.]+) \\+ ([0-9.]+)/√n` \\(at most ([0-9.]+)\\), `n` the\\s+SPENDs expected per half\\s+window").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("docs/PACING.md no longer gives the headroom as `a + b/√n` (at most c): update this test if the text moved")
+	}
+	a, _ := strconv.ParseFloat(string(m[1]), 64)
+	b, _ := strconv.ParseFloat(string(m[2]), 64)
+	c, _ := strconv.ParseFloat(string(m[3]), 64)
+	const window = 30 * time.Second
+	for _, n := range []float64{1, 4, 16, 100, 10_000} { // SPENDs per half window
+		calls := n / (window.Seconds() / 2)
+		if got, want := Headroom(calls, window), min(a+b/math.Sqrt(n), c); math.Abs(got-want) > 1e-9 {
+			t.Errorf("Headroom at %v SPENDs a half window = %v; docs/PACING.md says %v + %v/√n, at most %v: %v", n, got, a, b, c, want)
+		}
+	}
+	if !regexp.MustCompile(`At most one grant a second`).Match(data) || MinGrantGap != time.Second {
+		t.Errorf("docs/PACING.md says \"At most one grant a second\"; MinGrantGap is %v", MinGrantGap)
 	}
 }
