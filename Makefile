@@ -71,7 +71,7 @@ bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
 .PHONY: bench-export
-bench-export: deps ## The PostgreSQL exporter: its throughput (two streams at once and one, in alternation), its idle cost, and its lag at given rates and under the simulator's default day (docs/BENCHMARKS.md; ~25 min on 2 quiet cores).
+bench-export: deps ## The PostgreSQL exporter: its throughput against the old statement side by side, where PostgreSQL's time goes, its idle cost, and its lag at given rates and under the simulator's default day (docs/BENCHMARKS.md; ~25 min on 2 quiet cores).
 	@scripts/bench-export.sh
 
 .PHONY: bench-scale

@@ -59,9 +59,10 @@ func (e *Exporter) backfillShard(ctx context.Context, k lease.ShardKey) (bool, e
 	defer tx.Rollback(ctx)
 	var gaps int
 	var cur cursor
-	err = tx.QueryRow(ctx, `SELECT c.last_ms, c.last_seq, (SELECT count(*) FROM export_gaps g WHERE g.campaign = c.campaign
+	var stream int32
+	err = tx.QueryRow(ctx, `SELECT c.stream, c.last_ms, c.last_seq, (SELECT count(*) FROM export_gaps g WHERE g.campaign = c.campaign
 		AND g.day = c.day AND g.shard = c.shard AND g.kind = 'trimmed') FROM export_cursors c
-		WHERE c.campaign = $1 AND c.day = $2::text::date AND c.shard = $3 FOR UPDATE`, k.Campaign, k.Day, k.Shard).Scan(&cur.last.ms, &cur.last.seq, &gaps)
+		WHERE c.campaign = $1 AND c.day = $2::text::date AND c.shard = $3 FOR UPDATE`, k.Campaign, k.Day, k.Shard).Scan(&stream, &cur.last.ms, &cur.last.seq, &gaps)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && gaps == 0) {
 		return false, nil // nothing exported yet, or nothing lost
 	}
@@ -81,7 +82,7 @@ func (e *Exporter) backfillShard(ctx context.Context, k lease.ShardKey) (bool, e
 	if last, err := parseStreamID(info.LastGeneratedID); err != nil || cur.last.less(last) {
 		return false, fmt.Errorf("export %s: backfill: %w (exported to %s, the stream ends at %s)", k, ErrNotCaughtUp, cur.last, info.LastGeneratedID)
 	}
-	have, err := shardTotals(ctx, tx, k)
+	have, err := shardTotals(ctx, tx, k, stream)
 	if err != nil {
 		return false, err
 	}
@@ -90,7 +91,7 @@ func (e *Exporter) backfillShard(ctx context.Context, k lease.ShardKey) (bool, e
 	if d.Spent < 0 || d.Returned < 0 || d.Lost < 0 || d.Leases < 0 || d.Settled < 0 || d.Events < 0 {
 		return false, fmt.Errorf("export %s: backfill: PostgreSQL holds more than the ledger's counters (%+v): not backfilled", k, d)
 	}
-	if inserted, err := insertBackfill(ctx, tx, k, d, e.cfg.Now()); err != nil || !inserted {
+	if inserted, err := insertBackfill(ctx, tx, k, stream, d, e.cfg.Now()); err != nil || !inserted {
 		return false, err
 	}
 	args := []any{k.Campaign, k.Day}
@@ -106,10 +107,11 @@ func (e *Exporter) backfillShard(ctx context.Context, k lease.ShardKey) (bool, e
 	return true, nil
 }
 
-// shardTotals adds up the rows exported from one shard's stream.
-func shardTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey) (Totals, error) {
-	rows, err := tx.Query(ctx, `SELECT kind, micros, unused, coalesce(fields->>'op', '') FROM ledger_events
-		WHERE campaign = $1 AND day = $2::text::date AND shard = $3`, k.Campaign, k.Day, k.Shard)
+// shardTotals adds up the rows exported from one shard's stream (its id
+// stream). An adjust's op is its ref.
+func shardTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey, stream int32) (Totals, error) {
+	rows, err := tx.Query(ctx, `SELECT kind, micros, unused, CASE WHEN kind = 'adjust' THEN ref ELSE '' END FROM ledger_events
+		WHERE stream = $1`, stream)
 	if err != nil {
 		return Totals{}, fmt.Errorf("export %s: backfill: %w", k, err)
 	}
@@ -126,14 +128,14 @@ func shardTotals(ctx context.Context, tx pgx.Tx, k lease.ShardKey) (Totals, erro
 	return t, nil
 }
 
-func insertBackfill(ctx context.Context, tx pgx.Tx, k lease.ShardKey, d Totals, now time.Time) (bool, error) {
+func insertBackfill(ctx context.Context, tx pgx.Tx, k lease.ShardKey, stream int32, d Totals, now time.Time) (bool, error) {
 	fields, err := json.Marshal(d)
 	if err != nil {
 		return false, err
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO ledger_events (campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, ref, holder, at, fields)
-		VALUES ($1, $2::text::date, $3, $4, $5, 'backfill', $6, 0, 'counters', '', to_timestamp($7 / 1000.0), $8::text::jsonb)
-		ON CONFLICT DO NOTHING`, k.Campaign, k.Day, k.Shard, backfillID.ms, backfillID.seq, d.Spent, now.UnixMilli(), string(fields))
+	tag, err := tx.Exec(ctx, `INSERT INTO ledger_events (stream, campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, refunded, ref, holder, at, fields)
+		VALUES ($9, $1, $2::text::date, $3, $4, $5, 'backfill', $6, 0, 0, 'counters', '', to_timestamp($7 / 1000.0), $8::text::jsonb)
+		ON CONFLICT DO NOTHING`, k.Campaign, k.Day, k.Shard, backfillID.ms, backfillID.seq, d.Spent, now.UnixMilli(), string(fields), stream)
 	if err != nil {
 		return false, fmt.Errorf("export %s: backfill: %w", k, err)
 	}

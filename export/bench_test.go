@@ -21,58 +21,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// BenchmarkExport measures the exporter's throughput: 8 shards' streams of
-// 25,000 release entries each (fields as the ledger writes them) exported
-// into a PostgreSQL on the same machine with fsync on (as production runs it;
-// synchronous_commit on), in passes of the default batch (1000). Two ways
-// side by side: streams-2 (the default: two streams exported at once) and
-// streams-1 (one at a time). It reports events/s of wall time, and CPU time
-// per event of the exporter (this process), of PostgreSQL (the server's
-// processes) and of redis-server; it logs the load average. Run it with
-// GOMAXPROCS=1 for "one core"; scripts/bench-export.sh runs the two ways in
-// alternation. docs/BENCHMARKS.md has the figures.
-//
-//	GOMAXPROCS=1 go test -run '^$' -bench 'Export$' -benchtime 1x ./export/
-//
-// batch=5000 is streams=2 with batches of 5,000 entries.
-func BenchmarkExport(b *testing.B) {
-	pgSrv := pgtest.OwnDurable(b)
-	for _, streams := range []int{2, 1} {
-		b.Run("streams="+strconv.Itoa(streams), func(b *testing.B) { benchExport(b, pgSrv, streams, 0) })
-	}
-	b.Run("batch=5000", func(b *testing.B) { benchExport(b, pgSrv, 2, 5000) })
-}
-
-func benchExport(b *testing.B, pgSrv *pgtest.Server, streams int, batch int64) {
-	const shards, perShard = 8, 25_000
-	for range b.N {
-		b.StopTimer()
-		f := benchFixture(b, pgSrv)
-		f.open(b, "bench", shards)
-		fill(b, f.rdb, "bench", shards, perShard)
-		e := export.New(f.rdb, f.ledger, f.db, export.Config{Consumer: "bench", Streams: streams, Batch: batch}, nil, nil)
-		b.Logf("load average %s", loadAverage(b))
-		cpu0, pg0, redis0 := cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, f.rdb)
-		start := time.Now()
-		b.StartTimer()
-		var n int64
-		for n < shards*perShard {
-			st, err := e.Pass(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			n += st.Exported
-		}
-		b.StopTimer()
-		wall := time.Since(start)
-		perEvent := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
-		b.ReportMetric(float64(n)/wall.Seconds(), "events/s")
-		b.ReportMetric(perEvent(cpuTime(b)-cpu0), "cpu-ns/event")
-		b.ReportMetric(perEvent(pgCPU(b, pgSrv)-pg0), "pg-cpu-ns/event")
-		b.ReportMetric(perEvent(redisCPU(b, f.rdb)-redis0), "redis-cpu-ns/event")
-	}
-}
-
 func cpuTime(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -139,28 +87,6 @@ func benchFixture(b *testing.B, pgSrv *pgtest.Server) *fixture {
 		b.Fatal(err)
 	}
 	return f
-}
-
-// fill appends n release entries to each of the day's shards' streams.
-func fill(b *testing.B, rdb *redis.Client, id string, shards, n int) {
-	b.Helper()
-	for s := range shards {
-		k := lease.ShardKey{Campaign: id, Day: day, Shard: s}
-		p := rdb.Pipeline()
-		for i := range n {
-			ms := strconv.FormatInt(t0.Add(time.Duration(i)*time.Millisecond).UnixMilli(), 10)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: k.AuditKey(), Values: []any{"ev", "release", "lease", "h1-" + strconv.Itoa(i),
-				"holder", "h1", "amount", "25000", "unused", "1250", "ms", ms}})
-			if i%5000 == 4999 {
-				if _, err := p.Exec(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		if _, err := p.Exec(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
 
 // BenchmarkExportLag measures the export's lag while the ledger writes: 8

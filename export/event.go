@@ -2,8 +2,10 @@ package export
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +24,10 @@ type event struct {
 	ref      string // the lease, budget op, move or daemon run the entry is about
 	holder   string
 	at       time.Time // the ledger's time of the change (the entry's ms field)
-	fields   map[string]string
+	expiry   time.Time // a grant's or reassert's lease expiry; zero for other kinds
+	// extra are the entry's fields no column holds (nil when none: every
+	// grant and release), kept in ledger_events.fields.
+	extra    map[string]string
 	carryOut bool // an adjust that is a carry-over's take (op carry-out)
 }
 
@@ -45,7 +50,12 @@ func parseStreamID(s string) (streamID, error) {
 	return streamID{a, b}, nil
 }
 
-// refFields name what an entry is about, by kind of entry; the first present wins.
+// maxEntryMS bounds the times an entry may carry (ms, expiry): the end of
+// year 9999, in ms since the Unix epoch.
+const maxEntryMS = 253402300799999
+
+// refFields name what an entry is about, by kind of entry; the first present
+// wins (the others stay in extra).
 var refFields = []string{"lease", "op", "move", "run"}
 
 // parseEntry reads one audit entry. An entry that is not what the ledger's
@@ -56,49 +66,98 @@ func parseEntry(k lease.ShardKey, m redis.XMessage) (event, error) {
 	if err != nil {
 		return event{}, fmt.Errorf("%s: %w", k, err)
 	}
-	e := event{id: id, fields: make(map[string]string, len(m.Values))}
+	e := event{id: id}
+	var refs [4]string
+	var has [4]bool
+	var ms, expiry string
+	var hasMS, hasExpiry bool
 	for f, v := range m.Values {
 		s, ok := v.(string)
 		if !ok {
 			return event{}, fmt.Errorf("%s entry %s: field %s is %T", k, m.ID, f, v)
 		}
-		e.fields[f] = s
+		switch f {
+		case "ev":
+			e.kind = s
+		case "amount":
+			e.micros, err = intField(f, s)
+		case "unused":
+			e.unused, err = intField(f, s)
+		case "refunded":
+			e.refunded, err = intField(f, s)
+		case "holder":
+			e.holder = s
+		case "ms":
+			ms, hasMS = s, true
+		case "lease", "op", "move", "run":
+			i := slices.Index(refFields, f)
+			refs[i], has[i] = s, true
+		case "expiry":
+			expiry, hasExpiry = s, true
+		default:
+			e.setExtra(f, s)
+		}
+		if err != nil {
+			return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+		}
 	}
-	e.kind = e.fields["ev"]
+	if err := e.check(id, refs, has, ms, hasMS, expiry, hasExpiry); err != nil {
+		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+	}
+	return e, nil
+}
+
+// check completes an entry parseEntry read: the time, the ref (the first of
+// refFields present; the others go to extra), the expiry (a grant's or
+// reassert's; any other kind's stays in extra), and what must hold of it.
+func (e *event) check(id streamID, refs [4]string, has [4]bool, ms string, hasMS bool, expiry string, hasExpiry bool) error {
 	if e.kind == "" {
-		return event{}, fmt.Errorf("%s entry %s: no ev field", k, m.ID)
-	}
-	if e.micros, err = intField(e.fields, "amount"); err != nil {
-		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
-	}
-	if e.unused, err = intField(e.fields, "unused"); err != nil {
-		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+		return errors.New("no ev field")
 	}
 	if e.unused < 0 || (e.kind == "release" && e.unused > e.micros) {
-		return event{}, fmt.Errorf("%s entry %s: unused %d of %d", k, m.ID, e.unused, e.micros)
-	}
-	if e.refunded, err = intField(e.fields, "refunded"); err != nil {
-		return event{}, fmt.Errorf("%s entry %s: %w", k, m.ID, err)
+		return fmt.Errorf("unused %d of %d", e.unused, e.micros)
 	}
 	if e.refunded < 0 || (e.refunded > 0 && e.kind != "release") {
-		return event{}, fmt.Errorf("%s entry %s: refunded %d in a %s entry", k, m.ID, e.refunded, e.kind)
+		return fmt.Errorf("refunded %d in a %s entry", e.refunded, e.kind)
 	}
-	ms := id.ms
-	if s, ok := e.fields["ms"]; ok {
-		if ms, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return event{}, fmt.Errorf("%s entry %s: ms %q", k, m.ID, s)
+	at := id.ms
+	if hasMS {
+		var err error
+		if at, err = strconv.ParseInt(ms, 10, 64); err != nil {
+			return fmt.Errorf("ms %q", ms)
 		}
 	}
-	e.at = time.UnixMilli(ms).UTC()
-	for _, f := range refFields {
-		if v, ok := e.fields[f]; ok {
-			e.ref = v
-			break
+	if at < 0 || at > maxEntryMS {
+		return fmt.Errorf("ms %d is not a time between 1970 and 9999", at)
+	}
+	e.at = time.UnixMilli(at).UTC()
+	first := true
+	for i, f := range refFields {
+		switch {
+		case has[i] && first:
+			e.ref, first = refs[i], false
+		case has[i]:
+			e.setExtra(f, refs[i])
 		}
 	}
-	e.holder = e.fields["holder"]
-	e.carryOut = e.kind == "adjust" && strings.HasPrefix(e.fields["op"], "carry-out")
-	return e, nil
+	if hasExpiry {
+		if e.kind != "grant" && e.kind != "reassert" {
+			e.setExtra("expiry", expiry)
+		} else if x, err := strconv.ParseInt(expiry, 10, 64); err != nil || x < 0 || x > maxEntryMS {
+			return fmt.Errorf("expiry %q is not a time between 1970 and 9999 in ms", expiry)
+		} else {
+			e.expiry = time.UnixMilli(x).UTC()
+		}
+	}
+	e.carryOut = e.kind == "adjust" && has[1] && strings.HasPrefix(refs[1], "carry-out")
+	return nil
+}
+
+func (e *event) setExtra(f, v string) {
+	if e.extra == nil {
+		e.extra = map[string]string{}
+	}
+	e.extra[f] = v
 }
 
 // appendFieldsJSON appends fields as a JSON object (key order is the map's:
@@ -132,11 +191,7 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-func intField(f map[string]string, name string) (int64, error) {
-	s, ok := f[name]
-	if !ok {
-		return 0, nil
-	}
+func intField(name, s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%s %q is not an integer", name, s)
@@ -200,6 +255,17 @@ func (t *Totals) add(e event) error {
 		inc(&t.Closed, e.micros)
 	}
 	return err
+}
+
+// values are Totals' fields in spend_days' and spend_hours' column order,
+// as query arguments.
+func (t *Totals) values() []any {
+	cols := t.columns()
+	out := make([]any, len(cols))
+	for i, v := range cols {
+		out[i] = v
+	}
+	return out
 }
 
 // columns are Totals' fields in spend_days' and spend_hours' column order.

@@ -184,7 +184,7 @@ var errCrash = errors.New("crashed here")
 // counters; every total = the ledger's report), against a real redis-server
 // and a real PostgreSQL 15.
 func TestCrashAtEveryStepLosesAndDuplicatesNothing(t *testing.T) {
-	steps := []string{"read", "encoded", "committed", "acked", "trimmed"}
+	steps := []string{"read", "encoded", "copied", "committed", "acked", "trimmed"}
 	for _, step := range steps {
 		for _, takeover := range []bool{false, true} {
 			name := step + "/restart"
@@ -269,8 +269,12 @@ func TestRowPastTheCursorWrittenByHand(t *testing.T) {
 	}
 	id := msgs[5].ID
 	ms, seq, _ := strings.Cut(id, "-")
-	if _, err := f.db.Exec(ctx, `INSERT INTO ledger_events (campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, ref, holder, at, fields)
-		VALUES ('c', $1::text::date, 0, $2::text::bigint, $3::text::bigint, 'grant', 0, 0, '', '', now(), '{}')`, day, ms, seq); err != nil {
+	// The stream's cursor row, at 0-0, gives it its id; the row is past it,
+	// so the exporter's COPY of the batch hits the unique key.
+	if _, err := f.db.Exec(ctx, `WITH c AS (INSERT INTO export_cursors (campaign, day, shard, last_ms, last_seq, events, updated_at)
+			VALUES ('c', $1::text::date, 0, 0, 0, 0, now()) RETURNING stream)
+		INSERT INTO ledger_events (stream, campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, refunded, ref, holder, at)
+		SELECT c.stream, 'c', $1::text::date, 0, $2::text::bigint, $3::text::bigint, 'grant', 0, 0, 0, '', '', now() FROM c`, day, ms, seq); err != nil {
 		t.Fatal(err)
 	}
 	st, err := f.exporter("one", export.Config{}).Pass(ctx)

@@ -64,7 +64,8 @@ type Config struct {
 	// Now is the clock (default time.Now): lag and the times written.
 	Now func() time.Time
 	// Step, if set, is called at each step of a batch's export ("read",
-	// "encoded": before the one statement that writes it, "committed",
+	// "encoded": before its transaction, "copied": its rows written in the
+	// open transaction, before the totals and the cursor, "committed",
 	// "acked", "trimmed"), one call at a time; an error it returns aborts the pass
 	// there, as a crash would (the streams being exported at the same time
 	// stop at their next step). For tests; production leaves it nil.

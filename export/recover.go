@@ -37,15 +37,17 @@ type ShardCopy struct {
 
 // copyQuery groups a campaign-day's lease events by shard and lease: the
 // lease's amount (every kind carries it), the unused micros its release
-// gave back, whether it was closed, its holder and expiry.
+// gave back, whether it was closed, its holder and expiry (in ms). It finds
+// the day's rows by its streams' ids (ledger_events' primary key).
 const copyQuery = `SELECT shard, ref,
     max(micros),
     coalesce(max(unused) FILTER (WHERE kind = 'release'), 0),
     bool_or(kind IN ('release', 'settle')),
     coalesce(max(holder), ''),
-    coalesce(max((fields->>'expiry')::bigint) FILTER (WHERE kind IN ('grant', 'reassert')), 0)
+    coalesce(max((extract(epoch FROM expiry) * 1000)::bigint) FILTER (WHERE kind IN ('grant', 'reassert')), 0)
   FROM ledger_events
-  WHERE campaign = $1 AND day = $2::text::date AND kind IN ('grant', 'reassert', 'release', 'settle')
+  WHERE stream IN (SELECT stream FROM export_cursors WHERE campaign = $1 AND day = $2::text::date)
+    AND kind IN ('grant', 'reassert', 'release', 'settle')
   GROUP BY shard, ref`
 
 // ReadCopy reads PostgreSQL's copy of a campaign-day's leases, by shard.

@@ -71,9 +71,18 @@ var ErrSchemaVersion = errors.New("export: schema version")
 // at a later version than this build knows is refused (ErrSchemaVersion) and
 // left alone. It returns the version the database is at.
 func Migrate(ctx context.Context, db *pgxpool.Pool) (int, error) {
+	return migrate(ctx, db, 0)
+}
+
+// migrate is Migrate up to version upTo (0: the last), for tests of a
+// database an older build left.
+func migrate(ctx context.Context, db *pgxpool.Pool, upTo int) (int, error) {
 	ms, err := migrations()
 	if err != nil {
 		return 0, err
+	}
+	if upTo > 0 && upTo < len(ms) {
+		ms = ms[:upTo]
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -124,13 +133,15 @@ func expectedColumns() map[string]string {
 	for _, t := range []string{"ledger_events", "export_cursors", "export_gaps"} {
 		add(t, "integer", "shard")
 	}
-	add("ledger_events", "bigint", "entry_ms", "entry_seq", "micros", "unused")
+	add("ledger_events", "integer", "stream")
+	add("ledger_events", "bigint", "entry_ms", "entry_seq", "micros", "unused", "refunded")
 	add("ledger_events", "text", "kind", "ref", "holder")
-	add("ledger_events", "timestamp with time zone", "at")
+	add("ledger_events", "timestamp with time zone", "at", "expiry")
 	add("ledger_events", "jsonb", "fields")
 	add("spend_days", "bigint", strings.Split(totalsColumns, ", ")...)
 	add("spend_hours", "bigint", strings.Split(totalsColumns, ", ")...)
 	add("spend_hours", "timestamp with time zone", "hour")
+	add("export_cursors", "integer", "stream")
 	add("export_cursors", "bigint", "last_ms", "last_seq", "events")
 	add("export_cursors", "timestamp with time zone", "updated_at")
 	add("export_gaps", "text", "kind", "after_id", "until_id")

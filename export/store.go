@@ -1,15 +1,19 @@
 package export
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pacer/pacer/lease"
 )
@@ -21,6 +25,9 @@ type store struct {
 	step  func(ctx context.Context, step string) error
 	now   func() time.Time
 	zones *zones // each campaign's time zone, for spend_hours
+	// commitWith, if set, writes batches instead of commit: a benchmark's
+	// comparison with the statement an older schema used.
+	commitWith func(ctx context.Context, k lease.ShardKey, evs []event) (int, error)
 }
 
 // cursor is a stream's export position: the highest entry id exported and
@@ -67,121 +74,260 @@ func (s *store) cursors(ctx context.Context) (map[lease.ShardKey]cursor, error) 
 }
 
 // commit writes a batch of one stream's entries, the totals they add and the
-// stream's cursor in one statement (commitSQL), so in one round trip and one
-// transaction: all of it or none. Entries already exported (a redelivery
-// after a crash between commit and XACK, an entry two exporters both read, a
-// replay) are skipped by the rows' primary key, and only the rows inserted
-// count towards the totals. It returns how many were inserted.
+// stream's cursor in one transaction (write): all of it or none. Entries
+// already exported (a redelivery after a crash between commit and XACK, an
+// entry two exporters both read, a replay) are skipped by the rows' unique
+// key, and only the rows inserted count towards the totals. It returns how
+// many were inserted.
 func (s *store) commit(ctx context.Context, k lease.ShardKey, evs []event) (int, error) {
 	if len(evs) == 0 {
 		return 0, nil
+	}
+	if s.commitWith != nil {
+		return s.commitWith(ctx, k, evs)
 	}
 	loc, err := s.zones.of(ctx, k.Campaign)
 	if err != nil {
 		return 0, fmt.Errorf("export %s: %w", k, err)
 	}
-	args, err := commitArgs(k, evs, loc, s.now())
-	if err != nil {
-		return 0, err
+	b := batch{k: k, evs: evs, loc: loc}
+	if b.day, err = time.Parse(time.DateOnly, k.Day); err != nil {
+		return 0, fmt.Errorf("export %s: day: %w", k, err)
 	}
 	if err := s.step(ctx, "encoded"); err != nil {
 		return 0, err
 	}
-	var inserted int
-	if err := s.db.QueryRow(ctx, commitSQL, args...).Scan(&inserted); err != nil {
+	n, err := s.write(ctx, &b, true)
+	if isUniqueViolation(err) {
+		// A row past the cursor that no exporter wrote (by hand): the
+		// copy hit the unique key, and rolled back. Every entry goes
+		// through the conflict check instead.
+		n, err = s.write(ctx, &b, false)
+	}
+	return n, err
+}
+
+// batch is one stream's entries on their way into one transaction.
+type batch struct {
+	k   lease.ShardKey
+	day time.Time
+	loc *time.Location // the campaign's, for spend_hours
+	evs []event
+	buf []byte // the COPY data, kept for a second try
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// write is commit's transaction. The stream's cursor row is locked first
+// (created, with the stream's id, for a stream's first batch). Every row of
+// the stream has an id at or below its cursor, since the cursor moves with
+// the rows under that lock: so an entry past it cannot be a duplicate, and
+// those go in by COPY (copyNew), the cheap way; an entry at or below it
+// (delivered again, read by two exporters, replayed) goes through INSERT …
+// ON CONFLICT DO NOTHING, which skips it if it is there. Then the totals of
+// the rows inserted (the day's, each hour's: summed here) and the cursor,
+// in one round trip. The day's row is written before the hours', and a
+// stream's cursor before both, so two streams of a campaign lock them in
+// one order.
+func (s *store) write(ctx context.Context, b *batch, copyNew bool) (int, error) {
+	k := b.k
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("export %s: begin: %w", k, err)
+	}
+	defer tx.Rollback(ctx)
+	stream, last, err := lockCursor(ctx, tx, k, s.now())
+	if err != nil {
+		return 0, err
+	}
+	fresh, again := b.evs, []event(nil)
+	if !copyNew {
+		fresh, again = nil, b.evs
+	} else if !last.less(minID(b.evs)) {
+		fresh, again = splitAt(b.evs, last)
+	}
+	inserted := fresh
+	if len(fresh) > 0 {
+		b.buf = copyRows(b.buf[:0], stream, k.Campaign, int32(b.day.Sub(pgEpoch).Hours()/24), int32(k.Shard), fresh)
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(b.buf), copySQL); err != nil {
+			return 0, fmt.Errorf("export %s: copy: %w", k, err)
+		}
+	}
+	if len(again) > 0 {
+		ins, err := insertAgain(ctx, tx, stream, k, again)
+		if err != nil {
+			return 0, err
+		}
+		inserted = append(slices.Clip(inserted), ins...)
+	}
+	if err := s.step(ctx, "copied"); err != nil {
+		return 0, err
+	}
+	q, err := totalsBatch(k, inserted, b.loc)
+	if err != nil {
+		return 0, err
+	}
+	last = laterID(last, maxID(b.evs))
+	q.Queue(`UPDATE export_cursors SET last_ms = $1, last_seq = $2, events = events + $3, updated_at = $4 WHERE stream = $5`,
+		last.ms, last.seq, len(inserted), s.now(), stream)
+	if err := tx.SendBatch(ctx, q).Close(); err != nil {
+		return 0, fmt.Errorf("export %s: totals: %w", k, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("export %s: commit: %w", k, err)
 	}
-	return inserted, nil
+	return len(inserted), nil
 }
 
-// commitSQL inserts a batch's rows ($4-$12, one array a column), adds what
-// the rows inserted add to the day's totals and to each hour's ($13: each
-// entry's hour; $14-$24: each entry's part of every total but events, from
-// Totals.add), and moves the stream's cursor to the batch's last id ($25,
-// $26) if it is past it, counting the rows inserted. The day's row is
-// written before the hours' (the hours read the day's RETURNING), so two
-// streams of a campaign lock them in one order.
-var commitSQL = func() string {
-	cols := strings.Split(totalsColumns, ", ")
-	var parts, sums, sets []string
-	for i, c := range cols {
-		sets = append(sets, c+" = %[1]s."+c+" + EXCLUDED."+c)
-		if c == "events" {
-			sums = append(sums, "count(*)")
-			continue
-		}
-		parts = append(parts, "$"+strconv.Itoa(14+len(parts))+"::bigint[]")
-		sums = append(sums, "sum(p.v"+strconv.Itoa(i)+")::bigint")
-	}
-	var names []string
-	for i, c := range cols {
-		if c != "events" {
-			names = append(names, "v"+strconv.Itoa(i))
-		}
-	}
-	set := func(table string) string { return fmt.Sprintf(strings.Join(sets, ", "), table) }
-	return `WITH ins AS (
-		INSERT INTO ledger_events (campaign, day, shard, entry_ms, entry_seq, kind, micros, unused, ref, holder, at, fields)
-		SELECT $1, $2::text::date, $3, u.ms, u.seq, u.kind, u.micros, u.unused, u.ref, u.holder, u.at, u.f::jsonb
-		FROM unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::timestamptz[], $12::text[])
-			AS u(ms, seq, kind, micros, unused, ref, holder, at, f)
-		ON CONFLICT DO NOTHING RETURNING entry_ms, entry_seq),
-	p AS (SELECT u.* FROM unnest($4::bigint[], $5::bigint[], $13::timestamptz[], ` + strings.Join(parts, ", ") + `)
-			AS u(ms, seq, hour, ` + strings.Join(names, ", ") + `)
-		JOIN ins ON ins.entry_ms = u.ms AND ins.entry_seq = u.seq),
-	d AS (INSERT INTO spend_days (campaign, day, ` + totalsColumns + `)
-		SELECT $1, $2::text::date, ` + strings.Join(sums, ", ") + ` FROM p HAVING count(*) > 0
-		ON CONFLICT (campaign, day) DO UPDATE SET ` + set("spend_days") + ` RETURNING 1),
-	h AS (INSERT INTO spend_hours (campaign, day, hour, ` + totalsColumns + `)
-		SELECT $1, $2::text::date, p.hour, ` + strings.Join(sums, ", ") + ` FROM p WHERE EXISTS (SELECT FROM d) GROUP BY p.hour ORDER BY p.hour
-		ON CONFLICT (campaign, day, hour) DO UPDATE SET ` + set("spend_hours") + ` RETURNING 1),
-	c AS (INSERT INTO export_cursors AS x (campaign, day, shard, last_ms, last_seq, events, updated_at)
-		VALUES ($1, $2::text::date, $3, $25, $26, (SELECT count(*) FROM ins), $27)
-		ON CONFLICT (campaign, day, shard) DO UPDATE SET
-			last_ms = CASE WHEN (EXCLUDED.last_ms, EXCLUDED.last_seq) > (x.last_ms, x.last_seq) THEN EXCLUDED.last_ms ELSE x.last_ms END,
-			last_seq = CASE WHEN (EXCLUDED.last_ms, EXCLUDED.last_seq) > (x.last_ms, x.last_seq) THEN EXCLUDED.last_seq ELSE x.last_seq END,
-			events = x.events + EXCLUDED.events, updated_at = EXCLUDED.updated_at
-		RETURNING 1)
-	SELECT (SELECT count(*) FROM ins)::int + 0 * ((SELECT count(*) FROM h) + (SELECT count(*) FROM c))`
-}()
+var copySQL = "COPY ledger_events (" + copyColumns + ") FROM STDIN (FORMAT binary)"
 
-// commitArgs are commitSQL's arguments for a batch of stream k: the rows,
-// each entry's hour in loc and its part of the totals, the batch's last id.
-func commitArgs(k lease.ShardKey, evs []event, loc *time.Location, now time.Time) ([]any, error) {
-	n := len(evs)
-	ms, seq, micros, unused := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	kind, ref, holder, fields := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	at, hour := make([]time.Time, n), make([]time.Time, n)
-	ncols := len(strings.Split(totalsColumns, ", "))
-	parts := make([][]int64, ncols)
-	for i := range parts {
-		parts[i] = make([]int64, n)
-	}
+// lockCursor locks stream k's cursor row for the transaction and returns
+// the stream's id and its last id exported; a stream without one gets its
+// row (0-0, no events) and so its id.
+func lockCursor(ctx context.Context, tx pgx.Tx, k lease.ShardKey, now time.Time) (int32, streamID, error) {
+	var stream int32
 	var last streamID
+	for range 2 {
+		err := tx.QueryRow(ctx, `SELECT stream, last_ms, last_seq FROM export_cursors
+			WHERE campaign = $1 AND day = $2::text::date AND shard = $3 FOR UPDATE`, k.Campaign, k.Day, k.Shard).Scan(&stream, &last.ms, &last.seq)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			if err != nil {
+				return 0, last, fmt.Errorf("export %s: cursor: %w", k, err)
+			}
+			return stream, last, nil
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO export_cursors (campaign, day, shard, last_ms, last_seq, events, updated_at)
+			VALUES ($1, $2::text::date, $3, 0, 0, 0, $4) ON CONFLICT DO NOTHING`, k.Campaign, k.Day, k.Shard, now); err != nil {
+			return 0, last, fmt.Errorf("export %s: cursor: %w", k, err)
+		}
+	}
+	return 0, last, fmt.Errorf("export %s: cursor: no row after inserting it", k)
+}
+
+func minID(evs []event) streamID {
+	m := evs[0].id
+	for _, e := range evs[1:] {
+		if e.id.less(m) {
+			m = e.id
+		}
+	}
+	return m
+}
+
+func maxID(evs []event) streamID {
+	var m streamID
+	for _, e := range evs {
+		if m.less(e.id) {
+			m = e.id
+		}
+	}
+	return m
+}
+
+func laterID(a, b streamID) streamID {
+	if a.less(b) {
+		return b
+	}
+	return a
+}
+
+// splitAt divides evs into the entries past last and the others.
+func splitAt(evs []event, last streamID) (past, others []event) {
+	for _, e := range evs {
+		if last.less(e.id) {
+			past = append(past, e)
+		} else {
+			others = append(others, e)
+		}
+	}
+	return past, others
+}
+
+// insertAgain inserts the entries of evs ledger_events does not hold yet
+// and returns them.
+func insertAgain(ctx context.Context, tx pgx.Tx, stream int32, k lease.ShardKey, evs []event) ([]event, error) {
+	n := len(evs)
+	ms, seq, micros, unused, refunded := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	kind, ref, holder := make([]string, n), make([]string, n), make([]string, n)
+	at, expiry, fields := make([]time.Time, n), make([]pgtype.Timestamptz, n), make([]pgtype.Text, n)
 	for i, e := range evs {
-		ms[i], seq[i], micros[i], unused[i] = e.id.ms, e.id.seq, e.micros, e.unused
+		ms[i], seq[i], micros[i], unused[i], refunded[i] = e.id.ms, e.id.seq, e.micros, e.unused, e.refunded
 		kind[i], ref[i], holder[i], at[i] = e.kind, e.ref, e.holder, e.at
-		fields[i] = string(appendFieldsJSON(nil, e.fields))
-		hour[i] = hourOf(e.at, loc)
-		var t Totals
-		if err := t.add(e); err != nil {
+		expiry[i] = pgtype.Timestamptz{Time: e.expiry, Valid: !e.expiry.IsZero()}
+		if e.extra != nil {
+			fields[i] = pgtype.Text{String: string(appendFieldsJSON(nil, e.extra)), Valid: true}
+		}
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO ledger_events (`+copyColumns+`)
+		SELECT $1, u.ms, u.seq, $2, $3::text::date, $4, u.kind, u.micros, u.unused, u.refunded, u.ref, u.holder, u.at, u.expiry, u.f::jsonb
+		FROM unnest($5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::text[], $12::text[],
+			$13::timestamptz[], $14::timestamptz[], $15::text[])
+			AS u(ms, seq, kind, micros, unused, refunded, ref, holder, at, expiry, f)
+		ON CONFLICT DO NOTHING RETURNING entry_ms, entry_seq`,
+		stream, k.Campaign, k.Day, k.Shard, ms, seq, kind, micros, unused, refunded, ref, holder, at, expiry, fields)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: insert: %w", k, err)
+	}
+	done := map[streamID]bool{}
+	var id streamID
+	if _, err := pgx.ForEachRow(rows, []any{&id.ms, &id.seq}, func() error { done[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("export %s: insert: %w", k, err)
+	}
+	var out []event
+	for _, e := range evs {
+		if done[e.id] {
+			out = append(out, e)
+			delete(done, e.id) // the same id twice in a batch is one row
+		}
+	}
+	return out, nil
+}
+
+// hourTotals is what a batch adds to one hour of spend_hours.
+type hourTotals struct {
+	hour time.Time
+	t    Totals
+}
+
+// totalsBatch sums evs (the rows a batch inserted) into the day's totals
+// and each hour's (in loc), and queues their upserts: the day's, then the
+// hours' in order. Nothing is queued for no rows.
+func totalsBatch(k lease.ShardKey, evs []event, loc *time.Location) (*pgx.Batch, error) {
+	q := &pgx.Batch{}
+	if len(evs) == 0 {
+		return q, nil
+	}
+	var day Totals
+	var hours []hourTotals
+	n := -1 // the hour the last entry went to
+	for _, e := range evs {
+		if err := day.add(e); err != nil {
 			return nil, fmt.Errorf("export %s: %w", k, err)
 		}
-		for j, v := range t.columns() {
-			parts[j][i] = v
+		if h := hourOf(e.at, loc); n < 0 || !hours[n].hour.Equal(h) {
+			if n = slices.IndexFunc(hours, func(x hourTotals) bool { return x.hour.Equal(h) }); n < 0 {
+				hours, n = append(hours, hourTotals{hour: h}), len(hours)
+			}
 		}
-		if last.less(e.id) {
-			last = e.id
-		}
-	}
-	args := []any{k.Campaign, k.Day, k.Shard, ms, seq, kind, micros, unused, ref, holder, at, fields, hour}
-	for j, c := range strings.Split(totalsColumns, ", ") {
-		if c != "events" {
-			args = append(args, parts[j])
+		if err := hours[n].t.add(e); err != nil {
+			return nil, fmt.Errorf("export %s: %w", k, err)
 		}
 	}
-	return append(args, last.ms, last.seq, now), nil
+	q.Queue(upsertDaySQL, append([]any{k.Campaign, k.Day}, day.values()...)...)
+	slices.SortFunc(hours, func(a, b hourTotals) int { return a.hour.Compare(b.hour) })
+	for _, h := range hours {
+		q.Queue(upsertHourSQL, append([]any{k.Campaign, k.Day, h.hour}, h.t.values()...)...)
+	}
+	return q, nil
 }
+
+var (
+	upsertDaySQL  = upsertTotals("spend_days", "campaign, day", "$1, $2::text::date", 3)
+	upsertHourSQL = upsertTotals("spend_hours", "campaign, day, hour", "$1, $2::text::date, $3", 4)
+)
 
 // upsertTotals is an INSERT … ON CONFLICT that adds to a totals row.
 func upsertTotals(table, key, keyValues string, first int) string {

@@ -49,7 +49,7 @@ func TestMigrateRunReplay(t *testing.T) {
 	if err := run(ctx, append(flags, "run"), noEnv, &out, &errOut); err == nil || !strings.Contains(err.Error(), "pacer-export migrate") {
 		t.Fatalf("run on an empty database: %v; want a pointer to migrate", err)
 	}
-	if err := run(ctx, append(flags, "migrate"), noEnv, &out, &errOut); err != nil || !strings.Contains(out.String(), "schema at version 2") {
+	if err := run(ctx, append(flags, "migrate"), noEnv, &out, &errOut); err != nil || !strings.Contains(out.String(), "schema at version 3") {
 		t.Fatalf("migrate: %v, %q", err, out.String())
 	}
 	conn, err := pgx.Connect(ctx, dsn)
