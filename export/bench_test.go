@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,43 +19,6 @@ import (
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
-
-func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func pgCPU(b *testing.B, s *pgtest.Server) time.Duration {
-	d, err := s.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return d
-}
-
-// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys and
-// used_cpu_user, its main thread and the others).
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(ctx, "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sec float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_sys" || k == "used_cpu_user" {
-			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sec += x
-		}
-	}
-	return time.Duration(sec * float64(time.Second))
-}
 
 // loadAverage is /proc/loadavg's three figures.
 func loadAverage(b *testing.B) string {

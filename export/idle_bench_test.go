@@ -49,15 +49,15 @@ func exportIdle(b *testing.B, pgSrv *pgtest.Server, cfg export.Config) {
 	f, streams, m := runDefaultDay(b, pgSrv, cfg)
 	rowsCaughtUp(b, f, m, int64(len(streams)))
 	b.Logf("load average %s", loadAverage(b))
-	cmd0, cpu0, pg0, redis0 := redisCommands(b, f.rdb), cpuTime(b), pgCPU(b, pgSrv), redisCPU(b, f.rdb)
+	cmd0, cpu0, pg0, redis0 := redisCommands(b, f.rdb), export.SelfCPU(b), export.ServerCPU(b, pgSrv), export.RedisCPU(b, f.rdb)
 	time.Sleep(d) // the exporter's passes, in real time, are what is measured
 	// INFO stats and INFO cpu are two commands of the measurement's own.
 	cmds := redisCommands(b, f.rdb) - cmd0 - 2
 	perSecond := func(x time.Duration) float64 { return float64(x.Microseconds()) / d.Seconds() }
 	b.ReportMetric(float64(cmds)/d.Seconds(), "redis-cmds/s")
-	b.ReportMetric(perSecond(redisCPU(b, f.rdb)-redis0), "redis-cpu-µs/s")
-	b.ReportMetric(perSecond(pgCPU(b, pgSrv)-pg0), "pg-cpu-µs/s")
-	b.ReportMetric(perSecond(cpuTime(b)-cpu0), "cpu-µs/s")
+	b.ReportMetric(perSecond(export.RedisCPU(b, f.rdb)-redis0), "redis-cpu-µs/s")
+	b.ReportMetric(perSecond(export.ServerCPU(b, pgSrv)-pg0), "pg-cpu-µs/s")
+	b.ReportMetric(perSecond(export.SelfCPU(b)-cpu0), "cpu-µs/s")
 	b.Logf("load average %s", loadAverage(b))
 }
 

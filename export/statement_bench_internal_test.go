@@ -112,7 +112,7 @@ func (w throughputWay) run(b *testing.B, ctx context.Context, rdb *redis.Client,
 			return legacyCommit(ctx, w.db, k, evs, nil)
 		}
 	}
-	cpu0, pg0, redis0 := selfCPU(b), serverCPU(b, pgSrv), redisCPU(b, rdb)
+	cpu0, pg0, redis0 := SelfCPU(b), ServerCPU(b, pgSrv), RedisCPU(b, rdb)
 	start := time.Now()
 	var n int64
 	for n < shards*perShard {
@@ -127,8 +127,8 @@ func (w throughputWay) run(b *testing.B, ctx context.Context, rdb *redis.Client,
 	}
 	wall := time.Since(start)
 	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }
-	return throughput{perSecond: float64(n) / wall.Seconds(), exporter: per(selfCPU(b) - cpu0),
-		postgres: per(serverCPU(b, pgSrv) - pg0), redis: per(redisCPU(b, rdb) - redis0)}
+	return throughput{perSecond: float64(n) / wall.Seconds(), exporter: per(SelfCPU(b) - cpu0),
+		postgres: per(ServerCPU(b, pgSrv) - pg0), redis: per(RedisCPU(b, rdb) - redis0)}
 }
 
 // fillStreams appends n release entries to each of the campaign-day's
@@ -248,7 +248,9 @@ func exportStatement(b *testing.B) {
 	b.Logf("load average %s", loadAverageNow())
 }
 
-func selfCPU(b *testing.B) time.Duration {
+// SelfCPU is this process's CPU time so far (getrusage), for the
+// benchmarks of this package and of package export_test.
+func SelfCPU(b *testing.B) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)
@@ -256,7 +258,8 @@ func selfCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func serverCPU(b *testing.B, s *pgtest.Server) time.Duration {
+// ServerCPU is PostgreSQL server s's CPU time so far (pgtest.Server.CPU).
+func ServerCPU(b *testing.B, s *pgtest.Server) time.Duration {
 	d, err := s.CPU()
 	if err != nil {
 		b.Fatal(err)
@@ -264,9 +267,9 @@ func serverCPU(b *testing.B, s *pgtest.Server) time.Duration {
 	return d
 }
 
-// redisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys and
+// RedisCPU is redis-server's CPU time so far (INFO cpu: used_cpu_sys and
 // used_cpu_user).
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+func RedisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	info, err := rdb.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
