@@ -46,16 +46,20 @@ type function struct {
 // newLibrary builds the library of bodies (script name -> Lua body, each
 // run with the prelude in front). A body sees KEYS and ARGV as a script
 // does: the prelude's helpers read them too, so they are the library's
-// upvalues, set at each call (Redis runs one function at a time).
+// upvalues, set at each call (Redis runs one function at a time). Every
+// function may touch keys of other slots than its KEYS' on its own master
+// (allow-cross-slot-keys): on a Cluster, a new index entry's slot is
+// recorded in an anchor key (see index.go); any other key a script
+// touches is one of its KEYS.
 func newLibrary(prelude string, bodies [][2]string) *library {
 	const named = "@LIBRARY@"
 	var b strings.Builder
 	b.WriteString("local KEYS, ARGV\n")
 	b.WriteString(prelude)
 	for _, nb := range bodies {
-		b.WriteString("\nredis.register_function('" + named + "_" + nb[0] + "', function(keys, args)\nKEYS, ARGV = keys, args\nbegin_call()\n")
+		b.WriteString("\nredis.register_function{function_name = '" + named + "_" + nb[0] + "', flags = {'allow-cross-slot-keys'}, callback = function(keys, args)\nKEYS, ARGV = keys, args\nbegin_call()\n")
 		b.WriteString(nb[1])
-		b.WriteString("\nend)\n")
+		b.WriteString("\nend}\n")
 	}
 	sum := sha1.Sum([]byte(b.String()))
 	name := "pacer_" + hex.EncodeToString(sum[:6])
@@ -64,7 +68,7 @@ func newLibrary(prelude string, bodies [][2]string) *library {
 
 // function returns the library's function for the body named name.
 func (lib *library) function(name string) *function {
-	if !strings.Contains(lib.code, "redis.register_function('"+lib.name+"_"+name+"',") {
+	if !strings.Contains(lib.code, "redis.register_function{function_name = '"+lib.name+"_"+name+"',") {
 		panic("lease: no ledger script named " + name)
 	}
 	return &function{lib: lib, name: lib.name + "_" + name}

@@ -699,16 +699,79 @@ end
 
 -- The reconciler's indexes (see lease/index.go): KEYS[8] due, KEYS[9] low,
 -- in the shard's slot; absent when a caller passes only the shard's keys.
+-- On a Redis Cluster (the index keys' names carry their slot's hash tag)
+-- an entry new to its slot's index is also recorded in the slot's anchor
+-- (lease/index.go, "Anchors"): the first of the 64 anchor keys, from the
+-- slot's group (slot / 256) on, that this master serves, with the time the
+-- entry needs the reconciler (ZADD LT: the anchor's score is a lower bound
+-- of its slot's). A non-local anchor is an error pcall returns; none local
+-- leaves the entry to the reconciler's rotating look at every slot.
+local ANCHORS = (function()
+  local keys = {'3560', '2464', '1768', '69235', '22069', '56283', '20261', '21365',
+  '48576', '27938', '18360', '19264', '11467', '10563', '41271', '17019', '4129', '69306', '3453',
+  '2557', '130', '12295', '11199', '9058', '1296', '19357', '29098', '49541', '41342', '1878',
+  '8591', '9495', '8209', '26479', '265', '4892', '3706', '2602', '45842', '5378', '2821', '3925',
+  '13409', '40113', '48710', '39288', '17891', '16995', '356', '17781', '46093', '15589', '45971',
+  '44875', '3635', '2731', '16248', '40020', '2912', '3816', '4782', '5686', '48623', '49727'}
+  for i = 1, #keys do
+    keys[i] = 'pacer:idx:slots:{' .. keys[i] .. '}'
+  end
+  return keys
+end)()
+
+-- CRC16 is CRC16/XMODEM's table, as Redis Cluster hashes a key's tag
+-- (built with arithmetic: bit is not available while a library loads).
+local CRC16 = (function()
+  local t = {}
+  for i = 0, 255 do
+    local c = i * 256
+    for _ = 1, 8 do
+      c = c * 2
+      if c >= 65536 then -- c - 65536 xor 0x1021
+        c = c - 65536
+        local x, p, r = 4129, 1, 0
+        for _ = 1, 16 do
+          local u, v = c % 2, x % 2
+          if u ~= v then r = r + p end
+          c, x, p = (c - u) / 2, (x - v) / 2, p * 2
+        end
+        c = r
+      end
+    end
+    t[i] = c
+  end
+  return t
+end)()
+
+local function anchor(score)
+  local tag = string.match(KEYS[8], '{(.*)}$')
+  if not tag then return end -- one server: one index key, no anchors
+  local c = 0
+  for i = 1, #tag do
+    c = bit.bxor((c % 256) * 256, CRC16[bit.bxor((c - c % 256) / 256, string.byte(tag, i))])
+  end
+  local slot = c % 16384
+  local g, n = (slot - slot % 256) / 256, #ANCHORS
+  for j = 0, n - 1 do
+    if type(redis.pcall('ZADD', ANCHORS[(g + j) % n + 1], 'LT', score, slot)) == 'number' then return end
+  end
+end
+
+-- index_due records that the shard's leases all expire at score (ZADD GT).
+local function index_due(score)
+  if KEYS[8] and redis.call('ZADD', KEYS[8], 'GT', score, KEYS[1]) == 1 then anchor(score) end
+end
+
 -- index_expiry records that a lease on this shard expires at expiry.
 local function index_expiry(expiry)
-  if KEYS[8] then redis.call('ZADD', KEYS[8], 'GT', str(expiry), KEYS[1]) end
+  index_due(str(expiry))
 end
 
 -- index_low flags a shard left with less than one request's worth to grant:
 -- to be refilled from its siblings, or its day exhausted.
 local function index_low(s, want, now)
   if KEYS[9] and s.closed ~= 1 and math.max(s.locked + s.available - s.owed, 0) < want then
-    redis.call('ZADD', KEYS[9], 'NX', str(now), KEYS[1])
+    if redis.call('ZADD', KEYS[9], 'NX', str(now), KEYS[1]) == 1 then anchor(0) end
   end
 end
 

@@ -26,7 +26,7 @@ if KEYS[8] then
     redis.call('ZREM', KEYS[8], KEYS[1])
   elseif n > 0 then
     local last = redis.call('ZRANGE', K.exp, -1, -1, 'WITHSCORES')
-    if last[2] then redis.call('ZADD', KEYS[8], 'GT', last[2], KEYS[1]) end
+    if last[2] then index_due(last[2]) end
   end
 end
 local r = shard_reply(0, total, s)
