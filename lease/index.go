@@ -31,20 +31,37 @@ import (
 // is one index key per slot, named with a hash tag that maps to that slot
 // (slotTag), and every script gets the index keys of its shard's slot: the
 // index write is part of the shard's atomic change, never lost apart from
-// it, and never an extra command on the daemons' hot path. The reconciler
-// then reads 16,384 index keys of each kind per pass, pipelined: a constant
-// (about 8 ms of each master's time per pass on a 3-master Cluster), not a
-// cost per campaign. A single server or a Sentinel-managed primary has one
-// index key of each kind. A reconciler that knows few campaigns reads only
-// the slots their shards hash to (DueShardsIn, LowShardsIn, IndexSlots),
-// plus a rotating slice of all of them.
+// it, and never an extra command on the daemons' hot path. A single server
+// or a Sentinel-managed primary has one index key of each kind.
+//
+// Anchors: so that the reconciler need not read 16,384 index keys of each
+// kind to find the few with entries, 64 anchor keys (a zset each: slot ->
+// when its entries next need the reconciler) say which slots have entries.
+// Anchor g's hash tag maps to slot 256g. A script that adds an entry new to
+// its slot's index (ZADD returned 1) also records the slot, in the same
+// atomic call, in the first anchor its own master serves, trying g = slot /
+// 256, g+1, … in turn (allow-cross-slot-keys permits keys of other slots on
+// the same master; pcall answers a non-local one with an error): with the
+// entry's expiry, or 0 for a low flag, and ZADD LT, so that an anchor's
+// score is never above the earliest time its slot's entries need the
+// reconciler. A master serving a run of at least 256 slots serves anchor g
+// or g+1 of each of them. The reconciler reads the 64 anchors (AnchoredSlots),
+// reads the index keys of the slots due, and after its work calls Reanchor on
+// them, which sets the score exactly (or removes the slot) in one script on
+// the slot's master, atomic with the ledger scripts there.
+//
+// An entry no anchor records (written by a previous release's daemon, or on
+// a master that serves no anchor) is found by Reanchor on a rotating slice of
+// all slots, every slot once per sweep period; the reconciler then reads
+// every slot's index keys for a sweep period (reconcile, indexPlan).
 //
 // A shard opened before the index existed, or an index entry lost with a
 // failover to a lagging replica, is found by the reconciler's slow sweep,
 // which looks at every campaign once per sweep period.
 const (
-	dueIndex = keyPrefix + "idx:due"
-	lowIndex = keyPrefix + "idx:low"
+	dueIndex    = keyPrefix + "idx:due"
+	lowIndex    = keyPrefix + "idx:low"
+	anchorIndex = keyPrefix + "idx:slots"
 )
 
 // scriptKeys is a shard's keys and its slot's index keys, in the order the
@@ -291,4 +308,160 @@ func (l *Ledger) ReadShards(ctx context.Context, campaign, day string, n int) ([
 		out[i] = sh
 	}
 	return out, nil
+}
+
+// anchorGroups is how many anchors there are; anchor g's tag maps to slot
+// g × Slots/anchorGroups. prelude.lua lists the same tags.
+const anchorGroups = 64
+
+// anchorKeys returns the anchors' keys, anchor 0 first.
+func anchorKeys() []string {
+	tags := slotTags()
+	out := make([]string, anchorGroups)
+	for g := range out {
+		out[g] = anchorIndex + ":{" + tags[g*(Slots/anchorGroups)] + "}"
+	}
+	return out
+}
+
+// anchorOrder returns the anchors in the order the ledger scripts try them
+// for an entry on slot: from the slot's group on, around.
+func anchorOrder(slot int) []string {
+	keys := anchorKeys()
+	g := slot / (Slots / anchorGroups)
+	out := make([]string, len(keys))
+	for j := range keys {
+		out[j] = keys[(g+j)%len(keys)]
+	}
+	return out
+}
+
+// AnchoredSlots returns the Cluster slots whose anchors say their index
+// entries may need the reconciler by cutoff (pass now less the grace: a low
+// flag always does), each with the anchors that list it. 64 reads,
+// pipelined. On a single server it returns nothing.
+func (l *Ledger) AnchoredSlots(ctx context.Context, cutoff time.Time) (map[int][]string, error) {
+	if !l.cluster {
+		return nil, nil
+	}
+	keys := anchorKeys()
+	p := l.rdb.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(keys))
+	max := strconv.FormatInt(cutoff.UnixMilli(), 10)
+	for i, k := range keys {
+		cmds[i] = p.ZRangeByScore(ctx, k, &redis.ZRangeBy{Min: "-inf", Max: max})
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("ledger anchors: %w", err)
+	}
+	out := map[int][]string{}
+	for i, c := range cmds {
+		for _, m := range c.Val() {
+			if s, err := strconv.Atoi(m); err == nil && s >= 0 && s < Slots {
+				out[s] = append(out[s], keys[i])
+			}
+		}
+	}
+	return out, nil
+}
+
+//go:embed lua/reanchor.lua
+var luaReanchor string
+
+var reanchorScript = redis.NewScript(luaReanchor)
+
+// SlotAnchor is what Reanchor found on a slot.
+type SlotAnchor struct {
+	Slot int
+	// Entries: the slot's index keys have entries.
+	Entries bool
+	// Unrecorded: they did, and no anchor on the slot's master recorded
+	// the slot (a previous release's write, or an anchor lost), or the
+	// master serves no anchor (Local false).
+	Unrecorded bool
+	// Local: the slot's master serves an anchor, which now holds the slot
+	// exactly (or not at all, without entries).
+	Local bool
+}
+
+// Reanchor sets, for each slot, its anchor on the slot's own master to
+// exactly when its index entries next need the reconciler, or removes the
+// slot from it when it has none (one script call a slot, pipelined); then
+// removes the slot from the anchors listed[slot] names other than that one
+// (a slot recorded before its master changed). A slot whose master serves
+// no anchor keeps every listing.
+func (l *Ledger) Reanchor(ctx context.Context, slots []int, listed map[int][]string) ([]SlotAnchor, error) {
+	if !l.cluster || len(slots) == 0 {
+		return nil, nil
+	}
+	cmds, err := l.reanchorCalls(ctx, slots, false)
+	if err != nil {
+		return nil, err
+	}
+	var retry []int
+	for i, c := range cmds {
+		if c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		again := make([]int, len(retry))
+		for j, i := range retry {
+			again[j] = slots[i]
+		}
+		redo, err := l.reanchorCalls(ctx, again, true)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range retry {
+			cmds[i] = redo[j]
+		}
+	}
+	out := make([]SlotAnchor, len(slots))
+	p := l.rdb.Pipeline()
+	drops := 0
+	for i, c := range cmds {
+		v, err := c.Int64Slice()
+		if err != nil || len(v) != 3 {
+			return nil, fmt.Errorf("ledger anchors: reanchor slot %d: %v %w", slots[i], v, err)
+		}
+		a := SlotAnchor{Slot: slots[i], Entries: v[2] == 1, Local: v[0] > 0}
+		a.Unrecorded = a.Entries && (!a.Local || v[1] == 1)
+		out[i] = a
+		if !a.Local {
+			continue
+		}
+		own := anchorOrder(slots[i])[v[0]-1]
+		for _, k := range listed[slots[i]] {
+			if k != own {
+				p.ZRem(ctx, k, strconv.Itoa(slots[i]))
+				drops++
+			}
+		}
+	}
+	if drops > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("ledger anchors: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// reanchorCalls runs the reanchor script on slots in one pipeline, by its
+// hash (or its body: eval), and returns each call's reply.
+func (l *Ledger) reanchorCalls(ctx context.Context, slots []int, eval bool) ([]*redis.Cmd, error) {
+	p := l.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(slots))
+	for i, s := range slots {
+		keys := []string{l.indexKeyList(dueIndex, []int{s})[0], l.indexKeyList(lowIndex, []int{s})[0]}
+		if eval {
+			cmds[i] = reanchorScript.Eval(ctx, p, keys, s)
+		} else {
+			cmds[i] = reanchorScript.EvalSha(ctx, p, keys, s)
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return nil, fmt.Errorf("ledger anchors: reanchor: %w", err)
+	}
+	return cmds, nil
 }
