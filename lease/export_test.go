@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"testing"
 	"time"
 )
 
@@ -24,4 +25,16 @@ func (l *Ledger) BeginDayOpForTest(ctx context.Context, campaign, day, opID stri
 	}
 	_, _, err = l.beginDayOp(ctx, campaign, day, opID, delta, Split(delta, n))
 	return err
+}
+
+// GrantPreviousReleaseForTest grants req by the previous release's grant
+// (testdata), as a daemon of that release does during a rolling upgrade: on
+// a Cluster it writes its slot's index entry and no anchor.
+func (l *Ledger) GrantPreviousReleaseForTest(t *testing.T, req GrantRequest) int64 {
+	t.Helper()
+	st, g, _, _, err := l.run(context.Background(), loadPreviousRelease(t).grant, req.Shard, l.grantArgs(req)...)
+	if err != nil || st != 0 || g <= 0 {
+		t.Fatalf("the previous release's grant on %s: status %d, granted %d: %v", req.Shard, st, g, err)
+	}
+	return g
 }

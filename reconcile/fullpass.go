@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
 	"go.uber.org/zap"
 )
@@ -198,43 +197,90 @@ func failures(err error) int {
 	return 1
 }
 
-// indexSlots returns the Redis Cluster slots a step reads the indexes of
-// (nil: every slot; always nil on a single server, which has one index key
-// of each kind). While the shards of the term's campaigns' todays and
-// yesterdays hash to at most a quarter of the 16,384 slots, it is their
-// slots plus a rotating slice of all slots, so that every slot is still read
-// once per SweepPeriod (an entry no known campaign accounts for: a removed
-// campaign's, a day opened with more shards than its campaign has now). So
-// the index reads cost in proportion to the campaigns, not to the slots,
-// when there are few.
-func (r *Reconciler) indexSlots(now time.Time) []int {
+// indexPlan is what a step reads of a Redis Cluster's indexes: the slots
+// whose due and low index keys it reads (nil: every slot), the anchors that
+// listed them, and the slots it reanchors after its work.
+type indexPlan struct {
+	read     []int
+	listed   map[int][]string
+	reanchor []int
+}
+
+// planIndex decides a step's index reads (lease/index.go, "Anchors"). On a
+// single server there is one index key of each kind: nothing to plan. On a
+// Cluster a step reads the slots the 64 anchors say need it by now, and
+// reanchors those and a rotating slice of all slots, so that every slot is
+// looked at once per SweepPeriod (all of them in a term's first step): an
+// entry no anchor records is found there. While one was found in the last
+// SweepPeriod (a daemon of the previous release writes entries without
+// anchors), a step reads every slot's index keys as that release did. So
+// the index reads cost 64 commands, one a rotating slot and two a slot
+// with work, not 2 × 16,384.
+func (r *Reconciler) planIndex(ctx context.Context, now time.Time) (indexPlan, error) {
 	if !r.ledger.IsCluster() {
-		return nil
+		return indexPlan{}, nil
 	}
+	listed, err := r.ledger.AnchoredSlots(ctx, now.Add(-r.cfg.Grace))
+	if err != nil {
+		return indexPlan{}, err
+	}
+	set := maps.Clone(listed)
+	plan := indexPlan{read: slices.AppendSeq(make([]int, 0, len(listed)), maps.Keys(listed)), listed: listed}
+	slices.Sort(plan.read) // never nil: nil reads every slot
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := map[int]bool{}
-	shards := 0
-	r.term.roster.all(func(id string) bool {
-		c := r.term.campaigns[id]
-		if shards += 2 * c.Shards; shards > lease.Slots/4 {
-			return false
-		}
-		today := bucket.DayOf(now, c.Location())
-		yesterday := bucket.DayOf(today.Start.Add(-time.Hour), c.Location())
-		for s := range c.Shards {
-			lease.IndexSlots(set, lease.ShardKey{Campaign: id, Day: today.Key, Shard: s},
-				lease.ShardKey{Campaign: id, Day: yesterday.Key, Shard: s})
-		}
-		return true
-	})
-	if shards > lease.Slots/4 {
-		return nil
-	}
 	k := int((int64(lease.Slots)*int64(r.cfg.Interval) + int64(r.cfg.SweepPeriod) - 1) / int64(r.cfg.SweepPeriod))
+	if !r.term.anchored {
+		k = lease.Slots
+	}
 	for range min(k, lease.Slots) {
-		set[r.term.slot] = true
+		set[r.term.slot] = nil
 		r.term.slot = (r.term.slot + 1) % lease.Slots
 	}
-	return slices.Sorted(maps.Keys(set))
+	if now.UnixMilli() < r.term.readAll {
+		plan.read = nil
+	}
+	plan.reanchor = slices.Sorted(maps.Keys(set))
+	return plan, nil
+}
+
+// reanchor reanchors the plan's slots and those where the step found due
+// entries, once the step has dealt with them. An entry no anchor recorded
+// makes the steps of the next SweepPeriod read every slot.
+func (r *Reconciler) reanchor(ctx context.Context, plan indexPlan, due []lease.IndexEntry, now time.Time) error {
+	if plan.reanchor == nil {
+		return nil
+	}
+	slots := plan.reanchor
+	if plan.read == nil {
+		set := map[int]bool{}
+		for _, s := range slots {
+			set[s] = true
+		}
+		for _, e := range due {
+			set[lease.Slot(e.Shard.String())] = true
+		}
+		slots = slices.Sorted(maps.Keys(set))
+	}
+	found, err := r.ledger.Reanchor(ctx, slots, plan.listed)
+	if err != nil {
+		return err
+	}
+	var unrecorded []int
+	for _, a := range found {
+		if _, listed := plan.listed[a.Slot]; a.Unrecorded && !(listed && a.Local) {
+			unrecorded = append(unrecorded, a.Slot)
+		}
+	}
+	r.mu.Lock()
+	r.term.anchored = true
+	if len(unrecorded) > 0 {
+		r.term.readAll = now.Add(r.cfg.SweepPeriod).UnixMilli()
+	}
+	r.mu.Unlock()
+	if len(unrecorded) > 0 {
+		r.log.Warn("index entries no anchor recorded (a daemon of the previous release, or a master serving no anchor): every slot's index is read each step for a sweep period",
+			zap.Int("slots", len(unrecorded)), zap.Int("first_slot", unrecorded[0]), zap.Duration("sweep_period", r.cfg.SweepPeriod))
+	}
+	return nil
 }

@@ -124,7 +124,9 @@ type termState struct {
 	campaigns map[string]lease.Campaign
 	roster    roster            // campaign ids: the sweep's order
 	calm      map[string]int64  // campaign -> unix ms before which its days need nothing (its next local midnight)
-	slot      int               // the next Cluster slot of the index reads' rotating slice (indexSlots)
+	slot      int               // the next Cluster slot of the rotating slice (planIndex)
+	anchored  bool              // every Cluster slot was reanchored this term
+	readAll   int64             // unix ms before which a step reads every Cluster slot's index (planIndex)
 	opened    map[string]string // campaign -> day known open
 	shut      map[string]string // campaign -> day whose shards are closed
 	reported  map[string]string // campaign -> day known reported (or never opened)
@@ -455,14 +457,17 @@ func (r *Reconciler) step(ctx context.Context, fence int64, sweep bool) (work in
 	}
 	// Shards with expired leases, first: a burst of days to open below
 	// never holds them up.
-	slots := r.indexSlots(now)
-	due, err := r.ledger.DueShardsIn(ctx, now.Add(-r.cfg.Grace), stepLimit, slots)
+	plan, err := r.planIndex(ctx, now)
+	if pe.keepOne(err) {
+		return 0, pe.err()
+	}
+	due, err := r.ledger.DueShardsIn(ctx, now.Add(-r.cfg.Grace), stepLimit, plan.read)
 	if pe.keepOne(err) || pe.keep(r.each(ctx, len(due), func(i int) error { return r.settleDue(ctx, due[i], fence, now) })) {
 		return len(due), pe.err()
 	}
 	// Shards left nearly empty.
-	n, stop := r.stepLow(ctx, pe, fence, now, slots)
-	if stop {
+	n, stop := r.stepLow(ctx, pe, fence, now, plan.read)
+	if stop || pe.keepOne(r.reanchor(ctx, plan, due, now)) {
 		return len(due) + n, pe.err()
 	}
 	// Days to open and to close.
