@@ -32,8 +32,11 @@ func (c *Cluster) node(n *Server) *redis.Client {
 }
 
 // StartCluster starts masters × (1 + replicas) redis-servers with
-// cluster-enabled yes (AOF with fsync always, a node timeout of one second
-// so that a replica takes over a killed master within seconds), creates
+// cluster-enabled yes (AOF with fsync always; with replicas, a node timeout
+// of one second so that a replica takes over a killed master within
+// seconds; without, of a minute, since nothing can take over and a loaded
+// machine's late cluster-bus pings would otherwise mark a master failed
+// and the Cluster down), creates
 // the Cluster with redis-cli (each master with its replicas), and returns
 // it once every node reports cluster_state:ok and every replica's link is
 // up. A missing redis-cli fails the test with a message saying how to get
@@ -46,6 +49,10 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 	}
 	c := &Cluster{tb: tb, clients: map[*Server]*redis.Client{}}
 	var addrs []string
+	timeout := "1000"
+	if replicas == 0 {
+		timeout = "60000"
+	}
 	for range masters * (1 + replicas) {
 		bus, err := redisproc.FreePort()
 		if err != nil {
@@ -53,7 +60,7 @@ func StartCluster(tb testing.TB, masters, replicas int) *Cluster {
 		}
 		n := StartWith(tb, redisproc.Options{Persistent: true, TCP: true, Extra: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0",
+			"--cluster-node-timeout", timeout, "--repl-diskless-sync-delay", "0",
 		}})
 		c.Nodes = append(c.Nodes, n)
 		addrs = append(addrs, n.Addr)
