@@ -41,11 +41,19 @@ type Config struct {
 	// Consumer names this exporter in the group (default "pacer-export");
 	// give each process its own (pacer-export uses host-pid).
 	Consumer string
-	// Batch is the most entries one XREADGROUP reads and one transaction
-	// writes (default 1000).
+	// Batch is the entries a stream's first XREADGROUP of a pass reads and
+	// one transaction writes (default 1000).
 	Batch int64
-	// BatchesPerPass bounds the batches one stream gets per pass, so that a
-	// stream with a backlog does not starve the others (default 50).
+	// MaxBatch bounds the batch of a stream that is behind (default
+	// DefaultMaxBatch, never below Batch): a read that came back full is
+	// followed by one twice its size, up to MaxBatch, so that a backlog is
+	// written with fewer commits and round trips per event; a stream that
+	// is caught up reads Batch at a time. At most Streams × MaxBatch
+	// entries are held in memory at once.
+	MaxBatch int64
+	// BatchesPerPass bounds what one stream gets per pass, so that a stream
+	// with a backlog does not starve the others: BatchesPerPass batches and
+	// BatchesPerPass × Batch entries, whichever comes first (default 50).
 	BatchesPerPass int
 	// Streams is how many streams a pass exports at once, each batch on a
 	// PostgreSQL connection of its own (default DefaultStreams): so that PostgreSQL
@@ -77,9 +85,13 @@ type Config struct {
 // the interval plus a pass, about 0.6 s at p99 on a loaded 2-core machine,
 // and an idle pass over 134 streams is 289 Redis commands (docs/EXPORT.md,
 // Cost).
+//
+// DefaultMaxBatch is where a stream that is behind stops growing its batch
+// (docs/BENCHMARKS.md, Export: batch size).
 const (
 	DefaultInterval = 500 * time.Millisecond
 	DefaultStreams  = 8
+	DefaultMaxBatch = 2000
 )
 
 // Exporter copies audit streams into PostgreSQL. Pass and Run are for one
@@ -104,6 +116,10 @@ func New(rdb redis.UniversalClient, ledger *lease.Ledger, db *pgxpool.Pool, cfg 
 	if cfg.Batch <= 0 {
 		cfg.Batch = 1000
 	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	cfg.MaxBatch = max(cfg.MaxBatch, cfg.Batch)
 	if cfg.BatchesPerPass <= 0 {
 		cfg.BatchesPerPass = 50
 	}

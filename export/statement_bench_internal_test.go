@@ -90,6 +90,7 @@ type throughputWay struct {
 	name   string
 	db     *pgxpool.Pool
 	legacy bool
+	cfg    Config // Consumer is set by run
 }
 
 // throughput is one way's round: events/s, and CPU µs per event by process.
@@ -106,7 +107,9 @@ func (w throughputWay) run(b *testing.B, ctx context.Context, rdb *redis.Client,
 		b.Fatal(err)
 	}
 	fillStreams(b, ctx, rdb, campaign, day, shards, perShard)
-	e := New(rdb, ledger, w.db, Config{Consumer: w.name}, nil, nil)
+	cfg := w.cfg
+	cfg.Consumer = w.name
+	e := New(rdb, ledger, w.db, cfg, nil, nil)
 	if w.legacy {
 		e.store.commitWith = func(ctx context.Context, k lease.ShardKey, evs []event) (int, error) {
 			return legacyCommit(ctx, w.db, k, evs, nil)

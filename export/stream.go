@@ -42,7 +42,10 @@ func (e *Exporter) exportStream(ctx context.Context, s streamState, c cursor, st
 			err = e.exportBatch(ctx, s.k, claimed, st)
 		}
 	}
-	for i := 0; err == nil && i < e.cfg.BatchesPerPass; i++ {
+	// A stream whose read came back full is behind: its next read is twice
+	// as large, up to MaxBatch; its turn ends when a read is not full.
+	size, budget := e.cfg.Batch, int64(e.cfg.BatchesPerPass)*e.cfg.Batch
+	for i := 0; err == nil && i < e.cfg.BatchesPerPass && budget > 0; i++ {
 		var msgs []redis.XMessage
 		// "0": what this consumer was delivered and never acknowledged
 		// (a previous run under the same name); then ">": new entries.
@@ -53,12 +56,17 @@ func (e *Exporter) exportStream(ctx context.Context, s streamState, c cursor, st
 			}
 			start = "0"
 		}
-		if msgs, err = e.read(ctx, s.k, start); err != nil || (len(msgs) == 0 && i > 0) {
+		want := min(size, budget)
+		if msgs, err = e.read(ctx, s.k, start, want); err != nil || (len(msgs) == 0 && i > 0) {
 			break
 		}
 		acked = acked || len(msgs) > 0
-		if err = e.exportBatch(ctx, s.k, msgs, st); err == nil && i > 0 && int64(len(msgs)) < e.cfg.Batch {
-			break
+		budget -= int64(len(msgs))
+		if err = e.exportBatch(ctx, s.k, msgs, st); err == nil && i > 0 {
+			if int64(len(msgs)) < want {
+				break
+			}
+			size = min(2*size, e.cfg.MaxBatch)
 		}
 	}
 	if err != nil || !acked || e.cfg.NoTrim {
@@ -95,9 +103,9 @@ func (e *Exporter) claim(ctx context.Context, k lease.ShardKey) ([]redis.XMessag
 	return msgs, nil
 }
 
-func (e *Exporter) read(ctx context.Context, k lease.ShardKey, start string) ([]redis.XMessage, error) {
+func (e *Exporter) read(ctx context.Context, k lease.ShardKey, start string, count int64) ([]redis.XMessage, error) {
 	res, err := e.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: e.cfg.Group, Consumer: e.cfg.Consumer,
-		Streams: []string{k.AuditKey(), start}, Count: e.cfg.Batch, Block: -1}).Result()
+		Streams: []string{k.AuditKey(), start}, Count: count, Block: -1}).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
