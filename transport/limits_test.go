@@ -575,8 +575,16 @@ func TestWellBehavedClientThroughAttacks(t *testing.T) {
 	measure := func() (q, l time.Duration, attacked uint64, quiet, loud []time.Duration) {
 		for range 7 {
 			quiet = append(quiet, round())
-			// The attackers are another process, as they would be.
-			child := exec.Command(exe)
+			// The attackers are another process, as they would be, at the
+			// lowest priority: what is measured is what their connections
+			// cost the server, not the cores their own process takes from
+			// it, which on a machine loaded by other work (CI beside other
+			// jobs, load 12) made the attacked rounds' p99 8x the quiet
+			// ones' (4.0 ms against 0.48) with the server unchanged. On
+			// such a machine they attack less (270-590 connections in the
+			// measured rounds at load 7-9, 1,800-2,800 at normal priority);
+			// fewer than 100 fail the test below.
+			child := exec.Command("nice", "-n", "19", exe)
 			child.Env = append(os.Environ(), "PACER_TEST_ATTACKER="+ts.path)
 			child.Stderr = os.Stderr
 			stdin, err := child.StdinPipe()
