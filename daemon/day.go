@@ -53,9 +53,12 @@ type dayState struct {
 	// the ledger calls of some campaigns.
 	callsHeldUntil time.Time
 	lastGrantAt    time.Time
-	shardEmpty     []bool
-	shardFilled    []bool  // the last grant on the shard was all we asked for
-	shardLeft      []int64 // locked+available per shard, as the last ledger reply said
+	// answer is what the shard asked last granted into the bucket (refill
+	// loop): a sweep goes on past a shard that granted enough.
+	answer      int64
+	shardEmpty  []bool
+	shardFilled []bool  // the last grant on the shard was all we asked for
+	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
 	// shardAvailable is what each shard had available when it last refused
 	// this host a lease, all or nothing, for want of more (0 since it last
 	// granted one, or until it refuses). Not after a grant: what a shard
@@ -93,7 +96,10 @@ type dayState struct {
 	// windows of the curve's pace.
 	fleetCatching bool
 	// plan is the pacing controller's last decision (refill loop).
-	plan        pace.Decision
+	plan pace.Decision
+	// startLeft is what of plan.StartCredit this tick's grants have not
+	// credited yet: one round of a sweep shares one start credit.
+	startLeft   int64
 	shareNextAt time.Time
 	// spendCredit, spendSeen, spendAt: meterSpend's state.
 	spendCredit float64
@@ -143,6 +149,9 @@ type heldLease struct {
 	// fetched: granted for a SPEND (fetchFor), not sized by the
 	// controller: the host's next regular grant renews it.
 	fetched bool
+	// swept: granted less than asked (the shard was short) while the host
+	// was starting, and credited whole: it has nothing left to drip.
+	swept bool
 }
 
 // supplied reports whether the leases held supply at least half the
@@ -226,6 +235,43 @@ func (ds *dayState) pickShard() (int, bool) {
 		}
 	}
 	return best, best >= 0
+}
+
+// leaseOn returns a lease held on shard (refill loop).
+func (ds *dayState) leaseOn(shard int) (string, bool) {
+	var best string
+	for id, h := range ds.leases {
+		if h.shard == shard && (best == "" || id < best) {
+			best = id
+		}
+	}
+	return best, best != ""
+}
+
+// sweptLease returns a lease held that was granted short while the host
+// was starting and credited whole (heldLease.swept): the one on shard if
+// there is one, else the one ending first (refill loop).
+func (ds *dayState) sweptLease(shard int) (string, bool) {
+	var (
+		best string
+		end  time.Time
+	)
+	for id, h := range ds.leases {
+		if !h.swept {
+			continue
+		}
+		switch {
+		case best == "":
+		case (h.shard == shard) != (ds.leases[best].shard == shard):
+			if h.shard != shard {
+				continue
+			}
+		case h.end.After(end) || (h.end.Equal(end) && id > best):
+			continue
+		}
+		best, end = id, h.end
+	}
+	return best, best != ""
 }
 
 // fetchedLease returns a lease held that a SPEND fetched (refill loop).

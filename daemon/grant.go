@@ -157,7 +157,8 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 		if g.Shard.Remaining() == 0 {
 			c.shardDrained(ctx, now, ds, shard)
 		}
-		ds.nextGrantAt = now.Add(pace.HoldAfter(pace.Answer{Want: call.req.Want, Standing: call.standing, Window: cfg.LeaseWindow}))
+		ds.nextGrantAt = now.Add(pace.HoldAfter(pace.Answer{Want: call.req.Want, Standing: call.standing, Window: cfg.LeaseWindow,
+			Starting: c.sweeping(now, ds) && g.Shard.Locked > 0}))
 		return false
 	}
 	c.d.counters.leasesGranted.Add(1)
@@ -194,8 +195,10 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 	if span := end.Sub(now).Seconds(); span > 0 {
 		held.drip = int64(min(float64(g.Granted)/span, math.MaxInt64/2))
 	}
+	held.swept = ds.plan.Starting && g.Granted < call.req.Want && !dripEnd.After(now)
 	ds.leases[id] = held
 	ds.lastGrantAt = now
+	ds.answer = g.Granted
 	if call.standing || call.least > 0 { // a standing bid, or a fetch
 		c.shareThrottle(now, ds, g.Granted-carried)
 	}
@@ -209,12 +212,15 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 // lease took with it (ds.carry): the controller's rule (pace.Drip), given
 // what the lease credits at once: what it carries on, or the start credit
 // of a host starting its supply (the controller's StartCredit) if more.
+// The leases of one tick (a sweep's round) share one start credit.
 func (c *campaign) dripSpan(now time.Time, ds *dayState, call *grantCall, g lease.Grant, end time.Time) (dripFrom, dripEnd time.Time, carried int64) {
 	carried = min(ds.carry, g.Granted)
 	ds.carry -= carried
 	atOnce := carried
 	if ds.plan.Starting {
-		atOnce = max(atOnce, min(ds.plan.StartCredit, g.Granted))
+		credit := min(ds.startLeft, g.Granted)
+		ds.startLeft -= credit
+		atOnce = max(atOnce, credit)
 	}
 	from, to := pace.Drip(pace.DripInput{Granted: g.Granted, AtOnce: atOnce, Bid: c.unit(), Standing: call.standing,
 		LastOfShard: g.Shard.Remaining() == 0, Span: end.Sub(now), Window: c.cfg.LeaseWindow, Burst: c.cfg.BurstWindow})

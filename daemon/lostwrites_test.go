@@ -44,7 +44,21 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 	run(10)
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
 	snap := f.redis.Snapshot(k.RedisKeys()...)
-	run(20) // leases granted, renewed and released: then forgotten
+	seq := func() int64 {
+		sh, err := f.ledger.ReadShard(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sh.Seq
+	}
+	before := seq()
+	// Leases granted, renewed and released: then forgotten. Past the first
+	// leases' window, so that they are renewed or released in it however
+	// soon the daemons' first leases supplied them.
+	run(30)
+	if after := seq(); after == before {
+		t.Fatalf("the shard took no write between the snapshot and its restore (seq %d): nothing to forget", before)
+	}
 	f.redis.Restore(snap, k.RedisKeys()...)
 	run(120)
 

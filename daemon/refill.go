@@ -213,11 +213,105 @@ func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *da
 		key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
 		c.releaseLease(ctx, now, release{key: key, id: cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.cfg.Grace + time.Minute)})
 	}
+	if want > 0 && !standing && c.sweeping(now, ds) {
+		c.sweep(ctx, now, s, ds, want)
+		return
+	}
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
-			c.grant(ctx, now, s, ds, shard, want, 0, standing, nil)
+			ending, more := c.mergeIfFull(now, ds, &shard)
+			c.grant(ctx, now, s, ds, shard, want+more, 0, standing, ending)
 		}
 	}
+}
+
+// mergeIfFull makes room for a grant on *shard in the day's first two
+// lease windows (a start sweep and its leases' lives) when the bucket's
+// feeds are all open (bucket.MaxFeeds) and one of them was granted short
+// while the host was starting and credited whole (nothing left to drip):
+// the grant renews that lease, the one on *shard if there is one, else the
+// one ending first, on its own shard (*shard is set to it). Otherwise the
+// bucket would refuse the new lease, the host would give it back and wait
+// an eighth of a window, while those leases, their tokens spent, hold its
+// feeds until they end.
+func (c *campaign) mergeIfFull(now time.Time, ds *dayState, shard *int) (*renewal, int64) {
+	if len(ds.leases) < bucket.MaxFeeds || now.Sub(ds.day.Start) >= 2*c.cfg.LeaseWindow {
+		return nil, 0
+	}
+	id, ok := ds.sweptLease(*shard)
+	if !ok {
+		return nil, 0
+	}
+	*shard = ds.leases[id].shard
+	return c.renewEarly(now, ds, id)
+}
+
+// renewEarly closes the feed of lease id, before its end, for a grant on
+// its shard to renew it: the renewal, and the micros it gives back (its
+// unused micros), which the grant asks for again on top of its own ask.
+// What it had dripped and not spent is credited at once by its successor
+// (ds.carry); what it had not dripped yet drips with the successor.
+func (c *campaign) renewEarly(now time.Time, ds *dayState, id string) (*renewal, int64) {
+	before := ds.b.Stats(now).Tokens
+	cl, ok := ds.b.CloseFeed(now, id)
+	if !ok {
+		return nil, 0
+	}
+	h := ds.leases[id]
+	delete(ds.leases, id)
+	ds.carry += max(before-ds.b.Stats(now).Tokens, 0)
+	return &renewal{Closed: cl, expiry: h.expiry}, cl.Unused
+}
+
+// sweeping reports whether the host sweeps the shards (pace.Sweeps).
+func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
+	return pace.Sweeps(ds.plan.Starting, now.Sub(ds.day.Start), c.cfg.LeaseWindow)
+}
+
+// sweep is one round of a host's start sweep (pace.SweepsOn): it asks the
+// shard asked longest ago for want (the regular ask), then the next shard
+// not asked for a pace.MinGrantGap for what the round still lacks of a gap
+// of the host's target (pace.SweepAsk), and so on while that is not
+// filled, the round is within the host's share of the shards, and the
+// shard asked last granted it its part of the curve's release. A shard
+// where the host holds a lease renews it in the same call, so a sweep
+// holds one lease a shard (the bucket holds at most bucket.MaxFeeds).
+func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *dayState, want int64) {
+	gathers := pace.ShardGathers(ds.plan.FleetWindow, c.cfg.LeaseWindow, ds.shards)
+	taper := 1 - now.Sub(ds.day.Start).Seconds()/c.cfg.LeaseWindow.Seconds()
+	need := pace.SweepAsk(ds.plan, ds.b.Stats(now).Tokens)
+	for asked := 0; ; asked++ {
+		shard, ok := ds.pickShard()
+		if !ok || ds.exhausted.Load() || ds.closed || (asked > 0 && now.Sub(ds.shardAskedAt[shard]) < pace.MinGrantGap) {
+			return
+		}
+		ending, more := c.renewing(now, ds, shard)
+		if ending == nil && len(ds.leases) >= bucket.MaxFeeds {
+			return
+		}
+		ask := want
+		if asked > 0 {
+			ask = min(want, need)
+		}
+		ds.answer = 0
+		c.grant(ctx, now, s, ds, shard, ask+more, 0, false, ending)
+		want -= ds.answer - more
+		need -= ds.answer - more
+		round := pace.SweepRound{Shards: ds.shards, Share: c.share, Asked: asked + 1, Left: min(want, need),
+			Gathered: ds.answer - more, Gathers: gathers, Taper: taper}
+		if !pace.SweepsOn(round) {
+			return
+		}
+	}
+}
+
+// renewing closes the feed of a lease held on shard, if any, for the
+// sweep's grant there to renew (renewEarly).
+func (c *campaign) renewing(now time.Time, ds *dayState, shard int) (*renewal, int64) {
+	if id, ok := ds.leaseOn(shard); ok {
+		return c.renewEarly(now, ds, id)
+	}
+	return nil, 0
 }
 
 // eventRefresh re-reads the settings because a broadcast asked to, at most
@@ -399,7 +493,7 @@ func (c *campaign) plan(now time.Time, s *settings, ds *dayState, t tick) pace.D
 		Bid: c.unit(), Largest: c.largestSpend(),
 		DemandRate: rate, DemandCalls: calls, Share: c.share, OpenDrip: ds.openDrip(now, t.ending), EndingDrip: ds.endingDrip(now, t), Burst: c.cfg.BurstWindow,
 	})
-	ds.plan = d
+	ds.plan, ds.startLeft = d, d.StartCredit
 	ds.fleetRate, ds.fleetPace, ds.fleetBehind, ds.fleetCatching = 0, 0, false, false
 	if cNow < bucket.PPB {
 		ds.fleetRate = float64(d.FleetWindow) / window.Seconds()

@@ -19,9 +19,11 @@ import "time"
 //
 //  13. After a shard's answer, a host waits before its next regular ask:
 //      nothing after a grant of all it asked; after none, a lease window
-//      for a standing bid (the fleet holds what the curve allows) and an
-//      eighth of a window otherwise (a day's last crumbs do not pass from
-//      host to host at every sweep); after part of it, a quarter window
+//      for a standing bid (the fleet holds what the curve allows), a
+//      MinGrantGap for a host sweeping the shards at its day's start from
+//      a shard whose curve has budget still to release (condition 19),
+//      and an eighth of a window otherwise (a day's last crumbs do not pass
+//      from host to host at every sweep); after part of it, a quarter window
 //      when its leases supply at least half its target or it was a
 //      standing bid (the shard releases more along the curve), and only
 //      the gap otherwise (a host short of half its target sweeps the
@@ -69,6 +71,9 @@ type Answer struct {
 	// least half its target.
 	Supplied bool
 	Window   time.Duration // the lease window W
+	// Starting: the host sweeps the shards (Sweeps), and the shard has
+	// budget its curve has not released yet.
+	Starting bool
 }
 
 // HoldAfter is how long a host waits after a shard's answer before its
@@ -79,6 +84,8 @@ func HoldAfter(a Answer) time.Duration {
 		return 0
 	case a.Granted <= 0 && a.Standing:
 		return a.Window
+	case a.Granted <= 0 && a.Starting:
+		return MinGrantGap
 	case a.Granted <= 0:
 		return a.Window / 8
 	case a.Standing || a.Supplied:

@@ -35,7 +35,7 @@ func TestHoldAfterProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 13))
 	for i := range 200_000 {
 		a := Answer{Want: 1 + r.Int64N(1e9), Standing: r.IntN(3) == 0, Supplied: r.IntN(2) == 0,
-			Window: time.Duration(8+r.Int64N(120)) * time.Second}
+			Window: time.Duration(8+r.Int64N(120)) * time.Second, Starting: r.IntN(3) == 0}
 		switch r.IntN(3) {
 		case 0:
 			a.Granted = 0
@@ -51,6 +51,8 @@ func TestHoldAfterProperties(t *testing.T) {
 			want = 0 // all it asked: nothing to wait for
 		case a.Granted == 0 && a.Standing:
 			want = a.Window
+		case a.Granted == 0 && a.Starting:
+			want = MinGrantGap // a day's start: the next shards a gap later
 		case a.Granted == 0:
 			want = a.Window / 8
 		case a.Standing || a.Supplied:
@@ -59,7 +61,7 @@ func TestHoldAfterProperties(t *testing.T) {
 		if h != want {
 			t.Fatalf("#%d %+v: hold %v, want %v", i, a, h, want)
 		}
-		if a.Granted == 0 && h < a.Window/8 {
+		if a.Granted == 0 && !a.Starting && h < a.Window/8 {
 			t.Fatalf("#%d %+v: a shard with nothing asked again after %v, under an eighth of a window", i, a, h)
 		}
 		if h > a.Window {
