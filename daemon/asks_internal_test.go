@@ -11,7 +11,6 @@ import (
 
 	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/faultproxy"
-	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,20 +32,7 @@ func TestLostGrantAnswerGivesTheLeaseBack(t *testing.T) {
 
 func lostGrantAnswer(t *testing.T, crash bool) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	proxy, err := faultproxy.Start(srv.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	// As pacerd's ledger client: no go-redis retries (lease.Dial).
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
-	ledger, direct := lease.New(rdb, cfg, nil), lease.New(srv.Client(), cfg, nil)
-	if _, err := direct.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 8_640_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: lease.StateActive}); err != nil {
-		t.Fatal(err)
-	}
+	srv, proxy, ledger, direct := proxiedLedger(t)
 	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := func() (*Daemon, *Journal, []JournalLease) {

@@ -31,21 +31,8 @@ func TestUnansweredReleaseRecordsItsRefundsOnce(t *testing.T) {
 
 func unansweredRelease(t *testing.T, applied bool) {
 	ctx := context.Background()
-	srv := redistest.Start(t)
-	proxy, err := faultproxy.Start(srv.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	// As pacerd's ledger client: no go-redis retries (lease.Dial).
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rdb.Close() })
-	ledger := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	direct := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	srv, proxy, ledger, direct := proxiedLedger(t)
 	const day = "2026-11-21"
-	if _, err := direct.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 8_640_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: lease.StateActive}); err != nil {
-		t.Fatal(err)
-	}
 	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 	d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}})
 	if err != nil {
@@ -119,6 +106,28 @@ func unansweredRelease(t *testing.T, applied bool) {
 	if got := refundedInStream(t, srv.Client(), lease.ShardKey{Campaign: "c", Day: day, Shard: 0}); got != refunded {
 		t.Fatalf("the audit stream's release entries record %d micros of refunds; the bidder refunded %d", got, refunded)
 	}
+}
+
+// proxiedLedger starts a redis-server holding campaign c (one shard, flat,
+// 8,640,000,000 micros a day) and returns it, a fault proxy in front of
+// it, the daemon's ledger through the proxy (as pacerd's client: no
+// go-redis retries, lease.Dial) and a ledger straight to the server.
+func proxiedLedger(t *testing.T) (*redistest.Server, *faultproxy.Proxy, *lease.Ledger, *lease.Ledger) {
+	t.Helper()
+	srv := redistest.Start(t)
+	proxy, err := faultproxy.Start(srv.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
+	direct := lease.New(srv.Client(), cfg, nil)
+	if _, err := direct.PutCampaign(context.Background(), lease.Campaign{ID: "c", DailyMicros: 8_640_000_000, TZ: "UTC", Curve: "flat", Shards: 1, State: lease.StateActive}); err != nil {
+		t.Fatal(err)
+	}
+	return srv, proxy, lease.New(rdb, cfg, nil), direct
 }
 
 // spendAll makes n SPENDs of 1,000 micros and fails unless one was allowed.
