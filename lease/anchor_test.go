@@ -1,9 +1,7 @@
 package lease_test
 
 import (
-	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,7 +92,7 @@ func masterOf(t *testing.T, cc *redis.ClusterClient, key string) string {
 func TestClusterRollingUpgradeLeasesAreSettled(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	cc := cl.Client()
-	counter := &countHook{}
+	counter := &redistest.Counter{}
 	cc.AddHook(counter)
 	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	mustOpen(t, l, campaign("ghost", 8_000_000_000, 8), "2026-11-21")
@@ -116,11 +114,11 @@ func TestClusterRollingUpgradeLeasesAreSettled(t *testing.T) {
 	}
 	step := func(rc *reconcile.Reconciler) int64 {
 		t.Helper()
-		counter.n.Store(0)
+		counter.Reset()
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		return counter.n.Load()
+		return counter.N()
 	}
 	// Before the term.
 	k, g := oldGrant(0)
@@ -157,22 +155,5 @@ func TestClusterRollingUpgradeLeasesAreSettled(t *testing.T) {
 	clock.Add(time.Second)
 	if n := step(rc); n > 200 {
 		t.Fatalf("a step a sweep period after the last entry without an anchor: %d commands, want at most 200", n)
-	}
-}
-
-// countHook counts the commands a client sends, pipelined ones included.
-type countHook struct{ n atomic.Int64 }
-
-func (c *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
 	}
 }

@@ -84,7 +84,7 @@ func settled(t *testing.T, ledger *lease.Ledger, k lease.ShardKey, want int64) {
 func TestClusterStaleLeaseOnAnySlotIsSettled(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
 	cc := cl.Client()
-	counter := &cmdCounter{}
+	counter := &redistest.Counter{}
 	cc.AddHook(counter)
 	ledger := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	shards := edgeShards(t, cc, ledger)
@@ -92,11 +92,11 @@ func TestClusterStaleLeaseOnAnySlotIsSettled(t *testing.T) {
 	rc := reconcile.New(ledger, reconcile.Config{Clock: clock, Grace: 4 * time.Second})
 	step := func(what string, most int64) {
 		t.Helper()
-		counter.n.Store(0)
+		counter.Reset()
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		got := counter.n.Load()
+		got := counter.N()
 		t.Logf("%s: %d Redis commands", what, got)
 		if most > 0 && got > most {
 			t.Fatalf("%s: %d Redis commands, want at most %d", what, got, most)

@@ -71,12 +71,12 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 			k = dead("dead-2")
 			f.clock.Add(15 * time.Second)
 		}
-		counter.n.Store(0)
+		counter.Reset()
 		start := time.Now()
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		n := counter.n.Load()
+		n := counter.N()
 		t.Logf("pass %d: %d Redis commands, %v", pass, n, time.Since(start).Round(time.Millisecond))
 		if n > mostPerPass {
 			t.Errorf("pass %d: %d Redis commands, want at most %d", pass, n, mostPerPass)

@@ -44,7 +44,7 @@ func clusterIndexSteps(t *testing.T, n int) {
 	}, 0, n, []string{"2026-11-20", day}, []time.Time{midnight.Add(-24 * time.Hour), midnight})
 	t.Logf("stored %d campaigns, two days each, in %v", n, time.Since(begin).Round(time.Millisecond))
 	client := cl.Client()
-	counter := &cmdCounter{}
+	counter := &redistest.Counter{}
 	client.AddHook(counter)
 	ledger := lease.New(client, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	clock := clocktest.At(midnight.Add(12 * time.Hour))
@@ -58,7 +58,7 @@ func clusterIndexSteps(t *testing.T, n int) {
 	most := int64(64 + 55 + sweep*35 + 10) // anchors, rotating reanchors; a swept campaign: 3 reads, 8 surveys, and its days' reads
 	for i := range 3 {
 		before, cpuBefore := masterCommands(t, cl)
-		counter.n.Store(0)
+		counter.Reset()
 		clock.Add(time.Second)
 		start := time.Now()
 		if err := rc.Step(ctx, 1); err != nil {
@@ -71,7 +71,7 @@ func clusterIndexSteps(t *testing.T, n int) {
 			per[m] = after[m] - before[m] - 1 // less INFO itself
 			cpu[m] = (cpuAfter[m] - cpuBefore[m]) / 1000
 		}
-		got := counter.n.Load()
+		got := counter.N()
 		t.Logf("step %d at %d campaigns: %d Redis commands sent, %v processed by master (a script's calls included), Redis CPU %v ms by master (INFO included), %v, load %s",
 			i, n, got, per, cpu, took.Round(time.Millisecond), loadAverage())
 		if got > most {

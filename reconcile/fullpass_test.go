@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,7 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	}
 
 	rc2 := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second})
-	counter.n.Store(0)
+	counter.Reset()
 	if err := rc2.Step(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +58,8 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	// commands a campaign and one a shard (the survey script, which also
 	// records the fence), batched: not a survey of 27 reads and 8 fence
 	// scripts each.
-	t.Logf("the resumed pass: %d campaigns, %d Redis commands", n-1024, counter.n.Load())
-	if got, most := counter.n.Load(), int64(n+50+(n-1024)*(3+8)); got > most {
+	t.Logf("the resumed pass: %d campaigns, %d Redis commands", n-1024, counter.N())
+	if got, most := counter.N(), int64(n+50+(n-1024)*(3+8)); got > most {
 		t.Fatalf("the resumed pass cost %d Redis commands, want at most %d", got, most)
 	}
 	if cur, _, _ := ledger.LoadPassCursor(ctx); cur.After != ids[n-1] || !cur.Done || cur.Fence != 6 || !cur.Started.Equal(midnight.Add(12*time.Hour)) {
@@ -84,11 +85,11 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	// the days of (at most 512 of) the campaigns the first leader looked
 	// at, 3 commands each in one round trip, where a full pass costs
 	// 11 a campaign.
-	counter.n.Store(0)
+	counter.Reset()
 	if err := rc2.Step(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
-	if got := counter.n.Load(); got > 512*3+300 { // and the sweep's slice: 5 campaigns, 11 each
+	if got := counter.N(); got > 512*3+300 { // and the sweep's slice: 5 campaigns, 11 each
 		t.Fatalf("the step after the resumed pass cost %d Redis commands: not a step", got)
 	}
 	// A deposed leader's late write is refused on either part.
@@ -155,7 +156,7 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 // commands; it fails if the step costs what a pass does.
 func timeFullPassAndStep(t *testing.T, f *fixture, ledger *lease.Ledger, fence int64) {
 	t.Helper()
-	counter := &cmdCounter{}
+	counter := &redistest.Counter{}
 	c := f.redis.Client()
 	c.AddHook(counter)
 	rc := reconcile.New(lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), reconcile.Config{Clock: f.clock, Grace: 4 * time.Second})
@@ -164,14 +165,14 @@ func timeFullPassAndStep(t *testing.T, f *fixture, ledger *lease.Ledger, fence i
 	if err := rc.Pass(ctx, fence); err != nil {
 		t.Fatal(err)
 	}
-	full, fullCmds := time.Since(start), counter.n.Swap(0)
+	full, fullCmds := time.Since(start), counter.Take()
 	t.Logf("a new leader's full pass: %v, %d Redis commands (load %s)", full.Round(time.Millisecond), fullCmds, loadAverage())
 	f.clock.Add(time.Second)
 	start = time.Now()
 	if err := rc.Step(ctx, fence); err != nil {
 		t.Fatal(err)
 	}
-	step, stepCmds := time.Since(start), counter.n.Load()
+	step, stepCmds := time.Since(start), counter.N()
 	t.Logf("the step after it: %v, %d Redis commands (load %s)", step.Round(time.Millisecond), stepCmds, loadAverage())
 	if stepCmds*10 > fullCmds {
 		t.Fatalf("the step cost %d Redis commands, the full pass %d: not an index-driven step", stepCmds, fullCmds)

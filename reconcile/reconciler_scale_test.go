@@ -72,16 +72,16 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	}
 	step := func(what string, most int64) {
 		t.Helper()
-		counter.n.Store(0)
+		counter.Reset()
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		t.Logf("%s: %d commands", what, counter.n.Load())
+		t.Logf("%s: %d commands", what, counter.N())
 		// The sweep's slice (one campaign a pass here) is at most 35
 		// commands: its survey (27 reads in two round trips) and, the
 		// first time this leader looks at a shard, its fence (8 scripts,
 		// one pipeline).
-		if got := counter.n.Load(); got > most+35 {
+		if got := counter.N(); got > most+35 {
 			t.Errorf("%s: %d Redis commands over %d campaigns, want at most %d", what, got, n, most+35)
 		}
 	}

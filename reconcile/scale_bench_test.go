@@ -1,45 +1,26 @@
 package reconcile_test
 
 import (
-	"context"
 	"os"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
 	"github.com/redis/go-redis/v9"
 )
 
-// cmdCounter counts the commands a client sends (a pipeline's commands
-// one by one): what a reconciler pass costs Redis.
-type cmdCounter struct{ n atomic.Int64 }
-
-func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 // scaleFixture stores n campaigns of 8 shards and opens each one's
 // yesterday and today (as a fleet would have), in parallel.
-func scaleFixture(tb testing.TB, n int) (*fixture, *cmdCounter, *lease.Ledger) {
+func scaleFixture(tb testing.TB, n int) (*fixture, *redistest.Counter, *lease.Ledger) {
 	tb.Helper()
 	return scaleFixtureDays(tb, n, true)
 }
 
 // scaleFixtureDays is scaleFixture with yesterday opened or not.
-func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *cmdCounter, *lease.Ledger) {
+func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *redistest.Counter, *lease.Ledger) {
 	tb.Helper()
 	f := newFixture(tb)
 	days, starts := []string{day}, []time.Time{midnight}
@@ -51,7 +32,7 @@ func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *cmdC
 	if n >= 10_000 {
 		tb.Logf("stored %d campaigns and opened %d days each in %v", n, len(days), time.Since(begin).Round(time.Millisecond))
 	}
-	counter := &cmdCounter{}
+	counter := &redistest.Counter{}
 	c := f.redis.Client()
 	c.AddHook(counter)
 	return f, counter, lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
@@ -91,7 +72,7 @@ func BenchmarkReconcilerScale(b *testing.B) {
 					pass = rc.Step
 				}
 				b.Run(kind, func(b *testing.B) {
-					counter.n.Store(0)
+					counter.Reset()
 					b.ResetTimer()
 					for range b.N {
 						f.clock.Add(time.Second)
@@ -100,7 +81,7 @@ func BenchmarkReconcilerScale(b *testing.B) {
 						}
 					}
 					b.StopTimer()
-					b.ReportMetric(float64(counter.n.Load())/float64(b.N), "cmds/pass")
+					b.ReportMetric(float64(counter.N())/float64(b.N), "cmds/pass")
 				})
 			}
 		})
@@ -129,7 +110,7 @@ func BenchmarkReconcilerScale100k(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			counter.n.Store(0)
+			counter.Reset()
 			b.ResetTimer()
 			for range b.N {
 				if kind == "full" {
@@ -145,7 +126,7 @@ func BenchmarkReconcilerScale100k(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64(counter.n.Load())/float64(b.N), "cmds/pass")
+			b.ReportMetric(float64(counter.N())/float64(b.N), "cmds/pass")
 		})
 	}
 }
