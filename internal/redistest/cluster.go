@@ -120,7 +120,10 @@ func (c *Cluster) ReplicaOf(master *Server) *Server {
 }
 
 // WaitOK waits until every live node reports cluster_state:ok and sees
-// every slot served, and every replica's link to its master is up.
+// every slot served, knows every other live node by its id (a node just
+// met is known to the others only after gossip, and redis-cli's slot
+// moves to it fail with "I don't know about node" until then), and every
+// replica's link to its master is up.
 func (c *Cluster) WaitOK(within time.Duration) {
 	c.tb.Helper()
 	deadline := time.Now().Add(within)
@@ -138,6 +141,17 @@ func (c *Cluster) WaitOK(within time.Duration) {
 
 func (c *Cluster) ok() error {
 	ctx := context.Background()
+	ids := map[*Server]string{}
+	for _, n := range c.Nodes {
+		if n.Dead() {
+			continue
+		}
+		id, err := c.node(n).Do(ctx, "cluster", "myid").Text()
+		if err != nil {
+			return err
+		}
+		ids[n] = id
+	}
 	for _, n := range c.Nodes {
 		if n.Dead() {
 			continue
@@ -150,12 +164,37 @@ func (c *Cluster) ok() error {
 		if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:16384") {
 			return fmt.Errorf("%s: %s", n.Addr, strings.TrimSpace(strings.SplitN(info, "\n", 2)[0]))
 		}
+		if err := knowsAll(ctx, cl, n, ids); err != nil {
+			return err
+		}
 		repl, err := cl.Info(ctx, "replication").Result()
 		if err != nil {
 			return err
 		}
 		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
 			return fmt.Errorf("%s: replica link down", n.Addr)
+		}
+	}
+	return nil
+}
+
+// knowsAll says whether n's CLUSTER NODES lists every id in ids past its
+// handshake.
+func knowsAll(ctx context.Context, cl *redis.Client, n *Server, ids map[*Server]string) error {
+	nodes, err := cl.ClusterNodes(ctx).Result()
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && !strings.Contains(f[2], "handshake") {
+			known[f[0]] = true
+		}
+	}
+	for m, id := range ids {
+		if !known[id] {
+			return fmt.Errorf("%s does not know %s (%s) yet", n.Addr, m.Addr, id)
 		}
 	}
 	return nil
