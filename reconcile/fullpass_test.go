@@ -123,26 +123,41 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 	t.Logf("killed after %s (%d of %d campaigns, %v), fence %d", at.After, sort.SearchStrings(ids, at.After)+1, n, time.Since(start), at.Fence)
 
 	start = time.Now()
-	rc2 := reconcile.New(ledger, reconcile.Config{Holder: "r2", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond})
+	// Once its pass is done, the second leader's gate stays closed: the
+	// sweep that follows a pass would stamp campaigns from the roster's
+	// start with its fence and blur which leader's pass reached them.
+	finished := func() (lease.PassCursor, bool, error) {
+		cur, ok, err := ledger.LoadPassCursor(ctx)
+		return cur, err == nil && ok && cur.Done && cur.Fence > at.Fence, err
+	}
+	rc2 := reconcile.New(ledger, reconcile.Config{Holder: "r2", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
+		Gate: func(context.Context) error {
+			if _, done, _ := finished(); done {
+				return errors.New("the test's pass is done")
+			}
+			return nil
+		}})
 	run2, stop2 := context.WithCancel(ctx)
 	done2 := make(chan error, 1)
 	client2 := etcdClient()
+	defer client2.Close()
 	go func() { done2 <- rc2.Run(run2, reconcile.NewEtcdElector(client2, "r2", 1)) }()
-	defer func() { stop2(); <-done2; client2.Close() }()
 	deadline := time.Now().Add(10 * time.Minute)
 	var cur lease.PassCursor
 	for {
-		var ok bool
-		var err error
-		if cur, ok, err = ledger.LoadPassCursor(ctx); err == nil && ok && cur.Done && cur.Fence > at.Fence {
+		c, done, err := finished()
+		if cur = c; done {
 			break
 		}
 		if time.Now().After(deadline) {
+			stop2()
+			<-done2
 			t.Fatalf("the second leader did not finish the pass in 10 minutes: cursor %+v, %v", cur, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop2()
+	<-done2
 	t.Logf("the second leader elected and its pass done in %v", time.Since(start))
 	if !cur.Started.Equal(at.Started) || cur.After != ids[len(ids)-1] {
 		t.Fatalf("cursor after the second leader's pass: %+v; want the first's pass (started %v) finished", cur, at.Started)
