@@ -430,3 +430,55 @@ func TestFetchingHostsMeterByTheCurvesPaceNow(t *testing.T) {
 	t.Logf("07:00-10:00: spent %d, the curve %d", day, want)
 	f.check(t, "d")
 }
+
+// Issue 35 (the tiny scenario, seed 4): a host meets a 20-bid campaign by a
+// SPEND (its first there, or its first since the campaign was dropped for
+// being idle), late in the day, the campaign behind its curve. Loading the
+// campaign primes a lease of the floor, four such SPENDs, which the shard
+// grants (all it has left); the host is starting its supply, and its
+// target, a small budget's pace, credits at once a burst window of micros.
+// The lease must serve the SPEND that woke it (the start credit is at
+// least the host's largest SPEND): before, it was paced, and the host held
+// the campaign's remainder dripping for a lease window while the campaign
+// fell a tenth of its budget behind the curve.
+func TestHostMeetingASmallCampaignServesTheSpendThatWokeIt(t *testing.T) {
+	const bid = 2_000
+	f := newFixture(t)
+	f.campaignWithBid(t, "small", 20*bid, 1, bid)
+	// Another host spends a bid every 80 minutes until 20:30, then meets
+	// no more: the day is 16 bids spent, 3 behind its curve at 22:45.
+	h1 := f.sparseDaemon(t, "h1", time.Second)
+	for i := range 16 {
+		f.clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
+		h1.Step(ctx)
+		if _, err := h1.Spend("small", bid, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Its SPENDs come back at 22:30 asking more than the shard has.
+	f.clock.Set(midnight.Add(22*time.Hour + 30*time.Minute))
+	h1.Step(ctx)
+	if _, err := h1.Spend("small", 4*bid, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The fleet's recorded bid is its hosts' largest recent SPEND: 4,000.
+	// With the day's last 8,000 micros at most two such bids, the shard
+	// releases them all (the last bids wait for no curve).
+	if err := f.ledger.SetBid(ctx, "small", 2*bid); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(midnight.Add(22*time.Hour + 45*time.Minute))
+	d := f.sparseDaemon(t, "h2", time.Second)
+	dec, err := d.Spend("small", 1_977, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec != pacer.Allowed {
+		bal, _ := d.Balance("small")
+		t.Fatalf("the SPEND that loaded the campaign: %v (balance %+v); want allowed", dec, bal)
+	}
+	if bal, _ := d.Balance("small"); bal.Reserve == 0 {
+		t.Fatalf("balance %+v: the premise is a primed lease larger than the SPEND, still dripping", bal)
+	}
+	f.check(t, "small")
+}

@@ -1,6 +1,10 @@
 package pace
 
-import "time"
+import (
+	"math"
+	"math/bits"
+	"time"
+)
 
 // The refill cadence: when a host calls the ledger for a campaign-day's
 // next lease, and how a granted lease drips into its bucket. Conditions
@@ -129,7 +133,7 @@ func Drip(in DripInput) (from, to time.Duration) {
 		if f >= wholeShare {
 			from, to = whole()
 		} else {
-			from = -time.Duration(f / (1 - f) * float64(span))
+			from = -atOnceSpan(min(in.AtOnce, in.Granted), in.Granted, span)
 		}
 	}
 	if in.LastOfShard {
@@ -140,4 +144,22 @@ func Drip(in DripInput) (from, to time.Duration) {
 		to = full
 	}
 	return from, to
+}
+
+// atOnceSpan is how far before its grant a lease of granted micros that
+// drips over span from then must start for the drip before the grant to be
+// at least atOnce micros (0 ≤ atOnce < granted): ceil(atOnce × span /
+// (granted − atOnce)), in integers, so that the bucket, which rounds its
+// drip down, credits not a micro less.
+func atOnceSpan(atOnce, granted int64, span time.Duration) time.Duration {
+	hi, lo := bits.Mul64(uint64(atOnce), uint64(span))
+	den := uint64(granted - atOnce)
+	if hi >= den {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, den)
+	if r > 0 {
+		q++
+	}
+	return time.Duration(min(q, math.MaxInt64))
 }

@@ -2,6 +2,7 @@ package pace
 
 import (
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -112,6 +113,12 @@ func TestDripProperties(t *testing.T) {
 				t.Fatalf("#%d %+v: a shard's last lease nearly all credited at once drips from %v to %v", i, in, from, to)
 			}
 			continue
+		}
+		// What the bucket credits at once, Granted × −from / (to − from)
+		// rounded down, is at least AtOnce: not a micro less (a start
+		// credit of one SPEND must serve that SPEND).
+		if g := new(big.Int).Div(new(big.Int).Mul(big.NewInt(in.Granted), big.NewInt(int64(-from))), big.NewInt(int64(to-from))); g.Cmp(big.NewInt(min(in.AtOnce, in.Granted))) < 0 {
+			t.Fatalf("#%d %+v: credits %v micros at once, under the %d it carries on or starts with", i, in, g, in.AtOnce)
 		}
 		if share < f-eps {
 			t.Fatalf("#%d %+v: credits %.6f at once, under the %.6f it carries on or starts with", i, in, share, f)

@@ -48,8 +48,12 @@
 //
 //  6. A host starting its supply (what is open, and the lease it renews,
 //     supply less than a quarter of its target) is credited a burst window of its target at once by
-//     the lease it is granted (Decision.StartCredit), so a fresh host meets
-//     its first seconds of demand; the rest drips.
+//     the lease it is granted (Decision.StartCredit), or its largest recent
+//     SPEND (Input.Largest) if more, so a fresh host meets its first seconds
+//     of demand, and one whose target is below a SPEND (a small budget met
+//     on a host by a SPEND, which the floor's lease of a few such SPENDs
+//     would otherwise drip over a window) serves the SPEND that woke it;
+//     the rest drips.
 //
 // Conditions 7 and 8, the hour's bound each ledger call asks for, are
 // with Hour; 12 to 14, the refill cadence (when a host asks again, how a
@@ -134,7 +138,7 @@ type Decision struct {
 	// Starting: what is open (and the lease renewed now) supplies less
 	// than a quarter of the target (a fresh host, or one whose demand
 	// just rose). A lease granted now
-	// credits StartCredit at once: a burst window of the target.
+	// credits StartCredit at once: a burst window of the target, or the largest SPEND if more.
 	Starting    bool
 	StartCredit int64
 }
@@ -186,7 +190,7 @@ func Plan(in Input) Decision {
 	d.HostRate = min(max(rate, float64(d.Floor)/w), max(limit, 0))
 	gap := d.HostRate - float64(max(in.OpenDrip, 0))
 	if d.Starting = float64(max(in.OpenDrip, 0)+max(in.EndingDrip, 0)) < d.HostRate/4; d.Starting {
-		d.StartCredit = int64(min(d.HostRate*in.Burst.Seconds(), float64(math.MaxInt64/2)))
+		d.StartCredit = max(int64(min(d.HostRate*in.Burst.Seconds(), float64(math.MaxInt64/2))), max(in.Largest, 0))
 	}
 	if in.OpenDrip > 0 && (gap < d.HostRate/4 || in.Remaining <= 0) {
 		// What is open drips near enough the target, or the shards last

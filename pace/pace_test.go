@@ -200,7 +200,7 @@ func TestStartingHostIsCreditedABurstWindowOfItsTarget(t *testing.T) {
 		}
 		want := int64(0)
 		if starting {
-			want = int64(d.HostRate * in.Burst.Seconds())
+			want = max(int64(d.HostRate*in.Burst.Seconds()), in.Largest)
 		}
 		if d.StartCredit != want {
 			t.Fatalf("start credit %d; want %d (target %.1f, burst %s): %+v", d.StartCredit, want, d.HostRate, in.Burst, in)

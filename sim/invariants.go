@@ -26,9 +26,11 @@ import (
 //     by the configured multiple, with a bucket's worth per host (the last
 //     hour by its own invariant, below);
 //   - hour: an hour the campaign entered no more than a bid behind its
-//     curve spends at most twice the curve's share of it, plus a bid;
+//     curve spends at most twice the curve's share of it, plus the hour's
+//     bid (hourBid: the bid the ledger's hour bound adds, condition 7 of
+//     package pace);
 //   - last hour: the day's last hour spends at most LastHourBound times the
-//     curve's share of it, plus a bid: no end-of-day dump;
+//     curve's share of it, plus the hour's bid: no end-of-day dump;
 //   - ahead: at every CatchUpWindow of the local day, what the campaign
 //     spent is at most AheadBids of its mean bids, or AheadShare of its
 //     budget if more, above what its curve has due: no front-loading,
@@ -231,19 +233,33 @@ func catchUpViolations(c *campaignRT, hosts int) []Violation {
 // campaign: the first few name the minute; the rest add nothing.
 const maxViolationsEach = 5
 
+// sampleAt is the campaign's last minute sample not after t (the zero
+// sample if none).
+func (c *campaignRT) sampleAt(t time.Time) sample {
+	var v sample
+	for _, s := range c.samples {
+		if s.t.After(t) {
+			break
+		}
+		v = s
+	}
+	return v
+}
+
+// hourBid is the bid the hour invariants add to an hour ending at end,
+// micros: the campaign's typical largest (the 95th-percentile bid, which
+// the simulator records as its bid), or the largest SPEND any host was
+// asked for it by end if more. It bounds the bid the ledger's hour bound
+// adds (pace's condition 7: the campaign's recorded bid, which hosts keep
+// at their largest recent SPEND, or a host's own largest recent SPEND),
+// and no more: a SPEND asked after the hour does not loosen it.
+func (c *campaignRT) hourBid(end time.Time) float64 {
+	return float64(max(c.maxBid, c.sampleAt(end).largest))
+}
+
 func hourViolations(c *campaignRT) []Violation {
 	var out []Violation
-	bid := float64(c.maxBid)
-	cumAt := func(t time.Time) float64 { // the last sample not after t
-		v := int64(0)
-		for _, s := range c.samples {
-			if s.t.After(t) {
-				break
-			}
-			v = s.cum[sPacer]
-		}
-		return float64(v)
-	}
+	cumAt := func(t time.Time) float64 { return float64(c.sampleAt(t).cum[sPacer]) }
 	for h := c.day.Start; h.Before(c.day.End); h = h.Add(time.Hour) {
 		end := h.Add(time.Hour)
 		if end.After(c.day.End) {
@@ -253,13 +269,14 @@ func hourViolations(c *campaignRT) []Violation {
 		spent := cumAt(end) - cumAt(h)
 		last := !end.Before(c.day.End)
 		behind := c.plan(c.day.Start, h) - cumAt(h)
+		bid := c.hourBid(end)
 		switch {
 		case last && spent > LastHourBound*plan+bid:
 			out = append(out, Violation{Invariant: "last hour", Campaign: c.spec.ID, At: c.at(h),
-				Detail: fmt.Sprintf("spent %.0f micros, %.2fx the curve's share %.0f (bound %.1fx and a bid)", spent, spent/max(plan, 1), plan, LastHourBound)})
-		case !last && behind <= bid && spent > 2*plan+bid:
+				Detail: fmt.Sprintf("spent %.0f micros, %.2fx the curve's share %.0f (bound %.1fx and a bid of %.0f)", spent, spent/max(plan, 1), plan, LastHourBound, bid)})
+		case !last && behind <= float64(c.maxBid) && spent > 2*plan+bid:
 			out = append(out, Violation{Invariant: "hour", Campaign: c.spec.ID, At: c.at(h),
-				Detail: fmt.Sprintf("entered %.0f micros behind its curve and spent %.0f, %.2fx the curve's share %.0f (bound 2x and a bid)", behind, spent, spent/max(plan, 1), plan)})
+				Detail: fmt.Sprintf("entered %.0f micros behind its curve and spent %.0f, %.2fx the curve's share %.0f (bound 2x and a bid of %.0f)", behind, spent, spent/max(plan, 1), plan, bid)})
 		}
 		if len(out) >= maxViolationsEach {
 			break

@@ -392,3 +392,64 @@ func TestExpectedBounds(t *testing.T) {
 		}
 	}
 }
+
+// The hour invariants add the bid the ledger's hour bound adds (pace's
+// condition 7: the campaign's recorded bid, which its hosts keep at their
+// largest recent SPEND): the 95th-percentile bid, or the largest SPEND
+// asked by the hour's end if more, and not one asked after the hour.
+func TestHourBoundAddsTheLargestBidAsked(t *testing.T) {
+	day := bucket.DayOf(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), time.UTC)
+	const budget, share, p95 = 24_000, 1_000, 500 // a flat curve: 1,000 micros an hour
+	// On the curve until noon, then 3,500 in hour 12 (2x the share and
+	// 1,500), then on the curve again: only hour 12 is over 2x and a bid.
+	run := func(largest func(at time.Time) int64) []Violation {
+		c := &campaignRT{spec: Spec{ID: "c"}, loc: time.UTC, day: day, curve: bucket.Flat(24), budget: budget, maxBid: p95}
+		cum := int64(0)
+		for at := day.Start; !at.After(day.End); at = at.Add(30 * time.Minute) {
+			c.samples = append(c.samples, sample{t: at, cum: [nStrategies]int64{sPacer: cum}, largest: largest(at)})
+			switch {
+			case at.Hour() == 12:
+				cum += 3 * share / 2
+				if at.Minute() == 30 {
+					cum += share / 2
+				}
+			default:
+				cum += share / 2
+			}
+		}
+		return hourViolations(c)
+	}
+	for _, tc := range []struct {
+		name    string
+		largest func(at time.Time) int64
+		want    string // the violation's At, "" for none
+	}{
+		{"no SPEND above the 95th percentile", func(time.Time) int64 { return p95 }, "12:00:00"},
+		{"a SPEND of 1,500 asked within the hour", func(at time.Time) int64 {
+			if at.Before(day.Start.Add(12*time.Hour + 30*time.Minute)) {
+				return p95
+			}
+			return 1_500
+		}, ""},
+		{"a SPEND of 1,499 asked within the hour", func(at time.Time) int64 {
+			if at.Before(day.Start.Add(12*time.Hour + 30*time.Minute)) {
+				return p95
+			}
+			return 1_499
+		}, "12:00:00"},
+		{"a SPEND of 1,500 asked after the hour", func(at time.Time) int64 {
+			if at.Before(day.Start.Add(13*time.Hour + 30*time.Minute)) {
+				return p95
+			}
+			return 1_500
+		}, "12:00:00"},
+	} {
+		v := run(tc.largest)
+		switch {
+		case tc.want == "" && len(v) > 0:
+			t.Errorf("%s: %v; want no violation", tc.name, v)
+		case tc.want != "" && (len(v) != 1 || v[0].Invariant != "hour" || v[0].At != tc.want):
+			t.Errorf("%s: %v; want one hour violation at %s", tc.name, v, tc.want)
+		}
+	}
+}

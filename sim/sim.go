@@ -131,6 +131,9 @@ type sample struct {
 	t     time.Time
 	cum   [nStrategies]int64
 	hosts []int64 // pacer's, per host
+	// largest is the largest SPEND any host was asked for the campaign
+	// by t, the warm-up's included: what a host's recorded bid can be.
+	largest int64
 }
 
 // hostCampaign is what one host's generator counts for one campaign; the
@@ -139,6 +142,7 @@ type hostCampaign struct {
 	requests, allowed, paced, exhausted, errors int64
 	allowedMicros                               int64
 	askedMicros                                 int64 // what the SPENDs asked for, allowed or not
+	largestAsked                                int64 // the largest SPEND asked, the warm-up's included
 	firstExhausted                              time.Time
 
 	npAllowed int64
@@ -770,6 +774,7 @@ func (r *runner) bookkeeping(ctx context.Context, t time.Time) {
 				s.cum[sBatch] += hc.batchAllowed
 				s.cum[sNoPacing] += hc.npAllowed
 				s.hosts[hi] = hc.allowedMicros
+				s.largest = max(s.largest, hc.largestAsked)
 			}
 			c.samples = append(c.samples, s)
 			if r.traced(c) {
@@ -873,6 +878,7 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 
 // spend serves one arrival through every strategy.
 func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
+	hc.largestAsked = max(hc.largestAsked, amount)
 	if now.Before(c.day.Start) {
 		// The warm-up: pacer only, nothing counted.
 		h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(amount), "")
