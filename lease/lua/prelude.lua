@@ -205,13 +205,19 @@ local function state_incr(key, field, delta)
 end
 
 -- The shard's history: every write raises seq and moves tip along a hash
--- chain (tip = H(previous tip, seq, the script's arguments), 32 bits), and
+-- chain (tip = H(previous tip, seq, the script's first TIP_ARGS arguments),
+-- 32 bits), and
 -- the last HISTORY (seq, tip) pairs are kept. A daemon passes back the
 -- (seq, tip) of the last reply it had: if the shard has not seen that seq
 -- yet, or saw another tip at it, Redis lost writes it had acknowledged
 -- (a restart from an older AOF or snapshot, a failover to a lagging
 -- replica), even if enough writes landed since to pass the old seq again.
 local HISTORY = 64
+-- TIP_ARGS: every script that stores a shard names its write in its first
+-- five arguments (a lease, move, op or run id, or the fence, and the
+-- caller's now), so two different writes at one seq hash apart; the rest
+-- (the curve, demand, bounds) would add bytes to hash and no tell-tale.
+local TIP_ARGS = 5
 
 -- store_shard writes the shard back and takes one step of its history:
 -- every script stores at most once, so seq counts acknowledged writes.
@@ -232,7 +238,7 @@ local ENC = 'hashtable: a busy shard, read and written field by field (see store
 local STORED = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'adv', 'hr', 'hrel'}
 local function store_shard(key, s)
   s.seq = s.seq + 1
-  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|')), 1, 8), 16)
+  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|', 1, math.min(#ARGV, TIP_ARGS))), 1, 8), 16)
   local args = {'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip)}
   local o = s.o or {}
   for _, f in ipairs(STORED) do
