@@ -232,6 +232,13 @@ local TIP_ARGS = 5
 -- the memory.
 local BUSY_LEASES = 32
 local ENC = 'hashtable: a busy shard, read and written field by field (see store_shard)'
+-- A busy shard's done hash is made a hashtable at the same grants, by the
+-- field DONE_ENC (grant_new): every grant and renewal looks its new lease id
+-- up there, a miss that scans a listpack from its start to its end (up to
+-- hash-max-listpack-entries, 512 by default), and every release and
+-- settlement looks up the closed one. The field's name is longer than any
+-- lease id (at most 200 bytes), so it is never one.
+local DONE_ENC = 'hashtable: a busy shard\'s closed leases, looked up by id (see grant_new); a field name longer than 200 bytes, the most a lease id may be, so that it is never one, and longer than 64, hash-max-listpack-value\'s default '
 -- It writes only the fields the call changed (s.o: the money fields as
 -- loaded; s.x0: the deferred ones): each field written is a search of the
 -- hash, and a byte count in the AOF.
@@ -915,6 +922,10 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   index_expiry(expiry)
   audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', str(g), 'expiry', str(expiry), 'ms', str(now))
+  if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
+    note_done(K)
+    redis.call('HSET', K.done, DONE_ENC, '1')
+  end
   return g
 end
 
