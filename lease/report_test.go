@@ -104,3 +104,51 @@ func TestReportCountersExactPast2To53(t *testing.T) {
 	}
 	mustBalance(t, l, "big", day)
 }
+
+// A grant or renewal that settles its shard's expired leases raises the
+// settlement's report counters, which its call reads only then (a lease
+// call reads with the money just the counters its usual path raises): the
+// counters equal the stream's replay and count each settlement once.
+func TestReportCountsSettlementsInLeaseCalls(t *testing.T) {
+	l, _ := newLedger(t)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
+	k := shardKey("c", day, 0)
+	now := t0.Add(12 * time.Hour)
+	for _, id := range []string{"dead-1", "dead-2"} {
+		if g, err := l.Grant(ctx, grantReq(id, k, 10_000, now, ppb/2)); err != nil || g.Granted != 10_000 {
+			t.Fatalf("grant %s: %+v %v", id, g, err)
+		}
+	}
+	now = now.Add(time.Minute) // past both expiries and the grace
+	if g, err := l.Grant(ctx, grantReq("live-1", k, 10_000, now, ppb/2+ppb/1000)); err != nil || g.Granted != 10_000 || g.Shard.Lost != 20_000 {
+		t.Fatalf("the grant settling two: %+v %v", g, err)
+	}
+	if g, err := l.Grant(ctx, grantReq("dead-3", k, 10_000, now, ppb/2+ppb/1000)); err != nil || g.Granted != 10_000 {
+		t.Fatalf("grant dead-3: %+v %v", g, err)
+	}
+	now = now.Add(20 * time.Second) // live-1 renewed in time; dead-3 not yet expired
+	if g, err := l.Renew(ctx, "live-1", 1_000, grantReq("live-2", k, 10_000, now, ppb/2+ppb/900)); err != nil || g.Granted != 10_000 {
+		t.Fatalf("renew: %+v %v", g, err)
+	}
+	now = now.Add(time.Minute) // dead-3 and live-2 past expiry and grace
+	if g, err := l.Grant(ctx, grantReq("live-3", k, 10_000, now, ppb/2+ppb/800)); err != nil || g.Granted != 10_000 || g.Shard.Lost != 40_000 {
+		t.Fatalf("the grant settling two more: %+v %v", g, err)
+	}
+	if _, err := l.Release(ctx, k, "live-3", 2_500, now); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.BuildReport(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay, err := l.ReplayReport(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := mustBalance(t, l, "c", day)
+	if r != replay || r.Settled != 4 || r.Lost != 40_000 || r.Leases != 6 || r.Returned != 3_500 ||
+		r.Spent != tot.Spent || r.Spent != 40_000+9_000+7_500 || r.Outstanding != 0 {
+		t.Fatalf("report %+v, the stream replays to %+v, ledger %+v", r, replay, tot)
+	}
+}

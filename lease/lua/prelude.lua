@@ -134,17 +134,14 @@ end
 -- field at once, as the helpers do without a deferred shard.
 local deferred = nil
 
--- R_FIELDS: audit's report counters that grants, releases and settlements
--- raise.
-local R_FIELDS = {'r_events', 'r_leases', 'r_granted', 'r_spent', 'r_returned', 'r_closed', 'r_settled', 'r_lost'}
-
 -- load_shard_deferred is load_shard that also reads extra (field names)
 -- and defers the call's writes to the state's other fields to store_shard.
+-- A deferred field the call did not name is read when first needed (one
+-- HGET; state_get), e.g. a settlement's report counters in a grant.
 -- Its write for WAIT to cover (load_shard's touch) is store_shard's HSET,
 -- or, on a path that stores nothing (a refusal), touch_unstored's.
 local function load_shard_deferred(key, extra)
   local names = {unpack(FIELDS)}
-  for _, f in ipairs(R_FIELDS) do names[#names + 1] = f end
   for _, f in ipairs(extra) do names[#names + 1] = f end
   local v = redis.call('HMGET', key, unpack(names))
   if not v[1] then return nil end
@@ -885,15 +882,27 @@ end
 
 -- call_fields are the state fields a grant, renewal or release reads
 -- besides the money (load_shard_deferred's extra): the history entry at the
--- caller's known seq, the runs of its lease ids, and for a grant (grant
--- true) the freeze and hold marks and the fair-share sums.
-local function call_fields(kseq, ids, grant)
-  local f = {'dk'}
+-- caller's known seq, the runs of its lease ids, the report counters its
+-- audit raises (audit), and for a grant (grant true) the freeze and hold
+-- marks and the fair-share sums. closes: the call closes a lease (a
+-- release or a renewal). Each field read is a hash lookup and a Lua string
+-- (a few thousand instructions), so a call names only what its usual path
+-- uses.
+local GRANT_FIELDS = {'r_leases', 'r_granted', 'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}
+local CLOSE_FIELDS = {'r_spent', 'r_returned', 'r_closed'}
+local function call_fields(kseq, ids, grant, closes)
+  local f = {'dk', 'r_events'}
   if kseq and kseq > 0 then f[#f + 1] = 'h' .. str(kseq % HISTORY) end
-  for _, id in ipairs(ids) do f[#f + 1] = 'u:' .. run_of(id) end
-  if grant then
-    for _, n in ipairs({'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}) do f[#f + 1] = n end
+  local runs = {}
+  for _, id in ipairs(ids) do
+    local r = run_of(id)
+    if not runs[r] then
+      runs[r] = true
+      f[#f + 1] = 'u:' .. r
+    end
   end
+  for _, n in ipairs(grant and GRANT_FIELDS or {}) do f[#f + 1] = n end
+  for _, n in ipairs(closes and CLOSE_FIELDS or {}) do f[#f + 1] = n end
   return f
 end
 
