@@ -242,8 +242,10 @@ local DONE_ENC = 'hashtable: a busy shard\'s closed leases, looked up by id (see
 local STORED = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'adv', 'hr', 'hrel'}
 local function store_shard(key, s)
   s.seq = s.seq + 1
-  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. str(s.seq) .. '|' .. table.concat(ARGV, '|', 1, math.min(#ARGV, TIP_ARGS))), 1, 8), 16)
-  local args = {'seq', str(s.seq), 'tip', str(s.tip), 'h' .. str(s.seq % HISTORY), str(s.seq) .. ':' .. str(s.tip)}
+  local seq = str(s.seq)
+  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. seq .. '|' .. table.concat(ARGV, '|', 1, math.min(#ARGV, TIP_ARGS))), 1, 8), 16)
+  local tip = str(s.tip)
+  local args = {'seq', seq, 'tip', tip, 'h' .. str(s.seq % HISTORY), seq .. ':' .. tip}
   local o = s.o or {}
   for _, f in ipairs(STORED) do
     if s[f] ~= o[f] then
