@@ -928,11 +928,12 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   end
   s.leased = s.leased + g
   run_add(K, run_of(id), g, 0)
-  redis.call('HSET', K.leases, id, str(g) .. '|' .. holder .. '|' .. str(expiry))
-  redis.call('ZADD', K.exp, str(expiry), id)
-  index_expiry(expiry)
+  local gs, es = str(g), str(expiry) -- each number formatted once (a string.format and a new string)
+  redis.call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
+  redis.call('ZADD', K.exp, es, id)
+  index_due(es)
   audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
-    'amount', str(g), 'expiry', str(expiry), 'ms', str(now))
+    'amount', gs, 'expiry', es, 'ms', str(now))
   if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
     note_done(K)
     redis.call('HSET', K.done, DONE_ENC, '1')
@@ -996,6 +997,7 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   if not fe then return nil end
   local sum, supply = num(state_get(KEYS[1], 'fair_sum')), num(state_get(KEYS[1], 'fair_supply'))
   local last_avail, epoch = num(state_get(KEYS[1], 'fair_avail')), num(state_get(KEYS[1], 'fair_epoch'))
+  local sum0, supply0, epoch0 = sum, supply, epoch
   if s.available > last_avail then supply = supply + (s.available - last_avail) end
   if supply > FAIR_REBASE then
     supply = 0
@@ -1038,16 +1040,17 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
       out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), least or 0)
     end
   end
-  state_set(KEYS[1], 'fair_sum', str(sum))
-  state_set(KEYS[1], 'fair_supply', str(supply))
-  state_set(KEYS[1], 'fair_epoch', str(epoch))
+  -- Only a changed sum is formatted and written (an absent field reads 0).
+  if sum ~= sum0 then state_set(KEYS[1], 'fair_sum', str(sum)) end
+  if supply ~= supply0 then state_set(KEYS[1], 'fair_supply', str(supply)) end
+  if epoch ~= epoch0 then state_set(KEYS[1], 'fair_epoch', str(epoch)) end
   return out
 end
 
 -- fair_granted notes what a grant left available: the next grant counts
 -- the supply from there.
 local function fair_granted(s)
-  if KEYS[11] then state_set(KEYS[1], 'fair_avail', str(s.available)) end
+  if KEYS[11] and s.available ~= num(state_get(KEYS[1], 'fair_avail')) then state_set(KEYS[1], 'fair_avail', str(s.available)) end
 end
 
 -- release_lease closes an active lease: unused micros go back to available, the
@@ -1078,13 +1081,14 @@ local function release_lease(K, s, id, unused, now, maxlen, refunded)
   redis.call('HDEL', K.leases, id)
   redis.call('ZREM', K.exp, id)
   note_done(K)
-  redis.call('HSET', K.done, id, 'r:' .. str(unused))
+  local us = str(unused)
+  redis.call('HSET', K.done, id, 'r:' .. us)
   if refunded and refunded > 0 then
     audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
-      'amount', str(amount), 'unused', str(unused), 'ms', str(now), 'refunded', str(refunded))
+      'amount', str(amount), 'unused', us, 'ms', str(now), 'refunded', str(refunded))
   else
     audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
-      'amount', str(amount), 'unused', str(unused), 'ms', str(now))
+      'amount', str(amount), 'unused', us, 'ms', str(now))
   end
   return 0, unused
 end
