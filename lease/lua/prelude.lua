@@ -102,6 +102,10 @@ local EXPIRY_SWEEP = 64
 -- (older daemons) neither bound nor count.
 local ADV_WHOLE = 1000000000000000
 local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv', 'hr', 'hrel'}
+-- RELEASE_FIELDS: FIELDS less what only a grant's release by the curve and
+-- its closed check read (a release reads the rest: load_shard_deferred's
+-- money). A field not loaded is nil on the shard and so never stored.
+local RELEASE_FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'owed', 'seq', 'tip'}
 
 -- load_shard reads a shard and, if it exists, always writes (touch): a
 -- script retried after a lost reply, or repeated by id, may find nothing to
@@ -140,17 +144,18 @@ local deferred = nil
 -- HGET; state_get), e.g. a settlement's report counters in a grant.
 -- Its write for WAIT to cover (load_shard's touch) is store_shard's HSET,
 -- or, on a path that stores nothing (a refusal), touch_unstored's.
-local function load_shard_deferred(key, extra)
-  local names = {unpack(FIELDS)}
+local function load_shard_deferred(key, extra, money)
+  money = money or FIELDS
+  local names = {unpack(money)}
   for _, f in ipairs(extra) do names[#names + 1] = f end
   local v = redis.call('HMGET', key, unpack(names))
   if not v[1] then return nil end
   local s = {key = key, x = {}, x0 = {}, put = {}, o = {}, unstored = true}
-  for i, f in ipairs(FIELDS) do
+  for i, f in ipairs(money) do
     s[f] = stored(v[i])
     s.o[f] = s[f]
   end
-  for i = #FIELDS + 1, #names do
+  for i = #money + 1, #names do
     s.x[names[i]] = v[i]
     s.x0[names[i]] = v[i]
   end
