@@ -270,7 +270,7 @@ func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
 
 // sweep is one round of a host's start sweep (pace.SweepsOn): it asks the
 // shard asked longest ago for want (the regular ask), then the next shard
-// not asked for a pace.MinGrantGap for what the round still lacks of a gap
+// not asked for a pace.MinGrantGap for what the round still lacks of a gap (or a tick)
 // of the host's target (pace.SweepAsk), and so on while that is not
 // filled, the round is within the host's share of the shards, and the
 // shard asked last granted it its part of the curve's release. A shard
@@ -279,7 +279,7 @@ func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
 func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *dayState, want int64) {
 	gathers := pace.ShardGathers(ds.plan.FleetWindow, c.cfg.LeaseWindow, ds.shards)
 	taper := 1 - now.Sub(ds.day.Start).Seconds()/c.cfg.LeaseWindow.Seconds()
-	need := pace.SweepAsk(ds.plan, ds.b.Stats(now).Tokens)
+	need := pace.SweepAsk(ds.plan, ds.b.Stats(now).Tokens, c.cfg.TickInterval)
 	for asked := 0; ; asked++ {
 		shard, ok := ds.pickShard()
 		if !ok || ds.exhausted.Load() || ds.closed || (asked > 0 && now.Sub(ds.shardAskedAt[shard]) < pace.MinGrantGap) {

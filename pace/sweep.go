@@ -31,7 +31,8 @@ import (
 //      After a shard with nothing whose curve has budget still to release
 //      (Locked), the host asks again a MinGrantGap later (HoldAfter's
 //      Starting), not an eighth of a window. A round asks in all for a
-//      MinGrantGap of the host's target, less the tokens it holds
+//      MinGrantGap of the host's target (a tick of it, for a host whose
+//      refill loop ticks less often), less the tokens it holds
 //      (SweepAsk): what a round gathers is credited at
 //      once (the start credit, condition 6), and what the host cannot
 //      spend before its next round is another host's to gather.
@@ -103,11 +104,13 @@ func ShardGathers(fleetWindow int64, window time.Duration, shards int) int64 {
 }
 
 // SweepAsk is what one round of a sweep asks for in all (condition 19):
-// a MinGrantGap of the host's target (d.HostRate) less the tokens it
-// holds, and never more than its regular ask (d.Ask); 0 when its tokens
-// cover the gap.
-func SweepAsk(d Decision, tokens int64) int64 {
-	need := int64(min(d.HostRate*MinGrantGap.Seconds(), math.MaxInt64/2))
+// what the host's target (d.HostRate) needs until its next round, a
+// MinGrantGap of it or, for a host whose refill loop ticks less often, a
+// tick (the host's rounds come at its ticks), less the tokens it holds,
+// and never more than its regular ask (d.Ask); 0 when its tokens cover
+// that.
+func SweepAsk(d Decision, tokens int64, tick time.Duration) int64 {
+	need := int64(min(d.HostRate*max(MinGrantGap, tick).Seconds(), math.MaxInt64/2))
 	return max(min(need-max(tokens, 0), d.Ask), 0)
 }
 

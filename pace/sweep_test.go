@@ -207,15 +207,17 @@ func TestSweepFleetBound(t *testing.T) {
 	}
 }
 
-// Condition 19's round: it asks a gap of the host's target less its
-// tokens, never more than its regular ask, never less than nothing.
+// Condition 19's round: it asks a gap of the host's target, or a tick of
+// it for a host that ticks less often than a gap, less its tokens, never
+// more than its regular ask, never less than nothing.
 func TestSweepAskProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 1919))
 	for i := range 200_000 {
 		d := Decision{HostRate: r.Float64() * 1e9, Ask: r.Int64N(3e10)}
 		tokens := r.Int64N(2e9) - 1e8
-		got := SweepAsk(d, tokens)
-		need := int64(d.HostRate*MinGrantGap.Seconds()) - max(tokens, 0)
+		tick := time.Duration(1+r.Int64N(int64(3*MinGrantGap))) * time.Duration(r.IntN(2))
+		got := SweepAsk(d, tokens, tick)
+		need := int64(d.HostRate*max(MinGrantGap, tick).Seconds()) - max(tokens, 0)
 		switch {
 		case got < 0 || got > d.Ask:
 			t.Fatalf("#%d %+v tokens %d: round asks %d, want 0 to the regular ask", i, d, tokens, got)

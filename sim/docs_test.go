@@ -29,8 +29,9 @@ func TestPacingDocQuotesTheInvariants(t *testing.T) {
 		{regexp.MustCompile(`last hour spends at most ([0-9.]+)x the curve's share`), fmt.Sprint(LastHourBound)},
 		{regexp.MustCompile(`at most (\w+) mean bids, or`), fmt.Sprint(AheadBids)},
 		{regexp.MustCompile(`mean bids, or ([0-9.]+)% of its budget`), fmt.Sprint(100 * AheadShare)},
-		{regexp.MustCompile(`The goal is ([0-9.]+) \(see Limits\)`), fmt.Sprint(ColdStartShare)},
-		{regexp.MustCompile(`least ([0-9]+) mean bids\. The goal`), fmt.Sprint(ColdStartBids)},
+		{regexp.MustCompile(`day start at least ([0-9.]+) of the less of`), fmt.Sprint(ColdStartShare)},
+		{regexp.MustCompile(`could take at least ([0-9]+) mean bids`), fmt.Sprint(ColdStartBids)},
+		{regexp.MustCompile(`over the (\d+) seconds from (\d+) s after a campaign's day start`), fmt.Sprint(CatchUpWindow.Seconds())},
 		{regexp.MustCompile(`one shard per ([0-9]+) bids`), fmt.Sprint(lease.BidsPerShard)},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)

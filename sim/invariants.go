@@ -40,7 +40,11 @@ import (
 //     as much below the less of its curve's due and the curve oracle's
 //     spend (what its demand offered, paced by the curve: oracleSpend):
 //     demand short of the curve is not the controller's fault; what the
-//     fleet loses to its own cold start, leases, shares or catch-up is.
+//     fleet loses to its own cold start, leases, shares or catch-up is;
+//   - cold start: a fleet of fresh daemons (a run without a warm-up)
+//     spends, over the CatchUpWindow from ColdStartWithin after the
+//     campaign's day start, at least ColdStartShare of what it could have
+//     (coldStart), where that window could take ColdStartBids mean bids.
 const (
 	CatchUpWindow      = 10 * time.Second
 	FleetCatchUpWindow = defaultCapWindow
@@ -53,9 +57,8 @@ const (
 	// on: what it spent over what it could have, the less of the curve's
 	// plan for that window and what the curve oracle spent in it
 	// (CampaignResult.ColdStartRatio). Measured where that is at least
-	// ColdStartBids mean bids: fewer SPENDs say nothing of a rate. It is
-	// reported, not yet judged: the goal is ColdStartShare, and fresh
-	// fleets at their day's start reach 0.44-0.88 (docs/PACING.md, Limits).
+	// ColdStartBids mean bids: fewer SPENDs say nothing of a rate; judged
+	// there by ColdStartShare.
 	ColdStartWithin = 2 * time.Second
 	ColdStartShare  = 0.8
 	ColdStartBids   = 50
@@ -92,7 +95,21 @@ func violations(c *campaignRT, hosts int) []Violation {
 	out = append(out, hourViolations(c)...)
 	out = append(out, aheadViolations(c)...)
 	out = append(out, behindViolations(c)...)
+	out = append(out, coldStartViolations(c)...)
 	return out
+}
+
+// coldStartViolations reports a fresh fleet that spent less than
+// ColdStartShare of what it could have over its cold-start window
+// (coldStart), at the window's start.
+func coldStartViolations(c *campaignRT) []Violation {
+	spent, could, judged := c.coldStart()
+	if !judged || spent >= ColdStartShare*could {
+		return nil
+	}
+	return []Violation{{Invariant: "cold start", Campaign: c.spec.ID, At: c.at(c.cold[0].t),
+		Detail: fmt.Sprintf("a fresh fleet spent %.0f micros in %s, %.2f of the %.0f it could have (the less of the curve's plan and the curve oracle's spend); bound %.2f",
+			spent, CatchUpWindow, spent/could, could, ColdStartShare)}}
 }
 
 // aheadBound is how far ahead of its curve a campaign may run, micros:

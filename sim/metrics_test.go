@@ -305,7 +305,8 @@ func TestBehindTheCurve(t *testing.T) {
 
 // The cold-start ratio measures a fresh fleet's window from 2 s to 12 s
 // after its start against the less of the curve's plan for it and what
-// the oracle spent in it, where that is at least 50 mean bids.
+// the oracle spent in it, where that is at least 50 mean bids; a ratio
+// under 0.8 there is a violation, named at the window's start.
 func TestColdStartRatio(t *testing.T) {
 	if ColdStartWithin != 2*time.Second || ColdStartShare != 0.8 || ColdStartBids != 50 || CatchUpWindow != 10*time.Second {
 		t.Fatalf("docs/PACING.md quotes the cold start as 80%% over 10 s from 2 s on, where it could take 50 mean bids; the constants say %.0f%% over %s from %s, %d bids",
@@ -328,6 +329,13 @@ func TestColdStartRatio(t *testing.T) {
 			cold: []tenSample{{t: from, cum: 5_000, oracle: 200_000}, {t: to, cum: 5_000 + tc.spent, oracle: 200_000 + tc.oracle}}}
 		if got := c.coldStartRatio(); math.Abs(got-tc.want) > 1e-4 { // the curve's plan is rounded to parts per billion
 			t.Errorf("%s: ratio %v, want %v", tc.name, got, tc.want)
+		}
+		v := violations(c, 3)
+		switch broken := tc.want > 0 && tc.want < ColdStartShare; {
+		case broken && (len(v) != 1 || v[0].Invariant != "cold start" || v[0].Campaign != "c" || v[0].At != "00:00:02"):
+			t.Errorf("%s: violations %v; want one cold start of c at 00:00:02", tc.name, v)
+		case !broken && len(v) > 0:
+			t.Errorf("%s: violations %v; want none", tc.name, v)
 		}
 	}
 	if got := (&campaignRT{curve: bucket.Flat(24), budget: budget, meanBid: 1}).coldStartRatio(); got != 0 {
