@@ -70,6 +70,10 @@ bench: deps build ## Benchmarks: Go benchmarks, pacerd vs. Redis Lua, and a simu
 bench-tail: deps ## The long tail: the sparse and tiny scenarios and a generated family of 50 campaigns, on its curves and on curve: auto (docs/img/tail-*; ~8 min).
 	@scripts/sim-tail.sh $(or $(FAMILY),50) $(or $(SEED),7)
 
+.PHONY: sim-seeds
+sim-seeds: deps ## The tiny scenario (SCENARIO=... for another) over seeds 1-10 (FIRST=, LAST=): which keep every pacing invariant (sim-out/seeds/; ~3 min).
+	@scripts/sim-seeds.sh $(or $(SCENARIO),configs/scenarios/tiny.yaml) $(or $(FIRST),1) $(or $(LAST),10)
+
 .PHONY: bench-export
 bench-export: deps ## The PostgreSQL exporter: its throughput against the old statement side by side, where PostgreSQL's time goes, its idle cost, and its lag at given rates and under the simulator's default day (docs/BENCHMARKS.md; ~25 min on 2 quiet cores).
 	@scripts/bench-export.sh
