@@ -41,3 +41,21 @@ func TestPreludeStateIsResetAtEveryCall(t *testing.T) {
 		}
 	}
 }
+
+// The field that makes a busy shard's done hash a hashtable (prelude.lua's
+// DONE_ENC) shares the hash with lease ids: its name must be longer than
+// any lease id a grant accepts (200 bytes), so that it is never one, and
+// than hash-max-listpack-value's default (64), so that it converts the hash.
+func TestDoneEncIsNoLeaseID(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local DONE_ENC = '((?:[^'\\]|\\.)*)'$`).FindStringSubmatch(luaPrelude)
+	if m == nil {
+		t.Fatal("prelude.lua has no DONE_ENC string literal")
+	}
+	name := strings.ReplaceAll(m[1], `\'`, `'`)
+	if len(name) <= 200 {
+		t.Fatalf("DONE_ENC is %d bytes; a lease id may be 200", len(name))
+	}
+	if err := (GrantRequest{LeaseID: name}).validate(); err == nil || !strings.Contains(err.Error(), "lease id") {
+		t.Fatalf("a grant with DONE_ENC as its lease id: %v, want refused for its length", err)
+	}
+}
