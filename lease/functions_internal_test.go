@@ -59,3 +59,15 @@ func TestDoneEncIsNoLeaseID(t *testing.T) {
 		t.Fatalf("a grant with DONE_ENC as its lease id: %v, want refused for its length", err)
 	}
 }
+
+// docs/BENCHMARKS.md and CHANGELOG.md quote these constants of the prelude:
+// a busy shard's state and done become hashtables at its day's 32nd grant,
+// and the history step hashes a call's first five arguments.
+func TestDocumentedPreludeConstants(t *testing.T) {
+	for name, want := range map[string]string{"BUSY_LEASES": "32", "TIP_ARGS": "5"} {
+		m := regexp.MustCompile(`(?m)^local ` + name + ` = (\S+)$`).FindStringSubmatch(luaPrelude)
+		if m == nil || m[1] != want {
+			t.Errorf("prelude.lua's %s is %v, the docs say %s", name, m, want)
+		}
+	}
+}
