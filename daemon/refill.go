@@ -472,21 +472,10 @@ func (c *campaign) want(now time.Time, s *settings, ds *dayState, t tick) (int64
 	}
 	gate := pace.Gate{SinceGrant: now.Sub(ds.lastGrantAt), Holding: len(ds.leases) > 0, Jumped: c.jumpAt.After(ds.lastGrantAt)}
 	gate.Renewing = t.ending != "" || (len(t.closed) > 0 && len(ds.leases)-len(t.closed) <= 1)
-	gate.Full = len(ds.leases)-len(t.closed) >= bucket.MaxFeeds && t.ending == "" && !c.mergeable(now, ds)
 	if !pace.MayAsk(gate) {
 		return 0, false // a ledger call a pace.MinGrantGap at most while leases drip
 	}
 	return t.d.Ask, false
-}
-
-// mergeable reports whether a grant now could renew a lease mergeIfFull
-// takes, rather than open a feed beside the others.
-func (c *campaign) mergeable(now time.Time, ds *dayState) bool {
-	if now.Sub(ds.day.Start) >= 2*c.cfg.LeaseWindow {
-		return false
-	}
-	_, ok := ds.sweptLease(-1)
-	return ok
 }
 
 // plan is the pacing controller's decision for the campaign now (package

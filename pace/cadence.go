@@ -19,11 +19,7 @@ import (
 //      demand (its estimate restarted since its last grant: the lease
 //      sized from it is due now, not a gap after one sized before the
 //      jump was seen). Each exception follows a lease's end or a jump, so
-//      a host's grants stay bounded by its leases. And never while all of
-//      the host's bucket feeds are open (Gate.Full), unless the ask renews
-//      one of them: the bucket could not take a lease beside them, so the
-//      ledger would grant it and the host give it straight back, two calls
-//      that move no money.
+//      a host's grants stay bounded by its leases.
 //
 //  13. After a shard's answer, a host waits before its next regular ask:
 //      nothing after a grant of all it asked; after none, a lease window
@@ -64,16 +60,10 @@ type Gate struct {
 	// Renewing: a lease ends now (this ask renews it), or one ended this
 	// tick while at most one other still drips (this ask replaces it).
 	Renewing bool
-	// Full: every feed of the host's bucket is open, and none of them
-	// ends or is renewed by this ask.
-	Full bool
 }
 
 // MayAsk reports whether a host may ask now (condition 12).
 func MayAsk(g Gate) bool {
-	if g.Full {
-		return false
-	}
 	return !g.Holding || g.SinceGrant >= MinGrantGap || g.Jumped || g.Renewing
 }
 

@@ -14,13 +14,9 @@ func TestMayAskProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 12))
 	for i := range 200_000 {
 		g := Gate{SinceGrant: time.Duration(r.Int64N(int64(3 * MinGrantGap))), Holding: r.IntN(2) == 0,
-			Jumped: r.IntN(4) == 0, Renewing: r.IntN(4) == 0, Full: r.IntN(4) == 0}
+			Jumped: r.IntN(4) == 0, Renewing: r.IntN(4) == 0}
 		got := MayAsk(g)
 		switch {
-		case g.Full:
-			if got {
-				t.Fatalf("#%d %+v: an ask beside a bucket whose feeds are all open (the lease would go straight back)", i, g)
-			}
 		case !g.Holding || g.SinceGrant >= MinGrantGap:
 			if !got {
 				t.Fatalf("#%d %+v: held back with no lease held or past the gap", i, g)
