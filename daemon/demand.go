@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/pace"
 	"go.uber.org/zap"
 )
 
@@ -342,11 +343,11 @@ func (c *campaign) updateShare(day string, slot int, asked int64, fleet lease.Fl
 			day != c.shareDay && slot == 0 && c.shareSlot == lease.DemandSlots-1)
 		if next && c.shareWhole && day == c.shareDay && fleet.Before > 0 {
 			inst := min(float64(c.shareAsked)/float64(fleet.Before), 1)
-			if !c.shareJudged {
-				c.share, c.shareJudged = inst, true
-			} else {
-				c.share += shareWeight * (inst - c.share)
-			}
+			// pace.ShareWeight (condition 15): the slot's SPENDs, by the
+			// host's mean SPEND.
+			spends := float64(fleet.Before) / max(c.meanBid(), 1)
+			c.share += pace.ShareWeight(spends, !c.shareJudged) * (inst - c.share)
+			c.shareJudged = true
 		}
 		c.shareDay, c.shareSlot, c.shareAsked, c.shareWhole = day, slot, 0, next
 	}
@@ -361,11 +362,6 @@ func (c *campaign) updateShare(day string, slot int, asked int64, fleet lease.Fl
 	}
 	c.share += 0.3 * (inst - c.share)
 }
-
-// shareWeight is the weight of a whole slot's share in c.share: a quarter
-// hour of a sparse host's SPENDs (a few dozen) is a noisy sample, and the
-// estimate follows a host joining or leaving the fleet within half an hour.
-const shareWeight = 0.5
 
 // fairDemand is what a grant tells the shard of this host's demand (micros
 // a second, rounded up: a sparse host's counts too) and how long the shard

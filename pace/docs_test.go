@@ -16,7 +16,7 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	words := map[string]int{"two": 2, "twice": 2, "three": 3, "four": 4, "five": 5}
+	words := map[string]int{"two": 2, "twice": 2, "three": 3, "four": 4, "five": 5, "eight": 8}
 	for _, c := range []struct {
 		phrase *regexp.Regexp
 		want   float64
@@ -32,6 +32,8 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile(`or (\w+) of their\s+intervals`), StandingIdleIntervals},
 		{regexp.MustCompile(`one to (\w+), and at most 1%`), MaxStandingBids},
 		{regexp.MustCompile(`holds at most (\w+) bids or a lease`), MeterBids},
+		{regexp.MustCompile("`n/\\(n \\+ (\\w+)\\)` of the way"), ShareSlotSpends},
+		{regexp.MustCompile(`judged of at least\s+(\w+) SPENDs moves a share halfway`), ShareSlotSpends},
 		{regexp.MustCompile(`asks at\s+least ([0-9.]+)x its share`), ShareThrottleDemand},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)

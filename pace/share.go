@@ -14,6 +14,17 @@ import "time"
 //      (CatchingWindows). A host whose share is not known, or which serves
 //      the campaign alone (s ≤ 0 or s ≥ 1), is not metered (rate 0).
 //
+//      The share itself is judged on whole demand slots (15 minutes): each
+//      slot judged moves it ShareWeight of the way to the slot's split,
+//      n/(n + ShareSlotSpends) for a slot of n of the fleet's SPENDs, and
+//      at most ShareSlotWeight (halfway) but for the first slot judged,
+//      which replaces a stand-in taken from a slot in progress (biased
+//      high: the other hosts' counts in it lag): a slot of a sparse
+//      campaign holds a SPEND or two, whose split (all or nothing) says
+//      little of a host's share, and a share taken whole from one such
+//      slot metered a host with 45% of the SPENDs at 5% for hours. A busy
+//      campaign's slot moves it the whole way (the first) or halfway.
+//
 //  16. MeterCredit: a host's spend credit grows at its share rate, falls by
 //      what it spent (less refunds), and never exceeds Reading.Limit, the
 //      larger of four bids and a lease window at its share rate; it starts
@@ -44,6 +55,30 @@ import "time"
 //      would cost ledger calls). A sparse day whose shards are empty is
 //      exhausted on a host only when less than one of its SPENDs is held
 //      elsewhere: until then its bids are paced, not refused.
+
+// ShareSlotWeight is the most of the way one judged demand slot moves a
+// host's share; ShareSlotSpends, the fleet's SPENDs in a slot at which it
+// moves it half as far (condition 15).
+const (
+	ShareSlotWeight = 0.5
+	ShareSlotSpends = 8
+)
+
+// ShareWeight is how far, as a part of the way, a judged demand slot of
+// spends of the fleet's SPENDs moves a host's share towards the slot's
+// split (condition 15): spends/(spends + ShareSlotSpends), at most
+// ShareSlotWeight unless first (the first slot judged); 0 for a slot of
+// none (or NaN).
+func ShareWeight(spends float64, first bool) float64 {
+	if !(spends > 0) {
+		return 0
+	}
+	w := spends / (spends + ShareSlotSpends)
+	if first {
+		return w
+	}
+	return min(w, ShareSlotWeight)
+}
 
 // ShareThrottleDemand is how far above its share rate a host's own demand
 // must be for ShareWait to delay its next standing bid (condition 17).

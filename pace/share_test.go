@@ -270,3 +270,61 @@ func TestHeldElsewhereProperties(t *testing.T) {
 		}
 	}
 }
+
+// Condition 15's share weight, over random slots: a part of the way, at
+// most halfway but for the first slot judged, growing with the slot's
+// SPENDs (a busy slot's first judgement replaces the stand-in, near
+// enough). And over random days of a sparse campaign (a few of the fleet's
+// SPENDs a slot, each this host's with its share's chance), a share judged
+// so stays near the host's: within 0.25 of it after 8 slots in at least
+// 95% of days, and never below a fifth of it in 99%. Taken whole from the
+// first slot and halfway from each after, it was 0 after a slot of one
+// SPEND elsewhere, and a host with 45% of the SPENDs was metered at 5%.
+func TestShareWeightProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 15))
+	for i := range 200_000 {
+		n := math.Exp(r.Float64()*math.Log(1e6)) - 1
+		first := r.IntN(2) == 0
+		w := ShareWeight(n, first)
+		if !(w >= 0 && w <= 1) || !first && w > ShareSlotWeight || n <= 0 && w != 0 {
+			t.Fatalf("#%d: ShareWeight(%.3g, %v) = %v: not a part of the way, or more than halfway after the first", i, n, first, w)
+		}
+		if more := ShareWeight(n*(1+r.Float64()), first); more < w {
+			t.Fatalf("#%d: ShareWeight(%.3g, %v) = %v, less for more SPENDs: %v", i, n, first, w, more)
+		}
+		if first && n >= 1000*ShareSlotSpends && w < 0.999 {
+			t.Fatalf("#%d: a first busy slot of %.0f SPENDs moves the share %v of the way, want all of it", i, n, w)
+		}
+	}
+	if ShareWeight(math.NaN(), true) != 0 {
+		t.Error("ShareWeight(NaN) is not 0")
+	}
+	const days = 4_000
+	far, low := 0, 0
+	for range days {
+		s := 0.1 + 0.8*r.Float64()
+		share := min(1, s*(1+r.Float64())) // the stand-in errs high
+		for slot := range 8 {
+			spends := 1 + r.IntN(4)
+			mine := 0
+			for range spends {
+				if r.Float64() < s {
+					mine++
+				}
+			}
+			share += ShareWeight(float64(spends), slot == 0) * (float64(mine)/float64(spends) - share)
+			if share < s/5 {
+				low++
+				break
+			}
+		}
+		if math.Abs(share-s) > 0.25 {
+			far++
+		}
+	}
+	t.Logf("over %d sparse days: %d ended more than 0.25 from the host's share, %d fell below a fifth of it", days, far, low)
+	if far > days/20 || low > days/100 {
+		t.Errorf("over %d sparse days: %d ended more than 0.25 from the host's share (at most %d), %d fell below a fifth of it (at most %d)",
+			days, far, days/20, low, days/100)
+	}
+}
