@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -77,12 +78,39 @@ func (p *autoPipe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// gatherYields bounds how often a flusher yields, per pipeline, to let the
+// callers that are about to queue do so (gather).
+const gatherYields = 8
+
+// gather lets the goroutines that are runnable now (the other campaigns
+// and hosts of a step, on their way to their own ledger call) run and queue
+// their calls before a pipeline is sent: it yields the processor until a
+// yield adds nothing to the queue, at most gatherYields times. Without it
+// the first call of a step went alone and the rest in the next pipeline:
+// every pipeline is a round trip, and a step waits for each in turn.
+func (p *autoPipe) gather() {
+	p.mu.Lock()
+	n := len(p.queue)
+	p.mu.Unlock()
+	for range gatherYields {
+		runtime.Gosched()
+		p.mu.Lock()
+		m := len(p.queue)
+		p.mu.Unlock()
+		if m == n {
+			return
+		}
+		n = m
+	}
+}
+
 // flush sends what is queued, one pipeline at a time, until nothing is.
 // A call's context deadline does not cut a pipeline short: the others'
 // replies are in it (the simulator's clock is manual; only a hung Redis
 // could hold a pipeline, and the run then stops anyway).
 func (p *autoPipe) flush(ctx context.Context) {
 	for {
+		p.gather()
 		p.mu.Lock()
 		batch := p.queue
 		p.queue = nil
