@@ -179,7 +179,11 @@ type hostRT struct {
 	lat      [nStrategies][]time.Duration
 	latCount [nStrategies]int
 	luaQueue []luaCall
-	amounts  []int64 // one arrival tick's bids of one campaign
+	amounts  []int64        // one arrival tick's bids of one campaign
+	arr      []arrival      // the step's arrivals (generate, serve)
+	lambda   []float64      // the step's mean arrivals per tick, per campaign
+	genAt    chan time.Time // the generator's next step
+	genDone  chan struct{}  // the generator's step is done
 }
 
 // runner holds one run's state.
@@ -566,24 +570,34 @@ func (r *runner) faultsDue(ctx context.Context, t time.Time, faults []Fault) []F
 }
 
 // hostWorkers runs each host's steps on a goroutine of its own that lives
-// for the whole run: a goroutine started per step grew its stack through the
-// daemon's ledger calls and the arrivals anew every step (runtime.copystack
-// was 7% of a default day's profile).
+// for the whole run (a goroutine started per step grew its stack through the
+// daemon's ledger calls and the arrivals anew every step: runtime.copystack
+// was 7% of a default day's profile), and its arrivals' generator on
+// another (generate), so that drawing a step's arrivals overlaps its
+// daemon's wait on Redis.
 type hostWorkers struct {
 	steps []chan time.Time // per host
-	step  sync.WaitGroup   // the current step's hosts
-	exit  sync.WaitGroup   // the workers
+	hosts []*hostRT
+	step  sync.WaitGroup // the current step's hosts
+	exit  sync.WaitGroup // the workers
 }
 
-// startHosts starts a worker per host; stop them with stopHosts.
+// startHosts starts a worker and a generator per host; stop them with stop.
 func (r *runner) startHosts(ctx context.Context) *hostWorkers {
-	w := &hostWorkers{steps: make([]chan time.Time, len(r.hosts))}
+	w := &hostWorkers{steps: make([]chan time.Time, len(r.hosts)), hosts: r.hosts}
 	for i, h := range r.hosts {
 		w.steps[i] = make(chan time.Time)
+		h.genAt, h.genDone = make(chan time.Time), make(chan struct{})
 		w.exit.Go(func() {
 			for t := range w.steps[i] {
 				r.stepHost(ctx, h, t)
 				w.step.Done()
+			}
+		})
+		w.exit.Go(func() {
+			for t := range h.genAt {
+				r.generate(ctx, h, t)
+				h.genDone <- struct{}{}
 			}
 		})
 	}
@@ -591,8 +605,9 @@ func (r *runner) startHosts(ctx context.Context) *hostWorkers {
 }
 
 func (w *hostWorkers) stop() {
-	for _, c := range w.steps {
+	for i, c := range w.steps {
 		close(c)
+		close(w.hosts[i].genAt)
 	}
 	w.exit.Wait()
 }
@@ -610,7 +625,8 @@ func (r *runner) stepHosts(w *hostWorkers, t time.Time) {
 }
 
 // stepHost runs host h's daemon's refill loop at t (so every ledger call of
-// the step happens at t), then the step's arrivals on its own clock.
+// the step happens at t) while its generator draws the step's arrivals,
+// then serves them to the daemon on the host's own clock.
 func (r *runner) stepHost(ctx context.Context, h *hostRT, t time.Time) {
 	var warm []string
 	for ci, c := range r.camps {
@@ -622,9 +638,14 @@ func (r *runner) stepHost(ctx context.Context, h *hostRT, t time.Time) {
 	if len(warm) > 0 {
 		h.d.Warm(warm)
 	}
+	traffic := t.Before(r.end)
+	if traffic {
+		h.genAt <- t
+	}
 	h.d.Step(ctx)
-	if t.Before(r.end) {
-		r.arrivals(ctx, h, t)
+	if traffic {
+		<-h.genDone
+		r.serve(h, t)
 	}
 }
 
@@ -831,14 +852,64 @@ func (r *runner) openBaselines(ctx context.Context, c *campaignRT) {
 func luaKey(id string) string          { return "sim:lua:{" + id + "}" }
 func batchKey(id string, s int) string { return "sim:batch:{" + id + "}:" + strconv.Itoa(s) }
 
-// arrivals generates and serves one step of host h's traffic, starting at t.
-func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
+// arrival is one SPEND a host's generator drew: at arrival tick k of the
+// step, for campaign ci.
+type arrival struct {
+	k, ci  int32
+	amount int64
+}
+
+// generate draws host h's arrivals of the step starting at t into h.arr, in
+// the order they come, and serves them through everything but pacer: the
+// baselines, no pacing and the curve oracle, none of which a daemon's state
+// feeds. It runs on the host's generator goroutine while the host's daemon
+// steps (its ledger calls wait on Redis); serve then hands the same
+// arrivals to the daemon, on the host's clock, as they would have come.
+func (r *runner) generate(ctx context.Context, h *hostRT, t time.Time) {
 	sc := r.sc
 	tick := time.Duration(sc.ArrivalTick)
 	ticks := int(time.Duration(sc.Step) / tick)
 	flushEvery := int64(time.Duration(sc.Baselines.FlushEvery))
-	lambda := make([]float64, len(r.camps))
+	lambda := r.lambdas(h, t, tick)
+	h.arr = h.arr[:0]
+	for k := range ticks {
+		now := t.Add(time.Duration(k) * tick)
+		for ci, c := range r.camps {
+			n := poisson(h.rng, lambda[ci])
+			if n == 0 {
+				continue
+			}
+			hc := &h.c[ci]
+			amounts := h.amounts[:0]
+			for range n {
+				amount := r.bid.draw(h.rng)
+				amounts = append(amounts, amount)
+				h.arr = append(h.arr, arrival{k: int32(k), ci: int32(ci), amount: amount})
+				r.spendOthers(ctx, h, c, hc, amount, now)
+			}
+			if !now.Before(c.day.Start) {
+				oracleSpendAll(c, hc.oracle.at(c, now), amounts, now)
+			}
+			h.amounts = amounts
+		}
+		if r.enabled[sBatch] && (now.Add(tick).Sub(r.start).Nanoseconds())%flushEvery == 0 {
+			r.flushBatch(ctx, h, now)
+		}
+	}
+	if len(h.luaQueue) > 0 {
+		r.flushLua(ctx, h)
+	}
+}
+
+// lambdas is each campaign's mean arrivals per tick on host h in the step
+// starting at t (h.lambda, reused).
+func (r *runner) lambdas(h *hostRT, t time.Time, tick time.Duration) []float64 {
+	sc := r.sc
+	if len(h.lambda) != len(r.camps) {
+		h.lambda = make([]float64, len(r.camps))
+	}
 	for ci, c := range r.camps {
+		h.lambda[ci] = 0
 		if t.Before(c.day.Start.Add(-time.Duration(sc.Warmup))) || !t.Before(c.day.End) {
 			continue
 		}
@@ -846,45 +917,40 @@ func (r *runner) arrivals(ctx context.Context, h *hostRT, t time.Time) {
 		if frac < 0 { // the warm-up: the same traffic shape, the day before
 			frac += 1
 		}
-		lambda[ci] = c.spec.Rate * c.shape.at(frac) * h.share * tick.Seconds()
+		h.lambda[ci] = c.spec.Rate * c.shape.at(frac) * h.share * tick.Seconds()
 	}
+	return h.lambda
+}
+
+// serve hands host h's arrivals of the step starting at t (generate's) to
+// its daemon, moving the host's clock to each arrival tick in turn.
+func (r *runner) serve(h *hostRT, t time.Time) {
+	tick := time.Duration(r.sc.ArrivalTick)
+	ticks := int(time.Duration(r.sc.Step) / tick)
+	i := 0
 	for k := range ticks {
 		now := t.Add(time.Duration(k) * tick)
 		h.clock.set(now)
-		for ci, c := range r.camps {
-			n := poisson(h.rng, lambda[ci])
-			if n == 0 {
+		for ; i < len(h.arr) && int(h.arr[i].k) == k; i++ {
+			a := h.arr[i]
+			c := r.camps[a.ci]
+			if now.Before(c.day.Start) {
+				// The warm-up: pacer only, nothing counted.
+				h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(a.amount), "")
 				continue
 			}
-			amounts := h.amounts[:0]
-			for range n {
-				amount := r.bid.draw(h.rng)
-				amounts = append(amounts, amount)
-				r.spend(ctx, h, c, &h.c[ci], amount, now)
-			}
-			if !now.Before(c.day.Start) {
-				oracleSpendAll(c, h.c[ci].oracle.at(c, now), amounts, now)
-			}
-			h.amounts = amounts
-		}
-		if len(h.luaQueue) > 0 {
-			r.flushLua(ctx, h)
-		}
-		if r.enabled[sBatch] && (now.Add(tick).Sub(r.start).Nanoseconds())%flushEvery == 0 {
-			r.flushBatch(ctx, h, now)
+			r.spendPacer(h, c, &h.c[a.ci], a.amount, now)
 		}
 	}
 }
 
-// spend serves one arrival through every strategy.
-func (r *runner) spend(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
+// spendOthers serves one arrival through every strategy but pacer (serve
+// does pacer's) and counts the largest SPEND asked.
+func (r *runner) spendOthers(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64, now time.Time) {
 	hc.largestAsked = max(hc.largestAsked, amount)
 	if now.Before(c.day.Start) {
-		// The warm-up: pacer only, nothing counted.
-		h.d.Spend(pacer.CampaignID(c.spec.ID), pacer.Micros(amount), "")
-		return
+		return // the warm-up: pacer only, nothing counted
 	}
-	r.spendPacer(h, c, hc, amount, now) // and the curve oracle, for the tick's arrivals at once (arrivals)
 	if r.enabled[sNoPacing] {
 		spendNoPacing(h, c, hc, amount)
 	}
@@ -962,11 +1028,17 @@ func spendNoPacing(h *hostRT, c *campaignRT, hc *hostCampaign, amount int64) {
 }
 
 // spendLua serves one (thinned) arrival through the Lua baseline: a timed
-// one alone, the others queued for the arrival tick's pipeline (flushLua).
+// one alone, after the calls queued before it, the others queued for the
+// host's pipeline at the end of the step (flushLua). Nothing the host does
+// in the step depends on their replies (only the run's counts do, read
+// between steps), so one round trip a step serves them in arrival order.
 func (r *runner) spendLua(ctx context.Context, h *hostRT, c *campaignRT, hc *hostCampaign, amount int64) {
 	if !h.timed(sLua) {
 		h.luaQueue = append(h.luaQueue, luaCall{ci: c.idx, amount: amount})
 		return
+	}
+	if len(h.luaQueue) > 0 {
+		r.flushLua(ctx, h)
 	}
 	t0 := time.Now()
 	v, err := r.luaScript.EvalSha(ctx, r.luaRDB, []string{luaKey(c.spec.ID)}, amount).Int()
@@ -1094,7 +1166,7 @@ func batchSpend(hc *hostCampaign, rng *rand.Rand, amount int64) bool {
 }
 
 // flushLua sends the host's queued Lua check-and-decrements in one pipeline:
-// each is still one EVALSHA, executed atomically in arrival order.
+// each is still one EVALSHA, executed atomically, in arrival order.
 func (r *runner) flushLua(ctx context.Context, h *hostRT) {
 	pipe := r.luaRDB.Pipeline()
 	cmds := make([]*redis.Cmd, len(h.luaQueue))
