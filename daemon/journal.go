@@ -88,9 +88,7 @@ type Journal struct {
 	shares map[string]reclaimShare
 	// totals: each run's totals on each shard-day, as the ledger
 	// acknowledged them: granted (G lines) and taken back (C lines).
-	// reasserted: runs whose totals a successor re-asserted (D lines).
-	totals     map[runShard]lease.History
-	reasserted map[string]bool
+	totals map[runShard]lease.History
 }
 
 // runShard is a run (holder-boot, its lease ids' prefix) on a shard-day.
@@ -153,7 +151,7 @@ func OpenJournal(path string, log *zap.Logger) (*Journal, []JournalLease, error)
 		log = zap.NewNop()
 	}
 	j := &Journal{path: path, open: map[string]JournalLease{}, asked: map[string]JournalAsk{}, log: log.Named("journal"), boot: machineBoot(),
-		shares: map[string]reclaimShare{}, totals: map[runShard]lease.History{}, reasserted: map[string]bool{}}
+		shares: map[string]reclaimShare{}, totals: map[runShard]lease.History{}}
 	if err := j.load(); err != nil {
 		return nil, nil, err
 	}
@@ -230,7 +228,8 @@ func (j *Journal) apply(line string) error {
 	case len(f) == 7 && f[0] == "R":
 		return j.applyTotals(f[1:])
 	case len(f) == 2 && f[0] == "D":
-		j.reasserted[f[1]] = true
+		// A previous release marked runs a successor had re-asserted, and
+		// skipped them at later starts; every start re-asserts them now.
 		return nil
 	case len(f) == 2 && f[0] == "B":
 		j.wroteBoot = f[1]
@@ -403,8 +402,7 @@ func (j *Journal) writeTotals(b *strings.Builder) {
 	}
 	// A run's totals are kept until their day is past, re-asserted or not:
 	// a restore after a successor re-asserted them may take that away, and
-	// they are re-asserted again then (runTotals.inherit).
-	kept := map[string]bool{}
+	// they are re-asserted again then (every start, and runTotals.inherit).
 	for rs, h := range j.totals {
 		held, isOpen := openAmount[rs]
 		if !isOpen && rs.key.Day < cutoff {
@@ -413,14 +411,6 @@ func (j *Journal) writeTotals(b *strings.Builder) {
 		}
 		if granted := h.Granted - held; granted > 0 || h.Returned > 0 {
 			fmt.Fprintf(b, "R %s %s %s %d %d %d\n", rs.run, rs.key.Campaign, rs.key.Day, rs.key.Shard, granted, h.Returned)
-			kept[rs.run] = true
-		}
-	}
-	for run := range j.reasserted {
-		if kept[run] {
-			fmt.Fprintf(b, "D %s\n", run)
-		} else {
-			delete(j.reasserted, run)
 		}
 	}
 }
@@ -736,52 +726,43 @@ func (d *Daemon) reclaimLease(ctx context.Context, j *Journal, jl JournalLease, 
 	return 0, err
 }
 
-// reassertPrevious re-asserts, once, the totals of the runs before this
-// one on each shard-day they leased from (after Reclaim gave back what
-// they left): a no-op where the ledger is not behind them.
+// reassertPrevious re-asserts the totals of every run before this one that
+// the journal keeps (yesterday's and today's) on each shard-day they leased
+// from, after Reclaim gave back what they left: a no-op where the ledger is
+// not behind them. Those an earlier start re-asserted are re-asserted
+// again: a restore since may have taken that re-assertion away, and no
+// running daemon may have seen it (TestRestartReassertsTheDeadRunsTotals,
+// "restarted again"). They are kept for a later loss too (runTotals).
 func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time) error {
 	var errs []error
 	current := d.cfg.Holder + "-" + d.bootID
-	// Every previous run's totals the journal keeps are re-asserted again
-	// after a later loss (runTotals), those re-asserted at an earlier start
-	// too: a restore may take that re-assertion away.
-	for run, shards := range j.previousRuns(current, true) {
+	for run, shards := range j.previousRuns(current) {
 		for k, tot := range shards {
 			d.ran.inherit(run, k, tot)
-		}
-	}
-	for run, shards := range j.previousRuns(current, false) {
-		ok := true
-		for k, tot := range shards {
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
 			added, _, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
 			cancel()
 			switch {
 			case errors.Is(err, lease.ErrDayNotOpen):
 			case err != nil:
-				ok = false
 				errs = append(errs, fmt.Errorf("re-assert the totals of run %s on %s: %w", run, k, err))
 			case added > 0:
 				d.log.Warn("re-asserted what a previous run's clients spent from leases the ledger forgot", zap.String("run", run),
 					zap.Stringer("shard", k), zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
 			}
 		}
-		if ok {
-			j.runReasserted(run)
-		}
 	}
 	return errors.Join(errs...)
 }
 
-// previousRuns returns the totals of the runs other than current (with
-// reasserted false, only those no successor has re-asserted), by run and
-// shard-day.
-func (j *Journal) previousRuns(current string, reasserted bool) map[string]map[lease.ShardKey]lease.History {
+// previousRuns returns the totals of the runs other than current, by run
+// and shard-day.
+func (j *Journal) previousRuns(current string) map[string]map[lease.ShardKey]lease.History {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	out := map[string]map[lease.ShardKey]lease.History{}
 	for rs, h := range j.totals {
-		if rs.run == "" || rs.run == current || (j.reasserted[rs.run] && !reasserted) || h.Granted <= 0 || h.Returned > h.Granted {
+		if rs.run == "" || rs.run == current || h.Granted <= 0 || h.Returned > h.Granted {
 			continue
 		}
 		if out[rs.run] == nil {
@@ -790,21 +771,6 @@ func (j *Journal) previousRuns(current string, reasserted bool) map[string]map[l
 		out[rs.run][rs.key] = h
 	}
 	return out
-}
-
-// runReasserted records that a successor re-asserted run's totals: they
-// are dropped at the next compaction once none of its leases is open.
-func (j *Journal) runReasserted(run string) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.f == nil || j.reasserted[run] {
-		return
-	}
-	j.reasserted[run] = true
-	if _, err := j.f.WriteString("D " + run + "\n"); err != nil {
-		j.log.Warn("lease journal: cannot record a re-assertion; the next start repeats it (a no-op)", zap.Error(err))
-	}
-	j.stale++
 }
 
 // reclaimInstant is the instant at which Reclaim takes what the previous
