@@ -60,6 +60,9 @@ type Daemon struct {
 	retiredMu     sync.Mutex
 	retiring      []*campaign
 	retiredCounts decisionCounts // SPEND answers of campaigns dropped
+	// nextWatermarkRead: the idle check reads the watermarks no sooner
+	// (idlecheck.go).
+	nextWatermarkRead time.Time
 	// eventKick wakes Run when an operator's event names a settings version
 	// newer than any seen (HandleEvent): its campaigns are stepped at once,
 	// not at the next tick.
@@ -112,7 +115,7 @@ func New(ledger *lease.Ledger, cfg Config) (*Daemon, error) {
 		bootID:   newBootID(),
 	}
 	d.eventKick = make(chan struct{}, 1)
-	d.ran = newRunTotals()
+	d.ran = newRunTotals(cfg.Clock.Now)
 	d.loadSlots = make(chan struct{}, cfg.MaxCampaignLoads)
 	d.life, d.endLife = context.WithCancel(context.Background())
 	d.unknown = newUnknownCampaigns(cfg.UnknownCampaignTTL, defaultUnknownEntries)
@@ -472,6 +475,7 @@ func (d *Daemon) Step(ctx context.Context) {
 	}
 	d.runDue(ctx, now)
 	d.reassertAsked(ctx, now)
+	d.checkIdleShards(ctx, now)
 	forget := now.UTC().Add(-48 * time.Hour).Format(time.DateOnly)
 	d.ran.forgetBefore(forget)
 	if d.cfg.Journal != nil {

@@ -32,11 +32,15 @@ type runTotals struct {
 	// asked: campaign-days whose totals a lost-writes broadcast asked us
 	// to re-assert while no campaign here held the day (Step does it).
 	asked map[lease.ShardKey]bool // Shard -1: the whole day
+	// unchecked: the shard-days whose totals changed (or were inherited)
+	// and that the idle check has not called since (idlecheck.go).
+	unchecked map[lease.ShardKey]*idleCheck
+	now       func() time.Time
 }
 
-func newRunTotals() *runTotals {
+func newRunTotals(now func() time.Time) *runTotals {
 	return &runTotals{byShard: map[lease.ShardKey]lease.History{}, asked: map[lease.ShardKey]bool{},
-		inherited: map[string]map[lease.ShardKey]lease.History{}}
+		inherited: map[string]map[lease.ShardKey]lease.History{}, unchecked: map[lease.ShardKey]*idleCheck{}, now: now}
 }
 
 // inherit keeps a previous run's totals on shard k.
@@ -47,6 +51,7 @@ func (t *runTotals) inherit(run string, k lease.ShardKey, h lease.History) {
 		t.inherited[run] = map[lease.ShardKey]lease.History{}
 	}
 	t.inherited[run][k] = h
+	t.wroteLocked(k)
 }
 
 // inheritedDay returns the previous runs' totals on a campaign-day's
@@ -91,6 +96,7 @@ func (t *runTotals) add(k lease.ShardKey, granted, returned int64) {
 	h.Granted += granted
 	h.Returned += returned
 	t.byShard[k] = h
+	t.wroteLocked(k)
 }
 
 // day returns the totals of a campaign-day's shards, by shard.
@@ -148,6 +154,11 @@ func (t *runTotals) forgetBefore(day string) {
 		}
 		if len(shards) == 0 {
 			delete(t.inherited, run)
+		}
+	}
+	for k := range t.unchecked {
+		if k.Day < day {
+			delete(t.unchecked, k)
 		}
 	}
 }

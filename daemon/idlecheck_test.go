@@ -1,0 +1,161 @@
+package daemon_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/reconcile"
+)
+
+// A restore the watermark cannot see: the copy is taken after the
+// reconciler's last pass and put back before its next, so the restored
+// watermark reads as current. The writes since the copy are those of a
+// daemon whose campaign then goes idle on the shard: no next call of its
+// own finds the loss. The idle check does (idlecheck.go): once the shard
+// has had no write of the daemon's for a lease window and the watermark has
+// moved since, the daemon re-asserts its run's totals there, and the
+// ledger counts what its clients spent from the leases it forgot. Each
+// case must end with the ledger counting exactly what the clients were
+// allowed: no less (a :1 without a charge), no more (a false alarm's
+// re-assertion would under-deliver).
+//
+// Without the idle check, the living daemon's case leaves 130,000 micros
+// answered :1 without a charge (all it was allowed), and the restarted
+// one's 130,000 too (its predecessor's, which its start had re-asserted
+// before the restore took that away: model seed 2227).
+func TestIdleCheckFindsARestoreTheWatermarkCannotSee(t *testing.T) {
+	t.Run("living daemon", func(t *testing.T) { idleCheckFindsARestore(t, false, true) })
+	t.Run("restarted before the restore", func(t *testing.T) { idleCheckFindsARestore(t, true, true) })
+	t.Run("no restore", func(t *testing.T) { idleCheckFindsARestore(t, false, false) })
+}
+
+func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
+	f := newFixture(t)
+	f.campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
+	f.clock.Set(midnight.Add(10 * time.Minute))
+	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
+		Watermarks: &memWatermarks{w: map[string]lease.Watermark{}}})
+	pass := func() {
+		if err := rc.Pass(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass() // opens the day; the watermark is 1, recorded
+	path := filepath.Join(t.TempDir(), "leases.journal")
+	start := func() (*daemon.Daemon, *daemon.Journal) {
+		j, left, err := daemon.OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Journal: j, Logger: dbgLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Reclaim(ctx, j, left); err != nil {
+			t.Fatal(err)
+		}
+		return d, j
+	}
+	d, j := start()
+	rdb := f.redis.Client()
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyTaken := f.redis.Snapshot(keys...)
+
+	// The lost window: the daemon leases and its clients spend, then the
+	// campaign goes quiet here and its leases are given back. No pass.
+	var allowed int64
+	for range 3 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+		n, _ := spendUntilDenied(t, d, "c", 10_000)
+		allowed += n
+	}
+	if allowed == 0 {
+		t.Fatal("nothing allowed in the lost window: the scenario tests nothing")
+	}
+	for range 40 {
+		f.clock.Add(time.Second)
+		d.Step(ctx)
+	}
+	if restart {
+		j.Close() // SIGKILL; the next run reclaims, and re-asserts the dead run's totals
+		d, j = start()
+	}
+	defer func() { d.Close(ctx); j.Close() }()
+	keys, err = rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restore {
+		f.redis.Restore(copyTaken, keys...)
+		if lost := charged(t, f); lost != 0 {
+			t.Fatalf("the restored copy counts %d spent or leased: want 0 (the copy was taken before any lease)", lost)
+		}
+	}
+
+	// Idle: the reconciler passes every second and finds nothing (the
+	// watermark is the one it recorded); the daemon steps and never
+	// spends on c again.
+	found := -1 // seconds after the restore until the ledger counts what was allowed
+	idle := func(seconds int) map[string]float64 {
+		before := ledgerCalls(t, d)
+		for i := range seconds {
+			f.clock.Add(time.Second)
+			pass()
+			d.Step(ctx)
+			if found < 0 && restore && charged(t, f) >= allowed {
+				found = i + 1
+			}
+		}
+		after := ledgerCalls(t, d)
+		for op := range after {
+			after[op] -= before[op]
+		}
+		return after
+	}
+	calls := idle(90)
+	got := charged(t, f)
+	t.Logf("allowed %d after the copy; the ledger counts %d spent or leased after the idle check (all of it %d s after the restore); its calls %v", allowed, got, found, calls)
+	switch {
+	case got < allowed:
+		t.Fatalf("%d micros answered :1 without a charge (allowed %d, the ledger counts %d)", allowed-got, allowed, got)
+	case got > allowed:
+		t.Fatalf("the ledger counts %d spent or leased, %d more than the clients were allowed", got, got-allowed)
+	}
+	// When: a lease window after the daemon's last write there (at the
+	// latest the restarted run's start, just before the restore), at the
+	// second watermark read after it, reads LeaseWindow/8 apart.
+	if restore && found > 30+2*4 {
+		t.Fatalf("found %d s after the restore: want within a lease window and two watermark reads (38 s)", found)
+	}
+	// What it cost: one check of the one run on the one shard, and where it
+	// found the loss a second, of its own re-assertion (a write the same
+	// kind of restore could take away); then an idle campaign costs the
+	// ledger nothing.
+	want := 1.0
+	if restore {
+		want = 2
+	}
+	if calls["reassert"] != want {
+		t.Fatalf("the idle check made %v reassert calls: want %v", calls["reassert"], want)
+	}
+	if calls = idle(600); calls["read"]+calls["reassert"] != 0 {
+		t.Fatalf("ten idle minutes after the check cost %v ledger calls: want no read or reassert", calls)
+	}
+}
+
+// charged is what the ledger counts spent or leased on c's day.
+func charged(t *testing.T, f *fixture) int64 {
+	t.Helper()
+	tot, err := f.ledger.DayTotals(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tot.Spent + tot.Leased
+}
