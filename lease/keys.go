@@ -30,7 +30,8 @@ import (
 //	                             one of each per slot, pacer:idx:due:{<tag of the slot>}
 //	pacer:days:{<id>}     hash   day -> shard count, written once every shard of the day is open;
 //	                             "<day>:plan" budget|shards|curve, decided once; "<day>:budget"
-//	                             the day's budget; "<day>:op:<op>" pending|done budget changes
+//	                             the day's budget; "<day>:op:<op>" pending|done budget changes;
+//	                             "<day>:relook" until_ms, a shard of the day lost writes (relook.go)
 //	pacer:dayops:{<id>}   hash   "<day>|<op>" -> delta, budget changes not yet finished
 //	pacer:reconciler:pass hash   the reconciler's full pass: after (the last campaign id looked
 //	                             at), done, started, campaigns, fence (sweep.go)

@@ -1365,11 +1365,15 @@ func (l *Ledger) OpenDayTotals(ctx context.Context, campaign, day string) (total
 // Freeze stops grants on a shard that lost acknowledged writes until until
 // (at least: a longer freeze stands), so that the fleet re-asserts the
 // leases it holds (Reassert) and every lease granted before the loss that
-// nobody re-asserts expires before its budget can be granted again. Pass
-// until = now + lease window + grace.
+// nobody re-asserts expires before its budget can be granted again, and
+// marks its day for the reconciler to look at again once the freeze has
+// ended (Relook), reported or not. Pass until = now + lease window + grace.
 func (l *Ledger) Freeze(ctx context.Context, k ShardKey, until, now time.Time, reason string) (Shard, error) {
 	_, _, sh, _, err := l.run(ctx, freezeScript, k, until.UnixMilli(), now.UnixMilli(), reason, l.cfg.AuditMaxLen)
-	return sh, err
+	if err != nil {
+		return sh, err
+	}
+	return sh, l.markRelook(ctx, k.Campaign, k.Day, until)
 }
 
 // ReassertRun re-asserts a daemon run's totals on a shard that lost writes

@@ -111,6 +111,7 @@ type Survey struct {
 	TodayShards     int  // today's shard count (0: not open)
 	YesterdayShards int  // yesterday's (0: never opened, or pruned)
 	Reported        bool // yesterday's report is saved
+	Relook          bool // yesterday lost writes: look at it again, reported or not (Ledger.Relook)
 	PendingOps      bool // a budget change is not finished
 	// Today's shards, when open and all present.
 	Today []Shard
@@ -138,7 +139,7 @@ var surveyScript = redis.NewScript(luaSurvey)
 
 // SurveyCampaigns surveys many campaigns in two pipelined round trips
 // whatever their number: first every campaign's day markers, yesterday's
-// report and pending budget changes, then one survey script on each of
+// report and relook mark and pending budget changes, then one survey script on each of
 // today's shards (its state, pending moves and leases expired before the
 // cutoff), which also records fence there, as a settle would (fence 0: no
 // election, nothing recorded). So a new leader's full pass costs 3 commands
@@ -157,8 +158,8 @@ func (l *Ledger) SurveyCampaigns(ctx context.Context, reqs []SurveyRequest, fenc
 }
 
 // SurveyDays is SurveyCampaigns's first round trip for one campaign: the
-// day markers, yesterday's report and pending budget changes (no shard is
-// read).
+// day markers, yesterday's report and relook mark and pending budget
+// changes (no shard is read).
 func (l *Ledger) SurveyDays(ctx context.Context, campaign, today, yesterday string) (Survey, error) {
 	svs := make([]Survey, 1)
 	if err := l.surveyDays(ctx, []SurveyRequest{{Campaign: campaign, Today: today, Yesterday: yesterday}}, svs); err != nil {
@@ -175,7 +176,7 @@ func (l *Ledger) surveyDays(ctx context.Context, reqs []SurveyRequest, svs []Sur
 	reports := make([]*redis.IntCmd, len(reqs))
 	ops := make([]*redis.IntCmd, len(reqs))
 	for i, q := range reqs {
-		days[i] = p.HMGet(ctx, daysKey(q.Campaign), q.Today, q.Yesterday)
+		days[i] = p.HMGet(ctx, daysKey(q.Campaign), q.Today, q.Yesterday, relookField(q.Yesterday))
 		reports[i] = p.Exists(ctx, reportKey(q.Campaign, q.Yesterday))
 		ops[i] = p.HLen(ctx, dayOpsKey(q.Campaign))
 	}
@@ -197,6 +198,7 @@ func (l *Ledger) surveyDays(ctx context.Context, reqs []SurveyRequest, svs []Sur
 		if sv.Err != nil {
 			sv.TodayShards, sv.YesterdayShards = 0, 0
 		}
+		_, sv.Relook = counts[2].(string)
 		sv.Reported, sv.PendingOps = reports[i].Val() == 1, ops[i].Val() > 0
 	}
 	return nil

@@ -625,7 +625,7 @@ func (r *Reconciler) days(ctx context.Context, c lease.Campaign, fence int64, no
 	if err != nil {
 		return err
 	}
-	if active := c.State == lease.StateActive; (!active || sv.TodayShards > 0) && (sv.YesterdayShards == 0 || sv.Reported) {
+	if active := c.State == lease.StateActive; (!active || sv.TodayShards > 0) && (sv.YesterdayShards == 0 || (sv.Reported && !sv.Relook)) {
 		if active {
 			r.learn(opened, c.ID, today.Key)
 		}
@@ -638,7 +638,7 @@ func (r *Reconciler) days(ctx context.Context, c lease.Campaign, fence int64, no
 		}
 		r.learn(opened, c.ID, today.Key)
 	}
-	if r.known(reported, c.ID, yesterday.Key) {
+	if r.known(reported, c.ID, yesterday.Key) && !sv.Relook {
 		return nil
 	}
 	n, err := r.ledger.DayShards(ctx, c.ID, yesterday.Key)
@@ -748,7 +748,7 @@ func (r *Reconciler) surveyed(ctx context.Context, cs []lease.Campaign, fence in
 func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, q lease.SurveyRequest, sv lease.Survey, fence int64, now time.Time) error {
 	active := c.State == lease.StateActive
 	if sv.PendingOps || sv.Lost || sv.PendingMoves || sv.Expired || (active && sv.TodayShards == 0) ||
-		(sv.YesterdayShards > 0 && !sv.Reported) {
+		(sv.YesterdayShards > 0 && (!sv.Reported || sv.Relook)) {
 		return r.fullLook(ctx, c, fence)
 	}
 	if active {
@@ -801,13 +801,13 @@ func (r *Reconciler) fullLook(ctx context.Context, c lease.Campaign, fence int64
 	for _, day := range []bucket.Day{yesterday, today} {
 		if day.Key == yesterday.Key {
 			// A reported day's leases were all settled and its shards
-			// refuse grants: nothing more to do on it.
-			saved, err := r.ledger.HasReport(ctx, c.ID, day.Key)
+			// refuse grants: nothing more to do on it, unless it lost
+			// writes since (a relook).
+			done, err := r.reportedFor(ctx, c.ID, day.Key)
 			if err != nil {
 				return err
 			}
-			if saved {
-				r.learn(reported, c.ID, day.Key)
+			if done {
 				continue
 			}
 		}
@@ -917,13 +917,18 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	if err != nil {
 		return false, err
 	}
-	if saved {
+	relook, err := r.ledger.Relook(ctx, campaign, day.Key)
+	if err != nil {
+		return false, err
+	}
+	if saved && relook.IsZero() {
 		r.learn(reported, campaign, day.Key)
 		return true, nil
 	}
 	// Closed shards refuse grants, so what is left on them can only shrink
-	// (a daemon with a late clock cannot lease from a finished day).
-	if !r.known(shut, campaign, day.Key) {
+	// (a daemon with a late clock cannot lease from a finished day). A day
+	// that lost writes may have lost its close: closed again.
+	if !r.known(shut, campaign, day.Key) || !relook.IsZero() {
 		if err := r.ledger.CloseDay(ctx, campaign, day.Key, now); err != nil {
 			return false, err
 		}
@@ -939,10 +944,16 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 			return false, nil // not yet: leases of the day are still outstanding
 		}
 	}
+	if now.Before(relook) {
+		return false, nil // not yet: the fleet re-asserts what the loss forgot until the freeze ends
+	}
 	// What the report counts as under-delivered (or the carry moves on) must
 	// not include what a cut still owes elsewhere on the day.
 	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, fence, now); err != nil {
 		return false, err
+	}
+	if saved {
+		return r.relooked(ctx, campaign, day.Key, relook)
 	}
 	if c.CarryOver {
 		// The next day must exist to take the carry, even for a paused
@@ -963,9 +974,43 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	if err := r.ledger.SaveReport(ctx, rep); err != nil {
 		return false, err
 	}
+	if !relook.IsZero() {
+		if ok, err := r.ledger.ClearRelook(ctx, campaign, day.Key, relook); err != nil || !ok {
+			return false, err // marked again since: looked at again
+		}
+	}
 	r.learn(reported, campaign, day.Key)
 	r.log.Info("closed campaign-day", zap.String("campaign", campaign), zap.String("day", day.Key),
 		zap.Int64("budget", rep.Budget), zap.Int64("spent", rep.Spent), zap.Int64("lost", rep.Lost),
 		zap.Int64("under_delivery", rep.UnderDelivery))
+	return true, nil
+}
+
+// reportedFor reports whether a campaign's day is reported and needs no
+// relook (it lost no writes since), and learns it.
+func (r *Reconciler) reportedFor(ctx context.Context, campaign, day string) (bool, error) {
+	saved, err := r.ledger.HasReport(ctx, campaign, day)
+	if err != nil || !saved {
+		return false, err
+	}
+	relook, err := r.ledger.Relook(ctx, campaign, day)
+	if err != nil || !relook.IsZero() {
+		return false, err
+	}
+	r.learn(reported, campaign, day)
+	return true, nil
+}
+
+// relooked ends the relook of a reported day whose shards are closed again
+// and whose debts are paid again: the report stands (what the day's lost
+// writes had counted), the mark is cleared unless a freeze since marked the
+// day again.
+func (r *Reconciler) relooked(ctx context.Context, campaign, day string, relook time.Time) (bool, error) {
+	ok, err := r.ledger.ClearRelook(ctx, campaign, day, relook)
+	if err != nil || !ok {
+		return false, err
+	}
+	r.learn(reported, campaign, day)
+	r.log.Info("looked again at a reported day that lost writes: shards closed, debts paid", zap.String("campaign", campaign), zap.String("day", day))
 	return true, nil
 }

@@ -28,6 +28,10 @@ import (
 // grace, the freeze's reason kept for lease.CheckDay), broadcasts
 // pacer.EventLostWrites for each of those days so daemons re-assert what
 // they hold, logs the figures and counts it (pacer_ledger_rollbacks_total).
+// Each frozen day is marked for a relook (lease.Ledger.Freeze): once its
+// freeze has ended, closeDay closes it and pays its cuts' debts again, even
+// if it was reported (the loss may have undone the reconciler's own close
+// and payments while the report, in another slot, stayed).
 // A detection that could not freeze every shard is not recorded, so the
 // next pass sees the same rollback and tries again.
 //
