@@ -25,10 +25,16 @@
 //
 //  2. A host's target rate never exceeds the fleet's: HostRate ≤
 //     FleetWindow/W, and for a host that knows its share s of the fleet's
-//     demand (0 < s < 1), HostRate ≤ s·h·FleetWindow/W, h ≤ MaxHeadroom the
-//     headroom that lets a host ride out the bunching of its SPENDs. Past
-//     the curve's end a host's target is its demand (with headroom): what
-//     is left goes as fast as SPENDs take it, first come, first served.
+//     demand (0 < s < 1), HostRate ≤ s·max(FleetWindow, h·p)/W, h ≤
+//     MaxHeadroom the headroom that lets a host ride out the bunching of
+//     its SPENDs. The headroom is over the curve's pace, never over a
+//     catch-up: a catch-up is shared among the hosts, not multiplied by
+//     each, so the targets of hosts whose shares sum to 1 add up to at most
+//     the larger of the fleet's window and h·p: to at most the fleet's
+//     window whenever that is at least MaxHeadroom·p (a fleet catching up
+//     at k = 3). Past the curve's end a host's target is its demand
+//     (with headroom): what is left goes as fast as SPENDs take it, first
+//     come, first served.
 //
 //  3. A host's drip never exceeds its target: Ask is sized so that the
 //     leases still open past this instant (Input.OpenDrip, micros a second)
@@ -62,7 +68,10 @@
 //
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
 // in the day's last hour, LastHourCatchUpPermille); the burst window (a
-// couple of seconds of the target) is the only instant credit on top.
+// couple of seconds of the target) is the only instant credit on top. And
+// 2 and 3 bound what a fleet whose shares are known drips, while it
+// catches up at k ≥ MaxHeadroom, at k times the pace between its hosts: on
+// top of it, only what their buckets hold and their start credits.
 package pace
 
 import (
@@ -185,7 +194,8 @@ func Plan(in Input) Decision {
 	case in.CurveNow >= PPB:
 		limit = math.Inf(1) // all that is left, as fast as demand takes it
 	case in.Share > 0 && in.Share < 1:
-		limit = min(limit, limit*in.Share*h)
+		// Headroom over the pace, not over the catch-up (2).
+		limit = min(limit, in.Share*max(limit, h*float64(d.Pace)/w))
 	}
 	d.HostRate = min(max(rate, float64(d.Floor)/w), max(limit, 0))
 	gap := d.HostRate - float64(max(in.OpenDrip, 0))

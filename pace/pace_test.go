@@ -90,9 +90,57 @@ func TestHostNeverTargetsMoreThanTheFleetOrItsShare(t *testing.T) {
 			t.Fatalf("host rate %.1f above the fleet's %.1f: %+v", d.HostRate, fleetRate, in)
 		}
 		if in.Share > 0 && in.Share < 1 {
-			if bound := fleetRate * in.Share * Headroom(in.DemandCalls, in.Window); d.HostRate > bound*(1+1e-9) {
+			paced := Headroom(in.DemandCalls, in.Window) * float64(d.Pace) / w
+			if bound := in.Share * max(fleetRate, paced); d.HostRate > bound*(1+1e-9) {
 				t.Fatalf("host rate %.1f above its share's bound %.1f: %+v", d.HostRate, bound, in)
 			}
+		}
+	}
+}
+
+// A fleet of hosts that know their shares (summing to 1), each with its own
+// demand, SPEND rate and largest SPEND, targets between them at most the
+// fleet's window, or the largest headroom times the pace if more: each
+// host's headroom is over the pace, not over the catch-up (condition 2).
+// So a fleet catching up at k ≥ MaxHeadroom targets at most k times the
+// pace between its hosts, as one host alone does. (With the headroom over
+// the fleet's window, a fleet far behind targeted up to h·k·p: at k = 3,
+// 1.3-2.5 times its window.)
+func TestFleetTargetsAtMostItsWindowBetweenItsHosts(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for range rounds / 10 {
+		in := randomInput(r)
+		if in.CurveNow >= PPB || in.Window <= 0 {
+			continue
+		}
+		n := 2 + r.IntN(15)
+		shares := make([]float64, n)
+		var sum float64
+		for i := range shares {
+			shares[i] = 0.01 + r.Float64()
+			sum += shares[i]
+		}
+		var total, headroom float64
+		var d Decision
+		for i := range shares {
+			h := in
+			h.Share = shares[i] / sum
+			h.DemandRate = r.Float64() * float64(in.Budget) / 3600
+			h.DemandCalls = r.Float64() * 1000
+			h.Largest = r.Int64N(in.Budget/10 + 1)
+			d = Plan(h)
+			total += d.HostRate
+			headroom = max(headroom, Headroom(h.DemandCalls, h.Window))
+		}
+		w := in.Window.Seconds()
+		bound := max(float64(d.FleetWindow), headroom*float64(d.Pace)) / w
+		if total > bound*(1+1e-9)+1e-9 {
+			t.Fatalf("%d hosts target %.1f/s between them, above the fleet's window %d or %.2f times the pace %d over %v (%.1f/s): %+v",
+				n, total, d.FleetWindow, headroom, d.Pace, in.Window, bound, in)
+		}
+		if float64(d.FleetWindow) >= MaxHeadroom*float64(d.Pace) && total > float64(d.FleetWindow)/w*(1+1e-9)+1e-9 {
+			t.Fatalf("a fleet catching up at %.2fx its pace targets %.1f/s between its %d hosts, above its window's %.1f/s: %+v",
+				float64(d.FleetWindow)/float64(max(d.Pace, 1)), total, n, float64(d.FleetWindow)/w, in)
 		}
 	}
 }

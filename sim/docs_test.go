@@ -33,6 +33,7 @@ func TestPacingDocQuotesTheInvariants(t *testing.T) {
 		{regexp.MustCompile(`could take at least ([0-9]+) mean bids`), fmt.Sprint(ColdStartBids)},
 		{regexp.MustCompile(`over the (\d+) seconds from (\d+) s after a campaign's day start`), fmt.Sprint(CatchUpWindow.Seconds())},
 		{regexp.MustCompile(`one shard per ([0-9]+) bids`), fmt.Sprint(lease.BidsPerShard)},
+		{regexp.MustCompile(`spend at most ([0-9.]+) of the fleet's catch-up bound`), fmt.Sprint(catchUpMargin)},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {

@@ -215,6 +215,34 @@ func (c *campaignRT) at(t time.Time) string {
 
 func catchUpViolations(c *campaignRT, hosts int) []Violation {
 	var out []Violation
+	c.catchUpWindows(hosts, func(from time.Time, window time.Duration, spent, plan, k, bound float64) bool {
+		if spent > bound {
+			out = append(out, Violation{Invariant: "catch-up", Campaign: c.spec.ID, At: c.at(from),
+				Detail: fmt.Sprintf("spent %.0f micros in %s, %.2fx the curve's plan of %.0f (bound %.1fx and four bids a host: %.0f)",
+					spent, window, spent/max(plan, 1), plan, CatchUpSlack*k, bound)})
+		}
+		return len(out) < maxViolationsEach
+	})
+	return out
+}
+
+// catchUpMax is the most the campaign spent in a window the "catch-up"
+// invariant judges, over that window's bound (above 1: broken).
+func (c *campaignRT) catchUpMax(hosts int) float64 {
+	most := 0.0
+	c.catchUpWindows(hosts, func(_ time.Time, _ time.Duration, spent, _, _, bound float64) bool {
+		most = max(most, spent/bound)
+		return true
+	})
+	return most
+}
+
+// catchUpWindows calls each with every window the "catch-up" invariant
+// judges (CatchUpWindow for one host, FleetCatchUpWindow for a fleet, one
+// starting at every 10-second sample): its start and length, what the
+// campaign spent in it, the curve's plan for it, the catch-up multiple in
+// force and the bound; it stops when each returns false.
+func (c *campaignRT) catchUpWindows(hosts int, each func(from time.Time, window time.Duration, spent, plan, k, bound float64) bool) {
 	window, slack := CatchUpWindow, 4*float64(c.maxBid)
 	if hosts > 1 {
 		window, slack = FleetCatchUpWindow, float64(hosts)*slack
@@ -233,17 +261,10 @@ func catchUpViolations(c *campaignRT, hosts int) []Violation {
 		// plan is the curve's over the window or over the window a lease
 		// window earlier, whichever is more.
 		plan := max(c.plan(from.t, to.t), c.plan(from.t.Add(-leaseWindow), to.t.Add(-leaseWindow)))
-		spent := float64(to.cum - from.cum)
-		if bound := CatchUpSlack*k*plan + slack; spent > bound {
-			out = append(out, Violation{Invariant: "catch-up", Campaign: c.spec.ID, At: c.at(from.t),
-				Detail: fmt.Sprintf("spent %.0f micros in %s, %.2fx the curve's plan of %.0f (bound %.1fx and four bids a host: %.0f)",
-					spent, window, spent/max(plan, 1), plan, CatchUpSlack*k, bound)})
-			if len(out) >= maxViolationsEach {
-				break
-			}
+		if !each(from.t, window, float64(to.cum-from.cum), plan, k, CatchUpSlack*k*plan+slack) {
+			return
 		}
 	}
-	return out
 }
 
 // maxViolationsEach bounds the violations of one invariant reported per

@@ -161,6 +161,10 @@ type CampaignResult struct {
 	// invariant's distance); BehindBoundMicros, that invariant's bound.
 	BehindMaxMicros   int64 `json:"behind_max_micros"`
 	BehindBoundMicros int64 `json:"behind_bound_micros"`
+	// CatchUpMaxRatio is the most the campaign spent in a window the
+	// "catch-up" invariant judges (10 s for one host, 5 minutes for a
+	// fleet), over that window's bound: above 1, broken.
+	CatchUpMaxRatio float64 `json:"catch_up_max_ratio"`
 	// ColdStartRatio is what a fresh fleet spent over the window the
 	// "cold start" invariant judges, over what it could have; 0 where
 	// not judged.
@@ -306,6 +310,7 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 	if c.curve != nil {
 		cr.BehindMaxMicros, cr.BehindBoundMicros = int64(c.behindMax()), int64(c.aheadBound())
 		cr.ColdStartRatio = c.coldStartRatio()
+		cr.CatchUpMaxRatio = c.catchUpMax(len(r.hosts))
 	}
 	n := r.countCampaign(c, cr)
 	for si, name := range strategies {

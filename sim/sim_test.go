@@ -118,10 +118,30 @@ func TestLatePeakIsRebalanced(t *testing.T) {
 // 1x) while others still hold what is due. With the old threshold (a
 // quarter), 98.3% spent (98.9-99.5% on seeds 1-3); with three quarters,
 // 99.98-99.99%.
+//
+// Its fleet catches up at its multiple (3x) between its three hosts, each
+// targeting its share of the fleet's window, with no headroom on top
+// (package pace, condition 2): its worst 5-minute window spends at most
+// catchUpMargin of the "catch-up" invariant's bound (1.1 x 3 x the plan
+// and four bids a host). With each host's headroom over the catch-up, the
+// hosts' spend credits ran the windows after the flash crowd at 10:00 and
+// the curve's step down at 22:00 up to 0.97-1.00 of it (seeds 1-5 and 7);
+// with it over the pace only, 0.85-0.90.
 func TestUnevenShardsCatchUpTogether(t *testing.T) {
 	_, c := spendsItsDay(t, "../configs/scenarios/uneven-catch-up.yaml", Options{})
-	t.Logf("rebalanced %d micros, left locked or available at the end %d", c.Ledger.Rebalanced, c.Ledger.Unreleased)
+	t.Logf("rebalanced %d micros, left locked or available at the end %d; worst catch-up window %.3f of its bound",
+		c.Ledger.Rebalanced, c.Ledger.Unreleased, c.CatchUpMaxRatio)
+	if c.CatchUpMaxRatio > catchUpMargin {
+		t.Errorf("a 5-minute window spent %.3f of the catch-up bound; want at most %.2f: the fleet catches up at its multiple, not a credit above it",
+			c.CatchUpMaxRatio, catchUpMargin)
+	}
 }
+
+// catchUpMargin is the most of the catch-up invariant's bound a fleet
+// catching up at its multiple spends in a 5-minute window: the bound's
+// slack (1.1) is for what the hosts hold at the window's start, not for a
+// rate above the multiple.
+const catchUpMargin = 0.93
 
 // A campaign whose smallest host is sparse at the end of the day, while the
 // others are not, spends its budget: no shard's release point is pinned
