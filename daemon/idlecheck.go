@@ -168,7 +168,7 @@ func (d *Daemon) readWatermarks(ctx context.Context) (func(lease.ShardKey) (wate
 		w, ok, err = d.ledger.ReadWatermark(cctx, masters[i])
 		seen[i] = watermarkSeen{master: masters[i].Name, w: w, ok: ok}
 	}
-	d.observeLedger("read", start, err)
+	d.observeLedger("watermark", start, err)
 	if err != nil {
 		return nil, err
 	}

@@ -145,8 +145,8 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	if calls["reassert"] != want {
 		t.Fatalf("the idle check made %v reassert calls: want %v", calls["reassert"], want)
 	}
-	if calls = idle(600); calls["read"]+calls["reassert"] != 0 {
-		t.Fatalf("ten idle minutes after the check cost %v ledger calls: want no read or reassert", calls)
+	if calls = idle(600); calls["watermark"]+calls["reassert"] != 0 {
+		t.Fatalf("ten idle minutes after the check cost %v ledger calls: want no watermark read or reassert", calls)
 	}
 }
 

@@ -49,7 +49,7 @@ type opCounts struct {
 	ok, failed [len(ledgerOps)]atomic.Int64
 }
 
-var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read", "reassert", "demand"}
+var ledgerOps = [...]string{"open", "grant", "renew", "release", "refresh", "read", "reassert", "demand", "watermark"}
 
 func (o *opCounts) add(op string, failed bool) {
 	i := slices.Index(ledgerOps[:], op)
