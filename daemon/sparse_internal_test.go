@@ -217,8 +217,8 @@ func TestHourUnitIsTheUsualBid(t *testing.T) {
 // The ledger's hour bound is asked for a campaign whose average hour is at
 // most pacing.HourBoundBids of its bids, in the hour of its local day the call
 // falls in, at twice the curve's share of it (the catch-up multiple if
-// less), and in the day's last hour at pacing.LastHourExactPermille with no bid
-// over it; for a larger campaign only in the day's last hour, at
+// less), and in the day's last hour at the catch-up multiple in force (1.25x)
+// and a bid over it; for a larger campaign only in the day's last hour, at
 // pacing.LastHourPermille and a bid, or pacing.LastHourExactPermille and none where the
 // bid is more than a fifth of the hour; never outside the day. A day that gains an hour at a
 // DST change has an hour 24.
@@ -241,9 +241,9 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	if p.HourNoBid {
 		t.Errorf("a 20-bid campaign at 13:30: no bid over the hour's bound; want a bid")
 	}
-	if p := pace(small, day.End.Add(-time.Minute), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != pacing.LastHourExactPermille || !p.HourNoBid {
-		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille, no bid over it",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourExactPermille))
+	if p := pace(small, day.End.Add(-time.Minute), pacing.LastHourCatchUpPermille); p.Hour != 23 || p.HourPermille != pacing.LastHourCatchUpPermille || p.HourNoBid {
+		t.Errorf("its last hour: hour %d, %d permille, no bid %v; want 23, %d permille and a bid over it",
+			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourCatchUpPermille))
 	}
 	if p := pace(pacing.HourBoundBids*24*bid, day.Start.Add(time.Hour), 3000); p.HourPermille != 2000 {
 		t.Errorf("a campaign of %d bids an hour: %d permille, want the bound", pacing.HourBoundBids, p.HourPermille)
@@ -280,9 +280,9 @@ func TestHourPaceBoundsSmallBudgetsAndLastHours(t *testing.T) {
 	}
 	long := bucket.DayOf(time.Date(2026, 10, 25, 12, 0, 0, 0, berlin), berlin) // 25 hours
 	ds = &dayState{day: long, curve: bucket.Flat(24)}
-	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != pacing.LastHourExactPermille || !p.HourNoBid {
-		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille, no bid %v; want 24, %d, no bid",
-			p.Hour, p.HourPermille, p.HourNoBid, int64(pacing.LastHourExactPermille))
+	if p := pace(small, long.End.Add(-time.Minute), 1250); p.Hour != 24 || p.HourPermille != 1250 || p.HourNoBid {
+		t.Errorf("the last hour of a 25-hour day: hour %d, %d permille, no bid %v; want 24, the catch-up's 1250, a bid",
+			p.Hour, p.HourPermille, p.HourNoBid)
 	}
 	if p := pace(small, long.End.Add(-time.Hour-time.Minute), 1250); p.Hour != 23 || p.HourPermille != 1250 || p.HourNoBid {
 		t.Errorf("the hour before it: hour %d, %d permille, no bid %v; want 23, the catch-up's 1250, a bid", p.Hour, p.HourPermille, p.HourNoBid)

@@ -482,3 +482,48 @@ func TestHostMeetingASmallCampaignServesTheSpendThatWokeIt(t *testing.T) {
 	}
 	f.check(t, "small")
 }
+
+// Issue 35 (the tiny scenario, seed 9): a 20-bid campaign behind its curve
+// at 23:00 is asked, in its last hour, for a SPEND of 1.7 bids, twice the
+// hour's share. The hour's bound must admit it: a small campaign's last
+// hour releases its catch-up multiple (1.25x) of its share and its usual
+// bid (pace condition 8), as the curve oracle and the simulator's
+// last-hour invariant (1.5x and a bid) allow. Before, that hour was bounded
+// at 1.5x its share with no bid (2,500 micros here), so no SPEND over it
+// could be served in it at all, and the campaign ended the day 14% of its
+// budget behind. Flat curve, a bid of 2,000 (the fleet's), one host
+// spending a bid every 80 minutes until 20:30 (16 bids, 3.4 behind at
+// 23:20).
+func TestSmallCampaignsLastHourServesABid(t *testing.T) {
+	const bid = 2_000
+	const budget = 20 * bid
+	f := newFixture(t)
+	f.campaignWithBid(t, "small", budget, 1, bid)
+	d := f.sparseDaemon(t, "h", time.Second)
+	for i := range 16 {
+		f.clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
+		d.Step(ctx)
+		if dec, err := d.Spend("small", bid, ""); err != nil || dec != pacer.Allowed {
+			t.Fatalf("SPEND %d at %v: %v, %v; want allowed (the premise: its bids served until then)", i, f.clock.Now().Format("15:04"), dec, err)
+		}
+	}
+	f.clock.Set(midnight.Add(23*time.Hour + 20*time.Minute))
+	d.Step(ctx)
+	const amount = 3_400
+	share := budget / 24
+	dec, err := d.Spend("small", amount, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec != pacer.Allowed {
+		t.Errorf("a SPEND of %d in the last hour (its share %d), the campaign %d behind its curve: %v; want allowed",
+			amount, share, budget*(23*60+20)/(24*60)-16*bid, dec)
+	}
+	for f.clock.Now().Before(midnight.Add(24*time.Hour - time.Second)) {
+		f.clock.Add(time.Minute)
+		d.Step(ctx)
+	}
+	if spent := f.check(t, "small").Spent; spent > 16*bid+int64(share)*3/2+bid {
+		t.Errorf("the day spent %d: its last hour more than 1.5x its share %d and a bid", spent, share)
+	}
+}

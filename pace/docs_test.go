@@ -27,7 +27,7 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile(`average hour is at most (\w+)\s+bids`), HourBoundBids},
 		{regexp.MustCompile(`hour at (\w+) the curve's share of it`), HourPermille / 1000},
 		{regexp.MustCompile(`less of ([0-9.]+)x its share and a`), float64(LastHourPermille) / 1000},
-		{regexp.MustCompile(`([0-9.]+)x and no bid \(a small`), float64(LastHourExactPermille) / 1000},
+		{regexp.MustCompile(`bid and ([0-9.]+)x and no bid, so`), float64(LastHourExactPermille) / 1000},
 		{regexp.MustCompile(`its last (\w+) SPENDs came`), StandingSpends},
 		{regexp.MustCompile(`or (\w+) of their\s+intervals`), StandingIdleIntervals},
 		{regexp.MustCompile(`one to (\w+), and at most 1%`), MaxStandingBids},

@@ -15,9 +15,14 @@ package pace
 //
 //  8. The day's last hour spends at most the less of
 //     LastHourPermille × its share plus a bid and LastHourExactPermille ×
-//     its share with no bid; for a small campaign (7), the latter. So the
-//     last hour never exceeds 1.5x its share plus a bid: no end-of-day
-//     dump, for a campaign whose bid is large against its last hour too.
+//     its share with no bid; for a small campaign (7), the former (or its
+//     catch-up multiple, if less, and its usual bid). So the last hour
+//     never exceeds 1.5x its share plus a bid: no end-of-day dump, for a
+//     campaign whose bid is large against its last hour too; and a small
+//     campaign's last hour, worth less than a bid or two, still admits its
+//     usual bid over its share, as the curve allows its other hours: with
+//     no bid over it, a SPEND larger than 1.5x its share (a 20-bid
+//     budget's larger third) could not be served in the hour at all.
 const (
 	HourPermille          = 2000
 	HourBoundBids         = 4
@@ -58,13 +63,17 @@ func Hour(in HourInput) HourBound {
 	if !in.Last {
 		return b
 	}
+	if small {
+		b.Permille = min(in.CatchUpPermille, LastHourPermille)
+		return b
+	}
 	b.Permille = LastHourPermille
 	bid := b.Bid // the bid the ledger allows over the share: UsualBid, else Bid
 	if bid <= 0 {
 		bid = in.Bid
 	}
 	share := float64(in.Budget) * float64(clampPPB(in.SharePPB)) / PPB
-	if small || bid <= 0 || (LastHourExactPermille-LastHourPermille)*share < 1000*float64(bid) {
+	if bid <= 0 || (LastHourExactPermille-LastHourPermille)*share < 1000*float64(bid) {
 		b.Permille, b.NoBid = LastHourExactPermille, true
 	}
 	return b

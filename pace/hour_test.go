@@ -41,8 +41,11 @@ func TestHourBoundProperties(t *testing.T) {
 				t.Fatalf("#%d %+v: a small campaign's hour: %+v, want the less of the catch-up and %d permille and its usual bid", i, in, b, HourPermille)
 			}
 		case small:
-			if b.Permille != LastHourExactPermille || !b.NoBid {
-				t.Fatalf("#%d %+v: a small campaign's last hour: %+v, want %d permille and no bid", i, in, b, LastHourExactPermille)
+			// Its last hour admits its usual bid over its share, as its
+			// other hours do: with none, a SPEND over 1.5x a last hour
+			// worth less than a bid could never be served in it.
+			if b.Permille != min(in.CatchUpPermille, LastHourPermille) || b.NoBid || b.Bid != in.UsualBid {
+				t.Fatalf("#%d %+v: a small campaign's last hour: %+v, want the less of the catch-up and %d permille and its usual bid", i, in, b, LastHourPermille)
 			}
 		default:
 			want := min(float64(LastHourPermille)/1000*share+float64(bid), float64(LastHourExactPermille)/1000*share)
