@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,6 +109,95 @@ func (l *Ledger) PayDebts(ctx context.Context, campaign, day string, shards []Sh
 		}
 	}
 	return paid, nil
+}
+
+// RepairMoves makes a campaign-day's moves whole after Redis lost writes on
+// some of its shards and not on others (a Cluster master restored from its
+// own backup): a move whose target credited it while its source lost the
+// record of taking it would leave the micros on both shards, so it is taken
+// from the source again, under its own move id (what the source no longer
+// holds is owed: Shard.Owed); a move whose source took it while its target
+// lost the credit is credited again. Every move is then whole on both
+// shards or on neither. fence is the reconciler's. It returns how many moves
+// it repaired.
+func (l *Ledger) RepairMoves(ctx context.Context, campaign, day string, shards int, fence int64, now time.Time) (int, error) {
+	outs, ins, err := l.moveRecords(ctx, campaign, day, shards)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for id, in := range ins {
+		if _, ok := outs[id]; ok || in.peer < 0 || in.peer >= shards {
+			continue
+		}
+		src := ShardKey{campaign, day, in.peer}
+		status, taken, _, _, err := l.run(ctx, moveOutScript, src, id, in.amount, in.shard, fence, now.UnixMilli(), l.cfg.AuditMaxLen, "redo")
+		if errors.Is(err, ErrDayNotOpen) {
+			continue // the source's keys are gone: a lost shard, not a move to repair
+		}
+		if err != nil {
+			return n, err
+		}
+		if status == -3 {
+			return n, fmt.Errorf("ledger %s: repair move %s: %w", src, id, ErrFenced)
+		}
+		if status == -4 {
+			return n, fmt.Errorf("ledger %s: repair move %s: %w", src, id, ErrShardHeld)
+		}
+		if err := l.finishMove(ctx, src, in.shard, id, taken, now); err != nil {
+			return n, err
+		}
+		l.log.Warn("took a move again from a shard that lost it while its peer kept the credit", zap.Stringer("shard", src),
+			zap.String("move", id), zap.Int("to", in.shard), zap.Int64("micros", in.amount))
+		n++
+	}
+	for id, out := range outs {
+		if _, ok := ins[id]; ok || out.amount == 0 || out.peer < 0 || out.peer >= shards {
+			continue // whole, or nothing to credit
+		}
+		if err := l.finishMove(ctx, ShardKey{campaign, day, out.shard}, out.peer, id, out.amount, now); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// moveRecord is one half of a move as a shard's moves hash records it.
+type moveRecord struct {
+	shard, peer int
+	amount      int64
+}
+
+// moveRecords reads a campaign-day's move records: the sources' (out) and
+// the targets' (in), by move id.
+func (l *Ledger) moveRecords(ctx context.Context, campaign, day string, shards int) (outs, ins map[string]moveRecord, err error) {
+	outs, ins = map[string]moveRecord{}, map[string]moveRecord{}
+	for i := range shards {
+		k := ShardKey{campaign, day, i}
+		m, err := l.rdb.HGetAll(ctx, k.keys()[5]).Result()
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger %s: moves: %w", k, err)
+		}
+		for id, rec := range m {
+			f := strings.Split(rec, "|")
+			if len(f) < 3 {
+				return nil, nil, fmt.Errorf("ledger %s: malformed move %s: %q", k, id, rec)
+			}
+			amount, err1 := strconv.ParseInt(f[1], 10, 64)
+			peer, err2 := strconv.Atoi(f[2])
+			if err1 != nil || err2 != nil {
+				return nil, nil, fmt.Errorf("ledger %s: malformed move %s: %q", k, id, rec)
+			}
+			switch f[0] {
+			case "out":
+				outs[id] = moveRecord{shard: i, peer: peer, amount: amount}
+			case "in":
+				ins[id] = moveRecord{shard: i, peer: peer, amount: amount}
+			}
+		}
+	}
+	return outs, ins, nil
 }
 
 // PendingMove is a move whose source half happened and whose target half may

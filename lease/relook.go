@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,4 +62,29 @@ func (l *Ledger) ClearRelook(ctx context.Context, campaign, day string, until ti
 		return false, fmt.Errorf("ledger %s/%s: clear the relook: %w", campaign, day, err)
 	}
 	return n == 1, nil
+}
+
+// DayShardsRelook is DayShards and Relook in one command: how many shards
+// the campaign-day was opened with (0: not completely), and the end of the
+// freeze after which it must be looked at again (zero: not marked).
+func (l *Ledger) DayShardsRelook(ctx context.Context, campaign, day string) (int, time.Time, error) {
+	v, err := l.rdb.HMGet(ctx, daysKey(campaign), day, relookField(day)).Result()
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("ledger %s/%s: day marker: %w", campaign, day, err)
+	}
+	var n int
+	if s, ok := v[0].(string); ok {
+		if n, err = strconv.Atoi(s); err != nil || n < 1 {
+			return 0, time.Time{}, fmt.Errorf("ledger %s/%s: bad day marker %q", campaign, day, s)
+		}
+	}
+	var until time.Time
+	if s, ok := v[1].(string); ok {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, time.Time{}, fmt.Errorf("ledger %s/%s: bad relook mark %q", campaign, day, s)
+		}
+		until = time.UnixMilli(ms)
+	}
+	return n, until, nil
 }

@@ -112,6 +112,7 @@ type Survey struct {
 	YesterdayShards int  // yesterday's (0: never opened, or pruned)
 	Reported        bool // yesterday's report is saved
 	Relook          bool // yesterday lost writes: look at it again, reported or not (Ledger.Relook)
+	TodayRelook     bool // today lost writes: make its moves whole (Ledger.RepairMoves)
 	PendingOps      bool // a budget change is not finished
 	// Today's shards, when open and all present.
 	Today []Shard
@@ -139,7 +140,7 @@ var surveyScript = redis.NewScript(luaSurvey)
 
 // SurveyCampaigns surveys many campaigns in two pipelined round trips
 // whatever their number: first every campaign's day markers, yesterday's
-// report and relook mark and pending budget changes, then one survey script on each of
+// report, both days' relook marks and pending budget changes, then one survey script on each of
 // today's shards (its state, pending moves and leases expired before the
 // cutoff), which also records fence there, as a settle would (fence 0: no
 // election, nothing recorded). So a new leader's full pass costs 3 commands
@@ -158,8 +159,8 @@ func (l *Ledger) SurveyCampaigns(ctx context.Context, reqs []SurveyRequest, fenc
 }
 
 // SurveyDays is SurveyCampaigns's first round trip for one campaign: the
-// day markers, yesterday's report and relook mark and pending budget
-// changes (no shard is read).
+// day markers, yesterday's report, both days' relook marks and pending
+// budget changes (no shard is read).
 func (l *Ledger) SurveyDays(ctx context.Context, campaign, today, yesterday string) (Survey, error) {
 	svs := make([]Survey, 1)
 	if err := l.surveyDays(ctx, []SurveyRequest{{Campaign: campaign, Today: today, Yesterday: yesterday}}, svs); err != nil {
@@ -176,7 +177,7 @@ func (l *Ledger) surveyDays(ctx context.Context, reqs []SurveyRequest, svs []Sur
 	reports := make([]*redis.IntCmd, len(reqs))
 	ops := make([]*redis.IntCmd, len(reqs))
 	for i, q := range reqs {
-		days[i] = p.HMGet(ctx, daysKey(q.Campaign), q.Today, q.Yesterday, relookField(q.Yesterday))
+		days[i] = p.HMGet(ctx, daysKey(q.Campaign), q.Today, q.Yesterday, relookField(q.Yesterday), relookField(q.Today))
 		reports[i] = p.Exists(ctx, reportKey(q.Campaign, q.Yesterday))
 		ops[i] = p.HLen(ctx, dayOpsKey(q.Campaign))
 	}
@@ -199,6 +200,7 @@ func (l *Ledger) surveyDays(ctx context.Context, reqs []SurveyRequest, svs []Sur
 			sv.TodayShards, sv.YesterdayShards = 0, 0
 		}
 		_, sv.Relook = counts[2].(string)
+		_, sv.TodayRelook = counts[3].(string)
 		sv.Reported, sv.PendingOps = reports[i].Val() == 1, ops[i].Val() > 0
 	}
 	return nil

@@ -678,12 +678,15 @@ func (r *Reconciler) lowDay(ctx context.Context, campaign, day string, fence int
 	if !ok || bucket.DayOf(now, c.Location()).Key != day {
 		return nil // gone, or not today: the day's close deals with it
 	}
-	n, err := r.ledger.DayShards(ctx, campaign, day)
+	n, relook, err := r.ledger.DayShardsRelook(ctx, campaign, day)
 	if err != nil || n == 0 {
 		return err
 	}
 	shards, err := r.ledger.ReadShards(ctx, campaign, day, n)
 	if err != nil {
+		return err
+	}
+	if shards, err = r.relookToday(ctx, campaign, day, shards, relook, fence, now); err != nil {
 		return err
 	}
 	if err := r.rebalance(ctx, campaign, day, shards, fence, now); err != nil {
@@ -748,7 +751,7 @@ func (r *Reconciler) surveyed(ctx context.Context, cs []lease.Campaign, fence in
 func (r *Reconciler) campaign(ctx context.Context, c lease.Campaign, q lease.SurveyRequest, sv lease.Survey, fence int64, now time.Time) error {
 	active := c.State == lease.StateActive
 	if sv.PendingOps || sv.Lost || sv.PendingMoves || sv.Expired || (active && sv.TodayShards == 0) ||
-		(sv.YesterdayShards > 0 && (!sv.Reported || sv.Relook)) {
+		(sv.YesterdayShards > 0 && (!sv.Reported || sv.Relook)) || (sv.TodayShards > 0 && sv.TodayRelook) {
 		return r.fullLook(ctx, c, fence)
 	}
 	if active {
@@ -837,6 +840,13 @@ func (r *Reconciler) fullLook(ctx context.Context, c lease.Campaign, fence int64
 			shards[i] = s.Shard
 		}
 		if day.Key == today.Key {
+			relook, err := r.ledger.Relook(ctx, c.ID, day.Key)
+			if err != nil {
+				return err
+			}
+			if shards, err = r.relookToday(ctx, c.ID, day.Key, shards, relook, fence, now); err != nil {
+				return err
+			}
 			if err := r.today(ctx, c.ID, day.Key, shards, fence, now); err != nil {
 				return err
 			}
@@ -947,6 +957,11 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	if now.Before(relook) {
 		return false, nil // not yet: the fleet re-asserts what the loss forgot until the freeze ends
 	}
+	if !relook.IsZero() {
+		if shards, err = r.repairMoves(ctx, campaign, day.Key, shards, fence, now); err != nil {
+			return false, err
+		}
+	}
 	// What the report counts as under-delivered (or the carry moves on) must
 	// not include what a cut still owes elsewhere on the day.
 	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, fence, now); err != nil {
@@ -1013,4 +1028,33 @@ func (r *Reconciler) relooked(ctx context.Context, campaign, day string, relook 
 	r.learn(reported, campaign, day)
 	r.log.Info("looked again at a reported day that lost writes: shards closed, debts paid", zap.String("campaign", campaign), zap.String("day", day))
 	return true, nil
+}
+
+// repairMoves makes a day's moves whole again after a loss of writes
+// (lease.Ledger.RepairMoves) and returns its shards, read again if a move
+// was repaired.
+func (r *Reconciler) repairMoves(ctx context.Context, campaign, day string, shards []lease.Shard, fence int64, now time.Time) ([]lease.Shard, error) {
+	n, err := r.ledger.RepairMoves(ctx, campaign, day, len(shards), fence, now)
+	if err != nil || n == 0 {
+		return shards, err
+	}
+	return r.ledger.ReadShards(ctx, campaign, day, len(shards))
+}
+
+// relookToday makes the moves of a campaign's today whole if a shard of it
+// lost writes (until: its relook mark, zero if none), and clears the mark
+// once the freeze has ended: today's close needs nothing more from it. It
+// returns the shards, read again if a move was repaired.
+func (r *Reconciler) relookToday(ctx context.Context, campaign, day string, shards []lease.Shard, until time.Time, fence int64, now time.Time) ([]lease.Shard, error) {
+	if until.IsZero() {
+		return shards, nil
+	}
+	shards, err := r.repairMoves(ctx, campaign, day, shards, fence, now)
+	if err != nil {
+		return shards, err
+	}
+	if !now.Before(until) {
+		_, err = r.ledger.ClearRelook(ctx, campaign, day, until)
+	}
+	return shards, err
 }

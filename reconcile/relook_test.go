@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,148 @@ func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 		if !sh.Closed {
 			t.Errorf("shard %d open again after the restore: %+v", i, sh)
 		}
+	}
+}
+
+// A move between two shards of a day, then Redis comes back with one of the
+// two as it was before the move and the other as it is (on a Cluster each
+// master is restored from its own backup). The pass that finds the loss
+// makes the move whole on both shards: taken from the source again if the
+// source forgot it while the target kept the credit (else the micros are on
+// both shards, and the day can grant them twice), credited again if the
+// target forgot it. A source that has leased out what it held since the
+// restore owes what it can no longer give.
+func TestRestoreOfOneShardOfAMoveMakesTheMoveWhole(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		restored int   // the shard that lost the move's half
+		leased   int64 // leased from it after the restore, before the pass
+		owed     int64 // what it then owes (the pass's rebalance may pay it)
+	}{{"source", 1, 0, 0}, {"source leased since", 1, 190_000, 40_000}, {"target", 0, 0, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.campaign(t, "c", 400_000, 2)
+			f.clock.Set(midnight.Add(time.Hour))
+			pub := &events{}
+			rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: pub,
+				Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			// The restored shard's keys, those made since the copy included
+			// (its moves record): a restore deletes them.
+			keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored}.RedisKeys(), "pacer:watermark")
+			backup := f.redis.Snapshot(keys...)
+			if moved, err := f.ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.clock.Now()); err != nil || moved != 50_000 {
+				t.Fatalf("move: %d, %v", moved, err)
+			}
+			f.clock.Add(time.Second)
+			if err := rc.Pass(ctx, 1); err != nil { // the watermark recorded after the move
+				t.Fatal(err)
+			}
+			f.redis.Restore(backup, keys...)
+			if tc.leased > 0 {
+				now := f.clock.Now()
+				g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored},
+					LeaseID: "L", Holder: "h", Want: tc.leased, Expiry: now.Add(30 * time.Second), Now: now,
+					Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000}, Grace: 5 * time.Second, DayStart: midnight})
+				if err != nil || g.Granted != tc.leased {
+					t.Fatalf("grant: %+v, %v", g, err)
+				}
+			}
+			lost, err := f.ledger.DayTotals(ctx, "c", day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Add(time.Second)
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			if got := pub.lostWrites(); len(got) != 1 {
+				t.Fatalf("lost-writes broadcasts %v; want one", got)
+			}
+			total, problems, err := f.ledger.CheckDay(ctx, "c", day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				if !strings.Contains(p.What, "lost acknowledged writes") {
+					t.Errorf("conservation: %s", p)
+				}
+			}
+			t.Logf("the day's budget less owed: %d after the restore, %d after the pass that found it",
+				lost.Budget-lost.Owed, total.Budget-total.Owed)
+			if total.Budget-total.Owed != 400_000 {
+				t.Fatalf("the day's budget less owed after the pass: %d; want 400,000", total.Budget-total.Owed)
+			}
+			if tc.owed > 0 {
+				audit := lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored}.RedisKeys()[4]
+				xs, err := f.redis.Client().XRange(ctx, audit, "-", "+").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				owed := ""
+				for _, x := range xs {
+					if x.Values["ev"] == "move_out" && x.Values["move"] == "m1" {
+						owed, _ = x.Values["owed"].(string)
+					}
+				}
+				if owed != strconv.FormatInt(tc.owed, 10) {
+					t.Fatalf("the move taken again owed %q; want %d", owed, tc.owed)
+				}
+			}
+		})
+	}
+}
+
+// The same split move, of a copy taken after the watermark's last advance:
+// the watermark cannot see it, a daemon finds the loss on the source and
+// freezes it (as daemon.lostWrites does). The reconciler's next step makes
+// the move whole, before the freeze ends and grants resume there.
+func TestSplitMoveFoundByADaemonIsMadeWhole(t *testing.T) {
+	f := newFixture(t)
+	f.campaign(t, "c", 400_000, 2)
+	f.clock.Set(midnight.Add(time.Hour))
+	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
+	step := func() {
+		t.Helper()
+		if err := rc.Step(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step() // the term's full pass: opens the day
+	src := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
+	keys := src.RedisKeys()
+	backup := f.redis.Snapshot(keys...)
+	if moved, err := f.ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.clock.Now()); err != nil || moved != 50_000 {
+		t.Fatalf("move: %d, %v", moved, err)
+	}
+	f.redis.Restore(backup, keys...)
+	now := f.clock.Now()
+	until := now.Add(34 * time.Second)
+	if _, err := f.ledger.Freeze(ctx, src, until, now, "a daemon's history diverged"); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := f.ledger.DayTotals(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(time.Second)
+	step()
+	total, err := f.ledger.DayTotals(ctx, "c", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the day's budget less owed: %d after the restore, %d after the next step", lost.Budget-lost.Owed, total.Budget-total.Owed)
+	if total.Budget-total.Owed != 400_000 {
+		t.Fatalf("the day's budget less owed after the step: %d; want 400,000", total.Budget-total.Owed)
+	}
+	// Once the freeze has ended, the next look clears today's mark.
+	f.clock.Set(until.Add(time.Second))
+	if err := rc.Pass(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if mark, err := f.ledger.Relook(ctx, "c", day); err != nil || !mark.IsZero() {
+		t.Fatalf("today's relook mark after the freeze: %v, %v; want none", mark, err)
 	}
 }

@@ -31,7 +31,9 @@ import (
 // Each frozen day is marked for a relook (lease.Ledger.Freeze): once its
 // freeze has ended, closeDay closes it and pays its cuts' debts again, even
 // if it was reported (the loss may have undone the reconciler's own close
-// and payments while the report, in another slot, stayed).
+// and payments while the report, in another slot, stayed); and each frozen
+// day's moves are made whole at once (lease.Ledger.RepairMoves), as the
+// master behind may hold one half of a move and another master the other.
 // A detection that could not freeze every shard is not recorded, so the
 // next pass sees the same rollback and tries again.
 //
@@ -187,7 +189,7 @@ func (r *Reconciler) rolledBack(ctx context.Context, m lease.Master, got lease.W
 	days := make([][]string, len(campaigns))
 	err = r.each(ctx, len(campaigns), func(i int) error {
 		var err error
-		days[i], err = r.freezeCampaign(ctx, m, campaigns[i], until, now, reason)
+		days[i], err = r.freezeCampaign(ctx, m, campaigns[i], until, now, reason, fence)
 		return err
 	})
 	if err != nil {
@@ -239,9 +241,11 @@ func (r *Reconciler) allCampaigns(ctx context.Context) ([]lease.Campaign, error)
 }
 
 // freezeCampaign freezes master m's shards of the campaign's yesterday,
-// today and any later day opened (a carry-over's), and returns the days it
+// today and any later day opened (a carry-over's), makes each such day's
+// moves whole again (lease.Ledger.RepairMoves: m may have lost one half of
+// a move whose other half is on another master), and returns the days it
 // froze. Older days are closed: no grant can come from them.
-func (r *Reconciler) freezeCampaign(ctx context.Context, m lease.Master, c lease.Campaign, until, now time.Time, reason string) ([]string, error) {
+func (r *Reconciler) freezeCampaign(ctx context.Context, m lease.Master, c lease.Campaign, until, now time.Time, reason string, fence int64) ([]string, error) {
 	open, err := r.ledger.OpenDays(ctx, c.ID)
 	if err != nil {
 		return nil, err
@@ -270,9 +274,13 @@ func (r *Reconciler) freezeCampaign(ctx context.Context, m lease.Master, c lease
 			}
 			froze = true
 		}
-		if froze {
-			frozen = append(frozen, day)
+		if !froze {
+			continue
 		}
+		if _, err := r.ledger.RepairMoves(ctx, c.ID, day, n, fence, now); err != nil {
+			return frozen, err
+		}
+		frozen = append(frozen, day)
 	}
 	return frozen, nil
 }

@@ -4,6 +4,8 @@
 -- (reassert) in the meantime, and every lease granted before the loss that
 -- nobody re-asserts has expired by then (until = now + lease window + grace),
 -- so the budget they hold cannot be granted while someone may still spend it.
+-- The shard is flagged in the reconciler's low index, so that its next step
+-- looks at the day (a move the loss split is made whole: RepairMoves).
 -- KEYS: state leases exp done audit moves ops
 -- ARGV: until_ms now_ms reason audit_maxlen
 -- Reply: {status, frozen_until_ms, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
@@ -20,4 +22,5 @@ redis.call('HSETNX', K.state, 'lost_writes', str(now) .. ' ' .. reason)
 redis.call('HSET', K.state, 'frozen_until', str(untl))
 store_shard(K.state, s)
 audit(K.audit, maxlen, 'ev', 'freeze', 'until', str(untl), 'reason', reason, 'ms', str(now))
+if KEYS[9] and redis.call('ZADD', KEYS[9], 'NX', str(now), KEYS[1]) == 1 then anchor(0) end
 return shard_reply(0, untl, s)
