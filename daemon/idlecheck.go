@@ -19,7 +19,9 @@ import (
 // gone idle on a shard makes no next call. Hence the rule:
 //
 // Every shard-day whose totals this run changed (a grant, renewal or
-// release: runTotals.add) or inherited from an earlier run (Reclaim) is
+// release: runTotals.add), re-asserted with effect (a re-assertion that
+// raised what the shard counts spent is a write a restore can take away
+// too) or inherited from an earlier run (Reclaim) is
 // called by this run once more after the watermark of the shard's Redis
 // master has moved since a read made after that write, unless a later
 // write of ours there started the wait again. The call re-asserts this

@@ -191,6 +191,7 @@ func (d *Daemon) reassertRun(ctx context.Context, now time.Time, campaign, day s
 				log.Warn("cannot re-assert a run's totals; retrying", zap.String("run", run), zap.Stringer("shard", k), zap.Error(err))
 				ok = false
 			case added > 0:
+				d.ran.touch(k) // a write of ours: a restore could take it away too (idlecheck.go)
 				log.Warn("re-asserted what a run's clients spent from leases the ledger forgot", zap.String("run", run), zap.Stringer("shard", k),
 					zap.Int64("granted", tot.Granted), zap.Int64("returned", tot.Returned), zap.Int64("spent_added", added))
 			}
