@@ -21,19 +21,20 @@ import (
 // Every shard-day whose totals this run changed (a grant, renewal or
 // release: runTotals.add), re-asserted with effect (a re-assertion that
 // raised what the shard counts spent is a write a restore can take away
-// too) or inherited from an earlier run (Reclaim) is
-// called by this run once more after the watermark of the shard's Redis
-// master has moved since a read made after that write, unless a later
-// write of ours there started the wait again. The call re-asserts this
-// run's totals and the inherited ones there (lease.Ledger.ReassertRun,
-// which writes nothing where the shard is current). A restore that took
-// those writes away came either before the watermark moved, and the check,
-// made after, finds it and counts what our clients spent; or after, and
-// then the restored watermark is behind the one recorded outside Redis and
-// the reconciler's next pass finds it. Either way some living daemon, or
-// the reconciler, finds every restore while the reconciler passes, and a
-// daemon that dies before its check leaves its totals to the next run on
-// its journal, which inherits them and checks them in turn.
+// too) or inherited from an earlier run (Reclaim) is called by this run
+// once more after the watermark of the shard's Redis master has moved
+// since a read made after that write, unless a later write of ours there
+// started the wait again. The call re-asserts this run's totals and the
+// inherited ones there (lease.Ledger.ReassertRun, which writes nothing
+// where the shard is current). A restore that took those writes away came
+// either before the watermark moved, and the check, made after, finds it
+// and counts what our clients spent; or after, and then the restored
+// watermark is behind the one recorded outside Redis and the reconciler's
+// next pass finds it. Either way, while the reconciler passes, a restore
+// that took away writes of a living run is found, and a daemon that dies
+// before its check leaves its totals to the next run on its journal, which
+// inherits them and checks them in turn. (Writes of a run gone with its
+// journal are found by no one: docs/GUARANTEES.md, "Spent twice".)
 //
 // What it costs: nothing on a shard the run keeps calling, since every lease
 // call passes the run's totals and history and the ledger compares them;
