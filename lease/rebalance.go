@@ -163,6 +163,56 @@ func (l *Ledger) RepairMoves(ctx context.Context, campaign, day string, shards i
 	return n, nil
 }
 
+// RepairDayOps makes a campaign-day's finished budget changes (an
+// operator's raise or cut, a carry-over) whole after Redis lost writes on
+// some of its shards and not on the day's record: a shard that lost its
+// part of a change the day's record counts as done (its ops hash has no
+// record of the op) is given that part again, under the op's id, a cut's
+// part in full (what the shard no longer holds is owed). Changes still
+// pending are FinishDayOps's. It returns how many parts it applied again.
+func (l *Ledger) RepairDayOps(ctx context.Context, campaign, day string, shards int, now time.Time) (int, error) {
+	fields, err := l.rdb.HGetAll(ctx, daysKey(campaign)).Result()
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: days: %w", campaign, day, err)
+	}
+	prefix := day + ":op:"
+	n := 0
+	for field, rec := range fields {
+		op, ok := strings.CutPrefix(field, prefix)
+		if !ok || !strings.HasPrefix(rec, "done|") {
+			continue
+		}
+		f := strings.SplitN(rec, "|", 3)
+		delta, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || len(f) < 3 || f[2] == "" {
+			continue // no split recorded: nothing to give again
+		}
+		for i, enc := range strings.Split(f[2], ",") {
+			part, err := strconv.ParseInt(enc, 10, 64)
+			if err != nil || i >= shards || (part == 0 && delta >= 0) {
+				continue
+			}
+			k := ShardKey{campaign, day, i}
+			had, err := l.rdb.HExists(ctx, k.keys()[6], op).Result()
+			if err != nil {
+				return n, fmt.Errorf("ledger %s: ops: %w", k, err)
+			}
+			if had {
+				continue
+			}
+			if _, err := l.Adjust(ctx, k, op, part, AdjustOwe, now); errors.Is(err, ErrDayNotOpen) {
+				continue // the shard's keys are gone: a lost shard
+			} else if err != nil {
+				return n, err
+			}
+			l.log.Warn("applied again a budget change's part that a shard lost", zap.Stringer("shard", k),
+				zap.String("op", op), zap.Int64("micros", part))
+			n++
+		}
+	}
+	return n, nil
+}
+
 // moveRecord is one half of a move as a shard's moves hash records it.
 type moveRecord struct {
 	shard, peer int

@@ -1030,12 +1030,16 @@ func (r *Reconciler) relooked(ctx context.Context, campaign, day string, relook 
 	return true, nil
 }
 
-// repairMoves makes a day's moves whole again after a loss of writes
-// (lease.Ledger.RepairMoves) and returns its shards, read again if a move
-// was repaired.
+// repairMoves makes a day's budget changes and moves whole again after a
+// loss of writes (lease.Ledger.RepairDayOps, RepairMoves) and returns its
+// shards, read again if anything was repaired.
 func (r *Reconciler) repairMoves(ctx context.Context, campaign, day string, shards []lease.Shard, fence int64, now time.Time) ([]lease.Shard, error) {
-	n, err := r.ledger.RepairMoves(ctx, campaign, day, len(shards), fence, now)
-	if err != nil || n == 0 {
+	ops, err := r.ledger.RepairDayOps(ctx, campaign, day, len(shards), now)
+	if err != nil {
+		return shards, err
+	}
+	moves, err := r.ledger.RepairMoves(ctx, campaign, day, len(shards), fence, now)
+	if err != nil || ops+moves == 0 {
 		return shards, err
 	}
 	return r.ledger.ReadShards(ctx, campaign, day, len(shards))

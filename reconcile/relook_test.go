@@ -260,3 +260,55 @@ func TestSplitMoveFoundByADaemonIsMadeWhole(t *testing.T) {
 		t.Fatalf("today's relook mark after the freeze: %v, %v; want none", mark, err)
 	}
 }
+
+// An operator's budget change applied to both shards of a day, then one
+// shard comes back as it was before it (its own master's backup) while the
+// day's record keeps the change. The pass that finds the loss gives that
+// shard its part again: a cut's part lost would leave the day above the
+// operator's cut, grantable; a raise's, below the raise.
+func TestRestoreOfOneShardOfABudgetChangeAppliesItsPartAgain(t *testing.T) {
+	for _, newBudget := range []int64{200_000, 600_000} {
+		t.Run(strconv.FormatInt(newBudget, 10), func(t *testing.T) {
+			f := newFixture(t)
+			f.campaign(t, "c", 400_000, 2)
+			f.clock.Set(midnight.Add(time.Hour))
+			rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: &events{},
+				Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: 1}.RedisKeys(), "pacer:watermark")
+			backup := f.redis.Snapshot(keys...)
+			if _, err := f.ledger.AdjustDay(ctx, "c", day, newBudget, f.clock.Now()); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Add(time.Second)
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			f.redis.Restore(backup, keys...)
+			lost, err := f.ledger.DayTotals(ctx, "c", day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Add(time.Second)
+			if err := rc.Pass(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			total, problems, err := f.ledger.CheckDay(ctx, "c", day)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				if !strings.Contains(p.What, "lost acknowledged writes") {
+					t.Errorf("conservation: %s", p)
+				}
+			}
+			t.Logf("the day's budget less owed: %d after the restore, %d after the pass that found it",
+				lost.Budget-lost.Owed, total.Budget-total.Owed)
+			if total.Budget-total.Owed != newBudget {
+				t.Fatalf("the day's budget less owed after the pass: %d; want %d", total.Budget-total.Owed, newBudget)
+			}
+		})
+	}
+}

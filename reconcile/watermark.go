@@ -32,8 +32,9 @@ import (
 // freeze has ended, closeDay closes it and pays its cuts' debts again, even
 // if it was reported (the loss may have undone the reconciler's own close
 // and payments while the report, in another slot, stayed); and each frozen
-// day's moves are made whole at once (lease.Ledger.RepairMoves), as the
-// master behind may hold one half of a move and another master the other.
+// day's budget changes and moves are made whole at once (RepairDayOps,
+// RepairMoves), as the master behind may hold one shard's part of them and
+// other masters the rest.
 // A detection that could not freeze every shard is not recorded, so the
 // next pass sees the same rollback and tries again.
 //
@@ -242,9 +243,10 @@ func (r *Reconciler) allCampaigns(ctx context.Context) ([]lease.Campaign, error)
 
 // freezeCampaign freezes master m's shards of the campaign's yesterday,
 // today and any later day opened (a carry-over's), makes each such day's
-// moves whole again (lease.Ledger.RepairMoves: m may have lost one half of
-// a move whose other half is on another master), and returns the days it
-// froze. Older days are closed: no grant can come from them.
+// budget changes and moves whole again (lease.Ledger.RepairDayOps,
+// RepairMoves: m may have lost a shard's part of a change, or one half of a
+// move, whose record or other half is on another master), and returns the
+// days it froze. Older days are closed: no grant can come from them.
 func (r *Reconciler) freezeCampaign(ctx context.Context, m lease.Master, c lease.Campaign, until, now time.Time, reason string, fence int64) ([]string, error) {
 	open, err := r.ledger.OpenDays(ctx, c.ID)
 	if err != nil {
@@ -276,6 +278,9 @@ func (r *Reconciler) freezeCampaign(ctx context.Context, m lease.Master, c lease
 		}
 		if !froze {
 			continue
+		}
+		if _, err := r.ledger.RepairDayOps(ctx, c.ID, day, n, now); err != nil {
+			return frozen, err
 		}
 		if _, err := r.ledger.RepairMoves(ctx, c.ID, day, n, fence, now); err != nil {
 			return frozen, err
