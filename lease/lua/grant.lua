@@ -20,7 +20,7 @@ local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5])
 local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
 local retain, maxlen = argnum(ARGV[9]), ARGV[10]
-local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[11]), {id}, true, false))
+local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id)
 if not s then return no_day() end
 s.diverged = diverged(K, s, argnum(ARGV[11]), argnum(ARGV[12])) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end

@@ -101,11 +101,10 @@ local EXPIRY_SWEEP = 64
 -- (release_by_curve's hour bound): not money either. Calls without an hour
 -- (older daemons) neither bound nor count.
 local ADV_WHOLE = 1000000000000000
-local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'seq', 'closed', 'tip', 'adv', 'hr', 'hrel'}
--- RELEASE_FIELDS: FIELDS less what only a grant's release by the curve and
--- its closed check read (a release reads the rest: load_shard_deferred's
--- money). A field not loaded is nil on the shard and so never stored.
-local RELEASE_FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'owed', 'seq', 'tip'}
+-- FIELDS: a release reads its first nine (load_shard_deferred's money);
+-- the last five only a grant's release by the curve and its closed check
+-- read. A field not loaded is nil on the shard and so never stored.
+local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'owed', 'seq', 'tip', 'cppb', 'closed', 'adv', 'hr', 'hrel'}
 
 -- load_shard reads a shard and, if it exists, always writes (touch): a
 -- script retried after a lost reply, or repeated by id, may find nothing to
@@ -138,29 +137,17 @@ end
 -- field at once, as the helpers do without a deferred shard.
 local deferred = nil
 
--- load_shard_deferred is load_shard that also reads extra (field names)
--- and defers the call's writes to the state's other fields to store_shard.
--- A deferred field the call did not name is read when first needed (one
--- HGET; state_get), e.g. a settlement's report counters in a grant.
--- Its write for WAIT to cover (load_shard's touch) is store_shard's HSET,
--- or, on a path that stores nothing (a refusal), touch_unstored's.
-local function load_shard_deferred(key, extra, money)
-  money = money or FIELDS
-  local names = {unpack(money)}
-  for _, f in ipairs(extra) do names[#names + 1] = f end
-  local v = redis.call('HMGET', key, unpack(names))
-  if not v[1] then return nil end
-  local s = {key = key, x = {}, x0 = {}, put = {}, o = {}, unstored = true}
-  for i, f in ipairs(money) do
-    s[f] = stored(v[i])
-    s.o[f] = s[f]
+-- read_at is what a deferred shard's HMGET read for field (a string, or
+-- false if absent), nil if it did not read it (load_shard_deferred: the
+-- call's own fields, hf and the runs' u1 and u2, are the reply's first
+-- three; the rest are at the positions its kind's at gives).
+local function read_at(s, field)
+  local i = s.at[field]
+  if i == nil then
+    if field == s.hf then i = 1 elseif field == s.u1 then i = 2 elseif field == s.u2 then i = 3 else return nil end
   end
-  for i = #money + 1, #names do
-    s.x[names[i]] = v[i]
-    s.x0[names[i]] = v[i]
-  end
-  deferred = s
-  return s
+  if s.gone and s.gone[field] then return nil end
+  return s.v[i]
 end
 
 -- touch_unstored is the write a deferred shard's call makes when it
@@ -176,7 +163,7 @@ end
 local function state_get(key, field)
   if deferred and deferred.key == key then
     local v = deferred.put[field]
-    if v == nil then v = deferred.x[field] end
+    if v == nil then v = read_at(deferred, field) end
     if v ~= nil then return v end
   end
   return redis.call('HGET', key, field)
@@ -185,7 +172,6 @@ end
 local function state_set(key, field, value)
   if deferred and deferred.key == key then
     deferred.put[field] = value
-    deferred.x[field] = value
   else
     redis.call('HSET', key, field, value)
   end
@@ -201,7 +187,9 @@ local function state_incr(key, field, delta)
       return
     end
     if deferred.put[field] ~= nil then redis.call('HSET', key, field, deferred.put[field]) end
-    deferred.put[field], deferred.x[field] = nil, nil
+    deferred.put[field] = nil
+    deferred.gone = deferred.gone or {}
+    deferred.gone[field] = true -- Redis holds it now: state_get reads it there
   end
   redis.call('HINCRBY', key, field, str(delta))
 end
@@ -260,7 +248,7 @@ local function store_shard(key, s)
   end
   if s.put then
     for f, v in pairs(s.put) do
-      if v ~= s.x0[f] then
+      if v ~= read_at(s, f) then
         args[#args + 1] = f
         args[#args + 1] = v
       end
@@ -887,30 +875,67 @@ local function run_add(K, run, granted, returned)
   state_set(K.state, 'u:' .. run, str(g + granted) .. '|' .. str(r + returned))
 end
 
--- call_fields are the state fields a grant, renewal or release reads
--- besides the money (load_shard_deferred's extra): the history entry at the
+-- A grant, renewal or release reads, besides the money, the state fields
+-- its usual path uses (load_shard_deferred): the history entry at the
 -- caller's known seq, the runs of its lease ids, the report counters its
--- audit raises (audit), and for a grant (grant true) the freeze and hold
--- marks and the fair-share sums. closes: the call closes a lease (a
--- release or a renewal). Each field read is a hash lookup and a Lua string
--- (a few thousand instructions), so a call names only what its usual path
--- uses.
+-- audit raises (audit), and a grant (GRANT_READ, RENEW_READ) the freeze and
+-- hold marks and the fair-share sums; a call that closes a lease (RENEW_READ,
+-- RELEASE_READ) the counters of a release. Each field read is a hash lookup
+-- and a Lua string (a few thousand instructions), so a call names only what
+-- its usual path uses. A kind is built once, when the library loads: its
+-- names (the fields after the call's own three), how many of them are money
+-- (FIELDS' first), and at, each name's position in the HMGET's reply.
 local GRANT_FIELDS = {'r_leases', 'r_granted', 'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}
 local CLOSE_FIELDS = {'r_spent', 'r_returned', 'r_closed'}
-local function call_fields(kseq, ids, grant, closes)
-  local f = {'dk', 'r_events'}
-  if kseq and kseq > 0 then f[#f + 1] = 'h' .. str(kseq % HISTORY) end
-  local runs = {}
-  for _, id in ipairs(ids) do
-    local r = run_of(id)
-    if not runs[r] then
-      runs[r] = true
-      f[#f + 1] = 'u:' .. r
-    end
+local function read_kind(money, grant, closes)
+  local names, at = {}, {}
+  for i = 1, money do names[i] = FIELDS[i] end
+  names[#names + 1] = 'dk'
+  names[#names + 1] = 'r_events'
+  if grant then for i = 1, #GRANT_FIELDS do names[#names + 1] = GRANT_FIELDS[i] end end
+  if closes then for i = 1, #CLOSE_FIELDS do names[#names + 1] = CLOSE_FIELDS[i] end end
+  for i = money + 1, #names do at[names[i]] = i + 3 end
+  return {names = names, money = money, at = at}
+end
+local GRANT_READ = read_kind(#FIELDS, true, false)
+local RENEW_READ = read_kind(#FIELDS, true, true)
+local RELEASE_READ = read_kind(9, false, true)
+
+-- load_shard_deferred is load_shard that also reads the fields of kind
+-- (GRANT_READ, RENEW_READ, RELEASE_READ), the history entry at kseq and the
+-- runs of lease ids id1 and id2 (nil: one id), and defers the call's writes
+-- to the state's other fields to store_shard. A deferred field the call did
+-- not read is read when first needed (one HGET; state_get), e.g. a
+-- settlement's report counters in a grant. Its write for WAIT to cover
+-- (load_shard's touch) is store_shard's HSET, or, on a path that stores
+-- nothing (a refusal), touch_unstored's.
+-- The shard and its loaded copy are built by table constructors that name
+-- every field they will hold: a table that grows a field at a time is
+-- rehashed at every power of two (building a shard so took more
+-- instructions than its curve's arithmetic).
+local function load_shard_deferred(key, kind, kseq, id1, id2)
+  local hf, u1, u2 = nil, 'u:' .. run_of(id1), nil
+  if kseq and kseq > 0 then hf = 'h' .. str(kseq % HISTORY) end
+  if id2 then
+    u2 = 'u:' .. run_of(id2)
+    if u2 == u1 then u2 = nil end
   end
-  for _, n in ipairs(grant and GRANT_FIELDS or {}) do f[#f + 1] = n end
-  for _, n in ipairs(closes and CLOSE_FIELDS or {}) do f[#f + 1] = n end
-  return f
+  -- The call's own three fields come first (u1 again where one is not
+  -- needed), so that the kind's fixed names can follow them in one unpack.
+  local v = redis.call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
+  if not v[4] then return nil end
+  local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil,
+    budget = stored(v[4]), locked = stored(v[5]), available = stored(v[6]), leased = stored(v[7]), spent = stored(v[8]),
+    lost = stored(v[9]), owed = stored(v[10]), seq = stored(v[11]), tip = stored(v[12]),
+    cppb = nil, closed = nil, adv = nil, hr = nil, hrel = nil}
+  if kind.money > 9 then
+    s.cppb, s.closed, s.adv, s.hr, s.hrel = stored(v[13]), stored(v[14]), stored(v[15]), stored(v[16]), stored(v[17])
+  end
+  s.o = {budget = s.budget, locked = s.locked, available = s.available, leased = s.leased, spent = s.spent,
+    lost = s.lost, owed = s.owed, seq = s.seq, tip = s.tip,
+    cppb = s.cppb, closed = s.closed, adv = s.adv, hr = s.hr, hrel = s.hrel}
+  deferred = s
+  return s
 end
 
 -- run_behind reports whether the shard recorded less for the run of lease id

@@ -7,7 +7,7 @@
 -- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
 -- status as release_lease, -1 no such day.
 local K = keys_of(KEYS)
-local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[5]), {ARGV[1]}, false, true), RELEASE_FIELDS)
+local s = load_shard_deferred(K.state, RELEASE_READ, argnum(ARGV[5]), ARGV[1])
 if not s then return no_day() end
 s.diverged = diverged(K, s, argnum(ARGV[5]), argnum(ARGV[6])) or run_behind(K, ARGV[1], argnum(ARGV[7]), argnum(ARGV[8]))
 local st, credited = release_lease(K, s, ARGV[1], argnum(ARGV[2]), argnum(ARGV[3]), ARGV[4], argnum(ARGV[9]))

@@ -17,7 +17,7 @@ local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7])
 local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
 local retain, maxlen = argnum(ARGV[11]), ARGV[12]
-local s = load_shard_deferred(K.state, call_fields(argnum(ARGV[13]), {old_id, id}, true, true))
+local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id)
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, argnum(ARGV[13]), argnum(ARGV[14])) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
 local st, credited = release_lease(K, s, old_id, unused, now, maxlen, argnum(ARGV[29]))
