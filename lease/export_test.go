@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// LuaPreludeForTest lets tests run the shared Lua helpers directly.
-var LuaPreludeForTest = luaPrelude
+// LuaPreludeForTest lets tests run the shared Lua helpers directly, in a
+// script that starts its call as the library's functions do (begin_call).
+var LuaPreludeForTest = luaPrelude + "\nbegin_call()\n"
 
 // MoveOutForTest runs only the first step of a move, as a mover that crashed
 // right after it would leave it.

@@ -24,10 +24,10 @@ local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id)
 if not s then return no_day() end
 s.diverged = diverged(K, s, argnum(ARGV[11]), argnum(ARGV[12])) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end
-local cur = redis.call('HGET', K.leases, id)
+local cur = redis_call('HGET', K.leases, id)
 if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
 if cur then return shard_reply(1, (parse_lease(cur)), s) end
-if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
+if redis_call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
 if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 if held(K) then return shard_reply(6, 0, s) end

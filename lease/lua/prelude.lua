@@ -7,6 +7,17 @@
 -- intermediate value reaches 2^53.
 local PPB = 1000000000
 
+-- The functions a call uses most, kept as upvalues: a global such as
+-- redis.call or math.min is looked up by name in the library's globals at
+-- each use (~16k instructions a lease call in all). They are set by
+-- begin_call, at every call: the library's globals are not all there while
+-- it loads.
+local redis_call = nil
+local string_format = nil
+local math_min = nil
+local math_max = nil
+local math_floor = nil
+
 local function num(v)
   if v == false or v == nil then return 0 end
   return tonumber(v)
@@ -17,6 +28,14 @@ end
 -- decimal digits: Lua's coercion parses them once, in the VM, where
 -- tonumber is a C call that parses twice (a grant passes some 20 numbers).
 local function argnum(v)
+  if v == nil then return nil end
+  return v + 0
+end
+
+-- digits is tonumber for a pattern's capture of decimal digits (nil if
+-- the pattern did not match): one parse, in the VM, where tonumber, a C
+-- call, parses twice.
+local function digits(v)
   if v == nil then return nil end
   return v + 0
 end
@@ -39,9 +58,9 @@ end
 -- inf and NaN fail it as they fail the range.
 local function str(n)
   if n % 1 == 0 and n > -9007199254740992 and n < 9007199254740992 then
-    return string.format('%d', n)
+    return string_format('%d', n)
   end
-  return string.format('%.0f', n)
+  return string_format('%.0f', n)
 end
 
 -- divmod returns floor(n/d) and n mod d exactly, for 0 <= n < 2^53, 0 < d.
@@ -112,9 +131,9 @@ local FIELDS = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'owe
 -- cover the first run's write. Replication is in order, so a write of this
 -- run acknowledged by N replicas means every earlier one was.
 local function load_shard(key)
-  local v = redis.call('HMGET', key, unpack(FIELDS))
+  local v = redis_call('HMGET', key, unpack(FIELDS))
   if not v[1] then return nil end
-  redis.call('HINCRBY', key, 'touch', 1)
+  redis_call('HINCRBY', key, 'touch', 1)
   local s, o = {}, {}
   for i, f in ipairs(FIELDS) do
     s[f] = stored(v[i])
@@ -155,7 +174,7 @@ end
 local function touch_unstored()
   if deferred and deferred.unstored then
     deferred.unstored = false
-    redis.call('HINCRBY', deferred.key, 'touch', 1)
+    redis_call('HINCRBY', deferred.key, 'touch', 1)
   end
 end
 
@@ -166,14 +185,14 @@ local function state_get(key, field)
     if v == nil then v = read_at(deferred, field) end
     if v ~= nil then return v end
   end
-  return redis.call('HGET', key, field)
+  return redis_call('HGET', key, field)
 end
 
 local function state_set(key, field, value)
   if deferred and deferred.key == key then
     deferred.put[field] = value
   else
-    redis.call('HSET', key, field, value)
+    redis_call('HSET', key, field, value)
   end
 end
 
@@ -186,12 +205,12 @@ local function state_incr(key, field, delta)
       deferred.put[field] = str(v)
       return
     end
-    if deferred.put[field] ~= nil then redis.call('HSET', key, field, deferred.put[field]) end
+    if deferred.put[field] ~= nil then redis_call('HSET', key, field, deferred.put[field]) end
     deferred.put[field] = nil
     deferred.gone = deferred.gone or {}
     deferred.gone[field] = true -- Redis holds it now: state_get reads it there
   end
-  redis.call('HINCRBY', key, field, str(delta))
+  redis_call('HINCRBY', key, field, str(delta))
 end
 
 -- The shard's history: every write raises seq and moves tip along a hash
@@ -236,11 +255,12 @@ local STORED = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cpp
 local function store_shard(key, s)
   s.seq = s.seq + 1
   local seq = str(s.seq)
-  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. seq .. '|' .. table.concat(ARGV, '|', 1, math.min(#ARGV, TIP_ARGS))), 1, 8), 16)
+  s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. seq .. '|' .. table.concat(ARGV, '|', 1, math_min(#ARGV, TIP_ARGS))), 1, 8), 16)
   local tip = str(s.tip)
   local args = {'seq', seq, 'tip', tip, 'h' .. str(s.seq % HISTORY), seq .. ':' .. tip}
   local o = s.o or {}
-  for _, f in ipairs(STORED) do
+  for i = 1, #STORED do
+    local f = STORED[i]
     if s[f] ~= o[f] then
       args[#args + 1] = f
       args[#args + 1] = str(s[f])
@@ -255,12 +275,12 @@ local function store_shard(key, s)
     end
   end
   local leases = s.put and s.put.r_leases
-  if leases and tonumber(leases) % BUSY_LEASES == 0 then
+  if leases and leases % BUSY_LEASES == 0 then
     args[#args + 1] = 'enc'
     args[#args + 1] = ENC
   end
   s.unstored = false
-  redis.call('HSET', key, unpack(args))
+  redis_call('HSET', key, unpack(args))
 end
 
 -- diverged reports whether a caller's last known (seq, tip) of this shard is
@@ -293,9 +313,9 @@ end
 -- shortfall, which is then owed, so the shard's target is unchanged. It
 -- returns the shortfall: what the lost writes let be granted twice.
 local function take_or_owe(s, amount)
-  local from_avail = math.min(amount, s.available)
+  local from_avail = math_min(amount, s.available)
   s.available = s.available - from_avail
-  local from_locked = math.min(amount - from_avail, s.locked)
+  local from_locked = math_min(amount - from_avail, s.locked)
   s.locked = s.locked - from_locked
   local short = amount - from_avail - from_locked
   s.budget = s.budget + short
@@ -308,9 +328,9 @@ end
 -- leases come back, so their unused micros are never granted again.
 local function pay_owed(s)
   if s.owed <= 0 then return 0 end
-  local from_locked = math.min(s.owed, s.locked)
+  local from_locked = math_min(s.owed, s.locked)
   s.locked = s.locked - from_locked
-  local from_avail = math.min(s.owed - from_locked, s.available)
+  local from_avail = math_min(s.owed - from_locked, s.available)
   s.available = s.available - from_avail
   local paid = from_locked + from_avail
   s.owed = s.owed - paid
@@ -354,16 +374,16 @@ end
 
 local function audit(key, maxlen, ...)
   if exported[key] == nil and below_cap(maxlen) then
-    redis.call('XADD', key, '*', ...)
+    redis_call('XADD', key, '*', ...)
   else
     if exported[key] == nil then
       local g = redis.pcall('XINFO', 'GROUPS', key)
       exported[key] = type(g) == 'table' and not g.err and #g > 0
     end
     if exported[key] then
-      redis.call('XADD', key, '*', ...)
+      redis_call('XADD', key, '*', ...)
     else
-      redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
+      redis_call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
     end
   end
   local a = {...}
@@ -396,7 +416,7 @@ end
 -- 0 <= permille <= 8000.
 local function scale(x, permille)
   local q, r = divmod(x, 1000)
-  return q * permille + math.floor(r * permille / 1000)
+  return q * permille + math_floor(r * permille / 1000)
 end
 
 -- release_by_curve moves budget from locked to available as the pacing curve
@@ -492,7 +512,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   -- A caller whose clock is behind the shard's release point must not re-lock
   -- what is already available: shift its cap window to start at cppb.
   if c_now < s.cppb then
-    c_cap = math.min(PPB, s.cppb + (c_cap - c_now))
+    c_cap = math_min(PPB, s.cppb + (c_cap - c_now))
     c_now = s.cppb
   end
   local plan = s.budget - s.owed
@@ -500,13 +520,13 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   -- What the call's span of the curve allows in all, for the advance's ramp
   -- (below): k x the plan's pace, at most RAMP_PERMILLE.
   local locked0, allowance = s.locked, 0
-  if k > 0 and c_now > s.cppb then allowance = scale(muldiv(plan, c_now - s.cppb, PPB), math.min(k, RAMP_PERMILLE)) end
+  if k > 0 and c_now > s.cppb then allowance = scale(muldiv(plan, c_now - s.cppb, PPB), math_min(k, RAMP_PERMILLE)) end
   if c_now > s.cppb then
     local moved = muldiv(s.locked, c_now - s.cppb, PPB - s.cppb)
     if k > 0 and c_now < PPB then
       local due = s.locked - (plan - muldiv(plan, c_now, PPB)) -- what puts the shard on its plan
       if due > moved then -- behind: catch up, at most k x the plan's pace
-        moved = math.min(due, scale(muldiv(plan, c_now - s.cppb, PPB), k))
+        moved = math_min(due, scale(muldiv(plan, c_now - s.cppb, PPB), k))
       end
     end
     s.locked = s.locked - moved
@@ -539,7 +559,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   if k > 0 then
     local window = muldiv(plan, c_cap - s.cppb, PPB)
     local behind = s.locked + s.available - plan_locked
-    cap = math.max(0, math.min(window + behind, scale(window, k)))
+    cap = math_max(0, math_min(window + behind, scale(window, k)))
     if far_behind and cap < unit then cap = unit end
   else
     cap = muldiv(s.locked + s.available, c_cap - s.cppb, PPB - s.cppb)
@@ -567,7 +587,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
     -- leave it a bid or two behind all day (ramped after each, and from
     -- midnight, the tiny scenario's 20-bid budgets lost a bid in three
     -- days of 120 and a midnight spike its first bid).
-    s.adv = s.adv + math.max(0, allowance - (locked0 - s.locked))
+    s.adv = s.adv + math_max(0, allowance - (locked0 - s.locked))
     if s.adv >= unit then s.adv = ADV_WHOLE else ramping = true end
   end
   -- The hour's bound (hour, above): what this call let out so far (net of
@@ -579,7 +599,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
     local net = locked0 - s.locked
     if s.hr < hour.idx + 1 then -- a host whose clock is behind counts in the later hour
       s.hr = hour.idx + 1
-      s.hrel = math.max(0, s.available + s.leased - net)
+      s.hrel = math_max(0, s.available + s.leased - net)
     end
     local bid = usual_bid(unit, hour)
     if hour.no_bid then bid = 0 end
@@ -590,9 +610,9 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
       -- beyond it: released in the hour before, it would be spent in this
       -- one (a 20-bid budget far behind its curve held 3,190 micros at
       -- 23:00 and spent 2,615 of them at 23:00:16, 1.75x its last hour).
-      local free = math.max(0, net)
+      local free = math_max(0, net)
       if hour.no_bid then free = s.available end
-      local back = math.min(-room, free, s.available)
+      local back = math_min(-room, free, s.available)
       s.available = s.available - back
       s.locked = s.locked + back
       room = 0
@@ -604,11 +624,11 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
     -- SPEND comes to that host, so the fleet runs at most a bid per host (and
     -- the leases in flight) ahead of its curve.
     local due = plan - plan_locked
-    local x = math.min(unit - s.available, s.locked, due + unit - s.available - s.spent)
-    if ahead > 0 then x = math.min(x, due + ahead - s.available - s.spent - s.leased) end
-    if room then x = math.min(x, room) end
+    local x = math_min(unit - s.available, s.locked, due + unit - s.available - s.spent)
+    if ahead > 0 then x = math_min(x, due + ahead - s.available - s.spent - s.leased) end
+    if room then x = math_min(x, room) end
     if ramping then
-      x = math.min(x, s.adv)
+      x = math_min(x, s.adv)
       if x > 0 then s.adv = s.adv - x end
     end
     if x > 0 then
@@ -622,7 +642,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   if unit > 0 and k > 0 and not far_behind and not ramping and s.locked > 0 then
     if s.locked + s.available <= TAIL_BIDS * usual_bid(unit, hour) and (ahead <= 0 or plan_locked <= ahead) then
       local x = s.locked
-      if room then x = math.min(x, room) end
+      if room then x = math_min(x, room) end
       if x > 0 then
         s.locked = s.locked - x
         s.available = s.available + x
@@ -633,7 +653,7 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   -- call that released for a SPEND and then refused it, for want of a few
   -- micros) is the hour's to release again. Counted as released, one SPEND
   -- too large for the hour's room closed the hour to every other SPEND.
-  if room then s.hrel = math.max(0, s.hrel + locked0 - s.locked) end
+  if room then s.hrel = math_max(0, s.hrel + locked0 - s.locked) end
   if PPB - s.cppb <= FAIR_END * (c_cap - s.cppb) then return nil end -- the curve's last cap windows: no split
   return cap
 end
@@ -649,7 +669,7 @@ end
 -- Lease records: "amount|holder|expiry_ms".
 local function parse_lease(rec)
   local amount, holder, expiry = string.match(rec, '^(%d+)|([^|]*)|(%d+)$')
-  return tonumber(amount), holder, tonumber(expiry)
+  return digits(amount), holder, digits(expiry)
 end
 
 -- note_done notes the done key as created (to be given its expiry) if it
@@ -666,7 +686,7 @@ local function note_done(K)
   done_seen = true
   local dk = deferred and deferred.key == K.state
   if dk and state_get(K.state, 'dk') then return end
-  if redis.call('EXISTS', K.done) == 0 then created[K.done] = true end
+  if redis_call('EXISTS', K.done) == 0 then created[K.done] = true end
   if dk then state_set(K.state, 'dk', '1') end
 end
 
@@ -676,24 +696,25 @@ end
 -- report). A crash therefore costs under-delivery bounded by the lease, never
 -- overspend. Returns the number and amount settled.
 local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
-  local ids = redis.call('ZRANGEBYSCORE', K.exp, '-inf', '(' .. str(cutoff), 'LIMIT', 0, limit)
+  local ids = redis_call('ZRANGEBYSCORE', K.exp, '-inf', '(' .. str(cutoff), 'LIMIT', 0, limit)
   local n, total = 0, 0
-  for _, id in ipairs(ids) do
-    local rec = redis.call('HGET', K.leases, id)
+  for i = 1, #ids do
+    local id = ids[i]
+    local rec = redis_call('HGET', K.leases, id)
     if rec then
       local amount, holder = parse_lease(rec)
       s.leased = s.leased - amount
       s.spent = s.spent + amount
       s.lost = s.lost + amount
-      redis.call('HDEL', K.leases, id)
+      redis_call('HDEL', K.leases, id)
       note_done(K)
-      redis.call('HSET', K.done, id, 's:' .. str(amount))
+      redis_call('HSET', K.done, id, 's:' .. str(amount))
       audit(K.audit, maxlen, 'ev', 'settle', 'lease', id, 'holder', holder,
         'amount', str(amount), 'by', why, 'ms', str(now))
       n = n + 1
       total = total + amount
     end
-    redis.call('ZREM', K.exp, id)
+    redis_call('ZREM', K.exp, id)
   end
   return n, total
 end
@@ -764,7 +785,7 @@ end
 
 -- index_due records that the shard's leases all expire at score (ZADD GT).
 local function index_due(score)
-  if KEYS[8] and redis.call('ZADD', KEYS[8], 'GT', score, KEYS[1]) == 1 then anchor(score) end
+  if KEYS[8] and redis_call('ZADD', KEYS[8], 'GT', score, KEYS[1]) == 1 then anchor(score) end
 end
 
 -- index_expiry records that a lease on this shard expires at expiry.
@@ -775,8 +796,8 @@ end
 -- index_low flags a shard left with less than one request's worth to grant:
 -- to be refilled from its siblings, or its day exhausted.
 local function index_low(s, want, now)
-  if KEYS[9] and s.closed ~= 1 and math.max(s.locked + s.available - s.owed, 0) < want then
-    if redis.call('ZADD', KEYS[9], 'NX', str(now), KEYS[1]) == 1 then anchor(0) end
+  if KEYS[9] and s.closed ~= 1 and math_max(s.locked + s.available - s.owed, 0) < want then
+    if redis_call('ZADD', KEYS[9], 'NX', str(now), KEYS[1]) == 1 then anchor(0) end
   end
 end
 
@@ -801,9 +822,9 @@ end
 
 local function check_fence(K, fence)
   if fence <= 0 then return true end
-  local seen = num(redis.call('HGET', K.state, 'fence'))
+  local seen = num(redis_call('HGET', K.state, 'fence'))
   if fence < seen then return false end
-  if fence > seen then redis.call('HSET', K.state, 'fence', str(fence)) end
+  if fence > seen then redis_call('HSET', K.state, 'fence', str(fence)) end
   return true
 end
 
@@ -813,15 +834,15 @@ end
 -- state key's retention, so nothing of a campaign-day outlives it. only:
 -- look at those keys alone (a set of key names, e.g. created), not all.
 local function inherit_ttl(K, only)
-  local ttl = redis.call('PTTL', K.state)
+  local ttl = redis_call('PTTL', K.state)
   if ttl <= 0 then return end
   for name, k in pairs(K) do
-    if name ~= 'state' and (not only or only[k]) and redis.call('PTTL', k) == -1 then redis.call('PEXPIRE', k, ttl) end
+    if name ~= 'state' and (not only or only[k]) and redis_call('PTTL', k) == -1 then redis_call('PEXPIRE', k, ttl) end
   end
 end
 
 local function expire_all(K, at)
-  for _, k in pairs(K) do redis.call('PEXPIREAT', k, at) end
+  for _, k in pairs(K) do redis_call('PEXPIREAT', k, at) end
 end
 
 -- keep_expiry gives the keys this call may have created expiry at (all the
@@ -831,11 +852,11 @@ local function keep_expiry(K, s, at)
   if s.seq % EXPIRY_SWEEP == 0 then
     expire_all(K, at)
     for i = 10, 11 do
-      if KEYS[i] then redis.call('PEXPIREAT', KEYS[i], at) end
+      if KEYS[i] then redis_call('PEXPIREAT', KEYS[i], at) end
     end
     return
   end
-  for k in pairs(created) do redis.call('PEXPIREAT', k, at) end
+  for k in pairs(created) do redis_call('PEXPIREAT', k, at) end
 end
 
 -- keep_inherited is inherit_ttl for the keys this call may have created
@@ -849,7 +870,7 @@ end
 -- all_or_nothing returns take, or 0 if the shard cannot give at least min of
 -- it (min nil or 0: any amount).
 local function all_or_nothing(s, take, min)
-  if min and min > 0 and math.min(take, s.available) < min then return 0 end
+  if min and min > 0 and math_min(take, s.available) < min then return 0 end
   return take
 end
 
@@ -867,7 +888,7 @@ local function run_totals(K, run)
   local v = state_get(K.state, 'u:' .. run)
   if not v then return 0, 0 end
   local g, r = string.match(v, '^(%d+)|(%d+)$')
-  return tonumber(g), tonumber(r)
+  return digits(g), digits(r)
 end
 
 local function run_add(K, run, granted, returned)
@@ -922,7 +943,7 @@ local function load_shard_deferred(key, kind, kseq, id1, id2)
   end
   -- The call's own three fields come first (u1 again where one is not
   -- needed), so that the kind's fixed names can follow them in one unpack.
-  local v = redis.call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
+  local v = redis_call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
   if not v[4] then return nil end
   local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil,
     budget = stored(v[4]), locked = stored(v[5]), available = stored(v[6]), leased = stored(v[7]), spent = stored(v[8]),
@@ -959,14 +980,14 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   s.leased = s.leased + g
   run_add(K, run_of(id), g, 0)
   local gs, es = str(g), str(expiry) -- each number formatted once (a string.format and a new string)
-  redis.call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
-  redis.call('ZADD', K.exp, es, id)
+  redis_call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
+  redis_call('ZADD', K.exp, es, id)
   index_due(es)
   audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', gs, 'expiry', es, 'ms', str(now))
   if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
     note_done(K)
-    redis.call('HSET', K.done, DONE_ENC, '1')
+    redis_call('HSET', K.done, DONE_ENC, '1')
   end
   return g
 end
@@ -1013,7 +1034,7 @@ local FAIR_REBASE = 1125899906842624   -- 2^50: fair_supply restarts above this
 local function fair_record(rec)
   if not rec then return nil end
   local d, e, sup = string.match(rec, '^(%d+)|(%d+)|(%d+)$')
-  return tonumber(d), tonumber(e), tonumber(sup)
+  return digits(d), digits(e), digits(sup)
 end
 
 -- fair_cap records holder's demand until now + ttl and returns the most it
@@ -1035,14 +1056,15 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   end
   local out = nil
   if demand and ttl and demand >= 1 and ttl >= 1 then
-    demand = math.min(math.floor(demand), FAIR_MAX_DEMAND)
-    local gone = redis.call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', 0, FAIR_EXPIRE)
-    for _, h in ipairs(gone) do
-      sum = sum - (fair_record(redis.call('HGET', fk, h)) or 0)
-      redis.call('HDEL', fk, h)
-      redis.call('ZREM', fe, h)
+    demand = math_min(math_floor(demand), FAIR_MAX_DEMAND)
+    local gone = redis_call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', 0, FAIR_EXPIRE)
+    for i = 1, #gone do
+      local h = gone[i]
+      sum = sum - (fair_record(redis_call('HGET', fk, h)) or 0)
+      redis_call('HDEL', fk, h)
+      redis_call('ZREM', fe, h)
     end
-    local old_d, old_e, old_s = fair_record(redis.call('HGET', fk, holder))
+    local old_d, old_e, old_s = fair_record(redis_call('HGET', fk, holder))
     if not old_d and sum <= 0 then -- no record left: the two keys may be new
       created[fk] = true
       created[fe] = true
@@ -1052,22 +1074,22 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
       -- Cannot happen while the records and the sum are written together;
       -- recount rather than trust it.
       sum = 0
-      local all = redis.call('HVALS', fk)
+      local all = redis_call('HVALS', fk)
       for _, rec in ipairs(all) do sum = sum + (fair_record(rec) or 0) end
       sum = sum - (old_d or 0) + demand
     end
-    redis.call('HSET', fk, holder, str(demand) .. '|' .. str(epoch) .. '|' .. str(supply))
-    redis.call('ZADD', fe, str(now + ttl), holder)
+    redis_call('HSET', fk, holder, str(demand) .. '|' .. str(epoch) .. '|' .. str(supply))
+    redis_call('ZADD', fe, str(now + ttl), holder)
     if cap and s.available < cap and sum > demand then
       local d, total = demand, sum
       if total > FAIR_SCALE then
-        local q = math.floor(total / FAIR_SCALE) + 1
-        d = math.floor(d / q)
-        total = math.floor(total / q)
+        local q = math_floor(total / FAIR_SCALE) + 1
+        d = math_floor(d / q)
+        total = math_floor(total / q)
       end
       local away = 0
       if old_e == epoch and old_s and supply > old_s then away = supply - old_s end
-      out = math.max(muldiv(s.available, d, total), muldiv(away, d, total), least or 0)
+      out = math_max(muldiv(s.available, d, total), muldiv(away, d, total), least or 0)
     end
   end
   -- Only a changed sum is formatted and written (an absent field reads 0).
@@ -1091,13 +1113,13 @@ end
 -- in the release's audit entry for the billing record, and no part of the
 -- money here (unused already holds whatever of it the holder did not spend again).
 local function release_lease(K, s, id, unused, now, maxlen, refunded)
-  local done = redis.call('HGET', K.done, id)
+  local done = redis_call('HGET', K.done, id)
   if done then
     local kind, v = string.match(done, '^(%a):(%d+)$')
     if kind == 'r' then return 2, tonumber(v) end
     return 3, 0
   end
-  local rec = redis.call('HGET', K.leases, id)
+  local rec = redis_call('HGET', K.leases, id)
   if not rec then return 4, 0 end
   local amount, holder = parse_lease(rec)
   if unused > amount then
@@ -1108,11 +1130,11 @@ local function release_lease(K, s, id, unused, now, maxlen, refunded)
   s.spent = s.spent + (amount - unused)
   pay_owed(s)
   run_add(K, run_of(id), 0, unused)
-  redis.call('HDEL', K.leases, id)
-  redis.call('ZREM', K.exp, id)
+  redis_call('HDEL', K.leases, id)
+  redis_call('ZREM', K.exp, id)
   note_done(K)
   local us = str(unused)
-  redis.call('HSET', K.done, id, 'r:' .. us)
+  redis_call('HSET', K.done, id, 'r:' .. us)
   if refunded and refunded > 0 then
     audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
       'amount', str(amount), 'unused', us, 'ms', str(now), 'refunded', str(refunded))
@@ -1130,6 +1152,11 @@ end
 -- changes is reset here (TestPreludeStateIsResetAtEveryCall holds each
 -- lower-case one to it, and the upper-case ones to constants).
 local function begin_call()
+  redis_call = redis.call
+  string_format = string.format
+  math_min = math.min
+  math_max = math.max
+  math_floor = math.floor
   created = {}
   deferred = nil
   exported = {}

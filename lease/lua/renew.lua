@@ -26,14 +26,14 @@ if type(st) == 'table' then
   return st
 end
 local new_status, g = 0, 0
-local cur = redis.call('HGET', K.leases, id)
+local cur = redis_call('HGET', K.leases, id)
 if s.diverged then
   new_status = 5
 elseif cur and not lease_of(cur, holder) then
   new_status = 7
 elseif cur then
   new_status, g = 1, (parse_lease(cur))
-elseif redis.call('HEXISTS', K.done, id) == 1 then
+elseif redis_call('HEXISTS', K.done, id) == 1 then
   new_status = 2
 elseif s.closed == 1 then
   new_status = 3
