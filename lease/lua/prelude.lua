@@ -372,7 +372,8 @@ local function below_cap(maxlen)
   return n + 1 <= (tonumber(maxlen) or 0)
 end
 
-local function audit(key, maxlen, ...)
+-- append is audit's entry: the XADD, capped or not (above).
+local function append(key, maxlen, ...)
   if exported[key] == nil and below_cap(maxlen) then
     redis_call('XADD', key, '*', ...)
   else
@@ -386,30 +387,47 @@ local function audit(key, maxlen, ...)
       redis_call('XADD', key, 'MAXLEN', '~', maxlen, '*', ...)
     end
   end
-  local a = {...}
-  local f = {}
-  for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
+end
+
+-- count_event raises the report's counters for an event ev of amount
+-- micros (a release's: unused of them given back).
+local function count_event(ev, amount, unused)
   local st = KEYS[1]
   state_incr(st, 'r_events', 1)
-  local amount = tonumber(f.amount) or 0
-  if f.ev == 'open' or f.ev == 'adjust' then
+  if ev == 'open' or ev == 'adjust' then
     state_incr(st, 'r_budget', amount)
-  elseif f.ev == 'grant' then
+  elseif ev == 'grant' then
     state_incr(st, 'r_leases', 1)
     state_incr(st, 'r_granted', amount)
-  elseif f.ev == 'release' then
-    local unused = tonumber(f.unused) or 0
+  elseif ev == 'release' then
     state_incr(st, 'r_spent', amount - unused)
     state_incr(st, 'r_returned', unused)
     state_incr(st, 'r_closed', amount)
-  elseif f.ev == 'reassert_run' then
+  elseif ev == 'reassert_run' then
     state_incr(st, 'r_spent', amount)
-  elseif f.ev == 'settle' then
+  elseif ev == 'settle' then
     state_incr(st, 'r_settled', 1)
     state_incr(st, 'r_lost', amount)
     state_incr(st, 'r_spent', amount)
     state_incr(st, 'r_closed', amount)
   end
+end
+
+-- audit appends the event (...: the entry's fields and values) and counts it.
+local function audit(key, maxlen, ...)
+  append(key, maxlen, ...)
+  local a = {...}
+  local f = {}
+  for i = 1, #a - 1, 2 do f[a[i]] = a[i + 1] end
+  count_event(f.ev, tonumber(f.amount) or 0, tonumber(f.unused) or 0)
+end
+
+-- audit_lease is audit for a lease's grant, release or settlement (ev),
+-- whose caller has its amount and unused micros as numbers: the entry's
+-- fields are not parsed back (a table of them built, its numbers read).
+local function audit_lease(key, maxlen, ev, amount, unused, ...)
+  append(key, maxlen, ...)
+  count_event(ev, amount, unused)
 end
 
 -- scale returns floor(x * permille / 1000) exactly for 0 <= x <= 1e15 and
@@ -709,7 +727,7 @@ local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
       redis_call('HDEL', K.leases, id)
       note_done(K)
       redis_call('HSET', K.done, id, 's:' .. str(amount))
-      audit(K.audit, maxlen, 'ev', 'settle', 'lease', id, 'holder', holder,
+      audit_lease(K.audit, maxlen, 'settle', amount, 0, 'ev', 'settle', 'lease', id, 'holder', holder,
         'amount', str(amount), 'by', why, 'ms', str(now))
       n = n + 1
       total = total + amount
@@ -983,7 +1001,7 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   redis_call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
   redis_call('ZADD', K.exp, es, id)
   index_due(es)
-  audit(K.audit, maxlen, 'ev', 'grant', 'lease', id, 'holder', holder,
+  audit_lease(K.audit, maxlen, 'grant', g, 0, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', gs, 'expiry', es, 'ms', str(now))
   if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
     note_done(K)
@@ -1136,10 +1154,10 @@ local function release_lease(K, s, id, unused, now, maxlen, refunded)
   local us = str(unused)
   redis_call('HSET', K.done, id, 'r:' .. us)
   if refunded and refunded > 0 then
-    audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
+    audit_lease(K.audit, maxlen, 'release', amount, unused, 'ev', 'release', 'lease', id, 'holder', holder,
       'amount', str(amount), 'unused', us, 'ms', str(now), 'refunded', str(refunded))
   else
-    audit(K.audit, maxlen, 'ev', 'release', 'lease', id, 'holder', holder,
+    audit_lease(K.audit, maxlen, 'release', amount, unused, 'ev', 'release', 'lease', id, 'holder', holder,
       'amount', str(amount), 'unused', us, 'ms', str(now))
   end
   return 0, unused
