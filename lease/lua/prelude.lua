@@ -1130,15 +1130,20 @@ end
 -- the holder since its last release or renewal of the campaign-day: recorded
 -- in the release's audit entry for the billing record, and no part of the
 -- money here (unused already holds whatever of it the holder did not spend again).
+-- A lease id is in leases or in done, never both: every script that writes
+-- a lease record has found no done record for its id (grant, renew,
+-- reassert), and every one that writes a done record deletes the lease
+-- record in the same call (release_lease, settle_expired). So an open
+-- lease, a release's usual case, is closed without a look in done.
 local function release_lease(K, s, id, unused, now, maxlen, refunded)
-  local done = redis_call('HGET', K.done, id)
-  if done then
+  local rec = redis_call('HGET', K.leases, id)
+  if not rec then
+    local done = redis_call('HGET', K.done, id)
+    if not done then return 4, 0 end
     local kind, v = string.match(done, '^(%a):(%d+)$')
     if kind == 'r' then return 2, tonumber(v) end
     return 3, 0
   end
-  local rec = redis_call('HGET', K.leases, id)
-  if not rec then return 4, 0 end
   local amount, holder = parse_lease(rec)
   if unused > amount then
     return redis.error_reply('ERR unused ' .. str(unused) .. ' exceeds lease amount ' .. str(amount))
