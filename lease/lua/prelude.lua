@@ -18,9 +18,13 @@ local math_min = nil
 local math_max = nil
 local math_floor = nil
 
+-- num is a number the ledger keeps or is given as decimal digits (a state
+-- field, an argument), 0 if absent (false or nil). Lua's coercion parses
+-- it once, where tonumber, a C call, parses twice (a grant reads some 15
+-- this way); a string that is not a number is an error (tonumber's nil).
 local function num(v)
   if v == false or v == nil then return 0 end
-  return tonumber(v)
+  return v + 0
 end
 
 -- argnum is a numeric script argument (ARGV[i]) as a number, nil if the
