@@ -226,6 +226,13 @@ end
 -- (a restart from an older AOF or snapshot, a failover to a lagging
 -- replica), even if enough writes landed since to pass the old seq again.
 local HISTORY = 64
+-- HISTORY_FIELDS[i + 1] is the name of the history's entry for a seq of i
+-- modulo HISTORY ('h' .. i), made once: a call names two.
+local HISTORY_FIELDS = (function()
+  local names = {}
+  for i = 0, HISTORY - 1 do names[i + 1] = 'h' .. i end
+  return names
+end)()
 -- TIP_ARGS: every script that stores a shard names its write in its first
 -- five arguments (a lease, move, op or run id, or the fence, and the
 -- caller's now), so two different writes at one seq hash apart; the rest
@@ -261,7 +268,7 @@ local function store_shard(key, s)
   local seq = str(s.seq)
   s.tip = tonumber(string.sub(redis.sha1hex(str(s.tip) .. '|' .. seq .. '|' .. table.concat(ARGV, '|', 1, math_min(#ARGV, TIP_ARGS))), 1, 8), 16)
   local tip = str(s.tip)
-  local args = {'seq', seq, 'tip', tip, 'h' .. str(s.seq % HISTORY), seq .. ':' .. tip}
+  local args = {'seq', seq, 'tip', tip, HISTORY_FIELDS[s.seq % HISTORY + 1], seq .. ':' .. tip}
   local o = s.o or {}
   for i = 1, #STORED do
     local f = STORED[i]
@@ -294,7 +301,7 @@ local function diverged(K, s, kseq, ktip)
   if not kseq or kseq <= 0 then return false end
   if kseq > s.seq then return true end
   if s.seq - kseq >= HISTORY then return false end
-  local rec = state_get(K.state, 'h' .. str(kseq % HISTORY))
+  local rec = state_get(K.state, HISTORY_FIELDS[kseq % HISTORY + 1])
   return rec ~= str(kseq) .. ':' .. str(ktip)
 end
 
@@ -958,7 +965,7 @@ local RELEASE_READ = read_kind(9, false, true)
 -- instructions than its curve's arithmetic).
 local function load_shard_deferred(key, kind, kseq, id1, id2)
   local hf, u1, u2 = nil, 'u:' .. run_of(id1), nil
-  if kseq and kseq > 0 then hf = 'h' .. str(kseq % HISTORY) end
+  if kseq and kseq > 0 then hf = HISTORY_FIELDS[kseq % HISTORY + 1] end
   if id2 then
     u2 = 'u:' .. run_of(id2)
     if u2 == u1 then u2 = nil end
