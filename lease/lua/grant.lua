@@ -19,7 +19,7 @@ local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5])
 local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
-local retain, maxlen = argnum(ARGV[9]), ARGV[10]
+local retain, maxlen = ARGV[9], ARGV[10] -- retain: the digits PEXPIREAT takes
 local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id)
 if not s then return no_day() end
 s.diverged = diverged(K, s, argnum(ARGV[11]), argnum(ARGV[12])) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
@@ -31,7 +31,7 @@ if redis_call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
 if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
 if held(K) then return shard_reply(6, 0, s) end
-settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
+settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
 pay_owed(s)
 local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[13]), argnum(ARGV[14]), 0, (argnum(ARGV[18]) or 0) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]), (argnum(ARGV[26]) or 0))
 local take = want

@@ -7,6 +7,9 @@
 -- intermediate value reaches 2^53.
 local PPB = 1000000000
 
+-- A number passed to redis.call is formatted by Redis (%.17g, ~1,700
+-- instructions): a lease call's arguments to its commands are strings.
+--
 -- The functions a call uses most, kept as upvalues: a global such as
 -- redis.call or math.min is looked up by name in the library's globals at
 -- each use (~16k instructions a lease call in all). They are set by
@@ -723,9 +726,10 @@ end
 -- their holder is gone or cut off and stopped spending before expiry, but what it
 -- spent was never reported, so all of it counts as spent (and as lost, for the
 -- report). A crash therefore costs under-delivery bounded by the lease, never
--- overspend. Returns the number and amount settled.
+-- overspend. Returns the number and amount settled. limit: at most that many
+-- (decimal digits, as a lease call passes it, or a number).
 local function settle_expired(K, s, cutoff, limit, now, maxlen, why)
-  local ids = redis_call('ZRANGEBYSCORE', K.exp, '-inf', '(' .. str(cutoff), 'LIMIT', 0, limit)
+  local ids = redis_call('ZRANGEBYSCORE', K.exp, '-inf', '(' .. str(cutoff), 'LIMIT', '0', limit)
   local n, total = 0, 0
   for i = 1, #ids do
     local id = ids[i]
@@ -876,7 +880,8 @@ end
 
 -- keep_expiry gives the keys this call may have created expiry at (all the
 -- shard's keys, the fair-share records' too, on every EXPIRY_SWEEP-th write).
--- Called after store_shard.
+-- Called after store_shard. at: ms since the epoch, as decimal digits (a
+-- lease call passes its argument's) or a number.
 local function keep_expiry(K, s, at)
   if s.seq % EXPIRY_SWEEP == 0 then
     expire_all(K, at)
@@ -1055,7 +1060,7 @@ end
 -- campaign's demand, at 1.6 SPENDs a second over the fleet and 3x the
 -- budget, took 24% of the spend.) This only caps a grant: what the shard
 -- releases and the money arithmetic are unchanged.
-local FAIR_EXPIRE = 16                 -- stale records dropped per call, at most
+local FAIR_EXPIRE = '16'               -- stale records dropped per call, at most (ZRANGEBYSCORE's LIMIT)
 local FAIR_SCALE = 1073741824          -- 2^30: muldiv's bound on its ratio
 local FAIR_MAX_DEMAND = 1099511627776  -- 2^40 micros/s: sums of 8,192 stay below 2^53
 local FAIR_REBASE = 1125899906842624   -- 2^50: fair_supply restarts above this
@@ -1086,7 +1091,7 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   local out = nil
   if demand and ttl and demand >= 1 and ttl >= 1 then
     demand = math_min(math_floor(demand), FAIR_MAX_DEMAND)
-    local gone = redis_call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', 0, FAIR_EXPIRE)
+    local gone = redis_call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', '0', FAIR_EXPIRE)
     for i = 1, #gone do
       local h = gone[i]
       sum = sum - (fair_record(redis_call('HGET', fk, h)) or 0)

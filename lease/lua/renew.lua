@@ -16,7 +16,7 @@ local K = keys_of(KEYS)
 local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7])
 local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
-local retain, maxlen = argnum(ARGV[11]), ARGV[12]
+local retain, maxlen = ARGV[11], ARGV[12] -- retain: the digits PEXPIREAT takes
 local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id)
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, argnum(ARGV[13]), argnum(ARGV[14])) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
@@ -42,7 +42,7 @@ elseif now < num(state_get(K.state, 'frozen_until')) then
 elseif held(K) then
   new_status = 6
 else
-  settle_expired(K, s, now - grace, 64, now, maxlen, 'grant')
+  settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
   pay_owed(s)
   local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[15]), argnum(ARGV[16]), st == 0 and credited or 0, (argnum(ARGV[20]) or 0) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]), (argnum(ARGV[28]) or 0))
   -- A fair share of what is available, plus what the ending lease just gave
