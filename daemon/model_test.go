@@ -78,6 +78,10 @@ var regressionSeeds = []struct {
 	// A restore that undid the reconciler's own close and debt payment of a
 	// day whose report it kept (the relook):
 	{2319, nil, "plan: a restore of a copy taken before the reconciler closed yesterday and paid a cut's debt from a sibling shard undid both; the report, not restored, kept the day from being looked at again"},
+	// A restore of one Cluster master's slots that split a carry-over
+	// (RepairCarry):
+	{1082, []string{"restore-master"}, "conservation, plan: the campaign's slot and one closed-day shard came back from a copy taken before the carry; the other shard kept its take and the next day's shards the credit"},
+	{1264, []string{"restore-master"}, "conservation, plan: a closed-day shard forgot its take and a next-day shard its credit, the days record both days' changes"},
 }
 
 // asideSeeds are the regression seeds found with the kinds drawn aside
@@ -85,12 +89,12 @@ var regressionSeeds = []struct {
 // name for every daemon): they replay with them. The other regression seeds
 // were found before those kinds existed and replay without them.
 var asideSeeds = map[uint64]bool{
-	2227: true, 2181: true, 2018: true, 2319: true,
+	2227: true, 2181: true, 2018: true, 2319: true, 1082: true, 1264: true,
 }
 
 // masterSeeds are the regression seeds found with a restore of one Cluster
 // master's slots (masterRng): they replay with it.
-var masterSeeds = map[uint64]bool{}
+var masterSeeds = map[uint64]bool{1082: true, 1264: true}
 
 // modelKinds are the step kinds the generator draws from, with weights.
 var modelKinds = []struct {

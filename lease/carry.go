@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,4 +140,166 @@ func (l *Ledger) CarriedOver(ctx context.Context, campaign, day string) (int64, 
 		return 0, nil
 	}
 	return v, err
+}
+
+// RepairCarry makes whole a carry-over that a loss of acknowledged writes
+// split, and returns the micros the closed day carries (0: no carry begun).
+// A carry spans the campaign's days record ({c}: the day ops, "<day>:carry")
+// and every shard of both days (each its own slot); on a Cluster each master
+// comes back from its own copy, so the loss can undo some of its steps and
+// keep others: a closed-day shard that forgot its take while the next day
+// kept the credit (the micros on both days), a next-day shard that forgot
+// its credit, a days record that forgot both days' changes.
+//
+// The rule, once the day is closed again and none of its leases is
+// outstanding (the relook): a carry that any slot shows begun is finished,
+// and the shards decide its amount. Every closed-day shard gives what it
+// holds, once (op "carry-out": the take a shard kept stands, one that forgot
+// it takes again); the next day's shards are credited exactly that sum (a
+// shard that forgot its credit gets what the others lack; a difference left,
+// up or down, is one "carry-fix" adjustment, owed if it cuts below what is
+// leased); and the days record's two changes and "<day>:carry" are set to
+// that sum. So each day's budget is its shards' again and the carry creates
+// no micro: the next day is never funded above what the closed day gave.
+func (l *Ledger) RepairCarry(ctx context.Context, campaign, day, next string, now time.Time) (int64, error) {
+	n, err := l.DayShards(ctx, campaign, day)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	nn, err := l.DayShards(ctx, campaign, next)
+	if err != nil {
+		return 0, err
+	}
+	in, credited, err := l.opApplied(ctx, campaign, next, nn, carryInOp+day)
+	if err != nil {
+		return 0, err
+	}
+	_, taken, err := l.opApplied(ctx, campaign, day, n, carryOutOp)
+	if err != nil {
+		return 0, err
+	}
+	recorded, err := l.rdb.HExists(ctx, daysKey(campaign), day+":carry").Result()
+	if err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: repair carry: %w", campaign, day, err)
+	}
+	if !recorded && !slices.Contains(taken, true) && !slices.Contains(credited, true) {
+		return 0, nil // no carry begun
+	}
+	var amount int64
+	parts := make([]int64, n)
+	for i := range n {
+		a, err := l.Adjust(ctx, ShardKey{campaign, day, i}, carryOutOp, -MaxBudgetMicros, AdjustTake, now)
+		if err != nil {
+			return 0, err
+		}
+		amount -= a.Applied
+		parts[i] = a.Applied
+	}
+	if err := l.repairDayOp(ctx, campaign, day, carryOutOp, -amount, parts); err != nil {
+		return 0, err
+	}
+	if err := l.rdb.HSet(ctx, daysKey(campaign), day+":carry", amount).Err(); err != nil {
+		return 0, fmt.Errorf("ledger %s/%s: repair carry: %w", campaign, day, err)
+	}
+	if nn == 0 {
+		if amount == 0 {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("ledger %s/%s: repair carry: next day %s is not open: %w", campaign, day, next, ErrCarryNotReady)
+	}
+	if parts, err = l.creditCarry(ctx, campaign, day, next, amount, in, credited, now); err != nil {
+		return 0, err
+	}
+	if err := l.repairDayOp(ctx, campaign, next, carryInOp+day, amount, parts); err != nil {
+		return 0, err
+	}
+	return amount, nil
+}
+
+// creditCarry credits the next day's shards with amount in all (in: what
+// each shard credited, if credited says it did) and returns each shard's
+// part.
+func (l *Ledger) creditCarry(ctx context.Context, campaign, day, next string, amount int64, in []int64, credited []bool, now time.Time) ([]int64, error) {
+	parts := slices.Clone(in)
+	var got int64
+	var missing []int
+	var lacking []Shard
+	for j := range parts {
+		if credited[j] {
+			got += parts[j]
+			continue
+		}
+		sh, err := l.ReadShard(ctx, ShardKey{campaign, next, j})
+		if err != nil {
+			return nil, err
+		}
+		missing, lacking = append(missing, j), append(lacking, sh)
+	}
+	diff := amount - got
+	if diff > 0 && len(missing) > 0 {
+		for x, p := range SplitChange(diff, lacking) {
+			a, err := l.Adjust(ctx, ShardKey{campaign, next, missing[x]}, carryInOp+day, p, AdjustOwe, now)
+			if err != nil {
+				return nil, err
+			}
+			parts[missing[x]] = a.Applied - a.Owed
+			diff -= a.Applied - a.Owed
+		}
+	}
+	if diff != 0 {
+		// The op id names what it corrects, so a retry finds it applied.
+		op := fmt.Sprintf("carry-fix:%s:%d>%d", day, got, amount)
+		a, err := l.Adjust(ctx, ShardKey{campaign, next, 0}, op, diff, AdjustOwe, now)
+		if err != nil {
+			return nil, err
+		}
+		parts[0] += a.Applied - a.Owed
+		l.log.Warn("corrected a carry-over's credit that a loss of writes split", zap.String("campaign", campaign),
+			zap.String("day", day), zap.String("to", next), zap.Int64("credited", got), zap.Int64("carried", amount))
+	}
+	return parts, nil
+}
+
+// opApplied reads, for each of a day's n shards, whether op is applied there
+// and the change it made to the day (its applied less owed: a raise that
+// cancelled debt, or a cut the shard owes, counts whole).
+func (l *Ledger) opApplied(ctx context.Context, campaign, day string, n int, op string) ([]int64, []bool, error) {
+	amounts, applied := make([]int64, n), make([]bool, n)
+	for i := range n {
+		k := ShardKey{campaign, day, i}
+		rec, err := l.rdb.HGet(ctx, k.keys()[6], op).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger %s: op %s: %w", k, op, err)
+		}
+		a, o, _ := strings.Cut(rec, "|")
+		av, err1 := strconv.ParseInt(a, 10, 64)
+		ov, err2 := strconv.ParseInt(o, 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, nil, fmt.Errorf("ledger %s: malformed op record %s=%q", k, op, rec)
+		}
+		amounts[i], applied[i] = av-ov, true
+	}
+	return amounts, applied, nil
+}
+
+// repairDayOp makes the days record's change op to a day's budget want:
+// begun and done if the loss undid it, and a "fix" change for the
+// difference if it was decided with another delta.
+func (l *Ledger) repairDayOp(ctx context.Context, campaign, day, op string, want int64, parts []int64) error {
+	if _, _, err := l.beginDayOp(ctx, campaign, day, op, want, parts); err != nil {
+		return err
+	}
+	got, _, err := l.dayOp(ctx, "done", campaign, day, op, want)
+	if err != nil || got == want {
+		return err
+	}
+	fix := fmt.Sprintf("%s:fix:%d>%d", op, got, want)
+	if _, _, err := l.beginDayOp(ctx, campaign, day, fix, want-got, make([]int64, len(parts))); err != nil {
+		return err
+	}
+	_, _, err = l.dayOp(ctx, "done", campaign, day, fix, want-got)
+	return err
 }

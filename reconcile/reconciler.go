@@ -967,6 +967,16 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	if _, err := r.ledger.PayDebts(ctx, campaign, day.Key, shards, fence, now); err != nil {
 		return false, err
 	}
+	if !relook.IsZero() {
+		// A carry-over the loss split (its days record, its shards and the
+		// next day's each in their own slot) is finished from what the
+		// shards show, reported day or not (lease.Ledger.RepairCarry).
+		if _, err := r.ledger.RepairCarry(ctx, campaign, day.Key, next.Key, now); errors.Is(err, lease.ErrCarryNotReady) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
 	if saved {
 		return r.relooked(ctx, campaign, day.Key, relook)
 	}
