@@ -317,14 +317,26 @@ func TestRestoreOfOneShardOfABudgetChangeAppliesItsPartAgain(t *testing.T) {
 // closed day and every shard of the next (each its own slot). Redis Cluster
 // restores each master from its own copy, so a restore can take back some of
 // the carry's steps and keep others (model seeds 1082 and 1264): here the
-// days record and shard 0 of the closed day come back from a copy taken
-// before the carry, while shard 1 keeps its take and the next day's shards
-// keep the credit. Without a repair, shard 0's 200,000 are on both days and
-// each day's budget in the days record disagrees with its shards'. The
-// relook after the freeze finishes the carry from what the shards show:
-// shard 0 gives what it holds again, and the days record carries exactly
-// what the closed day's shards gave, which the next day's shards hold.
+// days record and one shard come back from a copy taken before the carry:
+// shard 0 of the closed day (it forgets its take while shard 1 keeps its
+// and the next day's shards keep the credit: without a repair, its 200,000
+// are on both days), or shard 0 of the next day (it forgets its credit).
+// Either way each day's budget in the days record disagrees with its
+// shards' without the repair. The relook after the freeze finishes the
+// carry from what the shards show: the closed day's shards give what they
+// hold, once, the next day's are credited exactly that, and the days record
+// carries it.
 func TestRestoreOfOneMastersSlotsMakesASplitCarryWhole(t *testing.T) {
+	next := midnight.Add(24 * time.Hour).Format(time.DateOnly)
+	for _, restored := range []lease.ShardKey{{Campaign: "c", Day: day, Shard: 0}, {Campaign: "c", Day: next, Shard: 0}} {
+		t.Run(restored.String(), func(t *testing.T) { testSplitCarry(t, restored) })
+	}
+}
+
+// testSplitCarry restores the days record and one shard (of the closed day:
+// it forgets its take; of the next: its credit) to a copy taken before the
+// carry.
+func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 	f := newFixture(t)
 	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 400_000, TZ: "UTC", Curve: "flat",
 		Shards: 2, State: lease.StateActive, CarryOver: true}); err != nil {
@@ -354,7 +366,7 @@ func TestRestoreOfOneMastersSlotsMakesASplitCarryWhole(t *testing.T) {
 	// cannot close this one yet. The copy of one master's slots is taken.
 	f.clock.Add(25 * time.Second)
 	pass()
-	keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: 0}.RedisKeys(),
+	keys := append(restored.RedisKeys(),
 		"pacer:days:{c}", "pacer:dayops:{c}", "pacer:campaign:{c}", "pacer:watermark")
 	backup := f.redis.Snapshot(keys...)
 	if _, err := f.ledger.Release(ctx, s1, "L", 100_000, f.clock.Now()); err != nil { // 50,000 spent
