@@ -260,6 +260,25 @@ func (c *campaign) sparse() bool {
 	return calls*c.cfg.LeaseWindow.Seconds()/2 < 2
 }
 
+// reportsBid reports whether a demand flush sends u, this host's bid size
+// (seenUnit), as the campaign's: once this host has seen SPENDs in
+// reportBidWindows windows, on the day's first flush or when u moved by
+// more than an eighth since it last sent one; and below the fleet's bid as
+// this host last read it (an operator's, or another host's) only once u is
+// taken over a full unitWindows windows with SPENDs. The largest of a few
+// SPENDs is most often below the campaign's usual largest (of four, the
+// 84th percentile at the median), and the fleet's bid sets every host's
+// prior for the mean SPEND (meanBid), and so the ledger's advance
+// (aheadMicros): a low one from a few SPENDs had the ledger refuse SPENDs
+// the curve had room for.
+func (c *campaign) reportsBid(u int64, day string) bool {
+	seen := c.unitWindowsSeen()
+	if seen < reportBidWindows || (u < c.fleetUnit && seen < unitWindows) {
+		return false
+	}
+	return c.bidSentDay != day || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8
+}
+
 // demandFlush is how often a campaign's observed demand goes to the ledger
 // (for pacerctl curve fit, its bid size and the host's share of its demand):
 // batched, never a write per SPEND; sparseDemandFlush, a sparse campaign's.
@@ -289,9 +308,8 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	// campaign was retired here) are no bid, and reported they overwrote
 	// the fleet's (or the operator's) with whatever one SPEND happened to
 	// be, so every host held standing bids that the next, slightly larger
-	// SPEND did not fit.
-	if u := c.seenUnit(); c.unitWindowsSeen() >= reportBidWindows &&
-		(c.bidSentDay != ds.day.Key || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8) {
+	// SPEND did not fit (reportsBid).
+	if u := c.seenUnit(); c.reportsBid(u, ds.day.Key) {
 		d.BidMicros = u
 	}
 	d.Requests = d.Allowed + d.Denied

@@ -280,6 +280,60 @@ func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 	f.check(t, "few")
 }
 
+// A host's bid lowers the fleet's (the operator's here) only once it is
+// taken over as many windows with SPENDs as the bid is (eight): the largest
+// of four SPENDs is most often below the campaign's usual largest, and the
+// fleet's bid is every host's prior for the campaign's mean SPEND, and so
+// for the ledger's advance (tiny seed 7: one host's four SPENDs, the largest
+// 1,822, replaced a bid of 4,019, and another host's fetch of 3,182 was
+// refused an advance of 1,847). A bid above the fleet's is reported after
+// four windows, as before. Before, four SPENDs of 1,800 lowered the ledger's
+// bid to 1,800.
+func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
+	const bid = 4_000
+	f := newFixture(t)
+	f.campaignWithBid(t, "lower", 40*bid, 1, bid)
+	f.campaignWithBid(t, "raise", 40*bid, 1, bid)
+	d := f.daemon(t, "a")
+	const step = 10 * time.Second
+	ledgerBid := func(id string) int64 {
+		t.Helper()
+		got, err := f.ledger.Bid(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// A SPEND every 10 minutes, each in a window of its own.
+	for now := time.Duration(0); now <= 3*time.Hour; now += step {
+		f.clock.Set(midnight.Add(now))
+		d.Step(ctx)
+		if now > 0 && now%(10*time.Minute) == 0 {
+			if _, err := d.Spend("lower", 1_800, ""); err != nil {
+				t.Fatal(err)
+			}
+			if now <= 40*time.Minute {
+				if _, err := d.Spend("raise", 5_000, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if now == 75*time.Minute { // SPENDs in seven windows
+			if got := ledgerBid("lower"); got != bid {
+				t.Fatalf("after SPENDs of 1,800 in seven windows, the ledger's bid is %d; want the operator's %d", got, bid)
+			}
+		}
+	}
+	if got := ledgerBid("lower"); got != 1_800 {
+		t.Errorf("after SPENDs of 1,800 in 18 windows, the ledger's bid is %d; want 1,800: a campaign whose bids fell", got)
+	}
+	if got := ledgerBid("raise"); got != 5_000 {
+		t.Errorf("after SPENDs of 5,000 in four windows, the ledger's bid is %d; want 5,000", got)
+	}
+	f.check(t, "lower")
+	f.check(t, "raise")
+}
+
 // A 20-bid campaign's SPEND of eight bids is refused by the hour's bound,
 // and the hour stays open to its ordinary bids. Before, the daemon's bid for
 // the bound was its largest recent SPEND, this one included, so the SPEND
