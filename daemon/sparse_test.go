@@ -348,7 +348,10 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 	const budget = 20 * bid
 	f := newFixture(t)
 	f.campaignWithBid(t, "tiny", budget, 1, bid)
-	daemons := []*daemon.Daemon{f.daemon(t, "a"), f.daemon(t, "b"), f.daemon(t, "c")}
+	// A SPEND of this sparse campaign waits for its fetch (lease.sparse_wait)
+	// at most a second of wall time, not the default 5 ms, which a fetch
+	// under -race at a load of 20 outlasts (the SPEND at 10:06 was paced).
+	daemons := []*daemon.Daemon{f.sparseDaemon(t, "a", time.Second), f.sparseDaemon(t, "b", time.Second), f.sparseDaemon(t, "c", time.Second)}
 	var allowed, hour10 int64
 	spend := func(at time.Duration, host int, amount int64) pacer.Decision {
 		t.Helper()
