@@ -40,11 +40,10 @@ var knownBugs = map[string]bool{
 	//
 	// A restore of one Redis Cluster master's slots (restore-master) runs:
 	// the split carry-overs of seeds 1082 and 1264 are made whole at the
-	// day's relook (lease.Ledger.RepairCarry). Open, with restores 4x as
-	// often (PACER_MODEL_RESTORE_ONE_IN=6; 1000-1599): seed 1159, a past
-	// day's record 0 against its shard's 84,287 after master restores
-	// (passes with the kind off); seed 1489, uncharged 30,000 (fails with
-	// the kind off too).
+	// day's relook (lease.Ledger.RepairCarry), and so is seed 1159's (with
+	// PACER_MODEL_RESTORE_ONE_IN=6) carry into a day from the day before.
+	// Open, with restores 4x as often (1000-1599): seed 1489, uncharged
+	// 30,000 (fails with the kind off too).
 }
 
 // regressionSeeds are histories that failed once; they always run, with the

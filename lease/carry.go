@@ -185,6 +185,11 @@ func (l *Ledger) RepairCarry(ctx context.Context, campaign, day, next string, no
 	if !recorded && !slices.Contains(taken, true) && !slices.Contains(credited, true) {
 		return 0, nil // no carry begun
 	}
+	// A restored shard may have come back open: closed again before it
+	// gives what it holds (what it has leased out stays with its leases).
+	if err := l.CloseDay(ctx, campaign, day, now); err != nil {
+		return 0, err
+	}
 	var amount int64
 	parts := make([]int64, n)
 	for i := range n {

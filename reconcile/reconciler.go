@@ -970,11 +970,17 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 	if !relook.IsZero() {
 		// A carry-over the loss split (its days record, its shards and the
 		// next day's each in their own slot) is finished from what the
-		// shards show, reported day or not (lease.Ledger.RepairCarry).
-		if _, err := r.ledger.RepairCarry(ctx, campaign, day.Key, next.Key, now); errors.Is(err, lease.ErrCarryNotReady) {
-			return false, nil
-		} else if err != nil {
-			return false, err
+		// shards show, reported day or not (lease.Ledger.RepairCarry): the
+		// day's own, and the one into it from the day before, which no
+		// pass looks at any more (a restore the watermark saw only once
+		// the day before was two days back: model seed 1159).
+		prev := bucket.DayOf(day.Start.Add(-time.Hour), c.Location()).Key
+		for _, pair := range [][2]string{{prev, day.Key}, {day.Key, next.Key}} {
+			if _, err := r.ledger.RepairCarry(ctx, campaign, pair[0], pair[1], now); errors.Is(err, lease.ErrCarryNotReady) {
+				return false, nil
+			} else if err != nil {
+				return false, err
+			}
 		}
 	}
 	if saved {
