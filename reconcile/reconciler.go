@@ -968,24 +968,40 @@ func (r *Reconciler) closeDay(ctx context.Context, c lease.Campaign, day, next b
 		return false, err
 	}
 	if !relook.IsZero() {
-		// A carry-over the loss split (its days record, its shards and the
-		// next day's each in their own slot) is finished from what the
-		// shards show, reported day or not (lease.Ledger.RepairCarry): the
-		// day's own, and the one into it from the day before, which no
-		// pass looks at any more (a restore the watermark saw only once
-		// the day before was two days back: model seed 1159).
-		prev := bucket.DayOf(day.Start.Add(-time.Hour), c.Location()).Key
-		for _, pair := range [][2]string{{prev, day.Key}, {day.Key, next.Key}} {
-			if _, err := r.ledger.RepairCarry(ctx, campaign, pair[0], pair[1], now); errors.Is(err, lease.ErrCarryNotReady) {
-				return false, nil
-			} else if err != nil {
-				return false, err
-			}
+		if ready, err := r.repairCarries(ctx, c, day, next, now); !ready || err != nil {
+			return false, err
 		}
 	}
 	if saved {
 		return r.relooked(ctx, campaign, day.Key, relook)
 	}
+	return r.reportDay(ctx, c, day, next, relook, now)
+}
+
+// repairCarries is a relooked day's carry-over repair: a carry the loss
+// split (its days record, its shards and the next day's each in their own
+// slot) is finished from what the shards show, reported day or not
+// (lease.Ledger.RepairCarry): the day's own, and the one into it from the
+// day before, which no pass looks at any more (a restore the watermark saw
+// only once the day before was two days back: model seed 1159). ready:
+// no carry waits for a lease to land.
+func (r *Reconciler) repairCarries(ctx context.Context, c lease.Campaign, day, next bucket.Day, now time.Time) (ready bool, err error) {
+	prev := bucket.DayOf(day.Start.Add(-time.Hour), c.Location()).Key
+	for _, pair := range [][2]string{{prev, day.Key}, {day.Key, next.Key}} {
+		if _, err := r.ledger.RepairCarry(ctx, c.ID, pair[0], pair[1], now); errors.Is(err, lease.ErrCarryNotReady) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// reportDay is closeDay's last phase, for a settled day with no report:
+// the carry-over if the campaign has one, the report saved, the relook mark
+// (if any) cleared. done: the report is saved and no relook is pending.
+func (r *Reconciler) reportDay(ctx context.Context, c lease.Campaign, day, next bucket.Day, relook time.Time, now time.Time) (done bool, err error) {
+	campaign := c.ID
 	if c.CarryOver {
 		// The next day must exist to take the carry, even for a paused
 		// campaign (its budget stays locked until it resumes).
