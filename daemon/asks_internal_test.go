@@ -13,6 +13,7 @@ import (
 	"github.com/pacer/pacer/internal/faultproxy"
 	"github.com/pacer/pacer/lease"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest"
 )
 
 // A grant call that the ledger applies but whose every answer is lost
@@ -167,4 +168,96 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A lease granted by a call whose answer was lost, and given back whole, is
+// counted in its run's journaled totals as the shard counts it, granted and
+// returned; so when a restore later takes away grants that run's clients
+// spent from, its successor's re-assertion of those totals charges what
+// they spent, exactly (model seed 1489). Without the count, the shard's
+// totals, holding the lost answer's lease, were ahead of the journal's in
+// both fields, and reassert_run took the run for current. Real
+// redis-server; the clock is moved.
+func TestRestartChargesWhatARestoreForgotAfterALostAnswer(t *testing.T) {
+	ctx := context.Background()
+	srv, proxy, ledger, direct := proxiedLedger(t)
+	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "leases.journal")
+	start := func() (*Daemon, *Journal, []JournalLease) {
+		j, left, err := OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}, Journal: j, Logger: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, j, left
+	}
+	var allowed int64
+	run := func(d *Daemon, seconds int) {
+		for range seconds {
+			clock.Add(time.Second)
+			d.Step(ctx)
+			for range 10 {
+				dec, err := d.Spend("c", 1000, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dec == 1 {
+					allowed += 1000
+				}
+			}
+		}
+	}
+	d, j, _ := start()
+	run(d, 5)
+	c, ok := d.campaigns.get("c")
+	if !ok {
+		t.Fatal("campaign c not loaded")
+	}
+	c.loopMu.Lock()
+	for range 10 {
+		proxy.ResetAfter(faultproxy.Scripts)
+	}
+	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 1_000_000, 0, false, nil)
+	proxy.Disarm()
+	lost := append([]ask(nil), c.unanswered...)
+	c.loopMu.Unlock()
+	if len(lost) != 1 {
+		t.Fatalf("%d asks unresolved after the lost answer; want 1", len(lost))
+	}
+	key := lost[0].key
+	run(d, 1) // the lost answer's lease is given back whole
+	if got, ok := releasedUnused(t, srv.Client(), key, lost[0].id); !ok || got < 500_000 {
+		t.Fatalf("lease %s released with %d unused (found %v); want it given back whole", lost[0].id, got, ok)
+	}
+	snap := srv.Snapshot(key.RedisKeys()...)
+	before := allowed
+	c.loopMu.Lock() // a grant fed into the bucket, that the restore takes away
+	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 300_000, 0, false, nil)
+	c.loopMu.Unlock()
+	run(d, 3) // SPENDs from the leases: the restore takes their charge away
+	if allowed == before {
+		t.Fatal("nothing allowed after the copy: the scenario tests nothing")
+	}
+	j.Close() // SIGKILL
+	srv.Restore(snap, key.RedisKeys()...)
+	clock.Add(500 * time.Millisecond)
+	d2, j2, left := start()
+	t.Cleanup(func() { d2.Close(ctx) })
+	if _, err := d2.Reclaim(ctx, j2, left); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := direct.ReadShard(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("clients allowed %d (%d after the copy); the shard counts %d spent, %d leased", allowed, allowed-before, sh.Spent, sh.Leased)
+	if sh.Spent+sh.Leased < allowed {
+		t.Fatalf("clients were allowed %d, the shard counts %d spent + %d leased: %d allowed without a charge", allowed, sh.Spent, sh.Leased, allowed-sh.Spent-sh.Leased)
+	}
+	if sh.Spent != allowed || sh.Leased != 0 {
+		t.Fatalf("the shard counts %d spent + %d leased; want exactly the %d the clients were allowed, nothing held", sh.Spent, sh.Leased, allowed)
+	}
 }

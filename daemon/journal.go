@@ -220,8 +220,8 @@ func (j *Journal) apply(line string) error {
 			}
 			returned = n
 		}
+		j.answerAsk(f[1], returned)
 		j.closeLease(f[1], returned)
-		delete(j.asked, f[1])
 		return nil
 	case len(f) >= 4 && (len(f)-1)%3 == 0 && f[0] == "U":
 		return j.applyShares(f[1:])
@@ -310,6 +310,31 @@ func (j *Journal) closeLease(id string, returned int64) bool {
 	h.Returned += min(returned, jl.Amount)
 	j.totals[rs] = h
 	return true
+}
+
+// answerAsk notes the answer to a lease asked for; under mu. An ask
+// closed with returned > 0 was granted by the ledger and given back whole,
+// unfed (a call whose answer was lost: resolveAsk, reclaimAsks): its run's
+// totals count it granted and returned, as the ledger's count it. The
+// invariant ReassertRun relies on: a run's journaled totals count every
+// grant and release its shard counted, less what the shard lost. A shard
+// compares them field by field (reassert_run), so totals that left out a
+// grant given back whole would hide, up to its size, a later grant the
+// shard lost and the micros spent from it (model seed 1489).
+func (j *Journal) answerAsk(id string, returned int64) {
+	a, ok := j.asked[id]
+	if !ok {
+		return
+	}
+	delete(j.asked, id)
+	if returned <= 0 {
+		return
+	}
+	rs := runShard{leaseRun(id), a.Key}
+	h := j.totals[rs]
+	h.Granted += returned
+	h.Returned += returned
+	j.totals[rs] = h
 }
 
 // applyShares reads a U line's (id, unused, exact) triplets.
@@ -619,7 +644,7 @@ func (j *Journal) Released(id string, returned int64) {
 	if !ok && !asked || j.f == nil {
 		return
 	}
-	delete(j.asked, id)
+	j.answerAsk(id, returned)
 	j.closeLease(id, returned)
 	if _, err := j.f.WriteString("C " + id + " " + strconv.FormatInt(max(returned, 0), 10) + "\n"); err != nil {
 		j.log.Warn("lease journal: cannot record a close; a restart may release the lease again (a no-op)", zap.Error(err))
@@ -719,7 +744,19 @@ func (d *Daemon) reclaimLease(ctx context.Context, j *Journal, jl JournalLease, 
 		d.log.Info("reclaimed a lease left by the previous run", zap.Stringer("shard", jl.Key),
 			zap.String("lease", jl.ID), zap.Int64("amount", jl.Amount), zap.Int64("unused", sh.unused), zap.Bool("exact", sh.exact))
 		return sh.unused, nil
-	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrUnknownLease), errors.Is(err, lease.ErrDayNotOpen):
+	case errors.Is(err, lease.ErrUnknownLease):
+		// The ledger forgot the grant (a restore: a lease is in the shard's
+		// leases or done for the rest of its day), and so the shard's
+		// totals for the run lack it. Its share, never more than it held
+		// unspent, is counted returned: the run's totals then count as
+		// consumed what its clients spent from it, which reassertPrevious
+		// charges (a lease counted granted and not returned would charge
+		// all of it).
+		j.Released(jl.ID, sh.unused)
+		d.log.Warn("a lease left by the previous run is unknown to the ledger (it lost writes); its spent part is re-asserted with the run's totals",
+			zap.Stringer("shard", jl.Key), zap.String("lease", jl.ID), zap.Int64("amount", jl.Amount), zap.Int64("unused", sh.unused))
+		return 0, nil
+	case errors.Is(err, lease.ErrLeaseSettled), errors.Is(err, lease.ErrDayNotOpen):
 		j.Closed(jl.ID)
 		return 0, nil
 	}
