@@ -180,8 +180,9 @@ type ledgerCall interface {
 	Run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd
 	// send queues the call (EVALSHA or FCALL) on p.
 	send(ctx context.Context, p redis.Cmdable, keys []string, args ...any) *redis.Cmd
-	// resend queues on p what gives the server the script, and the call.
-	resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd
+	// resend queues on p what gives the server the script, and the call;
+	// asking queues ASKING right before the call (see queueAsking).
+	resend(ctx context.Context, p redis.Pipeliner, asking bool, keys []string, args ...any) *redis.Cmd
 	// missing reports whether err says the server lacked the script.
 	missing(err error) bool
 }
@@ -196,7 +197,8 @@ func (e evalScript) send(ctx context.Context, p redis.Cmdable, keys []string, ar
 	return e.s.EvalSha(ctx, p, keys, args...)
 }
 
-func (e evalScript) resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
+func (e evalScript) resend(ctx context.Context, p redis.Pipeliner, asking bool, keys []string, args ...any) *redis.Cmd {
+	queueAsking(ctx, p, asking)
 	return e.s.Eval(ctx, p, keys, args...)
 }
 
@@ -206,24 +208,27 @@ func (d Durability) run(ctx context.Context, rdb redis.UniversalClient, s ledger
 	if d.Policy != PolicyReplicas {
 		return s.Run(ctx, rdb, keys, args...)
 	}
-	node, ok := rdb.(*redis.Client)
 	if cc, isCluster := rdb.(*redis.ClusterClient); isCluster && len(keys) > 0 {
-		n, err := cc.MasterForKey(ctx, keys[0])
-		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(fmt.Errorf("master for %s: %w", keys[0], err))
-			return cmd
-		}
-		node, ok = n, true
+		return d.runRouted(ctx, cc, s, keys, args...)
 	}
+	node, ok := rdb.(*redis.Client)
 	if !ok {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(fmt.Errorf("ledger.durability=%s: cannot WAIT through a %T", d, rdb))
 		return cmd
 	}
-	sc, wc := d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.send(ctx, p, keys, args...) })
+	return d.runOn(ctx, node, false, s, keys, args...)
+}
+
+// runOn runs s on node and WAITs for the replicas on the same connection;
+// asking sends ASKING right before the call (an ASK redirection's target).
+func (d Durability) runOn(ctx context.Context, node *redis.Client, asking bool, s ledgerCall, keys []string, args ...any) *redis.Cmd {
+	sc, wc := d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd {
+		queueAsking(ctx, p, asking)
+		return s.send(ctx, p, keys, args...)
+	})
 	if s.missing(sc.Err()) {
-		sc, wc = d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.resend(ctx, p, keys, args...) })
+		sc, wc = d.runWait(ctx, node, func(p redis.Pipeliner) *redis.Cmd { return s.resend(ctx, p, asking, keys, args...) })
 	}
 	if sc.Err() != nil {
 		return sc

@@ -45,6 +45,10 @@ var (
 	// that ends so may have leased micros the caller does not know of: look
 	// the lease up by its id (LeaseOf) and release it.
 	ErrNoAnswer = errors.New("lease: no answer from the ledger (the call may have been applied)")
+	// ErrRedirected: a Redis Cluster answered a call MOVED, ASK or TRYAGAIN
+	// more often than the ledger follows (its slots are moving): the call
+	// was not run. Call again later.
+	ErrRedirected = errors.New("lease: the Redis Cluster kept redirecting the call (slots moving); it was not run")
 	// ErrUnknownLease: no such lease on the shard.
 	ErrUnknownLease = errors.New("lease: unknown lease")
 	// ErrFenced: a reconciler call carried a fencing token older than one the

@@ -121,8 +121,9 @@ func (f *function) send(ctx context.Context, c redis.Cmdable, keys []string, arg
 
 // resend queues the library's load and the call again, for a pipeline on
 // one connection (Durability.Run's WAIT must follow the call there).
-func (f *function) resend(ctx context.Context, p redis.Pipeliner, keys []string, args ...any) *redis.Cmd {
+func (f *function) resend(ctx context.Context, p redis.Pipeliner, asking bool, keys []string, args ...any) *redis.Cmd {
 	p.FunctionLoad(ctx, f.lib.code) // "already exists" when another caller loaded it first
+	queueAsking(ctx, p, asking)
 	return f.explain(f.send(ctx, p, keys, args...))
 }
 
