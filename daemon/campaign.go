@@ -51,6 +51,11 @@ type campaign struct {
 	// next: a standing lease of one bid too small denies it.
 	unitHistory [unitWindows]int64
 	unitNext    int
+	// How many SPENDs each of those windows had, and the current one so
+	// far (refill loop only): a bid below the fleet's is reported only as
+	// the largest of enough of them (pace.ReportsBid).
+	unitSpends   [unitWindows]int64
+	windowSpends int64
 	// The fleet's bid size for the campaign, as the ledger had it when this
 	// host last opened one of its days (refill loop only): a host's first
 	// SPENDs of a sparse campaign are too few to size a bid from.

@@ -32,14 +32,18 @@ func (c *campaign) rotateLargestSpend(now time.Time) {
 		c.prevMaxAmount = c.maxAmount.Swap(0)
 		if c.prevMaxAmount > 0 {
 			c.unitHistory[c.unitNext] = c.prevMaxAmount
+			c.unitSpends[c.unitNext] = max(c.windowSpends, 1)
 			c.unitNext = (c.unitNext + 1) % unitWindows
+			c.windowSpends = 0
 		}
 		c.maxSince = now
 	}
 }
 
-// unitWindows is how many windows with SPENDs the bid size is taken over.
-const unitWindows = 8
+// unitWindows is how many windows with SPENDs the bid size is taken over
+// (pace.LowerBidWindows: a bid below the fleet's is reported only from a
+// full history).
+const unitWindows = pace.LowerBidWindows
 
 // seenUnit is the campaign's bid size as this host saw it (refill loop): the
 // largest SPEND of this window and of the last unitWindows that had any; 0
@@ -47,10 +51,6 @@ const unitWindows = 8
 // cost a 786-bid campaign with a midnight spike 1.4-2.6 points of its
 // budget, its standing bids and one-bid advances being smaller.)
 func (c *campaign) seenUnit() int64 { return max(c.largestSpend(), slices.Max(c.unitHistory[:])) }
-
-// reportBidWindows is how many windows with SPENDs a host must have seen
-// before it reports its bid to the fleet.
-const reportBidWindows = 4
 
 // unitWindowsSeen is how many windows seenUnit is taken over: those of the
 // last unitWindows that had a SPEND, and this one if it has.
@@ -65,6 +65,16 @@ func (c *campaign) unitWindowsSeen() int {
 		}
 	}
 	return n
+}
+
+// unitSpendsSeen is how many SPENDs seenUnit is the largest of: those of
+// the windows it is taken over.
+func (c *campaign) unitSpendsSeen() int {
+	n := c.windowSpends
+	for _, k := range c.unitSpends {
+		n += k
+	}
+	return int(min(n, math.MaxInt32))
 }
 
 // unit is the bid size that sizes standing leases and the ledger's one-bid
@@ -95,6 +105,7 @@ func (c *campaign) updateDemand(now time.Time, ds *dayState) {
 	if calls < c.lastCalls {
 		c.lastCalls = 0 // a new day's bucket counts from zero
 	}
+	c.windowSpends += calls - c.lastCalls
 	if req != c.lastRequested {
 		c.lastDemandAt = now
 		c.demandTicks[c.demandTickN%sparseSpends] = now
@@ -261,19 +272,13 @@ func (c *campaign) sparse() bool {
 }
 
 // reportsBid reports whether a demand flush sends u, this host's bid size
-// (seenUnit), as the campaign's: once this host has seen SPENDs in
-// reportBidWindows windows, on the day's first flush or when u moved by
-// more than an eighth since it last sent one; and below the fleet's bid as
-// this host last read it (an operator's, or another host's) only once u is
-// taken over a full unitWindows windows with SPENDs. The largest of a few
-// SPENDs is most often below the campaign's usual largest (of four, the
-// 84th percentile at the median), and the fleet's bid sets every host's
-// prior for the mean SPEND (meanBid), and so the ledger's advance
-// (aheadMicros): a low one from a few SPENDs had the ledger refuse SPENDs
-// the curve had room for.
+// (seenUnit), as the campaign's: when the controller's rule lets it
+// (pace.ReportsBid, condition 20: after a few windows with SPENDs while the
+// fleet has no bid; a move of the fleet's bid as this host last read it
+// only as the largest of enough SPENDs), on the day's first flush or when
+// u moved by more than an eighth since it last sent one.
 func (c *campaign) reportsBid(u int64, day string) bool {
-	seen := c.unitWindowsSeen()
-	if seen < reportBidWindows || (u < c.fleetUnit && seen < unitWindows) {
+	if !pace.ReportsBid(u, c.fleetUnit, c.unitWindowsSeen(), c.unitSpendsSeen()) {
 		return false
 	}
 	return c.bidSentDay != day || u > c.bidSent+c.bidSent/8 || u < c.bidSent-c.bidSent/8
@@ -303,7 +308,7 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	// of days to come, which need no precision, and an unchanged write
 	// every flush would double the flush's commands.
 	//
-	// Not before the host has seen SPENDs in reportBidWindows windows: a
+	// Not before the host has seen SPENDs in pace.ReportBidWindows windows: a
 	// sparse host's first SPEND or two (after a start, or after the
 	// campaign was retired here) are no bid, and reported they overwrote
 	// the fleet's (or the operator's) with whatever one SPEND happened to

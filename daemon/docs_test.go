@@ -68,8 +68,6 @@ func TestPacingDocQuotesTheAdvance(t *testing.T) {
 		{regexp.MustCompile(`its own\s+mean over its last ([0-9]+)`), fmt.Sprint(meanSpendWindow)},
 		{regexp.MustCompile(`usual bid as ([0-9]+)\s+SPENDs would`), fmt.Sprint(meanPriorSpends)},
 		{regexp.MustCompile(`or ([0-9.]+)% of the daily budget if that`), fmt.Sprint(float64(advancePermille) / 10)},
-		{regexp.MustCompile(`SPENDs in ([0-9]+) windows, and one below`), fmt.Sprint(reportBidWindows)},
-		{regexp.MustCompile(`below the fleet's only once in ([0-9]+):`), fmt.Sprint(unitWindows)},
 		{regexp.MustCompile(`weighs at least ([0-9]+) recorded`), fmt.Sprint(AutoCurveSlotRequests)},
 		{regexp.MustCompile(`at most (\w+) 15-minute slots`), map[int]string{1: "one", 2: "two", 3: "three"}[bucket.DefaultSmooth(AutoCurveSlots)]},
 		{regexp.MustCompile(`demand of the ([0-9]+) days before \(flat below ([0-9]+) SPENDs`), fmt.Sprint(AutoCurveDays)},

@@ -136,8 +136,10 @@ func (c *campaign) observe(ctx context.Context, now time.Time, s *settings, ds *
 			}
 		}
 	}
-	c.rotateLargestSpend(now)
+	// Demand first: the window rotateLargestSpend closes counts the SPENDs
+	// updateDemand has just seen.
 	c.updateDemand(now, ds)
+	c.rotateLargestSpend(now)
 	// Before the share meter: it meters by the fleet's rates plan notes.
 	t.d = c.plan(now, s, ds, t)
 	c.meterSpend(now, ds)

@@ -56,6 +56,28 @@ func TestUnitWindowsSeen(t *testing.T) {
 	}
 }
 
+// unitSpendsSeen counts the SPENDs the bid is the largest of: a window
+// closed with a SPEND keeps its count beside its largest, one without keeps
+// none, and the window in progress counts what it has so far.
+func TestUnitSpendsSeen(t *testing.T) {
+	c := &campaign{}
+	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	c.rotateLargestSpend(t0)
+	c.maxAmount.Store(2_000)
+	c.windowSpends = 5
+	c.rotateLargestSpend(t0.Add(largestSpendWindow))
+	c.rotateLargestSpend(t0.Add(2 * largestSpendWindow)) // a window without SPENDs
+	c.maxAmount.Store(1_000)
+	c.windowSpends = 2
+	if n, w := c.unitSpendsSeen(), c.unitWindowsSeen(); n != 7 || w != 2 {
+		t.Fatalf("%d SPENDs over %d windows; want 7 over 2 (five in a closed window, two in this one)", n, w)
+	}
+	c.rotateLargestSpend(t0.Add(3 * largestSpendWindow))
+	if c.unitHistory[1] != 1_000 || c.unitSpends[1] != 2 || c.windowSpends != 0 {
+		t.Fatalf("closed window: largest %d of %d SPENDs, %d carried on; want 1000 of 2, none", c.unitHistory[1], c.unitSpends[1], c.windowSpends)
+	}
+}
+
 // The ledger's advance (lease.Pace.Ahead) for a budget of 20 bids is at
 // most one and a half of the campaign's mean SPENDs, however large its
 // largest: the fleet then runs at most two mean bids ahead of its curve. A

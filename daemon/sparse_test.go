@@ -280,20 +280,27 @@ func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 	f.check(t, "few")
 }
 
-// A host's bid lowers the fleet's (the operator's here) only once it is
-// taken over as many windows with SPENDs as the bid is (eight): the largest
-// of four SPENDs is most often below the campaign's usual largest, and the
-// fleet's bid is every host's prior for the campaign's mean SPEND, and so
-// for the ledger's advance (tiny seed 7: one host's four SPENDs, the largest
-// 1,822, replaced a bid of 4,019, and another host's fetch of 3,182 was
-// refused an advance of 1,847). A bid above the fleet's is reported after
-// four windows, as before. Before, four SPENDs of 1,800 lowered the ledger's
-// bid to 1,800.
+// A host's bid moves the fleet's (the operator's here) only as the largest
+// of at least 19 SPENDs (pace.ReportsBid, condition 20): the largest of
+// fewer is most often below the campaign's usual largest, or one outlier.
+// The fleet's bid sizes the ledger's one-bid advance, what a shard far
+// behind its plan holds available, and every host's prior for the mean
+// SPEND (tiny seed 7: one host's four SPENDs, the largest 1,822, replaced a
+// bid of 4,019, and another host's fetch of 3,182 was refused an advance of
+// 1,847; seed 13: one host's eight, the largest 2,182, and a shard far
+// behind held 2,182 where a SPEND of 2,742 came; seed 16, with bids lowered
+// only from 19 SPENDs: one SPEND of 8,892 raised it for the day, and a host
+// that opened the campaign later ran 4,808 micros ahead of its curve). A
+// host with a SPEND a window never moves it; one with three a window
+// lowers it once it has eight windows, and one with five a window raises
+// it after four. Before, eight windows of one SPEND of 1,800 lowered the
+// ledger's bid to 1,800, and one SPEND of 9,000 in four windows raised it.
 func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
 	const bid = 4_000
 	f := newFixture(t)
-	f.campaignWithBid(t, "lower", 40*bid, 1, bid)
-	f.campaignWithBid(t, "raise", 40*bid, 1, bid)
+	for _, id := range []string{"sparse", "outlier", "busy", "raise"} {
+		f.campaignWithBid(t, id, 40*bid, 1, bid)
+	}
 	d := f.daemon(t, "a")
 	const step = 10 * time.Second
 	ledgerBid := func(id string) int64 {
@@ -304,34 +311,53 @@ func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
 		}
 		return got
 	}
-	// A SPEND every 10 minutes, each in a window of its own.
+	spend := func(id pacer.CampaignID, amount int64) {
+		t.Helper()
+		if _, err := d.Spend(id, pacer.Micros(amount), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// SPENDs every 10 minutes, each time in a window of its own.
 	for now := time.Duration(0); now <= 3*time.Hour; now += step {
 		f.clock.Set(midnight.Add(now))
 		d.Step(ctx)
 		if now > 0 && now%(10*time.Minute) == 0 {
-			if _, err := d.Spend("lower", 1_800, ""); err != nil {
-				t.Fatal(err)
+			spend("sparse", 1_800)
+			if now == 10*time.Minute {
+				spend("outlier", 9_000)
+			} else {
+				spend("outlier", 1_800)
+			}
+			for range 3 {
+				spend("busy", 1_800)
 			}
 			if now <= 40*time.Minute {
-				if _, err := d.Spend("raise", 5_000, ""); err != nil {
-					t.Fatal(err)
+				for range 5 {
+					spend("raise", 5_000)
 				}
 			}
 		}
-		if now == 75*time.Minute { // SPENDs in seven windows
-			if got := ledgerBid("lower"); got != bid {
-				t.Fatalf("after SPENDs of 1,800 in seven windows, the ledger's bid is %d; want the operator's %d", got, bid)
+		if now == 75*time.Minute { // SPENDs in seven windows, 21 of them on "busy"
+			if got := ledgerBid("busy"); got != bid {
+				t.Fatalf("after 21 SPENDs of 1,800 in seven windows, the ledger's bid is %d; want the operator's %d", got, bid)
 			}
 		}
 	}
-	if got := ledgerBid("lower"); got != 1_800 {
-		t.Errorf("after SPENDs of 1,800 in 18 windows, the ledger's bid is %d; want 1,800: a campaign whose bids fell", got)
+	if got := ledgerBid("sparse"); got != bid {
+		t.Errorf("after a SPEND of 1,800 in each of 18 windows, the ledger's bid is %d; want the operator's %d: the largest of eight SPENDs is no usual largest", got, bid)
+	}
+	if got := ledgerBid("outlier"); got != bid {
+		t.Errorf("after SPENDs of 1,800 in 18 windows and one of 9,000, the ledger's bid is %d; want the operator's %d: one SPEND is no usual largest", got, bid)
+	}
+	if got := ledgerBid("busy"); got != 1_800 {
+		t.Errorf("after three SPENDs of 1,800 in each of 18 windows, the ledger's bid is %d; want 1,800: a campaign whose bids fell", got)
 	}
 	if got := ledgerBid("raise"); got != 5_000 {
-		t.Errorf("after SPENDs of 5,000 in four windows, the ledger's bid is %d; want 5,000", got)
+		t.Errorf("after five SPENDs of 5,000 in each of four windows, the ledger's bid is %d; want 5,000", got)
 	}
-	f.check(t, "lower")
-	f.check(t, "raise")
+	for _, id := range []string{"sparse", "outlier", "busy", "raise"} {
+		f.check(t, id)
+	}
 }
 
 // A 20-bid campaign's SPEND of eight bids is refused by the hour's bound,

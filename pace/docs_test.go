@@ -35,6 +35,10 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile("`n/\\(n \\+ (\\w+)\\)` of the way"), ShareSlotSpends},
 		{regexp.MustCompile(`judged of at least\s+(\w+) SPENDs moves a share halfway`), ShareSlotSpends},
 		{regexp.MustCompile(`asks at\s+least ([0-9.]+)x its share`), ShareThrottleDemand},
+		{regexp.MustCompile(`fleet's once it has seen\s+SPENDs in (\w+) windows while`), ReportBidWindows},
+		{regexp.MustCompile(`largest of at least (\w+) SPENDs, over`), BidSpends},
+		{regexp.MustCompile(`SPENDs, over (\w+)\s+windows up`), ReportBidWindows},
+		{regexp.MustCompile(`windows up and (\w+) down`), LowerBidWindows},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {
