@@ -967,7 +967,8 @@ local RELEASE_READ = read_kind(9, false, true)
 -- The shard and its loaded copy are built by table constructors that name
 -- every field they will hold: a table that grows a field at a time is
 -- rehashed at every power of two (building a shard so took more
--- instructions than its curve's arithmetic).
+-- instructions than its curve's arithmetic). Its fields are read as stored
+-- reads them, written out: a Lua function call costs ~240 instructions.
 local function load_shard_deferred(key, kind, kseq, id1, id2)
   local hf, u1, u2 = nil, 'u:' .. run_of(id1), nil
   if kseq and kseq > 0 then hf = HISTORY_FIELDS[kseq % HISTORY + 1] end
@@ -980,11 +981,11 @@ local function load_shard_deferred(key, kind, kseq, id1, id2)
   local v = redis_call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
   if not v[4] then return nil end
   local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil,
-    budget = stored(v[4]), locked = stored(v[5]), available = stored(v[6]), leased = stored(v[7]), spent = stored(v[8]),
-    lost = stored(v[9]), owed = stored(v[10]), seq = stored(v[11]), tip = stored(v[12]),
+    budget = (v[4] or 0) + 0, locked = (v[5] or 0) + 0, available = (v[6] or 0) + 0, leased = (v[7] or 0) + 0,
+    spent = (v[8] or 0) + 0, lost = (v[9] or 0) + 0, owed = (v[10] or 0) + 0, seq = (v[11] or 0) + 0, tip = (v[12] or 0) + 0,
     cppb = nil, closed = nil, adv = nil, hr = nil, hrel = nil}
   if kind.money > 9 then
-    s.cppb, s.closed, s.adv, s.hr, s.hrel = stored(v[13]), stored(v[14]), stored(v[15]), stored(v[16]), stored(v[17])
+    s.cppb, s.closed, s.adv, s.hr, s.hrel = (v[13] or 0) + 0, (v[14] or 0) + 0, (v[15] or 0) + 0, (v[16] or 0) + 0, (v[17] or 0) + 0
   end
   s.o = {budget = s.budget, locked = s.locked, available = s.available, leased = s.leased, spent = s.spent,
     lost = s.lost, owed = s.owed, seq = s.seq, tip = s.tip,
