@@ -17,12 +17,12 @@
 -- holder's (nothing granted), -1 no such day.
 local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
-local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5])
+local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5]) -- expiry parsed: a malformed one fails before any write
 local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
 local retain, maxlen = ARGV[9], ARGV[10] -- retain: the digits PEXPIREAT takes
 local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id)
 if not s then return no_day() end
-s.diverged = diverged(K, s, argnum(ARGV[11]), argnum(ARGV[12])) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
+s.diverged = diverged(K, s, ARGV[11], ARGV[12]) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis_call('HGET', K.leases, id)
 if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
@@ -38,7 +38,7 @@ local take = want
 local cap = fair_cap(holder, argnum(ARGV[15]), argnum(ARGV[16]), now, retain, s, window, argnum(ARGV[17]))
 if cap and cap < take then take = cap end
 take = all_or_nothing(s, take, argnum(ARGV[17]))
-local g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
+local g = grant_new(K, s, id, holder, take, ARGV[4], ARGV[5], maxlen)
 fair_granted(s)
 index_low(s, want, now)
 store_shard(K.state, s)

@@ -299,13 +299,18 @@ end
 
 -- diverged reports whether a caller's last known (seq, tip) of this shard is
 -- not in the shard's history: the ledger lost writes since. A seq too old to
--- be kept, or none (0), cannot be checked and passes.
+-- be kept, or none (0), cannot be checked and passes. kseq and ktip are the
+-- call's arguments, decimal digits as the ledger's Go side formats an int64
+-- (strconv): compared as they came, as the history's entry was written
+-- (str), not parsed and formatted again (two string.formats a call).
 local function diverged(K, s, kseq, ktip)
-  if not kseq or kseq <= 0 then return false end
-  if kseq > s.seq then return true end
-  if s.seq - kseq >= HISTORY then return false end
-  local rec = state_get(K.state, HISTORY_FIELDS[kseq % HISTORY + 1])
-  return rec ~= str(kseq) .. ':' .. str(ktip)
+  if not kseq then return false end
+  local n = kseq + 0
+  if n <= 0 then return false end
+  if n > s.seq then return true end
+  if s.seq - n >= HISTORY then return false end
+  local rec = state_get(K.state, HISTORY_FIELDS[n % HISTORY + 1])
+  return rec ~= kseq .. ':' .. ktip
 end
 
 -- Every money script replies {status, value, budget, locked, available,
@@ -1002,7 +1007,10 @@ local function run_behind(K, id, kg, kr)
   return kg > g or (kr or 0) > r
 end
 
-local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
+-- es and ms: the lease's expiry and the call's now, the call's arguments
+-- (decimal digits, as the ledger's Go side formats an int64), written as
+-- they came, not parsed and formatted again.
+local function grant_new(K, s, id, holder, want, es, ms, maxlen)
   if s.closed == 1 then return 0 end
   local g = want
   if s.available < g then g = s.available end
@@ -1014,12 +1022,12 @@ local function grant_new(K, s, id, holder, want, expiry, now, maxlen)
   end
   s.leased = s.leased + g
   run_add(K, run_of(id), g, 0)
-  local gs, es = str(g), str(expiry) -- each number formatted once (a string.format and a new string)
+  local gs = str(g) -- formatted once (a string.format and a new string)
   redis_call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
   redis_call('ZADD', K.exp, es, id)
   index_due(es)
   audit_lease(K.audit, maxlen, 'grant', g, 0, 'ev', 'grant', 'lease', id, 'holder', holder,
-    'amount', gs, 'expiry', es, 'ms', str(now))
+    'amount', gs, 'expiry', es, 'ms', ms)
   if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
     note_done(K)
     redis_call('HSET', K.done, DONE_ENC, '1')
@@ -1147,12 +1155,14 @@ end
 -- the holder since its last release or renewal of the campaign-day: recorded
 -- in the release's audit entry for the billing record, and no part of the
 -- money here (unused already holds whatever of it the holder did not spend again).
+-- us and ms: unused and the call's now as their arguments' digits (see
+-- grant_new); the lease's amount is written as its record holds it.
 -- A lease id is in leases or in done, never both: every script that writes
 -- a lease record has found no done record for its id (grant, renew,
 -- reassert), and every one that writes a done record deletes the lease
 -- record in the same call (release_lease, settle_expired). So an open
 -- lease, a release's usual case, is closed without a look in done.
-local function release_lease(K, s, id, unused, now, maxlen, refunded)
+local function release_lease(K, s, id, unused, us, ms, maxlen, refunded)
   local rec = redis_call('HGET', K.leases, id)
   if not rec then
     local done = redis_call('HGET', K.done, id)
@@ -1161,7 +1171,8 @@ local function release_lease(K, s, id, unused, now, maxlen, refunded)
     if kind == 'r' then return 2, tonumber(v) end
     return 3, 0
   end
-  local amount, holder = parse_lease(rec)
+  local as, holder = string.match(rec, '^(%d+)|([^|]*)|%d+$') -- parse_lease's, the amount's digits kept
+  local amount = as + 0
   if unused > amount then
     return redis.error_reply('ERR unused ' .. str(unused) .. ' exceeds lease amount ' .. str(amount))
   end
@@ -1173,14 +1184,13 @@ local function release_lease(K, s, id, unused, now, maxlen, refunded)
   redis_call('HDEL', K.leases, id)
   redis_call('ZREM', K.exp, id)
   note_done(K)
-  local us = str(unused)
   redis_call('HSET', K.done, id, 'r:' .. us)
   if refunded and refunded > 0 then
     audit_lease(K.audit, maxlen, 'release', amount, unused, 'ev', 'release', 'lease', id, 'holder', holder,
-      'amount', str(amount), 'unused', us, 'ms', str(now), 'refunded', str(refunded))
+      'amount', as, 'unused', us, 'ms', ms, 'refunded', str(refunded))
   else
     audit_lease(K.audit, maxlen, 'release', amount, unused, 'ev', 'release', 'lease', id, 'holder', holder,
-      'amount', str(amount), 'unused', us, 'ms', str(now))
+      'amount', as, 'unused', us, 'ms', ms)
   end
   return 0, unused
 end

@@ -9,8 +9,8 @@
 local K = keys_of(KEYS)
 local s = load_shard_deferred(K.state, RELEASE_READ, argnum(ARGV[5]), ARGV[1])
 if not s then return no_day() end
-s.diverged = diverged(K, s, argnum(ARGV[5]), argnum(ARGV[6])) or run_behind(K, ARGV[1], argnum(ARGV[7]), argnum(ARGV[8]))
-local st, credited = release_lease(K, s, ARGV[1], argnum(ARGV[2]), argnum(ARGV[3]), ARGV[4], argnum(ARGV[9]))
+s.diverged = diverged(K, s, ARGV[5], ARGV[6]) or run_behind(K, ARGV[1], argnum(ARGV[7]), argnum(ARGV[8]))
+local st, credited = release_lease(K, s, ARGV[1], argnum(ARGV[2]), ARGV[2], ARGV[3], ARGV[4], argnum(ARGV[9]))
 if type(st) == 'table' then
   touch_unstored()
   return st

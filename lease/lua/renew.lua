@@ -14,13 +14,13 @@
 -- new_status as grant's status.
 local K = keys_of(KEYS)
 local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
-local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7])
+local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7]) -- expiry parsed: a malformed one fails before any write
 local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
 local retain, maxlen = ARGV[11], ARGV[12] -- retain: the digits PEXPIREAT takes
 local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id)
 if not s then local r = no_day(); r[13] = -1; return r end
-s.diverged = diverged(K, s, argnum(ARGV[13]), argnum(ARGV[14])) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
-local st, credited = release_lease(K, s, old_id, unused, now, maxlen, argnum(ARGV[29]))
+s.diverged = diverged(K, s, ARGV[13], ARGV[14]) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
+local st, credited = release_lease(K, s, old_id, unused, ARGV[2], ARGV[7], maxlen, argnum(ARGV[29]))
 if type(st) == 'table' then
   touch_unstored()
   return st
@@ -54,7 +54,7 @@ else
     if cap < take then take = cap end
   end
   take = all_or_nothing(s, take, argnum(ARGV[19]))
-  g = grant_new(K, s, id, holder, take, expiry, now, maxlen)
+  g = grant_new(K, s, id, holder, take, ARGV[6], ARGV[7], maxlen)
   fair_granted(s)
   index_low(s, want, now)
 end
