@@ -89,13 +89,40 @@ local function divmod(n, d)
 end
 
 -- muldiv returns floor(a*b/c) exactly for 0 <= a < 2^53 and 0 <= b <= c <= 2^30.
+-- Its divisions are divmod's, written out: a Lua function call costs ~240
+-- instructions, and a grant's release by the curve runs muldiv up to ten
+-- times.
 local function muldiv(a, b, c)
   if a == 0 or b == 0 then return 0 end
   if b == c then return a end
-  local q, r = divmod(a, c)          -- a = q*c + r, r < c
-  local bh, bl = divmod(b, 32768)    -- b = bh*2^15 + bl
-  local x1, x0 = divmod(r * bh, c)   -- r*bh < 2^45
-  local y = divmod(x0 * 32768 + r * bl, c) -- both terms < 2^45
+  local q = a / c                    -- q, r = divmod(a, c): a = q*c + r, r < c
+  q = q - q % 1
+  local r = a - q * c
+  if r < 0 then
+    q, r = q - 1, r + c
+  elseif r >= c then
+    q, r = q + 1, r - c
+  end
+  local bl = b % 32768               -- b = bh*2^15 + bl (exact: b an integer, 2^15 a power of two)
+  local bh = (b - bl) / 32768
+  local t = r * bh                   -- x1, x0 = divmod(r*bh, c); r*bh < 2^45
+  local x1 = t / c
+  x1 = x1 - x1 % 1
+  local x0 = t - x1 * c
+  if x0 < 0 then
+    x1, x0 = x1 - 1, x0 + c
+  elseif x0 >= c then
+    x1, x0 = x1 + 1, x0 - c
+  end
+  t = x0 * 32768 + r * bl            -- y = divmod(t, c); both terms < 2^45
+  local y = t / c
+  y = y - y % 1
+  local yr = t - y * c
+  if yr < 0 then
+    y = y - 1
+  elseif yr >= c then
+    y = y + 1
+  end
   return q * b + x1 * 32768 + y
 end
 
