@@ -127,6 +127,37 @@ func TestOverspend(t *testing.T) {
 	}
 }
 
+// On a restored day the re-assertion measures its shortfall net of what
+// refunds gave back before it, so a moment's net may exceed Limit +
+// Shortfall by the day's refunds still to come, and by no more; a day not
+// restored is held to its limit at every event.
+func TestARestoredDayCountsRefundsToCome(t *testing.T) {
+	restored := func(limit, short int64) map[history.DayKey]history.DayPlan {
+		return map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: {Limit: limit, Restored: true, Shortfall: short}}
+	}
+	var r history.Recorder
+	spend(&r, "a1", 700, true)
+	spend(&r, "a2", 600, true) // 1,300 netted: 300 over 900 + 100
+	refund(&r, "a2", 300, true)
+	if err := check(t, &r, history.Options{Plans: restored(900, 100)}).Err(); err != nil {
+		t.Fatalf("1,300 netted, 300 of it refunded later, on a restored day of 900 + 100: %v", err)
+	}
+	if err := check(t, &r, history.Options{Plans: plan(1000)}).Err(); err == nil || !strings.Contains(err.Error(), "overspend 300") {
+		t.Fatalf("the same on a day not restored, limit 1,000: %v; want an overspend of 300", err)
+	}
+	spend(&r, "a3", 1, true) // after the refund: 1,001
+	if err := check(t, &r, history.Options{Plans: restored(900, 100)}).Err(); err == nil || !strings.Contains(err.Error(), "overspend 1") {
+		t.Fatalf("1,001 netted after the last refund on a restored day of 900 + 100: %v; want an overspend of 1", err)
+	}
+	var r2 history.Recorder
+	spend(&r2, "a1", 700, true)
+	spend(&r2, "a2", 601, true) // 301 over, 300 to come
+	refund(&r2, "a2", 300, true)
+	if err := check(t, &r2, history.Options{Plans: restored(900, 100)}).Err(); err == nil || !strings.Contains(err.Error(), "overspend 1 ") {
+		t.Fatalf("1,301 netted with 300 refunded later, on a restored day of 900 + 100: %v; want an overspend of 1", err)
+	}
+}
+
 func TestSpendingWithoutPlan(t *testing.T) {
 	var r history.Recorder
 	spend(&r, "", 1, true)
