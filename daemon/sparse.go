@@ -80,9 +80,23 @@ func (c *campaign) standingIdle() time.Duration {
 }
 
 // standsHere reports whether a sparse campaign keeps a standing bid on this
-// host even with SparseWait on (pace.StandsHere).
+// host even with SparseWait on (pace.StandsHere), and with it on, only one
+// that leaves the other hosts room in front of the curve
+// (pace.StandingFits).
 func (c *campaign) standsHere(now time.Time, ds *dayState) bool {
-	return pace.StandsHere(c.sparseOf(now, ds))
+	if !pace.StandsHere(c.sparseOf(now, ds)) {
+		return false
+	}
+	s := c.settings.Load()
+	return c.cfg.SparseWait <= 0 || s == nil || c.standingFits(now, s)
+}
+
+// standingFits reports whether the standing lease this host would hold,
+// and another host's mean SPEND, fit within the ledger's advance in front
+// of the curve (pace.StandingFits): else, with fetching on, it fetches.
+func (c *campaign) standingFits(now time.Time, s *settings) bool {
+	unit := c.unit()
+	return pace.StandingFits(c.standingBids(now, s, unit)*unit, int64(c.meanBid()), c.aheadMicros(s.DailyMicros))
 }
 
 // standingBids is how many bids a sparse host's standing lease holds

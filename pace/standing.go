@@ -16,6 +16,13 @@ import "time"
 //     end: what it holds at midnight is one window's worth, and a host the
 //     campaign reaches hours apart holds nothing between its SPENDs.
 //
+//     With fetching on, StandingFits also: it keeps one only while the
+//     lease it would hold and a mean bid more fit within the ledger's
+//     advance in front of the curve (Ahead). The ledger counts what hosts
+//     hold against Ahead, so a standing bid larger than Ahead less a bid
+//     leaves every other host's SPEND without room until the campaign
+//     falls behind by it; the host fetches instead.
+//
 //  10. StandingIdle: a standing lease outlasts the host's last SPEND by
 //     the configured idle, or StandingIdleIntervals of its intervals if
 //     longer, at most MaxStandingIdle; none when the configured idle is
@@ -55,6 +62,13 @@ func StandsHere(in Sparse) bool {
 	iv := in.Interval
 	return in.Seen > StandingSpends && iv > 0 && iv <= in.Window &&
 		in.Quiet <= max(in.Window, StandingIdleIntervals*iv) && in.UntilDayEnd > 2*iv
+}
+
+// StandingFits reports whether a standing lease of lease micros leaves room
+// within ahead (the ledger's advance in front of the curve; 0: none asked)
+// for another host's SPEND of meanBid (9).
+func StandingFits(lease, meanBid, ahead int64) bool {
+	return ahead <= 0 || lease+meanBid <= ahead
 }
 
 // StandingIdle is how long after its last SPEND the host keeps its

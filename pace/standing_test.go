@@ -41,6 +41,11 @@ func TestStandingRulesProperties(t *testing.T) {
 		if !stands && in.Seen > StandingSpends && iv > 0 && iv <= in.Window && in.Quiet <= in.Window && in.UntilDayEnd > 2*iv {
 			t.Fatalf("#%d %+v: SPENDs every %s within a window %s, last %s ago: does not stand", i, in, iv, in.Window, in.Quiet)
 		}
+		// 9, with fetching on: the standing lease and a mean bid fit within Ahead.
+		lease, mean, ahead := r.Int64N(10_000), r.Int64N(10_000), r.Int64N(20_000)-1_000
+		if fits := StandingFits(lease, mean, ahead); fits != (ahead <= 0 || lease+mean <= ahead) {
+			t.Fatalf("#%d: StandingFits(%d, %d, %d) = %v", i, lease, mean, ahead, fits)
+		}
 		// 10: the configured idle, up to three intervals if longer, a day at most; off stays off.
 		idle := StandingIdle(in)
 		switch {
