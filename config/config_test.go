@@ -480,7 +480,7 @@ func TestEveryDocumentedKeyMaps(t *testing.T) {
 		"lease.window", "lease.skew_bound", "lease.grace", "lease.cap_window", "lease.burst_window",
 		"lease.max_catch_up", "lease.standing_window", "lease.standing_idle", "lease.sparse_wait",
 		"tick_interval", "campaign_refresh", "campaign_reread", "campaign_idle", "ledger_timeout",
-		"log.format", "log.level", "ledger.durability", "ledger.durability_assume", "ledger.check_interval",
+		"log.format", "log.level", "ledger.durability", "ledger.durability_assume", "ledger.check_interval", "ledger.packed_counters",
 		"redis_auth.username", "redis_auth.password_file", "redis_auth.sentinel_username",
 		"redis_auth.sentinel_password_file", "redis_tls.enabled", "redis_tls.ca_file", "redis_tls.cert_file",
 		"redis_tls.key_file", "redis_tls.server_name", "etcd_auth.username", "etcd_auth.password_file",

@@ -20,6 +20,11 @@ type Ledger struct {
 	// CheckInterval is how often the durability policy and this host's clock
 	// offset to Redis TIME are re-checked while leases are being taken.
 	CheckInterval time.Duration `yaml:"check_interval"`
+	// PackedCounters has this pacerd's grants, renewals and releases keep
+	// their report counters in one field (lease.Config.PackedCounters).
+	// Turn it on only once every pacerd of the fleet, and every exporter,
+	// runs a release that reads it (docs/OPERATIONS.md).
+	PackedCounters bool `yaml:"packed_counters"`
 }
 
 // Policy returns the parsed durability policy, and the assumed one (nil if

@@ -291,7 +291,10 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 			t.Fatal(err)
 		}
 		m.clients = append(m.clients, rdb)
-		cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour}
+		// The lease calls keep their report counters packed (the setting
+		// the fleet ends an upgrade with); PACER_MODEL_PACKED=0 runs them
+		// with it off, as the releases before did.
+		cfg := lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: envInt(t, "PACER_MODEL_PACKED", 1) == 1}
 		if role == "operator" {
 			cfg.Steps = m.operatorStep
 		}

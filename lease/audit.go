@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -103,16 +102,28 @@ func (l *Ledger) TrimAudit(ctx context.Context, k ShardKey) (trimmed int64, minI
 }
 
 // AuditEvents returns how many events the shard has written to its audit
-// stream, ever (its r_events counter, kept in the same script as each XADD),
-// and false if the shard has no counters (expired, or opened by a version
-// before them).
+// stream, ever (its r_events counter plus rp's events, kept in the same
+// script as each XADD), and false if the shard has no counters (expired, or
+// opened by a version before them).
 func (l *Ledger) AuditEvents(ctx context.Context, k ShardKey) (int64, bool, error) {
-	n, err := l.rdb.HGet(ctx, k.keys()[0], "r_events").Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
-	}
+	v, err := l.rdb.HMGet(ctx, k.keys()[0], "r_events", "rp").Result()
 	if err != nil {
 		return 0, false, fmt.Errorf("ledger %s: events counter: %w", k, err)
+	}
+	s, _ := v[0].(string)
+	if s == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("ledger %s: events counter r_events is %q", k, s)
+	}
+	if rp, _ := v[1].(string); rp != "" {
+		c, err := parsePacked(k, rp)
+		if err != nil {
+			return 0, false, err
+		}
+		n += c[0]
 	}
 	return n, true, nil
 }

@@ -26,6 +26,25 @@ func grantReleaseN(t *testing.T, l *lease.Ledger, k lease.ShardKey, prefix strin
 	}
 }
 
+// A stream's cap is kept when the lease calls count their events in rp
+// (Config.PackedCounters): a call appends uncapped without asking only while
+// r_events plus rp's events is below the cap.
+func TestPackedCountersKeepTheAuditCap(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	l := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour, AuditMaxLen: 10, PackedCounters: true}, nil)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("capped", 1_000_000_000, 1), day)
+	k := shardKey("capped", day, 0)
+	grantReleaseN(t, l, k, "L", 200)
+	if n := rdb.XLen(ctx, k.AuditKey()).Val(); n >= 401 {
+		t.Fatalf("the stream without a group holds %d entries: the cap (10, approximate) did not apply", n)
+	}
+	if v, err := rdb.HGet(ctx, k.RedisKeys()[0], "r_events").Result(); err != nil || v != "1" {
+		t.Fatalf("r_events %q (%v), want 1: the open's, the lease calls' in rp", v, err)
+	}
+}
+
 // An audit stream without a consumer group keeps the ledger's cap; one with
 // a group (an exporter reads it) is not capped, and TrimAudit drops only what
 // every group acknowledged: not what a consumer holds unacknowledged, not what

@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -52,9 +53,11 @@ func BenchmarkLeaseCallRedisCPU(b *testing.B) {
 
 // benchDay is a redis-server (with AOF, appendfsync always, or none) and a
 // ledger over it with campaign c's 8 shards of 2026-11-21 open.
+// PACER_LEASE_PACKED=1 turns on the ledger's Config.PackedCounters.
 func benchDay(b *testing.B, aof bool) (*redistest.Server, *lease.Ledger) {
 	srv := redistest.StartWith(b, redisproc.Options{Persistent: aof})
-	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	packed := os.Getenv("PACER_LEASE_PACKED") == "1"
+	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: packed}, nil)
 	c := lease.Campaign{ID: "c", DailyMicros: 86_400_000_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}
 	if _, err := l.PutCampaign(ctx, c); err != nil {
 		b.Fatal(err)

@@ -112,6 +112,14 @@ type Config struct {
 	SettleBatch int
 	// Durability is the policy every money-changing script runs under.
 	Durability Durability
+	// PackedCounters has grants, renewals and releases keep their six
+	// report counters in one state field, rp, not in r_events ... r_closed
+	// (prelude.lua's packed): ~28k fewer Redis instructions a call (7%). Every
+	// reader sums both forms, so it is the second step of an upgrade: turn
+	// it on once every pacerd, reconciler and exporter of the fleet reads
+	// rp (docs/OPERATIONS.md). Off (the zero value): the records are the
+	// ones earlier releases write.
+	PackedCounters bool
 	// Steps, if set, is called between the steps of the ledger's multi-step
 	// operations (a day's budget change: after each read and before each
 	// apply) with the step's name, on the operation's goroutine. It is for
@@ -757,6 +765,15 @@ func (l *Ledger) grantArgs(r GrantRequest) []any {
 	}
 }
 
+// packedArg appends a lease call's last argument, packed (1), when
+// Config.PackedCounters is on; off, the call's arguments are as before.
+func (l *Ledger) packedArg(args []any) []any {
+	if l.cfg.PackedCounters {
+		return append(args, 1)
+	}
+	return args
+}
+
 // Grant leases up to Want micros from the shard's available budget, after
 // settling the shard's expired leases and releasing budget along the curve.
 // Retrying with the same lease id returns the lease already granted.
@@ -764,7 +781,7 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err := r.validate(); err != nil {
 		return Grant{}, fmt.Errorf("ledger %s: grant: %w", r.Shard, err)
 	}
-	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard, l.grantArgs(r)...)
+	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard, l.packedArg(l.grantArgs(r))...)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
 	}
@@ -794,7 +811,7 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 	if unused < 0 {
 		return Grant{}, fmt.Errorf("ledger %s: renew: unused %d is negative", r.Shard, unused)
 	}
-	args := append(append([]any{oldLeaseID, unused}, l.grantArgs(r)...), r.Refunded)
+	args := l.packedArg(append(append([]any{oldLeaseID, unused}, l.grantArgs(r)...), r.Refunded))
 	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard, args...)
 	if errors.Is(err, ErrNotDurable) {
 		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
@@ -849,7 +866,7 @@ func (l *Ledger) ReleaseRefunded(ctx context.Context, k ShardKey, leaseID string
 	if refunded < 0 || refunded > MaxBudgetMicros {
 		return Shard{}, fmt.Errorf("ledger %s: release %s: refunded %d micros out of range", k, leaseID, refunded)
 	}
-	status, _, sh, _, err := l.run(ctx, releaseScript, k, leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned, refunded)
+	status, _, sh, _, err := l.run(ctx, releaseScript, k, l.packedArg([]any{leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned, refunded})...)
 	if err != nil {
 		return Shard{}, err
 	}

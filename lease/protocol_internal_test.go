@@ -3,6 +3,7 @@ package lease
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,15 +65,23 @@ func TestGrantStatusesMatchTheScripts(t *testing.T) {
 }
 
 // Grant and Renew send the same arguments for the same request, renew's
-// after the ending lease's and before its refunded: one argument list, in
-// the scripts' ARGV order.
+// after the ending lease's and before its refunded, and then, with
+// Config.PackedCounters on, packed (one argument more): one argument list,
+// in the scripts' ARGV order.
 func TestGrantArgumentsFollowTheScriptsHeaders(t *testing.T) {
 	l := &Ledger{}
 	args := l.grantArgs(GrantRequest{LeaseID: "l", Holder: "h"})
+	if n := len((&Ledger{cfg: Config{PackedCounters: true}}).packedArg(args)); n != len(args)+1 {
+		t.Errorf("packed: %d arguments, want %d", n, len(args)+1)
+	}
+	if n := len(l.packedArg(args)); n != len(args) {
+		t.Errorf("not packed: %d arguments, want %d", n, len(args))
+	}
 	for _, script := range []struct {
 		file       string
 		skip, tail int
-	}{{"lua/grant.lua", 0, 0}, {"lua/renew.lua", 2, 1}} {
+		last       string
+	}{{"lua/grant.lua", 0, 1, "packed"}, {"lua/renew.lua", 2, 2, "refunded packed"}, {"lua/release.lua", 0, 0, "refunded packed"}} {
 		src, err := os.ReadFile(script.file)
 		if err != nil {
 			t.Fatal(err)
@@ -82,11 +91,12 @@ func TestGrantArgumentsFollowTheScriptsHeaders(t *testing.T) {
 			t.Fatalf("%s has no ARGV line", script.file)
 		}
 		names := strings.Fields(strings.NewReplacer("[", " ", "]", " ").Replace(m[1]))
-		if got := len(names) - script.skip - script.tail; got != len(args) {
+		if got := len(names) - script.skip - script.tail; script.file != "lua/release.lua" && got != len(args) {
 			t.Errorf("%s takes %d grant arguments (%v); grantArgs sends %d", script.file, got, names[script.skip:len(names)-script.tail], len(args))
 		}
-		if script.tail > 0 && names[len(names)-1] != "refunded" {
-			t.Errorf("%s's last argument is %s; Renew sends refunded last", script.file, names[len(names)-1])
+		last := strings.Fields(script.last)
+		if got := names[len(names)-len(last):]; !slices.Equal(got, last) {
+			t.Errorf("%s's last arguments are %v; the ledger sends %v last", script.file, got, last)
 		}
 	}
 }

@@ -2,9 +2,11 @@ package lease
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -42,8 +44,34 @@ type Report struct {
 }
 
 // reportFields are the report counters on a shard's state hash (prelude.lua's
-// audit), in the order BuildReport reads them.
-var reportFields = []string{"r_events", "r_budget", "r_leases", "r_granted", "r_spent", "r_returned", "r_closed", "r_settled", "r_lost"}
+// audit), in the order BuildReport reads them, then rp: the lease calls'
+// packed counters (prelude.lua's packed), each added to its r_* field.
+var reportFields = []string{"r_events", "r_budget", "r_leases", "r_granted", "r_spent", "r_returned", "r_closed", "r_settled", "r_lost", "rp"}
+
+// packedAt is, for each of rp's six counters in order, its index in
+// parseReportFields' result (reportFields' order): events, leases,
+// granted, spent, returned, closed.
+var packedAt = [6]int{0, 2, 3, 4, 5, 6}
+
+// rpLen is rp's length: six big-endian doubles.
+const rpLen = 6 * 8
+
+// parsePacked reads rp (struct.pack('>dddddd')): six counts, each an integer
+// below 2^53 (prelude.lua writes no other).
+func parsePacked(k ShardKey, rp string) ([6]int64, error) {
+	var c [6]int64
+	if len(rp) != rpLen {
+		return c, fmt.Errorf("ledger %s: packed counters rp are %d bytes, want %d", k, len(rp), rpLen)
+	}
+	for i := range c {
+		f := math.Float64frombits(binary.BigEndian.Uint64([]byte(rp[8*i : 8*i+8])))
+		if f != math.Trunc(f) || math.Abs(f) >= 1<<53 {
+			return c, fmt.Errorf("ledger %s: packed counter %d is %v", k, i, f)
+		}
+		c[i] = int64(f)
+	}
+	return c, nil
+}
 
 // BuildReport sums the campaign-day's shards' report counters: one pipeline
 // of one HMGET per shard, whatever the day's traffic. The audit streams are
@@ -98,7 +126,8 @@ func (l *Ledger) BuildReport(ctx context.Context, campaign, day string) (Report,
 }
 
 // parseReportFields reads a shard's report counters, as HMGET of
-// reportFields returned them (a counter not there yet is 0).
+// reportFields returned them (a counter not there yet is 0): each r_*
+// field plus its part of rp.
 func parseReportFields(k ShardKey, v []any) ([9]int64, error) {
 	var f [9]int64
 	for j := range f {
@@ -109,6 +138,15 @@ func parseReportFields(k ShardKey, v []any) ([9]int64, error) {
 		var err error
 		if f[j], err = strconv.ParseInt(s, 10, 64); err != nil {
 			return f, fmt.Errorf("ledger %s: report counter %s is %q", k, reportFields[j], s)
+		}
+	}
+	if rp, _ := v[len(f)].(string); rp != "" {
+		c, err := parsePacked(k, rp)
+		if err != nil {
+			return f, err
+		}
+		for i, j := range packedAt {
+			f[j] += c[i]
 		}
 	}
 	return f, nil

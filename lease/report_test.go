@@ -13,11 +13,18 @@ import (
 // audit streams were trimmed: with streams capped at a few entries, 300
 // leases granted, released or settled report the same as the ledger's
 // balances say, and while the streams are whole the counters equal the
-// streams' replay.
+// streams' replay. With the lease calls' counters packed
+// (Config.PackedCounters) as without.
 func TestReportExactPastTheStreamCap(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		t.Run("packed="+strconv.FormatBool(packed), func(t *testing.T) { reportExactPastTheStreamCap(t, packed) })
+	}
+}
+
+func reportExactPastTheStreamCap(t *testing.T, packed bool) {
 	srv := redistest.Start(t)
-	whole := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	capped := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, AuditMaxLen: 10}, nil)
+	whole := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: packed}, nil)
+	capped := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, AuditMaxLen: 10, PackedCounters: packed}, nil)
 	const day = "2026-11-21"
 	for _, tc := range []struct {
 		id string
@@ -77,8 +84,16 @@ func TestReportExactPastTheStreamCap(t *testing.T) {
 // The report counters a grant, renewal and release keep on the shard's state
 // are exact int64 sums past 2^53, where a double loses odd micros: 11
 // grants of 10^15 - 1 released unused add up to an odd 10,999,999,999,999,989.
+// Packed (Config.PackedCounters), a count rp would hold at 2^53 or more is
+// raised in its r_* field instead, and the report sums both.
 func TestReportCountersExactPast2To53(t *testing.T) {
-	l, srv := newLedger(t)
+	t.Run("packed=false", func(t *testing.T) { reportCountersExactPast2To53(t, false) })
+	t.Run("packed=true", func(t *testing.T) { reportCountersExactPast2To53(t, true) })
+}
+
+func reportCountersExactPast2To53(t *testing.T, packed bool) {
+	srv := redistest.Start(t)
+	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: packed}, nil)
 	const day, want = "2026-11-21", lease.MaxBudgetMicros - 1
 	mustOpen(t, l, campaign("big", lease.MaxBudgetMicros, 1), day)
 	k := lease.ShardKey{Campaign: "big", Day: day, Shard: 0}
@@ -93,7 +108,18 @@ func TestReportCountersExactPast2To53(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	r, err := l.BuildReport(ctx, "big", day)
+	if err != nil || r.Returned != 10_999_999_999_999_989 || r.Leases != 11 || r.Outstanding != 0 || r.Spent != 0 || r.Events != 23 {
+		t.Errorf("report %+v (%v): want 10999999999999989 returned of 11 leases, none outstanding", r, err)
+	}
+	mustBalance(t, l, "big", day)
 	st := k.RedisKeys()[0]
+	if packed { // the 10th and 11th grants' amounts would take rp's granted past 2^53
+		if v, _ := srv.Client().HGet(ctx, st, "r_granted").Result(); v != "1999999999999998" {
+			t.Errorf("packed: r_granted = %s, want the last two grants' 1999999999999998", v)
+		}
+		return
+	}
 	for _, f := range []string{"r_granted", "r_returned", "r_closed"} {
 		if v, _ := srv.Client().HGet(ctx, st, f).Result(); v != "10999999999999989" {
 			t.Errorf("%s = %s, want 10999999999999989", f, v)
@@ -102,15 +128,21 @@ func TestReportCountersExactPast2To53(t *testing.T) {
 	if v, _ := srv.Client().HGet(ctx, st, "r_leases").Result(); v != "11" {
 		t.Errorf("r_leases = %s, want 11", v)
 	}
-	mustBalance(t, l, "big", day)
 }
 
 // A grant or renewal that settles its shard's expired leases raises the
 // settlement's report counters, which its call reads only then (a lease
 // call reads with the money just the counters its usual path raises): the
-// counters equal the stream's replay and count each settlement once.
+// counters equal the stream's replay and count each settlement once. With
+// the lease calls' counters packed (Config.PackedCounters) as without.
 func TestReportCountsSettlementsInLeaseCalls(t *testing.T) {
-	l, _ := newLedger(t)
+	t.Run("packed=false", func(t *testing.T) { reportCountsSettlementsInLeaseCalls(t, false) })
+	t.Run("packed=true", func(t *testing.T) { reportCountsSettlementsInLeaseCalls(t, true) })
+}
+
+func reportCountsSettlementsInLeaseCalls(t *testing.T, packed bool) {
+	srv := redistest.Start(t)
+	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: packed}, nil)
 	const day = "2026-11-21"
 	mustOpen(t, l, campaign("c", 24_000_000, 1), day)
 	k := shardKey("c", day, 0)

@@ -53,18 +53,38 @@ func loadRelease(t *testing.T, rev string) previousRelease {
 // the previous release's reconciler, the day balances and its report
 // counters add up; the shard becomes a hashtable at its 64th grant at the
 // latest (3a9230c leaves the encoding alone at its 32nd) and the previous
-// release serves it as one. Run with each release kept in testdata.
+// release serves it as one. Run with each release kept in testdata, and
+// with this release's Config.PackedCounters off (its records are the
+// previous releases'), on (its lease calls count in rp, the others in
+// r_*), and mixed (the version switching every third cycle between the
+// previous release, this one off and this one on): the report is r_* plus
+// rp, summed.
 func TestRollingUpgradeSharesAShard(t *testing.T) {
 	for _, rev := range []string{"3a9230c", "b170891"} {
-		t.Run(rev, func(t *testing.T) { rollingUpgradeSharesAShard(t, rev) })
+		for _, mode := range []string{"off", "on", "mixed"} {
+			t.Run(rev+"/"+mode, func(t *testing.T) { rollingUpgradeSharesAShard(t, rev, mode) })
+		}
 	}
 }
 
-func rollingUpgradeSharesAShard(t *testing.T, rev string) {
+func rollingUpgradeSharesAShard(t *testing.T, rev, mode string) {
 	ctx := context.Background()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	l := New(rdb, Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	on := New(rdb, Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: true}, nil)
+	// version is cycle i's writer: the previous release (nil) or this one.
+	version := func(i int) *Ledger {
+		switch {
+		case mode == "mixed":
+			return []*Ledger{nil, l, on}[(i/3)%3]
+		case (i/3)%2 == 0:
+			return nil
+		case mode == "on":
+			return on
+		}
+		return l
+	}
 	prev := loadRelease(t, rev)
 	day0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	const day = "2026-11-21"
@@ -86,14 +106,26 @@ func rollingUpgradeSharesAShard(t *testing.T, rev string) {
 	hosts := []*upgradeHost{{holder: "h1"}, {holder: "h2"}}
 	for i := range 40 {
 		now = now.Add(time.Second)
-		hosts[i%2].cycle(t, l, prev, k, i, (i/3)%2 == 1, now, day0)
+		if v := version(i); v != nil {
+			hosts[i%2].cycle(t, v, prev, k, i, false, now, day0)
+		} else {
+			hosts[i%2].cycle(t, l, prev, k, i, true, now, day0)
+		}
 	}
 	st, n, sh, extra, err := l.run(ctx, prev.settle, k, now.Add(time.Hour).UnixMilli(), int64(5000), int64(7), int64(64), l.cfg.AuditMaxLen)
 	if err != nil || st != 0 || len(extra) == 0 || extra[0] != 4 || n <= 0 || sh.Leased != 0 {
 		t.Fatalf("the previous release's settle: status %d, %v leases for %d, leased %d left: %v", st, extra, n, sh.Leased, err)
 	}
-	if e, _ := rdb.ObjectEncoding(ctx, k.keys()[0]).Result(); e != "hashtable" {
+	// mixed: neither version's count of grants need pass a multiple of 32.
+	if e, _ := rdb.ObjectEncoding(ctx, k.keys()[0]).Result(); e != "hashtable" && mode != "mixed" {
 		t.Errorf("after 80 grants, 40 of them this release's: encoding %s, want hashtable", e)
+	}
+	rp, err := rdb.HGet(ctx, k.keys()[0], "rp").Result()
+	if mode == "off" && err == nil {
+		t.Errorf("switch off: rp written (%q)", rp)
+	}
+	if mode != "off" && len(rp) != rpLen {
+		t.Errorf("switch on: rp %q (%v), want %d bytes", rp, err, rpLen)
 	}
 	if _, problems, err := l.CheckDay(ctx, "c", day); err != nil || len(problems) > 0 {
 		t.Fatalf("check: %v %v", problems, err)
@@ -106,6 +138,15 @@ func rollingUpgradeSharesAShard(t *testing.T, rev string) {
 	if r.Leases != 80 || r.Settled != 4 || r.Events != 161 || r.Returned != 40*100+36*250 || r.Outstanding != 0 ||
 		r.Spent != sh.Spent || r.Lost != sh.Lost || r.Budget != c.DailyMicros {
 		t.Errorf("report %+v, shard %+v", r, sh)
+	}
+	if n, ok, err := l.AuditEvents(ctx, k); err != nil || !ok || n != 161 {
+		t.Errorf("audit events %d (%v): %v, want 161", n, ok, err)
+	}
+	if xl, err := rdb.XLen(ctx, k.keys()[4]).Result(); err != nil || xl != 161 {
+		t.Errorf("audit stream holds %d entries (%v), want 161", xl, err)
+	}
+	if s, ok, err := l.ShardReport(ctx, k); err != nil || !ok || s.Leases != r.Leases || s.Spent != r.Spent || s.Returned != r.Returned || s.Events != r.Events {
+		t.Errorf("shard report %+v (%v): %v; day's %+v", s, ok, err, r)
 	}
 }
 
@@ -133,7 +174,7 @@ func (h *upgradeHost) seen(t *testing.T, what string, status int64, sh Shard, gr
 
 // cycle is a lease's grant, its renewal (100 unused) and, before cycle 36,
 // the successor's release (250 unused), by the previous release's scripts
-// (old) or this one's.
+// (old) or this one's (l's).
 func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k ShardKey, i int, old bool, now, day0 time.Time) {
 	t.Helper()
 	ctx := context.Background()

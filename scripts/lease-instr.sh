@@ -6,11 +6,13 @@
 # run; not the socket, the request parsing or serverCron) are divided by the
 # FCALLs made. BASE (a git revision, built in a temporary worktree) and the
 # working tree are measured one after the other; repeats agree within ~0.2%.
+# PACER_LEASE_PACKED=1 in the environment turns ledger.packed_counters on
+# (a BASE before it ignores it).
 # Usage: scripts/lease-instr.sh BASE [CASE] [OPS]
 # e.g.   scripts/lease-instr.sh main none/1-clients/busy 300
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 base=$1 case=${2:-none/1-clients/busy} ops=${3:-300}
 command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
 	{ echo "valgrind not found: sudo apt-get install valgrind" >&2; exit 1; }

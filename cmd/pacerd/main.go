@@ -342,7 +342,7 @@ func daemonConfig(cfg config.Daemon, o options, curves map[string]*bucket.Curve,
 	}
 	dcfg.Curves, dcfg.Logger = curves, log
 	dcfg.Links = daemon.Links{
-		Redis: cfg.Redis, RedisOptions: ropt, Ledger: lease.Config{Durability: durability},
+		Redis: cfg.Redis, RedisOptions: ropt, Ledger: lease.Config{Durability: durability, PackedCounters: cfg.Ledger.PackedCounters},
 		CheckLedger: true, AssumeDurability: assume, CheckInterval: cfg.Ledger.CheckInterval,
 		StateDir: cfg.StateDir,
 	}

@@ -1,8 +1,9 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead]]]]]]]]]]
+-- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [packed]]]]]]]]]]]
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
+-- packed: 1 keeps this call's report counters in rp (prelude's packed); absent: in r_*.
 -- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
@@ -20,7 +21,7 @@ local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5]) -- expiry parsed: a malformed one fails before any write
 local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
 local retain, maxlen = ARGV[9], ARGV[10] -- retain: the digits PEXPIREAT takes
-local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id)
+local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id, nil, ARGV[27])
 if not s then return no_day() end
 s.diverged = diverged(K, s, ARGV[11], ARGV[12]) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
 if s.diverged then return shard_reply(5, 0, s) end

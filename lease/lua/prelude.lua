@@ -190,6 +190,22 @@ end
 -- field at once, as the helpers do without a deferred shard.
 local deferred = nil
 
+-- The packed report counters. A grant, renewal or release raises six of the
+-- report's counters: events, leases, granted, spent, returned and closed.
+-- Called with the switch on (the ledger's Config.PackedCounters: its last
+-- argument 1), it keeps them not in r_events ... r_closed but in one field,
+-- rp: six big-endian doubles (struct.pack '>dddddd', 48 bytes, within
+-- hash-max-listpack-value's 64), each an integer below 2^53 and so exact.
+-- One field read and written, not six: ~28k instructions a call. Every
+-- other script, and these three with the switch off, raise r_* as before.
+-- Invariant: a shard's report counter is its r_* field plus rp's part, and
+-- every reader sums both (lease/report.go, lease/audit.go, below_cap), so
+-- daemons of both releases, and with either setting, may share a shard.
+-- A count that would reach 2^53 in rp is raised in r_* instead.
+-- packed: this call's switch (load_shard_deferred sets it).
+local packed = false
+local RP_EXACT = 9007199254740992
+
 -- read_at is what a deferred shard's HMGET read for field (a string, or
 -- false if absent), nil if it did not read it (load_shard_deferred: the
 -- call's own fields, hf and the runs' u1 and u2, are the reply's first
@@ -319,6 +335,12 @@ local function store_shard(key, s)
     end
   end
   local leases = s.put and s.put.r_leases
+  if s.rcw then
+    local rc = s.rc
+    args[#args + 1] = 'rp'
+    args[#args + 1] = struct.pack('>dddddd', rc[1], rc[2], rc[3], rc[4], rc[5], rc[6])
+    leases = rc[2] -- packed, the leases rp counts
+  end
   if leases and leases % BUSY_LEASES == 0 then
     args[#args + 1] = 'enc'
     args[#args + 1] = ENC
@@ -412,12 +434,13 @@ end
 local exported = {}
 
 -- below_cap reports whether the shard's stream cannot exceed maxlen with
--- one more entry, by the deferred shard's r_events; false if that is not
+-- one more entry, by the deferred shard's r_events plus rp's events; false if that is not
 -- known without a command.
 local function below_cap(maxlen)
   if not (deferred and deferred.key == KEYS[1]) then return false end
   local n = state_get(KEYS[1], 'r_events')
   if not n then return false end
+  if deferred.rc then n = n + deferred.rc[1] end -- the events rp counts (packed)
   return n + 1 <= (maxlen or 0) + 0 -- a lease call's argument, digits: one parse (tonumber parses twice)
 end
 
@@ -438,9 +461,28 @@ local function append(key, maxlen, ...)
   end
 end
 
+-- count_packed raises a lease call's counters in rp (see packed), and
+-- reports whether it did: not if a count would reach 2^53.
+local function count_packed(d, ev, amount, unused)
+  local rc = d.rc or {0, 0, 0, 0, 0, 0}
+  local e, l, g, sp, r, c = rc[1] + 1, rc[2], rc[3], rc[4], rc[5], rc[6]
+  if ev == 'grant' then
+    l, g = l + 1, g + amount
+  else
+    sp, r, c = sp + amount - unused, r + unused, c + amount
+  end
+  if e >= RP_EXACT or l >= RP_EXACT or g >= RP_EXACT or sp >= RP_EXACT or r >= RP_EXACT or c >= RP_EXACT then return false end
+  d.rc, d.rcw = {e, l, g, sp, r, c}, true
+  return true
+end
+
 -- count_event raises the report's counters for an event ev of amount
 -- micros (a release's: unused of them given back).
 local function count_event(ev, amount, unused)
+  local d = deferred
+  if packed and d and d.key == KEYS[1] and (ev == 'grant' or ev == 'release') and count_packed(d, ev, amount, unused) then
+    return
+  end
   local st = KEYS[1]
   state_incr(st, 'r_events', 1)
   if ev == 'open' or ev == 'adjust' then
@@ -975,17 +1017,26 @@ end
 -- its usual path uses. A kind is built once, when the library loads: its
 -- names (the fields after the call's own three), how many of them are money
 -- (FIELDS' first), and at, each name's position in the HMGET's reply.
+-- Each kind has two forms: off, the counters r_* (and rp, which a shard
+-- written with the switch on holds: below_cap sums it), and on (packed), rp
+-- for the lease calls' counters (r_events still: below_cap sums both).
 local GRANT_FIELDS = {'r_leases', 'r_granted', 'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}
 local CLOSE_FIELDS = {'r_spent', 'r_returned', 'r_closed'}
-local function read_kind(money, grant, closes)
+local GRANT_FIELDS_PACKED = {'frozen_until', 'holds', 'fair_sum', 'fair_supply', 'fair_avail', 'fair_epoch'}
+local function read_form(money, grant, closes, on)
   local names, at = {}, {}
   for i = 1, money do names[i] = FIELDS[i] end
   names[#names + 1] = 'dk'
   names[#names + 1] = 'r_events'
-  if grant then for i = 1, #GRANT_FIELDS do names[#names + 1] = GRANT_FIELDS[i] end end
-  if closes then for i = 1, #CLOSE_FIELDS do names[#names + 1] = CLOSE_FIELDS[i] end end
+  names[#names + 1] = 'rp'
+  local gf = on and GRANT_FIELDS_PACKED or GRANT_FIELDS
+  if grant then for i = 1, #gf do names[#names + 1] = gf[i] end end
+  if closes and not on then for i = 1, #CLOSE_FIELDS do names[#names + 1] = CLOSE_FIELDS[i] end end
   for i = money + 1, #names do at[names[i]] = i + 3 end
   return {names = names, money = money, at = at}
+end
+local function read_kind(money, grant, closes)
+  return {off = read_form(money, grant, closes, false), on = read_form(money, grant, closes, true)}
 end
 local GRANT_READ = read_kind(#FIELDS, true, false)
 local RENEW_READ = read_kind(#FIELDS, true, true)
@@ -1004,7 +1055,9 @@ local RELEASE_READ = read_kind(9, false, true)
 -- rehashed at every power of two (building a shard so took more
 -- instructions than its curve's arithmetic). Its fields are read as stored
 -- reads them, written out: a Lua function call costs ~240 instructions.
-local function load_shard_deferred(key, kind, kseq, id1, id2)
+local function load_shard_deferred(key, kinds, kseq, id1, id2, on)
+  packed = on == '1'
+  local kind = packed and kinds.on or kinds.off
   local hf, u1, u2 = nil, 'u:' .. run_of(id1), nil
   if kseq and kseq > 0 then hf = HISTORY_FIELDS[kseq % HISTORY + 1] end
   if id2 then
@@ -1015,7 +1068,7 @@ local function load_shard_deferred(key, kind, kseq, id1, id2)
   -- needed), so that the kind's fixed names can follow them in one unpack.
   local v = redis_call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
   if not v[4] then return nil end
-  local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil,
+  local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil, rc = nil, rcw = nil,
     budget = (v[4] or 0) + 0, locked = (v[5] or 0) + 0, available = (v[6] or 0) + 0, leased = (v[7] or 0) + 0,
     spent = (v[8] or 0) + 0, lost = (v[9] or 0) + 0, owed = (v[10] or 0) + 0, seq = (v[11] or 0) + 0, tip = (v[12] or 0) + 0,
     cppb = nil, closed = nil, adv = nil, hr = nil, hrel = nil}
@@ -1025,6 +1078,11 @@ local function load_shard_deferred(key, kind, kseq, id1, id2)
   s.o = {budget = s.budget, locked = s.locked, available = s.available, leased = s.leased, spent = s.spent,
     lost = s.lost, owed = s.owed, seq = s.seq, tip = s.tip,
     cppb = s.cppb, closed = s.closed, adv = s.adv, hr = s.hr, hrel = s.hrel}
+  local rp = v[kind.at.rp]
+  if rp then -- parsed before any write: a malformed rp fails the call whole
+    local e, l, g, sp, r, c = struct.unpack('>dddddd', rp)
+    s.rc = {e, l, g, sp, r, c}
+  end
   deferred = s
   return s
 end
@@ -1058,7 +1116,8 @@ local function grant_new(K, s, id, holder, want, es, ms, maxlen)
   index_due(es)
   audit_lease(K.audit, maxlen, 'grant', g, 0, 'ev', 'grant', 'lease', id, 'holder', holder,
     'amount', gs, 'expiry', es, 'ms', ms)
-  if num(state_get(K.state, 'r_leases')) % BUSY_LEASES == 0 then
+  local leases = s.rcw and s.rc[2] or num(state_get(K.state, 'r_leases')) -- packed, the leases rp counts
+  if leases % BUSY_LEASES == 0 then
     note_done(K)
     redis_call('HSET', K.done, DONE_ENC, '1')
   end
@@ -1239,6 +1298,7 @@ local function begin_call()
   math_floor = math.floor
   created = {}
   deferred = nil
+  packed = false
   exported = {}
   done_seen = false
 end

@@ -2,9 +2,10 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [refunded]]]]]]]]]]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [refunded [packed]]]]]]]]]]]]
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
 -- refunded: bidders' refunds the holder accepted since its last report, recorded in the release's entry (release_lease).
+-- packed: 1 keeps this call's report counters in rp (prelude's packed); absent: in r_*.
 -- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
 -- min: grant nothing rather than less than min micros (0: any amount).
 -- shards: how many shards the campaign-day has (release_by_curve's ramp).
@@ -17,7 +18,7 @@ local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7]) -- expiry parsed: a malformed one fails before any write
 local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
 local retain, maxlen = ARGV[11], ARGV[12] -- retain: the digits PEXPIREAT takes
-local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id)
+local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id, ARGV[30])
 if not s then local r = no_day(); r[13] = -1; return r end
 s.diverged = diverged(K, s, ARGV[13], ARGV[14]) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
 local st, credited = release_lease(K, s, old_id, unused, ARGV[2], ARGV[7], maxlen, argnum(ARGV[29]))
