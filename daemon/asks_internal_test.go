@@ -53,20 +53,7 @@ func lostGrantAnswer(t *testing.T, crash bool) {
 		d.Step(ctx)
 		spendAll(t, d, 10)
 	}
-	c, ok := d.campaigns.get("c")
-	if !ok {
-		t.Fatal("campaign c not loaded")
-	}
-	// One grant: it runs, and its answer is lost, as are the ledger's own
-	// retries' (each finds the lease granted, and is cut off too).
-	c.loopMu.Lock()
-	for range 10 {
-		proxy.ResetAfter(faultproxy.Scripts)
-	}
-	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 1_000_000, 0, false, nil)
-	proxy.Disarm()
-	lost := append([]ask(nil), c.unanswered...)
-	c.loopMu.Unlock()
+	lost := loseGrantAnswer(t, d, proxy, clock.Now())
 	asks := j.Asks()
 	if len(lost) != 1 || len(asks) != 1 || asks[0].ID != lost[0].id {
 		t.Fatalf("after the lost answer: %d asks unresolved in the daemon, journal asks %+v; want the one call's", len(lost), asks)
@@ -99,6 +86,26 @@ func lostGrantAnswer(t *testing.T, crash bool) {
 	if a := j.Asks(); len(a) != 0 {
 		t.Fatalf("journal asks left unresolved: %+v", a)
 	}
+}
+
+// loseGrantAnswer makes one grant of campaign c on shard 0 whose answer is
+// lost, as are the ledger's own retries' (each finds the lease granted,
+// and is cut off too), and returns the asks the daemon then holds
+// unresolved.
+func loseGrantAnswer(t *testing.T, d *Daemon, proxy *faultproxy.Proxy, now time.Time) []ask {
+	t.Helper()
+	c, ok := d.campaigns.get("c")
+	if !ok {
+		t.Fatal("campaign c not loaded")
+	}
+	c.loopMu.Lock()
+	defer c.loopMu.Unlock()
+	for range 10 {
+		proxy.ResetAfter(faultproxy.Scripts)
+	}
+	c.grant(context.Background(), now, c.settings.Load(), c.day.Load(), 0, 1_000_000, 0, false, nil)
+	proxy.Disarm()
+	return append([]ask(nil), c.unanswered...)
 }
 
 // releasedUnused returns the unused micros of lease id's release entry in
@@ -212,18 +219,7 @@ func TestRestartChargesWhatARestoreForgotAfterALostAnswer(t *testing.T) {
 	}
 	d, j, _ := start()
 	run(d, 5)
-	c, ok := d.campaigns.get("c")
-	if !ok {
-		t.Fatal("campaign c not loaded")
-	}
-	c.loopMu.Lock()
-	for range 10 {
-		proxy.ResetAfter(faultproxy.Scripts)
-	}
-	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 1_000_000, 0, false, nil)
-	proxy.Disarm()
-	lost := append([]ask(nil), c.unanswered...)
-	c.loopMu.Unlock()
+	lost := loseGrantAnswer(t, d, proxy, clock.Now())
 	if len(lost) != 1 {
 		t.Fatalf("%d asks unresolved after the lost answer; want 1", len(lost))
 	}
@@ -234,6 +230,7 @@ func TestRestartChargesWhatARestoreForgotAfterALostAnswer(t *testing.T) {
 	}
 	snap := srv.Snapshot(key.RedisKeys()...)
 	before := allowed
+	c, _ := d.campaigns.get("c")
 	c.loopMu.Lock() // a grant fed into the bucket, that the restore takes away
 	c.grant(ctx, clock.Now(), c.settings.Load(), c.day.Load(), 0, 300_000, 0, false, nil)
 	c.loopMu.Unlock()
