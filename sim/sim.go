@@ -336,8 +336,13 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 
 // ledgerConfig is every ledger's configuration in the run. The scenario's
 // day is simulated, often in the past of Redis's own clock: its keys must
-// not expire the moment they are written.
-func ledgerConfig() lease.Config { return lease.Config{Retention: 100 * 365 * 24 * time.Hour} }
+// not expire the moment they are written. A run's Redis holds no pacer
+// keys before it and no reader of an earlier release, as a fleet's after
+// the second step of an upgrade (docs/OPERATIONS.md, "Upgrades"): its lease
+// calls keep their report counters packed (lease.Config.PackedCounters).
+func ledgerConfig() lease.Config {
+	return lease.Config{Retention: 100 * 365 * 24 * time.Hour, PackedCounters: true}
+}
 
 // connect opens the run's counted Redis clients (pacer's daemons, the
 // reconciler, each baseline and the observer) and the reconciler's and the
