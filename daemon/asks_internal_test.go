@@ -35,18 +35,7 @@ func lostGrantAnswer(t *testing.T, crash bool) {
 	ctx := context.Background()
 	srv, proxy, ledger, direct := proxiedLedger(t)
 	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
-	path := filepath.Join(t.TempDir(), "leases.journal")
-	start := func() (*Daemon, *Journal, []JournalLease) {
-		j, left, err := OpenJournal(path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}, Journal: j})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d, j, left
-	}
+	start := journaledDaemon(t, ledger, clock, filepath.Join(t.TempDir(), "leases.journal"))
 	d, j, _ := start()
 	for range 5 {
 		clock.Add(time.Second)
@@ -85,6 +74,25 @@ func lostGrantAnswer(t *testing.T, crash bool) {
 	}
 	if a := j.Asks(); len(a) != 0 {
 		t.Fatalf("journal asks left unresolved: %+v", a)
+	}
+}
+
+// journaledDaemon returns a function that starts a daemon "h" on ledger and
+// clock, on the journal at path (a restart on the file a run left): the
+// daemon, its journal, and the leases the journal left open.
+func journaledDaemon(t *testing.T, ledger *lease.Ledger, clock *clocktest.Manual, path string) func() (*Daemon, *Journal, []JournalLease) {
+	return func() (*Daemon, *Journal, []JournalLease) {
+		t.Helper()
+		j, left, err := OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second},
+			Journal: j, Logger: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, j, left
 	}
 }
 
@@ -189,18 +197,7 @@ func TestRestartChargesWhatARestoreForgotAfterALostAnswer(t *testing.T) {
 	ctx := context.Background()
 	srv, proxy, ledger, direct := proxiedLedger(t)
 	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
-	path := filepath.Join(t.TempDir(), "leases.journal")
-	start := func() (*Daemon, *Journal, []JournalLease) {
-		j, left, err := OpenJournal(path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}, Journal: j, Logger: zaptest.NewLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d, j, left
-	}
+	start := journaledDaemon(t, ledger, clock, filepath.Join(t.TempDir(), "leases.journal"))
 	var allowed int64
 	run := func(d *Daemon, seconds int) {
 		for range seconds {
