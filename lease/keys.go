@@ -21,7 +21,7 @@ import (
 //	pacer:{c/d/s}:audit   stream every change to money on the shard
 //	pacer:{c/d/s}:moves   hash   move id -> "out|amount|peer|pending|done" or "in|amount|peer" (rebalancing)
 //	pacer:{c/d/s}:ops     hash   op id -> "applied|owed" (budget changes, exactly once)
-//	pacer:{c/d/s}:fair    zset   holder by its recent demand (micros/s), for fair shares
+//	pacer:{c/d/s}:fair    hash   holder -> "demand|epoch|supply" (its recent demand, micros/s, for fair shares)
 //	pacer:{c/d/s}:fairexp zset   holder by when its demand is forgotten (expiry_ms)
 //	pacer:campaign:{<id>} hash   campaign settings
 //	pacer:campaigns       set    campaign ids
