@@ -58,7 +58,8 @@ func BenchmarkGrantDurability(b *testing.B) {
 			for i := range b.N {
 				_, err := bc.policy.run(ctx, rdb, grantScript, k.keys(),
 					"l"+strconv.Itoa(i), "h", 1000, now.Add(30*time.Second).UnixMilli(), now.UnixMilli(),
-					1_000_000_000, 1_000_000_000, 4000, now.Add(100*24*time.Hour).UnixMilli(), 1000).Int64Slice()
+					now.Add(100*24*time.Hour).UnixMilli(), 1000, 0, 0,
+					callNumbers(1_000_000_000, 1_000_000_000, 4000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)).Int64Slice()
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -33,7 +33,7 @@ func (l *Ledger) BeginDayOpForTest(ctx context.Context, campaign, day, opID stri
 // a Cluster it writes its slot's index entry and no anchor.
 func (l *Ledger) GrantPreviousReleaseForTest(t *testing.T, req GrantRequest) int64 {
 	t.Helper()
-	st, g, _, _, err := l.run(context.Background(), loadPreviousRelease(t).grant, req.Shard, l.grantArgs(req)...)
+	st, g, _, _, err := l.run(context.Background(), loadPreviousRelease(t).grant, req.Shard, l.previousGrantArgs(req)...)
 	if err != nil || st != 0 || g <= 0 {
 		t.Fatalf("the previous release's grant on %s: status %d, granted %d: %v", req.Shard, st, g, err)
 	}

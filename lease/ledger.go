@@ -27,9 +27,11 @@ import (
 	"context"
 	"crypto/rand"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -754,15 +756,33 @@ func grantRefusal(status int64) error {
 }
 
 // grantArgs is a grant's script arguments, in grant.lua's ARGV order (and
-// renew.lua's, after the ending lease's id and unused micros).
+// renew.lua's, after the ending lease's id and unused micros): first those
+// the script hashes into the shard's history (the first five) or writes as
+// their digits, then, in one argument, the numbers it only computes with
+// (callNumbers).
 func (l *Ledger) grantArgs(r GrantRequest) []any {
 	return []any{
 		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
-		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48 * time.Hour)), l.cfg.AuditMaxLen,
-		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
-		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
-		r.Known.Granted, r.Known.Returned, r.Pace.Ahead,
+		l.retainUntil(r.DayStart.Add(48 * time.Hour)), l.cfg.AuditMaxLen, r.Known.Seq, r.Known.Tip,
+		callNumbers(r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), r.Pace.Unit, r.Pace.CatchUpPermille,
+			r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
+			r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
+			r.Known.Granted, r.Known.Returned, r.Pace.Ahead),
 	}
+}
+
+// callNumbers is one script argument holding vs as big-endian doubles (Lua's
+// struct.unpack '>d…'). Each number a script argument of its own cost the
+// script a Lua string and a parse (~1.3k instructions; a grant passed 17
+// such): one unpack reads them all. A script reads every number as a
+// double, so the value is the same either way: float64(v) rounds to
+// nearest, as Lua's parse of v's digits does, and is v exactly below 2^53.
+func callNumbers(vs ...int64) string {
+	b := make([]byte, 8*len(vs))
+	for i, v := range vs {
+		binary.BigEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+	}
+	return string(b)
 }
 
 // packedArg appends a lease call's last argument, packed (1), when

@@ -100,3 +100,43 @@ func TestGrantArgumentsFollowTheScriptsHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A grant's and renewal's numbers argument (callNumbers) holds as many
+// doubles as the scripts' CALL_NUMBERS unpacks and grant.lua's header
+// names: a number added on one side only would shift every one after it.
+func TestGrantNumbersFollowTheScriptsHeader(t *testing.T) {
+	args := (&Ledger{}).grantArgs(GrantRequest{LeaseID: "l", Holder: "h"})
+	packed, ok := args[len(args)-1].(string)
+	if !ok || len(packed)%8 != 0 {
+		t.Fatalf("grantArgs' last argument is %T of %d bytes; want the numbers, 8 bytes each", args[len(args)-1], len(packed))
+	}
+	m := regexp.MustCompile(`(?m)^local CALL_NUMBERS = '>(d*)'$`).FindStringSubmatch(luaPrelude)
+	if m == nil {
+		t.Fatal("prelude.lua has no CALL_NUMBERS literal of doubles")
+	}
+	src, err := os.ReadFile("lua/grant.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := regexp.MustCompile(`(?m)^-- numbers: CALL_NUMBERS \(prelude\.lua\): (.*)\.$`).FindStringSubmatch(string(src))
+	if h == nil {
+		t.Fatal("grant.lua's header does not name its numbers")
+	}
+	names := strings.Fields(h[1])
+	if len(packed)/8 != len(m[1]) || len(names) != len(m[1]) {
+		t.Errorf("grantArgs packs %d numbers, CALL_NUMBERS unpacks %d, grant.lua names %d (%v)", len(packed)/8, len(m[1]), len(names), names)
+	}
+	for _, f := range []string{"lua/grant.lua", "lua/renew.lua"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := regexp.MustCompile(`(?m)^local (.*) = struct\.unpack\(CALL_NUMBERS, ARGV\[\d+\]\)$`).FindStringSubmatch(string(src))
+		if u == nil {
+			t.Fatalf("%s does not unpack its numbers with CALL_NUMBERS", f)
+		}
+		if got := strings.Split(u[1], ", "); len(got) != len(names) {
+			t.Errorf("%s unpacks %d numbers into %v; grant.lua's header names %d", f, len(got), got, len(names))
+		}
+	}
+}

@@ -22,6 +22,20 @@ type previousRelease struct{ grant, renew, release, settle *function }
 // loadPreviousRelease is release 3a9230c's library.
 func loadPreviousRelease(t *testing.T) previousRelease { return loadRelease(t, "3a9230c") }
 
+// previousGrantArgs is r's grant arguments as the releases kept in testdata
+// take them (and every release before callNumbers): each number an
+// argument of its own, as decimal digits. A daemon of such a release sends
+// them so to its own library.
+func (l *Ledger) previousGrantArgs(r GrantRequest) []any {
+	return []any{
+		r.LeaseID, r.Holder, r.Want, r.Expiry.UnixMilli(), r.Now.UnixMilli(),
+		r.Pace.Now, r.Pace.Cap, r.Grace.Milliseconds(), l.retainUntil(r.DayStart.Add(48 * time.Hour)), l.cfg.AuditMaxLen,
+		r.Known.Seq, r.Known.Tip, r.Pace.Unit, r.Pace.CatchUpPermille, r.Demand, r.DemandTTL.Milliseconds(), r.Min, r.Pace.Shards,
+		r.Pace.Hour, r.Pace.HourPPB, r.Pace.HourPermille, r.Pace.HourUnit, flag(r.Pace.HourNoBid),
+		r.Known.Granted, r.Known.Returned, r.Pace.Ahead,
+	}
+}
+
 func loadRelease(t *testing.T, rev string) previousRelease {
 	t.Helper()
 	dir := filepath.Join("testdata", "release-"+rev)
@@ -185,7 +199,7 @@ func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k Sha
 	var extra []int64
 	var err error
 	if old {
-		st, g, sh, _, err = l.run(ctx, prev.grant, k, l.grantArgs(h.request(k, id, now, day0))...)
+		st, g, sh, _, err = l.run(ctx, prev.grant, k, l.previousGrantArgs(h.request(k, id, now, day0))...)
 	} else {
 		var gr Grant
 		gr, err = l.Grant(ctx, h.request(k, id, now, day0))
@@ -196,7 +210,7 @@ func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k Sha
 	}
 	h.seen(t, what+": grant", st, sh, g, 0)
 	if old {
-		st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.grantArgs(h.request(k, id+"r", now, day0))...)...)
+		st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.previousGrantArgs(h.request(k, id+"r", now, day0))...)...)
 		if err == nil && (len(extra) == 0 || extra[0] != 0) {
 			t.Fatalf("%s: renew: grant status %v", what, extra)
 		}

@@ -1,7 +1,8 @@
 -- grant: settles the shard's expired leases, releases budget along the curve, and
 -- leases up to want micros from available. Idempotent by lease id.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: lease_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [packed]]]]]]]]]]]
+-- ARGV: lease_id holder want expiry_ms now_ms retain_until_ms audit_maxlen known_seq known_tip numbers [packed]
+-- numbers: CALL_NUMBERS (prelude.lua): c_now c_cap grace_ms unit catch_up demand demand_ttl_ms min shards hour hour_ppb hour_permille hour_unit hour_no_bid known_granted known_returned ahead.
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
 -- packed: 1 keeps this call's report counters in rp (prelude's packed); absent: in r_*.
 -- ahead: the most spent + leased + available may stand beyond the plan's due (release_by_curve; 0 or absent: no such bound).
@@ -19,11 +20,11 @@
 local K = keys_of(KEYS)
 local id, holder = ARGV[1], ARGV[2]
 local want, expiry, now = argnum(ARGV[3]), argnum(ARGV[4]), argnum(ARGV[5]) -- expiry parsed: a malformed one fails before any write
-local c_now, c_cap, grace = argnum(ARGV[6]), argnum(ARGV[7]), argnum(ARGV[8])
-local retain, maxlen = ARGV[9], ARGV[10] -- retain: the digits PEXPIREAT takes
-local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[11]), id, nil, ARGV[27])
+local retain, maxlen = ARGV[6], ARGV[7] -- retain: the digits PEXPIREAT takes
+local c_now, c_cap, grace, unit, catch_up, demand, demand_ttl, least, shards, hour, hour_ppb, hour_permille, hour_unit, hour_no_bid, known_granted, known_returned, ahead = struct.unpack(CALL_NUMBERS, ARGV[10])
+local s = load_shard_deferred(K.state, GRANT_READ, argnum(ARGV[8]), id, nil, ARGV[11])
 if not s then return no_day() end
-s.diverged = diverged(K, s, ARGV[11], ARGV[12]) or run_behind(K, id, argnum(ARGV[24]), argnum(ARGV[25]))
+s.diverged = diverged(K, s, ARGV[8], ARGV[9]) or run_behind(K, id, known_granted, known_returned)
 if s.diverged then return shard_reply(5, 0, s) end
 local cur = redis_call('HGET', K.leases, id)
 if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
@@ -34,11 +35,11 @@ if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s
 if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
 pay_owed(s)
-local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[13]), argnum(ARGV[14]), 0, (argnum(ARGV[18]) or 0) > 1, hour_arg(ARGV[19], ARGV[20], ARGV[21], ARGV[22], ARGV[23]), (argnum(ARGV[26]) or 0))
+local window = release_by_curve(s, c_now, c_cap, unit, catch_up, 0, shards > 1, hour_arg(hour, hour_ppb, hour_permille, hour_unit, hour_no_bid), ahead)
 local take = want
-local cap = fair_cap(holder, argnum(ARGV[15]), argnum(ARGV[16]), now, retain, s, window, argnum(ARGV[17]))
+local cap = fair_cap(holder, demand, demand_ttl, now, retain, s, window, least)
 if cap and cap < take then take = cap end
-take = all_or_nothing(s, take, argnum(ARGV[17]))
+take = all_or_nothing(s, take, least)
 local g = grant_new(K, s, id, holder, take, ARGV[4], ARGV[5], maxlen)
 fair_granted(s)
 index_low(s, want, now)

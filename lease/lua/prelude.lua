@@ -31,13 +31,21 @@ local function num(v)
 end
 
 -- argnum is a numeric script argument (ARGV[i]) as a number, nil if the
--- caller left it out. The ledger's Go side sends every numeric argument as
--- decimal digits: Lua's coercion parses them once, in the VM, where
--- tonumber is a C call that parses twice (a grant passes some 20 numbers).
+-- caller left it out. The ledger's Go side sends a numeric argument as
+-- decimal digits (but a grant's or renewal's numbers argument,
+-- CALL_NUMBERS): Lua's coercion parses them once, in the VM, where tonumber
+-- is a C call that parses twice.
 local function argnum(v)
   if v == nil then return nil end
   return v + 0
 end
+
+-- CALL_NUMBERS is the struct format of a grant's or renewal's numbers
+-- argument (the ledger's callNumbers): 17 big-endian doubles, each an int64
+-- the Go side had, read by one struct.unpack where 17 arguments of their own
+-- cost a Lua string and a parse each. A literal: string.rep is not there
+-- while the library loads.
+local CALL_NUMBERS = '>ddddddddddddddddd'
 
 -- digits is tonumber for a pattern's capture of decimal digits (nil if
 -- the pattern did not match): one parse, in the VM, where tonumber, a C

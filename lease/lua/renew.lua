@@ -2,7 +2,8 @@
 -- available) and grants its successor on the same shard, so a steady campaign
 -- needs one ledger round trip per lease window. Idempotent by both lease ids.
 -- KEYS: state leases exp done audit moves ops [due low [fair fair_exp]]
--- ARGV: old_id unused new_id holder want expiry_ms now_ms c_now c_cap grace_ms retain_until_ms audit_maxlen [known_seq known_tip [unit catch_up [demand demand_ttl_ms [min [shards [hour hour_ppb hour_permille [hour_unit [hour_no_bid [known_granted known_returned [ahead [refunded [packed]]]]]]]]]]]]
+-- ARGV: old_id unused new_id holder want expiry_ms now_ms retain_until_ms audit_maxlen known_seq known_tip numbers refunded [packed]
+-- numbers: as grant's (CALL_NUMBERS, prelude.lua).
 -- known_granted known_returned: the caller run's acknowledged totals on the shard (run_behind).
 -- refunded: bidders' refunds the holder accepted since its last report, recorded in the release's entry (release_lease).
 -- packed: 1 keeps this call's report counters in rp (prelude's packed); absent: in r_*.
@@ -16,12 +17,12 @@
 local K = keys_of(KEYS)
 local old_id, unused, id, holder = ARGV[1], argnum(ARGV[2]), ARGV[3], ARGV[4]
 local want, expiry, now = argnum(ARGV[5]), argnum(ARGV[6]), argnum(ARGV[7]) -- expiry parsed: a malformed one fails before any write
-local c_now, c_cap, grace = argnum(ARGV[8]), argnum(ARGV[9]), argnum(ARGV[10])
-local retain, maxlen = ARGV[11], ARGV[12] -- retain: the digits PEXPIREAT takes
-local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[13]), old_id, id, ARGV[30])
+local retain, maxlen = ARGV[8], ARGV[9] -- retain: the digits PEXPIREAT takes
+local c_now, c_cap, grace, unit, catch_up, demand, demand_ttl, least, shards, hour, hour_ppb, hour_permille, hour_unit, hour_no_bid, known_granted, known_returned, ahead = struct.unpack(CALL_NUMBERS, ARGV[12])
+local s = load_shard_deferred(K.state, RENEW_READ, argnum(ARGV[10]), old_id, id, ARGV[14])
 if not s then local r = no_day(); r[13] = -1; return r end
-s.diverged = diverged(K, s, ARGV[13], ARGV[14]) or run_behind(K, id, argnum(ARGV[26]), argnum(ARGV[27]))
-local st, credited = release_lease(K, s, old_id, unused, ARGV[2], ARGV[7], maxlen, argnum(ARGV[29]))
+s.diverged = diverged(K, s, ARGV[10], ARGV[11]) or run_behind(K, id, known_granted, known_returned)
+local st, credited = release_lease(K, s, old_id, unused, ARGV[2], ARGV[7], maxlen, argnum(ARGV[13]))
 if type(st) == 'table' then
   touch_unstored()
   return st
@@ -45,16 +46,16 @@ elseif held(K) then
 else
   settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
   pay_owed(s)
-  local window = release_by_curve(s, c_now, c_cap, argnum(ARGV[15]), argnum(ARGV[16]), st == 0 and credited or 0, (argnum(ARGV[20]) or 0) > 1, hour_arg(ARGV[21], ARGV[22], ARGV[23], ARGV[24], ARGV[25]), (argnum(ARGV[28]) or 0))
+  local window = release_by_curve(s, c_now, c_cap, unit, catch_up, st == 0 and credited or 0, shards > 1, hour_arg(hour, hour_ppb, hour_permille, hour_unit, hour_no_bid), ahead)
   -- A fair share of what is available, plus what the ending lease just gave
   -- back: it was this holder's, fairly granted, and its tokens are carried.
   local take = want
-  local cap = fair_cap(holder, argnum(ARGV[17]), argnum(ARGV[18]), now, retain, s, window, argnum(ARGV[19]))
+  local cap = fair_cap(holder, demand, demand_ttl, now, retain, s, window, least)
   if cap then
     if st == 0 then cap = cap + credited end
     if cap < take then take = cap end
   end
-  take = all_or_nothing(s, take, argnum(ARGV[19]))
+  take = all_or_nothing(s, take, least)
   g = grant_new(K, s, id, holder, take, ARGV[6], ARGV[7], maxlen)
   fair_granted(s)
   index_low(s, want, now)
