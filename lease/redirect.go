@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +31,8 @@ import (
 // it runs at most once. (Had it run, sending it again would still be safe:
 // every ledger script is idempotent by its id, which is how runScript
 // re-sends one whose reply was lost.) A MOVED re-reads the client's slot
-// map, so that the next calls go straight to the slot's master. A call
+// map, so that the next calls go straight to the slot's master; the calls
+// answered MOVED at once share one read (slotMapReads). A call
 // follows at most maxRedirects such answers; the next fails it with
 // ErrRedirected, nothing having run.
 const (
@@ -100,30 +103,94 @@ func (r redirection) next(ctx context.Context, cc *redis.ClusterClient, key stri
 	return masterAt(ctx, cc, r.addr, key)
 }
 
-// masterAt re-reads cc's slot map (ForEachMaster reads it afresh before it
-// iterates) and returns its master at addr or, if the new map has none
-// there (the node it was read from has not learned of it yet), the master
-// it names for key.
+// masterAt re-reads cc's slot map (slotMapOf: one read for the calls
+// answered MOVED meanwhile) and returns its master at addr or, if the new
+// map has none there (the node it was read from has not learned of it
+// yet), the master it names for key.
 func masterAt(ctx context.Context, cc *redis.ClusterClient, addr, key string) (*redis.Client, error) {
-	var (
-		mu sync.Mutex
-		at *redis.Client
-	)
-	err := cc.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-		if m.Options().Addr == addr {
-			mu.Lock()
-			at = m
-			mu.Unlock()
-		}
-		return nil
-	})
+	masters, err := slotMapOf(cc).read(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("re-reading the slot map: %w", err)
 	}
-	if at != nil {
+	if at := masters[addr]; at != nil {
 		return at, nil
 	}
 	return cc.MasterForKey(ctx, key)
+}
+
+// slotMapReads coalesces a Cluster client's slot-map re-reads. After a
+// failover every call in flight to the old master is answered MOVED at
+// once; a re-read each was a CLUSTER SLOTS per call, on a Cluster that is
+// recovering, bounded only by the calls in flight. The rule: a call
+// answered MOVED joins the read in flight, if there is one, or starts one;
+// so the calls of one wave share a read. A read that began just before a
+// call's MOVED may not show the move yet; the call is then sent where the
+// map says, answered MOVED again, and joins a later read (at most
+// maxRedirects answers a call, as ever).
+type slotMapReads struct {
+	mu  sync.Mutex
+	cur *slotMapRead // the read in flight; nil: none
+}
+
+// slotMapRead is one re-read of the slot map: done is closed when masters
+// (by address) or err is set.
+type slotMapRead struct {
+	done    chan struct{}
+	masters map[string]*redis.Client
+	err     error
+}
+
+// slotMaps holds each Cluster client's slotMapReads, keyed weakly: an
+// entry goes when its client is collected.
+var slotMaps sync.Map // weak.Pointer[redis.ClusterClient] -> *slotMapReads
+
+func slotMapOf(cc *redis.ClusterClient) *slotMapReads {
+	key := weak.Make(cc)
+	if m, ok := slotMaps.Load(key); ok {
+		return m.(*slotMapReads)
+	}
+	m, loaded := slotMaps.LoadOrStore(key, new(slotMapReads))
+	if !loaded {
+		runtime.AddCleanup(cc, func(k weak.Pointer[redis.ClusterClient]) { slotMaps.Delete(k) }, key)
+	}
+	return m.(*slotMapReads)
+}
+
+// read returns the masters of the read in flight, or of one it starts. The
+// read runs on its own, with ctx's values but not its cancellation (the
+// client's timeouts bound it), so that one caller giving up fails none of
+// the others; each caller waits as long as its own ctx allows.
+func (m *slotMapReads) read(ctx context.Context, cc *redis.ClusterClient) (map[string]*redis.Client, error) {
+	m.mu.Lock()
+	r := m.cur
+	if r == nil {
+		r = &slotMapRead{done: make(chan struct{}), masters: map[string]*redis.Client{}}
+		m.cur = r
+		go m.run(context.WithoutCancel(ctx), cc, r)
+	}
+	m.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.masters, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run reads the map (ForEachMaster reads it afresh before it iterates) into
+// r, then lets the next MOVED start a new read.
+func (m *slotMapReads) run(ctx context.Context, cc *redis.ClusterClient, r *slotMapRead) {
+	var mu sync.Mutex
+	r.err = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		r.masters[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	})
+	m.mu.Lock()
+	m.cur = nil
+	m.mu.Unlock()
+	close(r.done)
 }
 
 // queueAsking queues ASKING on p if asking: the target of an ASK runs a

@@ -3,9 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,10 +31,17 @@ import (
 // campaign c's 8 shards of 2026-11-21 open.
 func replicasLedger(t *testing.T) (*redistest.Cluster, *frozenSlots, *lease.Ledger) {
 	t.Helper()
+	return replicasLedgerWith(t, nil)
+}
+
+// replicasLedgerWith is replicasLedger whose Cluster client makes its node
+// clients with newClient (nil: go-redis's own).
+func replicasLedgerWith(t *testing.T, newClient func(*redis.Options) *redis.Client) (*redistest.Cluster, *frozenSlots, *lease.Ledger) {
+	t.Helper()
 	cl := redistest.StartCluster(t, 3, 1)
 	fs := &frozenSlots{seed: cl.Nodes[0].Client()}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Seed()}, ContextTimeoutEnabled: true, MaxRetries: -1,
-		ClusterSlots: fs.load})
+		ClusterSlots: fs.load, NewClient: newClient})
 	cc.AddHook(redisretry.Reads{})
 	t.Cleanup(func() { cc.Close() })
 	fs.cc = cc
@@ -52,9 +61,20 @@ type frozenSlots struct {
 	mu    sync.Mutex
 	slots []redis.ClusterSlot
 	loads int
+	gate  chan struct{} // non-nil: a read waits until it is closed
 }
 
 func (f *frozenSlots) load(ctx context.Context) ([]redis.ClusterSlot, error) {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads++
@@ -120,6 +140,81 @@ func TestClusterLedgerFollowsAMovedSlot(t *testing.T) {
 	}
 	if lr, found, err := l.LeaseOf(ctx, k, "b"); err != nil || !found || lr.Amount != 1000 {
 		t.Fatalf("lease b: %+v, %v, %v; want 1000 micros", lr, found, err)
+	}
+}
+
+// After a failover every call in flight to the old master is answered
+// MOVED at once, and they share one re-read of the slot map where each did
+// its own CLUSTER SLOTS. Sixteen grants on a moved shard are sent together
+// under a stale map; every read of the map waits until all sixteen have
+// been answered MOVED, so the first is certainly in flight as the last
+// come. The grants all land, once each.
+func TestClusterMovedCallsShareASlotMapRead(t *testing.T) {
+	const n = 16
+	var moved atomic.Int64
+	allMoved := make(chan struct{})
+	count := movedCounter(func() {
+		if moved.Add(1) == n {
+			close(allMoved)
+		}
+	})
+	cl, fs, l := replicasLedgerWith(t, func(opt *redis.Options) *redis.Client {
+		c := redis.NewClient(opt)
+		c.AddHook(count)
+		return c
+	})
+	k := shardKey("c", "2026-11-21", 0)
+	mustGrant(t, l, k, "a", 1000)
+	src := serverFor(t, cl.Nodes, fs.cc, k)
+	migrateSlot(t, cl, lease.Slot(k.String()), src, otherMaster(t, cl, src))()
+
+	fs.mu.Lock()
+	fs.gate = allMoved
+	reads := fs.loads
+	fs.mu.Unlock()
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			g, err := l.Grant(ctx, grantReq(fmt.Sprintf("g%02d", i), k, 1000, t0.Add(12*time.Hour), ppb/2))
+			if err == nil && g.Granted != 1000 {
+				err = fmt.Errorf("granted %d of 1000", g.Granted)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a grant after the move: %v", err)
+		}
+	}
+	// One read for the wave, and at most one of go-redis's own (a map over
+	// 10 s old is re-read in the background when a call looks it up).
+	if got := fs.reads() - reads; got > 2 {
+		t.Errorf("%d calls answered MOVED at once read the slot map %d times; want them to share a read", n, got)
+	}
+	if total := mustBalance(t, l, "c", "2026-11-21"); total.Leased != 1000*(n+1) {
+		t.Fatalf("leased %d after %d grants of 1000, want %d", total.Leased, n+1, 1000*(n+1))
+	}
+}
+
+// movedCounter is a node client's hook that calls its func for each
+// command of a pipeline answered MOVED.
+type movedCounter func()
+
+func (movedCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (movedCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (m movedCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Err() != nil && strings.HasPrefix(c.Err().Error(), "MOVED ") {
+				m()
+			}
+		}
+		return err
 	}
 }
 
