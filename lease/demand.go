@@ -42,14 +42,15 @@ var demandScript = redis.NewScript(luaDemand)
 // script call (daemons call it in batches, never per SPEND), plus one write
 // of the bid if a count carries one (daemons send it only when it changed).
 // It returns the fleet's micros asked in the last count's slot and the slot
-// before (FleetAsked). Not retried: a count whose reply was lost may have
-// been added.
+// before, and the fleet's latest SPENDs and their micros asked
+// (FleetAsked). Not retried: a count whose reply was lost may have been
+// added.
 func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (FleetAsked, error) {
 	if len(ds) == 0 {
 		return FleetAsked{}, nil
 	}
-	args := make([]any, 0, 1+5*len(ds))
-	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli())
+	args := make([]any, 0, 2+5*len(ds))
+	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli(), FleetSpends)
 	var bid int64
 	for _, d := range ds {
 		args = append(args, d.Slot, d.Requests, d.Allowed, d.Denied, d.MicrosAsked)
@@ -68,11 +69,22 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 	if err != nil {
 		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
-	if len(r) != 2 {
-		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %d values in the reply, want 2", campaign, day, len(r))
+	if len(r) != 4 {
+		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %d values in the reply, want 4", campaign, day, len(r))
 	}
-	return FleetAsked{Slot: r[0], Before: r[1]}, nil
+	return FleetAsked{Slot: r[0], Before: r[1], Spends: r[2], Micros: r[3]}, nil
 }
+
+// FleetSpends is how many of the fleet's latest SPENDs of a campaign-day a
+// demand flush counts (FleetAsked.Spends): the slots from the flushed one
+// back until they hold this many, or to the day's start. Enough that the
+// days whose mean SPEND sizes the ledger's advance (budgets of fewer than
+// about 130 mean bids) are mostly counted whole: over the latest 1,024
+// SPENDs, a 50-bid budget asked 3,000 times a day by 10 hosts ran 4,002
+// micros ahead of its curve where two mean bids are 4,000 (its latest 1,048
+// SPENDs asked 5% more than its day's); a busy campaign's flush reads a
+// slot or two.
+const FleetSpends = 4096
 
 // FleetAsked is the fleet's micros asked in a slot of a campaign-day, as a
 // demand flush (AddDemand) returns it. Slot is the flushed slot's so far,
@@ -81,8 +93,15 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 // 5 minutes, early in a slot, had twice its share). Before is the slot
 // before it, which is complete once its time is over: every host has
 // flushed what it saw then (each flush counts in the slot of its time).
+// Spends and Micros are the fleet's SPENDs and their micros asked over the
+// slots from the flushed one back, until they count FleetSpends SPENDs or
+// reach the day's start: every host's, each as of its last flush, for the
+// campaign's mean SPEND (the pacing controller's condition 21). A host
+// whose gate refuses leases counts its SPENDs but not their micros, so
+// while it serves none the mean errs low.
 type FleetAsked struct {
-	Slot, Before int64
+	Slot, Before   int64
+	Spends, Micros int64
 }
 
 // SetBid records campaign's bid size (micros per SPEND, such as the bidder's
