@@ -62,10 +62,15 @@ type campaign struct {
 	fleetUnit int64
 	// The mean SPEND asked on this host, over its last meanSpendWindow
 	// SPENDs (refill loop only), and how many it is taken over.
-	meanSpend     float64
-	meanSpends    int64
-	minAmount     atomic.Int64 // smallest SPEND seen (0: none yet)
-	requestedBase int64        // refill loop only: demand of the days already dropped
+	meanSpend  float64
+	meanSpends int64
+	// The fleet's latest SPENDs and their micros asked, as this host's last
+	// demand flush counted them, and the day they are of (refill loop
+	// only): the mean SPEND that sizes the ledger's advance (advanceMean).
+	fleetSpends, fleetMicros int64
+	fleetDay                 string
+	minAmount                atomic.Int64 // smallest SPEND seen (0: none yet)
+	requestedBase            int64        // refill loop only: demand of the days already dropped
 
 	salt           auctionKey   // makes this campaign's auction ids its own in the daemon's memory
 	replayedAllows atomic.Int64 // retries answered "allowed" from memory, without a charge

@@ -191,37 +191,36 @@ func (c *campaign) foldMeanSpend(micros, calls int64) {
 }
 
 // meanBid is the campaign's mean SPEND on this host, drawn towards half its
-// usual bid (usualUnit, as meanPriorSpends SPENDs would): the typical
-// largest SPEND is about twice the mean for the spreads of bids auctions
-// see, and a host that has seen two or three SPENDs knows little of the
-// mean from them.
+// usual bid (usualUnit) as pace.MeanPriorSpends SPENDs would
+// (pace.MeanSpend).
 func (c *campaign) meanBid() float64 {
-	prior := float64(c.usualUnit()) / 2
-	n := float64(c.meanSpends)
-	return (n*c.meanSpend + meanPriorSpends*prior) / (n + meanPriorSpends)
+	n := c.meanSpends
+	return pace.MeanSpend(int64(c.meanSpend*float64(n)), n, c.usualUnit())
 }
 
-// meanPriorSpends is how many SPENDs half the usual bid counts as in
-// meanBid.
-const meanPriorSpends = 8
-
-// advanceMeanBids is the ledger's one-bid advance in the campaign's mean
-// bids, and advancePermille in parts per thousand of its daily budget
-// (aheadMicros).
-const (
-	advanceMeanBids = 1.5
-	advancePermille = 15
-)
+// advanceMean is the campaign's mean SPEND that sizes the ledger's advance
+// and how many SPENDs it is taken over, the prior's aside (pace.Advance,
+// condition 21): the fleet's latest SPENDs as this host's last demand flush
+// of the day counted them, with its own since; before any such flush, its
+// own last meanSpendWindow (meanBid).
+func (c *campaign) advanceMean(now time.Time, ds *dayState) (float64, int64) {
+	if ds == nil || c.fleetDay != ds.day.Key || c.fleetSpends <= 0 {
+		return c.meanBid(), c.meanSpends
+	}
+	st := ds.b.Stats(now)
+	calls := max(st.Allows+st.Denials-c.flushed.Allows-c.flushed.Denials, 0)
+	micros := max(st.Requested-c.flushed.Requested, 0)
+	n := c.fleetSpends + calls
+	return pace.MeanSpend(c.fleetMicros+micros, n, c.usualUnit()), n
+}
 
 // aheadMicros is how far the ledger may let the fleet run ahead of the
-// curve (lease.Pace.Ahead): the campaign's bid, at most advanceMeanBids of
-// its mean SPENDs, or advancePermille of its daily budget if more. The
-// pacing goal is max(2 mean bids, 2% of the budget), however large the
-// largest SPEND; a budget of more than a hundred bids keeps its float of
-// a bid available while hosts hold others.
-func (c *campaign) aheadMicros(daily int64) int64 {
-	bids := min(c.unit(), int64(advanceMeanBids*c.meanBid()))
-	return max(bids, daily/1000*advancePermille, 1)
+// curve (lease.Pace.Ahead): the controller's advance (pace.Advance,
+// condition 21) from the campaign's mean SPEND (advanceMean), at most its
+// bid (unit), and pace.AdvancePermille of its daily budget if more.
+func (c *campaign) aheadMicros(now time.Time, ds *dayState, daily int64) int64 {
+	mean, n := c.advanceMean(now, ds)
+	return pace.Advance(mean, n, c.unit(), daily)
 }
 
 // demand returns the EWMAs of demand (micros a second) and of SPENDs a
@@ -343,6 +342,7 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		return
 	}
 	c.flushed, c.lastFlush = st, now
+	c.fleetDay, c.fleetSpends, c.fleetMicros = ds.day.Key, fleet.Spends, fleet.Micros
 	if d.BidMicros > 0 {
 		c.bidSent, c.bidSentDay = d.BidMicros, ds.day.Key
 	}

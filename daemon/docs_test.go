@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
+	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/pace"
 )
 
 // TestDocsQuoteTheAuctionIDWindow: the manual says how long auction ids are
@@ -64,10 +66,11 @@ func TestPacingDocQuotesTheAdvance(t *testing.T) {
 		phrase *regexp.Regexp
 		want   string
 	}{
-		{regexp.MustCompile(`at most ([0-9.]+) of the campaign's mean SPENDs`), fmt.Sprint(advanceMeanBids)},
-		{regexp.MustCompile(`its own\s+mean over its last ([0-9]+)`), fmt.Sprint(meanSpendWindow)},
-		{regexp.MustCompile(`usual bid as ([0-9]+)\s+SPENDs would`), fmt.Sprint(meanPriorSpends)},
-		{regexp.MustCompile(`or ([0-9.]+)% of the daily budget if that`), fmt.Sprint(float64(advancePermille) / 10)},
+		{regexp.MustCompile(`at least\s+([0-9.]+) of them`), fmt.Sprint(pace.MinAdvanceMeans)},
+		{regexp.MustCompile(`its own mean over\s+its last ([0-9]+)`), fmt.Sprint(meanSpendWindow)},
+		{regexp.MustCompile(`its latest\s+([0-9]+)\s+as the host's`), fmt.Sprint(lease.FleetSpends)},
+		{regexp.MustCompile(`usual bid as ([0-9]+)\s+SPENDs would`), fmt.Sprint(pace.MeanPriorSpends)},
+		{regexp.MustCompile(`or ([0-9.]+)% of\s+the daily budget if that`), fmt.Sprint(float64(pace.AdvancePermille) / 10)},
 		{regexp.MustCompile(`weighs at least ([0-9]+) recorded`), fmt.Sprint(AutoCurveSlotRequests)},
 		{regexp.MustCompile(`at most (\w+) 15-minute slots`), map[int]string{1: "one", 2: "two", 3: "three"}[bucket.DefaultSmooth(AutoCurveSlots)]},
 		{regexp.MustCompile(`demand of the ([0-9]+) days before \(flat below ([0-9]+) SPENDs`), fmt.Sprint(AutoCurveDays)},

@@ -99,7 +99,7 @@ func (c *campaign) grantRequest(now time.Time, s *settings, ds *dayState, key le
 	req := lease.GrantRequest{
 		Shard: key, LeaseID: id, Holder: cfg.Holder, Want: want, Expiry: expiry, Now: now,
 		Pace: lease.Pace{Now: ds.curve.AtTime(now, ds.day), Cap: ds.curve.AtTime(now.Add(cfg.CapWindow), ds.day),
-			Unit: min(c.unit(), lease.MaxBudgetMicros), Ahead: min(c.aheadMicros(s.DailyMicros), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
+			Unit: min(c.unit(), lease.MaxBudgetMicros), Ahead: min(c.aheadMicros(now, ds, s.DailyMicros), lease.MaxBudgetMicros), CatchUpPermille: c.catchUpPermille(now, ds), Shards: int64(ds.shards)},
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: c.knownOf(ds, key.Shard),
 	}
 	c.hourPace(&req.Pace, now, s, ds)

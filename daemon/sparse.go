@@ -88,15 +88,15 @@ func (c *campaign) standsHere(now time.Time, ds *dayState) bool {
 		return false
 	}
 	s := c.settings.Load()
-	return c.cfg.SparseWait <= 0 || s == nil || c.standingFits(now, s)
+	return c.cfg.SparseWait <= 0 || s == nil || c.standingFits(now, ds, s)
 }
 
 // standingFits reports whether the standing lease this host would hold,
 // and another host's mean SPEND, fit within the ledger's advance in front
 // of the curve (pace.StandingFits): else, with fetching on, it fetches.
-func (c *campaign) standingFits(now time.Time, s *settings) bool {
+func (c *campaign) standingFits(now time.Time, ds *dayState, s *settings) bool {
 	unit := c.unit()
-	return pace.StandingFits(c.standingBids(now, s, unit)*unit, int64(c.meanBid()), c.aheadMicros(s.DailyMicros))
+	return pace.StandingFits(c.standingBids(now, s, unit)*unit, int64(c.meanBid()), c.aheadMicros(now, ds, s.DailyMicros))
 }
 
 // standingBids is how many bids a sparse host's standing lease holds

@@ -78,20 +78,23 @@ func TestUnitSpendsSeen(t *testing.T) {
 	}
 }
 
-// The ledger's advance (lease.Pace.Ahead) for a budget of 20 bids is at
-// most one and a half of the campaign's mean SPENDs, however large its
-// largest: the fleet then runs at most two mean bids ahead of its curve. A
-// budget of more than a hundred bids may run 1.5% of it ahead. Before a host has seen many
-// SPENDs its mean is drawn towards half the usual bid, so that two large
-// first SPENDs do not set it; and never above the bid itself.
+// The ledger's advance (lease.Pace.Ahead) for a budget of 20 bids is two
+// of the campaign's mean SPENDs less a margin for the mean's error, at
+// least one and a half (pace.Advance, condition 21), however large its
+// largest SPEND: the fleet then runs at most two mean bids ahead of its
+// curve. A budget of more than a hundred bids may run 1.5% of it ahead.
+// Before a host has seen many SPENDs its mean is drawn towards half the
+// usual bid, so that two large first SPENDs do not set it; and never above
+// the bid itself.
 func TestAdvanceIsInMeanBids(t *testing.T) {
 	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}}
 	c.fleetUnit = 4_000 // the typical largest bid: the mean is about half
-	if got, want := c.aheadMicros(20*4_000), int64(3_000); got != want {
+	var t0 time.Time
+	if got, want := c.aheadMicros(t0, nil, 20*4_000), int64(3_000); got != want {
 		t.Errorf("no SPEND seen: advance %d, want 1.5 x half the bid, %d", got, want)
 	}
 	c.foldMeanSpend(2*9_000, 2) // two large SPENDs: drawn towards the prior
-	if got := c.aheadMicros(20 * 4_000); got <= 3_000 || got > 4_000 {
+	if got := c.aheadMicros(t0, nil, 20*4_000); got <= 3_000 || got > 4_000 {
 		t.Errorf("two SPENDs of 9,000: advance %d, want above 3,000 and at most the bid, 4,000", got)
 	}
 	c = &campaign{cfg: c.cfg, fleetUnit: 4_000}
@@ -101,15 +104,53 @@ func TestAdvanceIsInMeanBids(t *testing.T) {
 	if got, want := c.meanBid(), (64*1_000.0+8*2_000)/72; got < want-1 || got > want+1 {
 		t.Errorf("mean bid %.0f after 100 SPENDs of 1,000, want %.0f (the last 64, drawn towards 2,000 as 8 would)", got, want)
 	}
-	if got := c.aheadMicros(20 * 4_000); got < 1_600 || got > 1_700 {
-		t.Errorf("advance %d after 100 SPENDs of 1,000; want 1.5 x the mean bid, about 1,667", got)
+	// 64 SPENDs: two means less 1.5/8 of them, 1.625 of the mean bid.
+	if got := c.aheadMicros(t0, nil, 20*4_000); got < 1_800 || got > 1_810 {
+		t.Errorf("advance %d after 100 SPENDs of 1,000; want 1.625 x the mean bid, about 1,806", got)
 	}
 	c.maxAmount.Store(20_000) // one huge SPEND: the unit grows, the advance does not
-	if c.unit() != 20_000 || c.aheadMicros(20*4_000) > 1_700 {
-		t.Errorf("one SPEND of 20,000: unit %d, advance %d; want 20,000 and at most 1,700", c.unit(), c.aheadMicros(20*4_000))
+	if c.unit() != 20_000 || c.aheadMicros(t0, nil, 20*4_000) > 1_810 {
+		t.Errorf("one SPEND of 20,000: unit %d, advance %d; want 20,000 and at most 1,810", c.unit(), c.aheadMicros(t0, nil, 20*4_000))
 	}
-	if got, want := c.aheadMicros(1_000*4_000), int64(60_000); got != want {
+	if got, want := c.aheadMicros(t0, nil, 1_000*4_000), int64(60_000); got != want {
 		t.Errorf("a budget of 1,000 bids: advance %d, want 1.5%% of it, %d", got, want)
+	}
+}
+
+// Once a demand flush has counted the fleet's SPENDs of the day, the
+// advance is taken from the fleet's mean SPEND over them and this host's
+// own since its flush (advanceMean), not from this host's few: a host that
+// saw four SPENDs of 1,000 of a campaign whose fleet asked 400 of 2,000
+// asks for nearly two of the fleet's mean bids. A flush of another day
+// counts for nothing.
+func TestAdvanceTakesTheFleetsMean(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	ds := &dayState{day: bucket.Day{Key: "2026-11-21", Start: t0.Add(-12 * time.Hour), End: t0.Add(12 * time.Hour)}, b: bucket.New(1_000_000)}
+	c := &campaign{cfg: &Config{LeaseTiming: LeaseTiming{LeaseWindow: 30 * time.Second}}, fleetUnit: 4_000}
+	for range 4 {
+		c.foldMeanSpend(1_000, 1)
+	}
+	own := c.aheadMicros(t0, ds, 20*4_000)
+	c.fleetDay, c.fleetSpends, c.fleetMicros = "2026-11-20", 400, 400*2_000
+	if got := c.aheadMicros(t0, ds, 20*4_000); got != own {
+		t.Errorf("a flush of the day before: advance %d, want this host's own, %d", got, own)
+	}
+	c.fleetDay = ds.day.Key
+	mean, n := c.advanceMean(t0, ds)
+	if n != 400 || mean < 1_999 || mean > 2_001 {
+		t.Errorf("fleet's mean %.0f over %d SPENDs, want 2,000 over 400", mean, n)
+	}
+	// Two means less 1.5/20 of them: 1.85 x 2,000.
+	if got := c.aheadMicros(t0, ds, 20*4_000); got < 3_690 || got > 3_710 || got <= own {
+		t.Errorf("advance %d from the fleet's 400 SPENDs of 2,000 (this host's own: %d), want about 3,700", got, own)
+	}
+	// This host's SPENDs since its flush count too (a denied one asked as
+	// much): 400 of 2,000 and 100 of 7,000, a mean of 3,000.
+	for range 100 {
+		ds.b.Spend(t0, 7_000)
+	}
+	if mean, n := c.advanceMean(t0, ds); n != 500 || mean < 2_980 || mean > 3_000 {
+		t.Errorf("with 100 SPENDs of 7,000 since the flush: mean %.0f over %d, want about 3,000 over 500", mean, n)
 	}
 }
 

@@ -39,6 +39,10 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile(`largest of at least (\w+) SPENDs, over`), BidSpends},
 		{regexp.MustCompile(`SPENDs, over (\w+)\s+windows up`), ReportBidWindows},
 		{regexp.MustCompile(`windows up and (\w+) down`), LowerBidWindows},
+		{regexp.MustCompile("`(\\w+) × M × \\(1 − [0-9.]+/√n\\)`"), AdvanceBids},
+		{regexp.MustCompile("`\\w+ × M × \\(1 − ([0-9.]+)/√n\\)`"), advanceStdErrors},
+		{regexp.MustCompile(`taken over\), at least ([0-9.]+) of them`), MinAdvanceMeans},
+		{regexp.MustCompile(`as ([0-9]+)\s+SPENDs would \(` + "`pace.MeanSpend`"), MeanPriorSpends},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {

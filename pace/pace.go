@@ -65,7 +65,8 @@
 // with Hour; 12 to 14, the refill cadence (when a host asks again, how a
 // lease drips), with MayAsk, HoldAfter and Drip; 15 to 18, a host's share
 // of the fleet, with ShareRate; 19, the start sweep, with SweepsOn; 20,
-// when a host reports the campaign's bid, with ReportsBid.
+// when a host reports the campaign's bid, with ReportsBid; 21, the
+// ledger's advance in front of the curve, with Advance.
 //
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
 // in the day's last hour, LastHourCatchUpPermille); the burst window (a
