@@ -37,7 +37,7 @@ settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
 pay_owed(s)
 local window = release_by_curve(s, c_now, c_cap, unit, catch_up, 0, shards > 1, hour_arg(hour, hour_ppb, hour_permille, hour_unit, hour_no_bid), ahead)
 local take = want
-local cap = fair_cap(holder, demand, demand_ttl, now, retain, s, window, least)
+local cap = fair_cap(holder, demand, demand_ttl, now, ARGV[5], s, window, least)
 if cap and cap < take then take = cap end
 take = all_or_nothing(s, take, least)
 local g = grant_new(K, s, id, holder, take, ARGV[4], ARGV[5], maxlen)

@@ -1010,9 +1010,15 @@ local function run_totals(K, run)
   return digits(g), digits(r)
 end
 
+-- A total the call does not change is written back as the digits it read
+-- (a grant returns nothing, a release is granted nothing): one format less.
 local function run_add(K, run, granted, returned)
-  local g, r = run_totals(K, run)
-  state_set(K.state, 'u:' .. run, str(g + granted) .. '|' .. str(r + returned))
+  local v = state_get(K.state, 'u:' .. run)
+  local gs, rs = '0', '0'
+  if v then gs, rs = string.match(v, '^(%d+)|(%d+)$') end
+  if granted ~= 0 then gs = str(gs + granted) end
+  if returned ~= 0 then rs = str(rs + returned) end
+  state_set(K.state, 'u:' .. run, gs .. '|' .. rs)
 end
 
 -- A grant, renewal or release reads, besides the money, the state fields
@@ -1182,8 +1188,9 @@ end
 -- keys, the shard not constrained, or the holder the only one live). Every
 -- grant and renewal calls it, with a demand or not, so fair_supply counts
 -- what every grant found; fair_granted follows the grant. The record keys'
--- expiry is the caller's keep_expiry (retain is no longer used here).
-local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
+-- expiry is the caller's keep_expiry. ms: now as the call's argument's
+-- digits (see grant_new).
+local function fair_cap(holder, demand, ttl, now, ms, s, cap, least)
   local fk, fe = KEYS[10], KEYS[11]
   if not fe then return nil end
   local sum, supply = num(state_get(KEYS[1], 'fair_sum')), num(state_get(KEYS[1], 'fair_supply'))
@@ -1197,7 +1204,7 @@ local function fair_cap(holder, demand, ttl, now, retain, s, cap, least)
   local out = nil
   if demand and ttl and demand >= 1 and ttl >= 1 then
     demand = math_min(math_floor(demand), FAIR_MAX_DEMAND)
-    local gone = redis_call('ZRANGEBYSCORE', fe, '-inf', '(' .. str(now), 'LIMIT', '0', FAIR_EXPIRE)
+    local gone = redis_call('ZRANGEBYSCORE', fe, '-inf', '(' .. ms, 'LIMIT', '0', FAIR_EXPIRE)
     for i = 1, #gone do
       local h = gone[i]
       sum = sum - (fair_record(redis_call('HGET', fk, h)) or 0)

@@ -50,7 +50,7 @@ else
   -- A fair share of what is available, plus what the ending lease just gave
   -- back: it was this holder's, fairly granted, and its tokens are carried.
   local take = want
-  local cap = fair_cap(holder, demand, demand_ttl, now, retain, s, window, least)
+  local cap = fair_cap(holder, demand, demand_ttl, now, ARGV[7], s, window, least)
   if cap then
     if st == 0 then cap = cap + credited end
     if cap < take then take = cap end
