@@ -317,6 +317,12 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		d.BidMicros = u
 	}
 	d.Requests = d.Allowed + d.Denied
+	// The fleet's latest SPENDs only for a budget whose advance they size
+	// (pace.AdvanceUsesMean): counting them reads slots back to the day's
+	// start for a campaign with few SPENDs in each.
+	if s := c.settings.Load(); s != nil {
+		d.Fleet = pace.AdvanceUsesMean(c.unit(), s.DailyMicros)
+	}
 	if c.d.ledgerRefusal(ctx) != nil {
 		// A host that may take no lease (its gate refuses: clock skewed,
 		// ledger not durable) serves none of what it is asked: its SPENDs

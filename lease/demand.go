@@ -31,6 +31,10 @@ type Demand struct {
 	// it (its largest recent SPEND). The latest one sizes the shard count of
 	// the campaign's next days (see DayPlan).
 	BidMicros int64
+	// Fleet asks AddDemand for the fleet's latest SPENDs (FleetAsked.Spends
+	// and Micros); without it they are 0, and the flush reads no slot but
+	// the one before its own.
+	Fleet bool
 }
 
 //go:embed lua/demand.lua
@@ -42,15 +46,21 @@ var demandScript = redis.NewScript(luaDemand)
 // script call (daemons call it in batches, never per SPEND), plus one write
 // of the bid if a count carries one (daemons send it only when it changed).
 // It returns the fleet's micros asked in the last count's slot and the slot
-// before, and the fleet's latest SPENDs and their micros asked
-// (FleetAsked). Not retried: a count whose reply was lost may have been
+// before, and, if a count asks for them (Demand.Fleet), the fleet's latest
+// SPENDs and their micros asked (FleetAsked). Not retried: a count whose reply was lost may have been
 // added.
 func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (FleetAsked, error) {
 	if len(ds) == 0 {
 		return FleetAsked{}, nil
 	}
+	enough := 0
+	for _, d := range ds {
+		if d.Fleet {
+			enough = FleetSpends
+		}
+	}
 	args := make([]any, 0, 2+5*len(ds))
-	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli(), FleetSpends)
+	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli(), enough)
 	var bid int64
 	for _, d := range ds {
 		args = append(args, d.Slot, d.Requests, d.Allowed, d.Denied, d.MicrosAsked)

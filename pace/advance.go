@@ -38,6 +38,15 @@ const (
 	advanceStdErrors = 1.5
 )
 
+// AdvanceUsesMean reports whether a campaign's advance depends on its mean
+// SPEND at all: for a day's budget whose AdvancePermille is at least its
+// bid, Advance is that share of the budget whatever the mean (the advance
+// is at most the bid and at least the share), so a host need not count the
+// fleet's SPENDs for it.
+func AdvanceUsesMean(bid, budget int64) bool {
+	return budget/1000*AdvancePermille < bid
+}
+
 // Advance is the ledger's advance in front of the curve (21), in micros,
 // for a campaign whose mean SPEND is mean over spends SPENDs (the prior
 // included in mean, not in spends), whose bid is bid, with a day of budget.

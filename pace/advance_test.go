@@ -25,6 +25,9 @@ func TestAdvanceProperties(t *testing.T) {
 		if got > floor && (got > bid || float64(got) > AdvanceBids*mean || float64(got) < MinAdvanceMeans*mean-1 && got < bid) {
 			t.Fatalf("Advance(%.0f, %d, %d, %d) = %d: want at most the bid and two means, at least %.2f means or the bid", mean, spends, bid, budget, got, MinAdvanceMeans)
 		}
+		if !AdvanceUsesMean(bid, budget) && got != Advance(r.Float64()*10_000, r.Int64N(2_000), bid, budget) {
+			t.Fatalf("Advance(%.0f, %d, %d, %d) = %d depends on the mean, where AdvanceUsesMean says not", mean, spends, bid, budget, got)
+		}
 		m := AdvanceMeans(spends)
 		if m < MinAdvanceMeans || m >= AdvanceBids || AdvanceMeans(spends+1) < m {
 			t.Fatalf("AdvanceMeans(%d) = %.3f: want within [%.2f, %d), not falling with more SPENDs", spends, m, MinAdvanceMeans, AdvanceBids)
