@@ -155,6 +155,13 @@ func (c *campaign) retryReleases(ctx context.Context, now time.Time) {
 
 // dropDay revokes the day's bucket and releases every lease it held.
 func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
+	if (ds.reassert.Load() || ds.reassertHint.Load()) && c.d.ran.has(c.id, ds.day.Key) {
+		// A re-assertion still owed for the day (a lost-writes broadcast
+		// not yet acted on, or a shard that lost our writes) is not dropped
+		// with it: our run's totals answer it (Step's reassertAsked), as
+		// for a broadcast that finds the day gone.
+		c.d.ran.ask(c.id, ds.day.Key)
+	}
 	c.flushDemand(ctx, now, ds) // the day's last minute of demand
 	closed := ds.b.Revoke(now)
 	st := ds.b.Stats(now)
