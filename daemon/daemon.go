@@ -574,7 +574,26 @@ func (d *Daemon) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	d.checkAllWaiting(ctx, now)
 	return first
+}
+
+// checkAllWaiting is a clean stop's idle check (idlecheck.go): every
+// shard-day still waiting for its check, this run's and those it inherited,
+// is checked now, whether or not its master's watermark has moved. A
+// restore already made is found by this run rather than left to the next
+// one on this host's journal, which a host taken out of service never
+// starts; one made later is the watermark's to find. Bounded by two ledger
+// timeouts in all: a Redis that does not answer does not hold the stop.
+func (d *Daemon) checkAllWaiting(ctx context.Context, now time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, 2*d.cfg.LedgerTimeout)
+	defer cancel()
+	for _, k := range d.ran.quietShards(now) {
+		if ctx.Err() != nil {
+			return
+		}
+		d.checkShard(ctx, now, k, now)
+	}
 }
 
 // Campaigns returns the ids of the campaigns this daemon has loaded.

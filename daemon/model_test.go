@@ -89,24 +89,26 @@ var regressionSeeds = []struct {
 	{1489, nil, "uncharged 30,000: a dead run's journaled totals left out a lease given back whole after a lost answer; the restored shard's totals were ahead in both fields, hiding a grant the restore took away, and the reclaim closed that grant's lease as unknown"},
 	// Found in a sweep of seeds 5800-8799 at the default rate:
 	{7114, nil, "uncharged 31,905: a lost-writes broadcast reached a daemon whose campaign sat idle; its next step retired the campaign before acting on the hint, and the day's re-assertion was dropped with it"},
+	// Found in a sweep of seeds 9800-10799 with restores 4x as often:
+	{9908, nil, "uncharged 64,689: a one-master restore at the instant a run died took grants its clients spent from; its successor's start re-assertion came before the restore, and the successor closed before its idle check"},
 }
 
 // restoreOftenSeeds are the regression seeds found with a backup or restore
 // one step in 6 (PACER_MODEL_RESTORE_ONE_IN=6): they replay with it.
-var restoreOftenSeeds = map[uint64]bool{1159: true, 1489: true, 2670: true}
+var restoreOftenSeeds = map[uint64]bool{1159: true, 1489: true, 2670: true, 9908: true}
 
 // asideSeeds are the regression seeds found with the kinds drawn aside
 // (sparse, rare, backup and restore, crash-restart, lost-answers, one holder
 // name for every daemon): they replay with them. The other regression seeds
 // were found before those kinds existed and replay without them.
 var asideSeeds = map[uint64]bool{
-	2227: true, 2181: true, 2018: true, 2319: true, 1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true,
+	2227: true, 2181: true, 2018: true, 2319: true, 1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true,
 }
 
 // masterSeeds are the regression seeds found with a restore of one Cluster
 // master's slots (masterRng) drawn, or in a sweep that drew them: they
 // replay with it.
-var masterSeeds = map[uint64]bool{1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true}
+var masterSeeds = map[uint64]bool{1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true}
 
 // modelKinds are the step kinds the generator draws from, with weights.
 var modelKinds = []struct {
