@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -131,18 +130,7 @@ func TestLeaseCallsAskNoStreamGroupsBelowTheCap(t *testing.T) {
 	counts := func() (xinfo, exists int64) {
 		t.Helper()
 		info := rdb.Info(ctx, "commandstats").Val()
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
-			v, _, _ := strings.Cut(rest, ",")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch {
-			case ok && name == "xinfo|groups":
-				xinfo = n
-			case ok && name == "exists":
-				exists = n
-			}
-		}
-		return xinfo, exists
+		return commandCalls(info, "xinfo|groups"), commandCalls(info, "exists")
 	}
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package lease_test
 
 import (
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,17 +26,7 @@ func TestReleasingAnOpenLeaseLooksNoDoneRecordUp(t *testing.T) {
 			t.Fatalf("grant %s: %+v, %v", id, g, err)
 		}
 	}
-	hgets := func() int64 {
-		t.Helper()
-		for _, line := range strings.Split(rdb.Info(ctx, "commandstats").Val(), "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hget:calls="); ok {
-				v, _, _ := strings.Cut(rest, ",")
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		return 0
-	}
+	hgets := func() int64 { return commandCalls(rdb.Info(ctx, "commandstats").Val(), "hget") }
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
