@@ -31,7 +31,7 @@ if cur and not lease_of(cur, holder) then return shard_reply(7, 0, s) end
 if cur then return shard_reply(1, (parse_lease(cur)), s) end
 if redis_call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 if s.closed == 1 then return shard_reply(3, 0, s) end
-if now < num(state_get(K.state, 'frozen_until')) then return shard_reply(4, 0, s) end
+if now < (state_get(K.state, 'frozen_until') or 0) + 0 then return shard_reply(4, 0, s) end
 if held(K) then return shard_reply(6, 0, s) end
 settle_expired(K, s, now - grace, '64', now, maxlen, 'grant')
 pay_owed(s)

@@ -214,19 +214,6 @@ local deferred = nil
 local packed = false
 local RP_EXACT = 9007199254740992
 
--- read_at is what a deferred shard's HMGET read for field (a string, or
--- false if absent), nil if it did not read it (load_shard_deferred: the
--- call's own fields, hf and the runs' u1 and u2, are the reply's first
--- three; the rest are at the positions its kind's at gives).
-local function read_at(s, field)
-  local i = s.at[field]
-  if i == nil then
-    if field == s.hf then i = 1 elseif field == s.u1 then i = 2 elseif field == s.u2 then i = 3 else return nil end
-  end
-  if s.gone and s.gone[field] then return nil end
-  return s.v[i]
-end
-
 -- touch_unstored is the write a deferred shard's call makes when it
 -- returns without storing (see load_shard).
 local function touch_unstored()
@@ -236,12 +223,26 @@ local function touch_unstored()
   end
 end
 
--- state_get is a state field (false if absent), as the call left it.
+-- state_get is a state field (false if absent), as the call left it: a
+-- deferred shard's write queued for it, else what its HMGET read for it (a
+-- string, or false if absent: the call's own fields, hf and the runs' u1
+-- and u2, are the reply's first three, the rest at the positions its
+-- kind's at gives; load_shard_deferred), else the field read now. The
+-- lookup is written out (a lease call reads some nine fields so, and a Lua
+-- function call costs ~240 instructions); store_shard's is the same.
 local function state_get(key, field)
-  if deferred and deferred.key == key then
-    local v = deferred.put[field]
-    if v == nil then v = read_at(deferred, field) end
+  local d = deferred
+  if d and d.key == key then
+    local v = d.put[field]
     if v ~= nil then return v end
+    local i = d.at[field]
+    if i == nil then
+      if field == d.hf then i = 1 elseif field == d.u1 then i = 2 elseif field == d.u2 then i = 3 end
+    end
+    if i ~= nil and not (d.gone and d.gone[field]) then
+      local r = d.v[i]
+      if r ~= nil then return r end
+    end
   end
   return redis_call('HGET', key, field)
 end
@@ -316,45 +317,58 @@ local ENC = 'hashtable: a busy shard, read and written field by field (see store
 -- lease id (at most 200 bytes), so it is never one.
 local DONE_ENC = 'hashtable: a busy shard\'s closed leases, looked up by id (see grant_new); a field name longer than 200 bytes, the most a lease id may be, so that it is never one, and longer than 64, hash-max-listpack-value\'s default '
 -- It writes only the fields the call changed (s.o: the money fields as
--- loaded; s.x0: the deferred ones): each field written is a search of the
--- hash, and a byte count in the AOF.
-local STORED = {'budget', 'locked', 'available', 'leased', 'spent', 'lost', 'cppb', 'owed', 'adv', 'hr', 'hrel'}
+-- loaded; a deferred shard's put against what its HMGET read): each field
+-- written is a search of the hash, and a byte count in the AOF. The money
+-- fields are compared one by one, in the order the HSET names them
+-- (budget, locked, available, leased, spent, lost, cppb, owed, adv, hr,
+-- hrel), and the HSET's arguments are counted in n, in a table made with
+-- room for them: a loop over the names, # at each append and the table
+-- grown twice were ~10% of a lease call's interpreter.
 local function store_shard(key, s)
   s.seq = s.seq + 1
-  local seq = str(s.seq)
+  local seq = string_format('%d', s.seq) -- an integer below 2^53 (str's %d, without its call)
   local tip0 = s.v and s.tip == s.o.tip and s.v[12] or str(s.tip) -- a deferred shard's tip as read
   s.tip = tonumber(string.sub(redis.sha1hex(tip0 .. '|' .. seq .. '|' .. table.concat(ARGV, '|', 1, math_min(#ARGV, TIP_ARGS))), 1, 8), 16)
-  local tip = str(s.tip)
-  local args = {'seq', seq, 'tip', tip, HISTORY_FIELDS[s.seq % HISTORY + 1], seq .. ':' .. tip}
+  local tip = string_format('%d', s.tip) -- 32 bits
+  local args = {'seq', seq, 'tip', tip, HISTORY_FIELDS[s.seq % HISTORY + 1], seq .. ':' .. tip,
+    nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  local n = 6
   local o = s.o or {}
-  for i = 1, #STORED do
-    local f = STORED[i]
-    if s[f] ~= o[f] then
-      args[#args + 1] = f
-      args[#args + 1] = str(s[f])
-    end
-  end
-  if s.put then
-    for f, v in pairs(s.put) do
-      if v ~= read_at(s, f) then
-        args[#args + 1] = f
-        args[#args + 1] = v
+  if s.budget ~= o.budget then args[n + 1] = 'budget'; args[n + 2] = str(s.budget); n = n + 2 end
+  if s.locked ~= o.locked then args[n + 1] = 'locked'; args[n + 2] = str(s.locked); n = n + 2 end
+  if s.available ~= o.available then args[n + 1] = 'available'; args[n + 2] = str(s.available); n = n + 2 end
+  if s.leased ~= o.leased then args[n + 1] = 'leased'; args[n + 2] = str(s.leased); n = n + 2 end
+  if s.spent ~= o.spent then args[n + 1] = 'spent'; args[n + 2] = str(s.spent); n = n + 2 end
+  if s.lost ~= o.lost then args[n + 1] = 'lost'; args[n + 2] = str(s.lost); n = n + 2 end
+  if s.cppb ~= o.cppb then args[n + 1] = 'cppb'; args[n + 2] = str(s.cppb); n = n + 2 end
+  if s.owed ~= o.owed then args[n + 1] = 'owed'; args[n + 2] = str(s.owed); n = n + 2 end
+  if s.adv ~= o.adv then args[n + 1] = 'adv'; args[n + 2] = str(s.adv); n = n + 2 end
+  if s.hr ~= o.hr then args[n + 1] = 'hr'; args[n + 2] = str(s.hr); n = n + 2 end
+  if s.hrel ~= o.hrel then args[n + 1] = 'hrel'; args[n + 2] = str(s.hrel); n = n + 2 end
+  local put = s.put
+  if put then
+    local at, sv, gone, hf, u1, u2 = s.at, s.v, s.gone, s.hf, s.u1, s.u2
+    for f, v in pairs(put) do
+      local i = at[f] -- what the HMGET read for f (state_get's lookup)
+      if i == nil then
+        if f == hf then i = 1 elseif f == u1 then i = 2 elseif f == u2 then i = 3 end
+      end
+      if i == nil or (gone and gone[f]) or v ~= sv[i] then
+        args[n + 1] = f; args[n + 2] = v; n = n + 2
       end
     end
   end
-  local leases = s.put and s.put.r_leases
+  local leases = put and put.r_leases
   if s.rcw then
     local rc = s.rc
-    args[#args + 1] = 'rp'
-    args[#args + 1] = struct.pack('>dddddd', rc[1], rc[2], rc[3], rc[4], rc[5], rc[6])
+    args[n + 1] = 'rp'; args[n + 2] = struct.pack('>dddddd', rc[1], rc[2], rc[3], rc[4], rc[5], rc[6]); n = n + 2
     leases = rc[2] -- packed, the leases rp counts
   end
   if leases and leases % BUSY_LEASES == 0 then
-    args[#args + 1] = 'enc'
-    args[#args + 1] = ENC
+    args[n + 1] = 'enc'; args[n + 2] = ENC; n = n + 2
   end
   s.unstored = false
-  redis_call('HSET', key, unpack(args))
+  redis_call('HSET', key, unpack(args, 1, n))
 end
 
 -- diverged reports whether a caller's last known (seq, tip) of this shard is
@@ -471,6 +485,8 @@ end
 
 -- count_packed raises a lease call's counters in rp (see packed), and
 -- reports whether it did: not if a count would reach 2^53.
+-- The counts are raised in the call's own table (d.rc, made by
+-- load_shard_deferred), not a new one at each raise.
 local function count_packed(d, ev, amount, unused)
   local rc = d.rc or {0, 0, 0, 0, 0, 0}
   local e, l, g, sp, r, c = rc[1] + 1, rc[2], rc[3], rc[4], rc[5], rc[6]
@@ -480,7 +496,8 @@ local function count_packed(d, ev, amount, unused)
     sp, r, c = sp + amount - unused, r + unused, c + amount
   end
   if e >= RP_EXACT or l >= RP_EXACT or g >= RP_EXACT or sp >= RP_EXACT or r >= RP_EXACT or c >= RP_EXACT then return false end
-  d.rc, d.rcw = {e, l, g, sp, r, c}, true
+  rc[1], rc[2], rc[3], rc[4], rc[5], rc[6] = e, l, g, sp, r, c
+  d.rc, d.rcw = rc, true
   return true
 end
 
@@ -928,7 +945,7 @@ end
 -- apply what a shard has left to grant can only grow (releases) and never be
 -- handed out; the cut's adjust releases its hold. See AdjustDayOp.
 local function held(K)
-  return num(state_get(K.state, 'holds')) > 0
+  return (state_get(K.state, 'holds') or 0) + 0 > 0
 end
 
 -- lease_of reports whether a lease id the shard knows (record rec)
@@ -1003,8 +1020,22 @@ local function run_of(id)
   return string.match(id, '^(.*)%-[^%-]*$') or ''
 end
 
-local function run_totals(K, run)
-  local v = state_get(K.state, 'u:' .. run)
+-- run_field is the state field of lease id's run's totals, 'u:<run>'. A
+-- deferred shard's call has its ids' (u1, u2: load_shard_deferred) and
+-- does not match and join them again (a renewal names its run's field
+-- four times).
+local function run_field(id)
+  local d = deferred
+  if d then
+    if id == d.id1 then return d.u1 end
+    if id == d.id2 then return d.u2 or d.u1 end
+  end
+  return 'u:' .. run_of(id)
+end
+
+-- run_totals is what field ('u:<run>', run_field) records: granted, returned.
+local function run_totals(K, field)
+  local v = state_get(K.state, field)
   if not v then return 0, 0 end
   local g, r = string.match(v, '^(%d+)|(%d+)$')
   return digits(g), digits(r)
@@ -1012,13 +1043,13 @@ end
 
 -- A total the call does not change is written back as the digits it read
 -- (a grant returns nothing, a release is granted nothing): one format less.
-local function run_add(K, run, granted, returned)
-  local v = state_get(K.state, 'u:' .. run)
+local function run_add(K, field, granted, returned)
+  local v = state_get(K.state, field)
   local gs, rs = '0', '0'
   if v then gs, rs = string.match(v, '^(%d+)|(%d+)$') end
   if granted ~= 0 then gs = str(gs + granted) end
   if returned ~= 0 then rs = str(rs + returned) end
-  state_set(K.state, 'u:' .. run, gs .. '|' .. rs)
+  state_set(K.state, field, gs .. '|' .. rs)
 end
 
 -- A grant, renewal or release reads, besides the money, the state fields
@@ -1082,7 +1113,7 @@ local function load_shard_deferred(key, kinds, kseq, id1, id2, on)
   -- needed), so that the kind's fixed names can follow them in one unpack.
   local v = redis_call('HMGET', key, hf or u1, u1, u2 or u1, unpack(kind.names))
   if not v[4] then return nil end
-  local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil, rc = nil, rcw = nil,
+  local s = {key = key, v = v, at = kind.at, hf = hf, u1 = u1, u2 = u2, id1 = id1, id2 = id2, put = {}, unstored = true, gone = nil, diverged = nil, o = nil, rc = nil, rcw = nil,
     budget = (v[4] or 0) + 0, locked = (v[5] or 0) + 0, available = (v[6] or 0) + 0, leased = (v[7] or 0) + 0,
     spent = (v[8] or 0) + 0, lost = (v[9] or 0) + 0, owed = (v[10] or 0) + 0, seq = (v[11] or 0) + 0, tip = (v[12] or 0) + 0,
     cppb = nil, closed = nil, adv = nil, hr = nil, hrel = nil}
@@ -1105,7 +1136,7 @@ end
 -- than the caller's acknowledged totals (kg granted, kr returned).
 local function run_behind(K, id, kg, kr)
   if not kg or (kg <= 0 and (not kr or kr <= 0)) then return false end
-  local g, r = run_totals(K, run_of(id))
+  local g, r = run_totals(K, run_field(id))
   return kg > g or (kr or 0) > r
 end
 
@@ -1123,7 +1154,7 @@ local function grant_new(K, s, id, holder, want, es, ms, maxlen)
     created[K.exp] = true
   end
   s.leased = s.leased + g
-  run_add(K, run_of(id), g, 0)
+  run_add(K, run_field(id), g, 0)
   local gs = str(g) -- formatted once (a string.format and a new string)
   redis_call('HSET', K.leases, id, gs .. '|' .. holder .. '|' .. es)
   redis_call('ZADD', K.exp, es, id)
@@ -1193,8 +1224,8 @@ end
 local function fair_cap(holder, demand, ttl, now, ms, s, cap, least)
   local fk, fe = KEYS[10], KEYS[11]
   if not fe then return nil end
-  local sum, supply = num(state_get(KEYS[1], 'fair_sum')), num(state_get(KEYS[1], 'fair_supply'))
-  local last_avail, epoch = num(state_get(KEYS[1], 'fair_avail')), num(state_get(KEYS[1], 'fair_epoch'))
+  local sum, supply = (state_get(KEYS[1], 'fair_sum') or 0) + 0, (state_get(KEYS[1], 'fair_supply') or 0) + 0 -- num's, written out
+  local last_avail, epoch = (state_get(KEYS[1], 'fair_avail') or 0) + 0, (state_get(KEYS[1], 'fair_epoch') or 0) + 0
   local sum0, supply0, epoch0 = sum, supply, epoch
   if s.available > last_avail then supply = supply + (s.available - last_avail) end
   if supply > FAIR_REBASE then
@@ -1249,7 +1280,7 @@ end
 -- fair_granted notes what a grant left available: the next grant counts
 -- the supply from there.
 local function fair_granted(s)
-  if KEYS[11] and s.available ~= num(state_get(KEYS[1], 'fair_avail')) then state_set(KEYS[1], 'fair_avail', str(s.available)) end
+  if KEYS[11] and s.available ~= (state_get(KEYS[1], 'fair_avail') or 0) + 0 then state_set(KEYS[1], 'fair_avail', str(s.available)) end
 end
 
 -- release_lease closes an active lease: unused micros go back to available, the
@@ -1284,7 +1315,7 @@ local function release_lease(K, s, id, unused, us, ms, maxlen, refunded)
   s.available = s.available + unused
   s.spent = s.spent + (amount - unused)
   pay_owed(s)
-  run_add(K, run_of(id), 0, unused)
+  run_add(K, run_field(id), 0, unused)
   redis_call('HDEL', K.leases, id)
   redis_call('ZREM', K.exp, id)
   note_done(K)
@@ -1311,9 +1342,15 @@ local function begin_call()
   math_min = math.min
   math_max = math.max
   math_floor = math.floor
-  created = {}
+  -- created and exported are made anew only if the last call wrote to them
+  -- (most leave them empty): a table less to make and collect a call.
+  if next(created) ~= nil then
+    created = {}
+  end
   deferred = nil
   packed = false
-  exported = {}
+  if next(exported) ~= nil then
+    exported = {}
+  end
   done_seen = false
 end

@@ -21,7 +21,7 @@ if redis.call('HEXISTS', K.leases, id) == 1 then return shard_reply(1, 0, s) end
 if redis.call('HEXISTS', K.done, id) == 1 then return shard_reply(2, 0, s) end
 local short = take_or_owe(s, amount)
 s.leased = s.leased + amount
-run_add(K, run_of(id), amount, 0)
+run_add(K, run_field(id), amount, 0)
 redis.call('HSET', K.leases, id, str(amount) .. '|' .. holder .. '|' .. str(expiry))
 redis.call('ZADD', K.exp, str(expiry), id)
 index_expiry(expiry)

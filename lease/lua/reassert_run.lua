@@ -20,7 +20,7 @@ local now, maxlen = tonumber(ARGV[4]), ARGV[5]
 local s = load_shard(K.state)
 if not s then return no_day() end
 if ARGV[6] == '1' and s.closed == 1 then return shard_reply(2, 0, s) end
-local g, r = run_totals(K, run)
+local g, r = run_totals(K, 'u:' .. run)
 if kg <= g and kr <= r then return shard_reply(1, 0, s) end
 -- What the run consumed (granted less returned) beyond what the shard
 -- counted for it. Where the shard counted more (it lost a release, and the

@@ -39,7 +39,7 @@ elseif redis_call('HEXISTS', K.done, id) == 1 then
   new_status = 2
 elseif s.closed == 1 then
   new_status = 3
-elseif now < num(state_get(K.state, 'frozen_until')) then
+elseif now < (state_get(K.state, 'frozen_until') or 0) + 0 then
   new_status = 4
 elseif held(K) then
   new_status = 6
