@@ -98,6 +98,9 @@ type counters struct {
 	// (SparseWait); sparseFetchesLate: of those, answered after the SPEND
 	// had stopped waiting (it was paced).
 	sparseFetches, sparseFetchesLate atomic.Int64
+	// unaskedBucketFull: leases not asked for because every feed of the
+	// campaign's bucket was open (bucket.MaxFeeds; condition 13).
+	unaskedBucketFull atomic.Int64
 }
 
 // New returns a Daemon using ledger.
@@ -449,6 +452,7 @@ func (d *Daemon) Info() []pacer.InfoField {
 		i("leases_granted", d.counters.leasesGranted.Load()),
 		i("sparse_fetches", d.counters.sparseFetches.Load()),
 		i("sparse_fetches_late", d.counters.sparseFetchesLate.Load()),
+		i("leases_unasked_bucket_full", d.counters.unaskedBucketFull.Load()),
 		i("leases_released", d.counters.leasesReleased.Load()),
 		i("ledger_lost_writes", d.counters.lostWrites.Load()),
 		i("leases_reasserted", d.counters.leasesReasserted.Load()),

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/pacer/pacer"
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -81,8 +82,8 @@ func (c *campaign) fetchFor(now time.Time, amount int64) bool {
 		// this host for a lease window while other hosts' SPENDs could.
 		for i := range ds.shards {
 			held := ds.b.Stats(now).Tokens
-			if held >= amount || ds.closed || ds.refused.Load() {
-				return
+			if held >= amount || ds.closed || ds.refused.Load() || (i > 0 && len(ds.leases) >= bucket.MaxFeeds) {
+				return // (a full bucket: grant asked nothing)
 			}
 			shard, ok := ds.pickShard()
 			if i == 0 && known {

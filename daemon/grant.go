@@ -52,6 +52,16 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	cfg := c.cfg
 	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: shard}
 	ds.shardAskedAt[shard] = now
+	if ending == nil && len(ds.leases) >= bucket.MaxFeeds {
+		// Every feed of the bucket is open: the bucket would refuse a new
+		// lease (bucket.ErrTooManyFeeds) and the host give it straight
+		// back, a grant and a release that move no money. Nothing is
+		// asked; the host waits as after a shard's answer of nothing, and
+		// the shard's turn passes as if asked (condition 13).
+		c.d.counters.unaskedBucketFull.Add(1)
+		ds.holdCalls(now.Add(pace.HoldAfter(pace.Answer{Want: want, Window: cfg.LeaseWindow})))
+		return
+	}
 	if c.d.ledgerRefusal(ctx) != nil { // the gate logs why; retried next tick, from memory
 		if ending != nil { // the ending lease's unused micros still go back
 			c.releaseLease(ctx, now, ending.release(key, now.Add(cfg.LeaseWindow+cfg.Grace+time.Minute)))
@@ -185,7 +195,8 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 	ds.b.SetCapacity(max(st.Capacity, c.capacity(st.DripPerSecond+int64(min(rate, math.MaxInt64/2))), min(st.Tokens, math.MaxInt64-atOnce)+atOnce))
 	c.d.journalGranted(JournalLease{ID: id, Key: call.req.Shard, Amount: g.Granted, DripStart: dripFrom, DripEnd: dripEnd, Expiry: call.req.Expiry})
 	if err := ds.b.AddGrant(now, bucket.Grant{ID: id, Amount: g.Granted, Start: dripFrom, End: end, DripEnd: dripEnd}); err != nil {
-		// Cannot happen with a well-formed grant; give the lease straight back.
+		// Cannot happen with a well-formed grant into a bucket with a feed
+		// free (grant asks for none into a full one); give it straight back.
 		c.log.Error("bucket refused a lease; releasing it", zap.String("lease", id), zap.Error(err))
 		ds.holdCalls(now.Add(cfg.LeaseWindow / 8)) // not again next tick
 		c.releaseLease(ctx, now, call.release(c, g.Granted))

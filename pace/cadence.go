@@ -31,7 +31,9 @@ import (
 //      when its leases supply at least half its target or it was a
 //      standing bid (the shard releases more along the curve), and only
 //      the gap otherwise (a host short of half its target sweeps the
-//      other shards first).
+//      other shards first). A host whose bucket has every feed open asks
+//      for no new lease (only a renewal, which frees the feed it fills)
+//      and waits as after none: the bucket would refuse it.
 //
 //  14. A lease drips evenly from its grant to its end, except that it
 //      credits at once, by starting its drip as far back as needed, what

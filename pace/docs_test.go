@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/pacer/pacer/bucket"
 )
 
 // docs/PACING.md quotes the controller's constants in prose: each quote
@@ -43,6 +45,7 @@ func TestPacingDocQuotesTheController(t *testing.T) {
 		{regexp.MustCompile("`\\w+ × M × \\(1 − ([0-9.]+)/√n\\)`"), advanceStdErrors},
 		{regexp.MustCompile(`taken over\), at least ([0-9.]+) of them`), MinAdvanceMeans},
 		{regexp.MustCompile(`as ([0-9]+)\s+SPENDs would \(` + "`pace.MeanSpend`"), MeanPriorSpends},
+		{regexp.MustCompile("`bucket.MaxFeeds`, (\\w+) leases"), bucket.MaxFeeds},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {
