@@ -115,3 +115,47 @@ func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
 		t.Fatalf("totals %+v", tot)
 	}
 }
+
+// RunsBehind names, in one read, the runs whose totals a shard records less
+// of than they did: exactly those ReassertRun would raise. A shard current
+// for a run names none (its idle check then costs no script call), one that
+// lost the run's writes to a restore names it, and so does a day not open.
+func TestRunsBehindIsWhatReassertRunWouldRaise(t *testing.T) {
+	srv := redistest.Start(t)
+	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	const day = "2026-11-21"
+	mustOpen(t, l, campaign("c", 1_000_000, 1), day)
+	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
+	at := t0.Add(23 * time.Hour)
+	a := &runDaemon{l: l, k: k, run: "hostA-boot1", at: at, leases: map[string]int64{}}
+	b := &runDaemon{l: l, k: k, run: "hostB-boot1", at: at, leases: map[string]int64{}}
+	behind := func(want ...string) {
+		t.Helper()
+		got, err := l.RunsBehind(ctx, k, map[string]lease.History{a.run: a.known, b.run: b.known})
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("RunsBehind = %v, %v; want %v", got, err, want)
+		}
+	}
+	if _, err := b.grant(t, 100_000); err != nil {
+		t.Fatal(err)
+	}
+	snap := srv.Snapshot(k.RedisKeys()...)
+	id, err := a.grant(t, 500_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.release(t, id, 100_000)
+	behind()
+	srv.Restore(snap, k.RedisKeys()...)
+	behind(a.run)
+	if added, _, err := l.ReassertRun(ctx, k, a.run, a.known, at); err != nil || added != 400_000 {
+		t.Fatalf("ReassertRun = %d, %v; want 400,000 added", added, err)
+	}
+	behind()
+	a.known.Returned++ // a release the shard has not seen
+	behind(a.run)
+	other := lease.ShardKey{Campaign: "c", Day: "2026-11-22", Shard: 0}
+	if got, err := l.RunsBehind(ctx, other, map[string]lease.History{a.run: a.known}); err != nil || len(got) != 1 {
+		t.Fatalf("RunsBehind on a day not open = %v, %v; want the run", got, err)
+	}
+}

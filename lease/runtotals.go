@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,47 @@ func (l *Ledger) RunTotals(ctx context.Context, k ShardKey) (map[string]History,
 		out[run] = History{Granted: g, Returned: r}
 	}
 	return out, nil
+}
+
+// RunsBehind reads, in one HMGET, what shard k recorded for each of runs
+// and returns, sorted, the runs whose recorded totals are below the given
+// ones (granted or returned): those ReassertRun would raise. It writes
+// nothing. A day not open records none, so every run is behind (and
+// ReassertRun says ErrDayNotOpen).
+func (l *Ledger) RunsBehind(ctx context.Context, k ShardKey, runs map[string]History) ([]string, error) {
+	names := make([]string, 0, len(runs))
+	for run := range runs {
+		names = append(names, run)
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	slices.Sort(names)
+	fields := make([]string, len(names))
+	for i, run := range names {
+		fields[i] = "u:" + run
+	}
+	v, err := l.rdb.HMGet(ctx, k.keys()[0], fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger %s: run totals: %w", k, err)
+	}
+	var behind []string
+	for i, run := range names {
+		var rec History
+		if s, ok := v[i].(string); ok {
+			gs, rs, ok := strings.Cut(s, "|")
+			g, gerr := strconv.ParseInt(gs, 10, 64)
+			r, rerr := strconv.ParseInt(rs, 10, 64)
+			if !ok || gerr != nil || rerr != nil {
+				return nil, fmt.Errorf("ledger %s: run %q totals %q: not granted|returned", k, run, s)
+			}
+			rec = History{Granted: g, Returned: r}
+		}
+		if want := runs[run]; want.Granted > rec.Granted || want.Returned > rec.Returned {
+			behind = append(behind, run)
+		}
+	}
+	return behind, nil
 }
 
 // RecoverRun is ReassertRun for a recovery from a second copy of the
