@@ -125,7 +125,7 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 	rl := lease.New(f.redis.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	fleet := &restoreFleet{}
 	rc := reconcile.New(rl, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: fleet,
-		Watermarks: &memWatermarks{w: map[string]lease.Watermark{}}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
+		Watermarks: &reconcile.MemWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	if err := rc.Pass(ctx, 1); err != nil { // opens the day; records the watermark
 		t.Fatal(err)
 	}

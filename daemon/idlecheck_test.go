@@ -7,7 +7,6 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
 )
 
@@ -38,7 +37,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	f.campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
 	f.clock.Set(midnight.Add(10 * time.Minute))
 	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
-		Watermarks: &memWatermarks{w: map[string]lease.Watermark{}}})
+		Watermarks: &reconcile.MemWatermarks{}})
 	pass := func() {
 		if err := rc.Pass(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -177,7 +176,7 @@ func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	f.clock.Set(midnight.Add(10 * time.Minute))
 	var d *daemon.Daemon
 	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
-		Watermarks: &memWatermarks{w: map[string]lease.Watermark{}}, Publisher: toDaemon{&d}})
+		Watermarks: &reconcile.MemWatermarks{}, Publisher: toDaemon{&d}})
 	pass := func() {
 		if err := rc.Pass(ctx, 1); err != nil {
 			t.Fatal(err)

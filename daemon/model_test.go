@@ -222,7 +222,7 @@ type modelRun struct {
 	// back all of a campaign's keys as when they were found.
 	masterRng  *rand.Rand
 	backup     *shardBackup
-	watermarks *memWatermarks
+	watermarks *reconcile.MemWatermarks
 	dLedger    *lease.Ledger          // the daemons' ledger
 	crashes    int                    // daemons killed and restarted so far
 	restored   bool                   // a backup was restored: the reconciler names every day it froze
@@ -278,7 +278,7 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	m.answerRng = rand.New(rand.NewPCG(seed, 0xa115e7))
 	m.masterRng = rand.New(rand.NewPCG(seed, 0x3a57e5))
 	m.changes = map[history.DayKey]int{}
-	m.watermarks = &memWatermarks{w: map[string]lease.Watermark{}}
+	m.watermarks = &reconcile.MemWatermarks{}
 	for _, rs := range regressionSeeds {
 		if rs.seed == seed && !asideSeeds[seed] {
 			m.sparseRng, m.rareRng, m.restoreRng, m.answerRng = nil, nil, nil, nil
@@ -472,28 +472,6 @@ func (m *modelRun) reconciler() *reconcile.Reconciler {
 	return reconcile.New(m.rcLedger, reconcile.Config{Holder: "r" + strconv.FormatInt(m.fence, 10), Clock: offsetClock{m.clock, off},
 		Watermarks: m.watermarks, Publisher: fleetBroadcast{m}})
 }
-
-// memWatermarks is the reconcilers' watermark record (etcd's part).
-type memWatermarks struct {
-	mu sync.Mutex
-	w  map[string]lease.Watermark
-}
-
-func (s *memWatermarks) Load(_ context.Context, master string) (lease.Watermark, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w, ok := s.w[master]
-	return w, ok, nil
-}
-
-func (s *memWatermarks) Store(_ context.Context, master string, w lease.Watermark) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.w[master] = w
-	return nil
-}
-
-var _ reconcile.WatermarkStore = (*memWatermarks)(nil)
 
 // fleetBroadcast delivers a reconciler's broadcasts to every daemon.
 type fleetBroadcast struct{ m *modelRun }

@@ -120,6 +120,43 @@ func (s *EtcdWatermarks) Store(ctx context.Context, master string, w lease.Water
 	return nil
 }
 
+// MemWatermarks is a WatermarkStore kept in memory: the record of one
+// process's reconciler, as the simulator runs it (in production the record
+// is etcd's, EtcdWatermarks, so that it outlives the leader). The zero value
+// is empty and ready.
+type MemWatermarks struct {
+	mu sync.Mutex
+	w  map[string]lease.Watermark
+}
+
+// Load implements WatermarkStore.
+func (s *MemWatermarks) Load(_ context.Context, master string) (lease.Watermark, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.w[master]
+	return w, ok, nil
+}
+
+// Store implements WatermarkStore.
+func (s *MemWatermarks) Store(_ context.Context, master string, w lease.Watermark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		s.w = map[string]lease.Watermark{}
+	}
+	s.w[master] = w
+	return nil
+}
+
+// CheckWatermarks is a pass's watermark check on its own (Config.Watermarks;
+// Pass and Step begin with it): each master's watermark compared with the
+// record, a rollback dealt with, the watermark advanced. The simulator runs
+// it every step, as production's reconciler does every second, between the
+// steps of its slower reconciler. Only a newer leader's fence is returned.
+func (r *Reconciler) CheckWatermarks(ctx context.Context, fence int64) error {
+	return r.checkWatermarks(ctx, fence)
+}
+
 // checkWatermarks runs the watermark check on every master. It logs and
 // counts its failures (the next pass tries again) and returns only a fence:
 // a newer leader exists.

@@ -324,7 +324,7 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 	r.daemonCfg = resolved
 	r.reconClock = &hostClock{}
 	r.recon = reconcile.New(r.reconLedger, reconcile.Config{Holder: "sim-reconciler", Grace: r.daemonCfg.Grace,
-		Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler")})
+		Clock: r.reconClock, Concurrency: 1, Logger: r.log.Named("reconciler"), Watermarks: &reconcile.MemWatermarks{}})
 	r.reshare()
 	for _, f := range r.sc.Faults {
 		if f.StopNATS {
@@ -528,6 +528,8 @@ func (r *runner) loop(ctx context.Context) error {
 		if !t.Before(nextReconcile) {
 			r.reconcile(ctx, t)
 			nextReconcile = nextReconcile.Add(reconcileEvery)
+		} else {
+			r.checkWatermarks(ctx, t)
 		}
 		if err := r.dayCurves(ctx, t); err != nil {
 			return err
@@ -748,6 +750,17 @@ func (r *runner) reconcile(ctx context.Context, t time.Time) {
 	r.reconClock.set(t)
 	if err := r.recon.Step(ctx, 0); err != nil && !errors.Is(err, errRedisPaused) {
 		r.log.Warn("reconciler step", zap.Error(err))
+	}
+}
+
+// checkWatermarks advances each Redis master's watermark at t, as
+// production's reconciler does at every pass (every second) and the
+// scenario's reconciler steps only every reconcile_every: the daemons' idle
+// checks (and a restore's detection) follow the watermark's moves.
+func (r *runner) checkWatermarks(ctx context.Context, t time.Time) {
+	r.reconClock.set(t)
+	if err := r.recon.CheckWatermarks(ctx, 0); err != nil {
+		r.log.Warn("reconciler watermark check", zap.Error(err))
 	}
 }
 

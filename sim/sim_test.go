@@ -9,14 +9,30 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/internal/redisproc"
+	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/lease"
 )
 
-// One end-to-end run of the smoke scenario on a real redis-server.
+// One end-to-end run of the smoke scenario on a real redis-server. Its
+// reconciler advances each master's watermark at every step, as
+// production's does at every pass, not only at its own steps (a minute
+// apart here): the daemons' idle checks, and a restore's detection, follow
+// the watermark's moves.
 func TestSmokeScenario(t *testing.T) {
 	if _, err := redisproc.Binary(""); err != nil {
 		t.Fatal(err)
 	}
-	res := runScenario(t, "../configs/scenarios/smoke.yaml", Options{})
+	srv := redistest.Start(t)
+	res := runScenario(t, "../configs/scenarios/smoke.yaml", Options{RedisAddr: srv.Socket})
+	l := lease.New(srv.Client(), lease.Config{}, nil)
+	masters, err := l.Masters(context.Background())
+	if err != nil || len(masters) != 1 {
+		t.Fatalf("masters %v, %v; want the one redis-server", masters, err)
+	}
+	steps := int64(res.SimulatedHours * float64(time.Hour) / float64(10*time.Second)) // smoke's step
+	if w, ok, err := l.ReadWatermark(context.Background(), masters[0]); err != nil || !ok || w.Counter < steps {
+		t.Errorf("watermark %v (set %v, err %v) after %d steps; want it advanced at every step", w, ok, err, steps)
+	}
 	for _, c := range res.Campaigns {
 		q := c.Results[StrategyPacer]
 		t.Logf("%s: pacer utilisation %.4f overspend %d tracking max %.4f cmds/1000 %.2f; lua %.4f batch %.4f",
