@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +83,40 @@ func TestPacingDocQuotesTheAdvance(t *testing.T) {
 		for _, m := range m {
 			if string(m[1]) != c.want {
 				t.Errorf("docs/PACING.md: %q, but the daemon says %s", m[0], c.want)
+			}
+		}
+	}
+}
+
+// TestProtocolDocNamesEveryInfoField: docs/PROTOCOL.md's INFO section names
+// every key of the daemon's INFO section, and no key the daemon does not
+// send.
+func TestProtocolDocNamesEveryInfoField(t *testing.T) {
+	data, err := os.ReadFile("../docs/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(data)
+	start := strings.Index(doc, "`# pacer`, the daemon:")
+	end := strings.Index(doc, "`# transport`, the socket:")
+	if start < 0 || end < start {
+		t.Fatal("docs/PROTOCOL.md has no INFO section with a `# pacer` table before `# transport`")
+	}
+	d, err := New(nil, Config{Holder: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string]bool{}
+	for _, f := range d.Info() {
+		sent[f.Key] = true
+		if !strings.Contains(doc[start:end], "`"+f.Key+"`") {
+			t.Errorf("INFO sends %q; docs/PROTOCOL.md's INFO section does not name it", f.Key)
+		}
+	}
+	for _, m := range regexp.MustCompile("(?m)^\\| ((?:`[a-z_]+`(?:, )?)+) \\|").FindAllStringSubmatch(doc[start:end], -1) {
+		for _, k := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(m[1], -1) {
+			if !sent[k[1]] {
+				t.Errorf("docs/PROTOCOL.md's INFO section names %q; the daemon does not send it", k[1])
 			}
 		}
 	}

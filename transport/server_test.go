@@ -333,6 +333,19 @@ func TestInfo(t *testing.T) {
 	if got2 := c.do(t, resp("info", "server")); !strings.Contains(got2, "# pacer\r\n") {
 		t.Errorf("INFO server = %q", got2)
 	}
+	// The manual names each key of the transport section.
+	doc, err := os.ReadFile("../docs/PROTOCOL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "`# transport`, the socket:")
+	section, _, _ = strings.Cut(section, "\n\n")
+	_, transport, _ := strings.Cut(body, "# transport\r\n")
+	for _, line := range strings.Split(strings.TrimSpace(transport), "\r\n") {
+		if key, _, _ := strings.Cut(line, ":"); !strings.Contains(section, "`"+key+"`") {
+			t.Errorf("INFO sends %q; docs/PROTOCOL.md's INFO section (# transport) does not name it", key)
+		}
+	}
 }
 
 func TestPipelineAnsweredInOrder(t *testing.T) {
