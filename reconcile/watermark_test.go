@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,34 +21,18 @@ import (
 	"go.uber.org/zap"
 )
 
-// memWatermarks is a WatermarkStore in memory; failStore makes Store fail,
-// as an etcd that is down would.
+// memWatermarks is reconcile.MemWatermarks whose Store fails while
+// failStore is set, as an etcd that is down would.
 type memWatermarks struct {
-	mu        sync.Mutex
-	m         map[string]lease.Watermark
-	failStore bool
+	reconcile.MemWatermarks
+	failStore atomic.Bool
 }
 
-var _ reconcile.WatermarkStore = (*memWatermarks)(nil)
-
-func (s *memWatermarks) Load(_ context.Context, master string) (lease.Watermark, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w, ok := s.m[master]
-	return w, ok, nil
-}
-
-func (s *memWatermarks) Store(_ context.Context, master string, w lease.Watermark) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failStore {
+func (s *memWatermarks) Store(ctx context.Context, master string, w lease.Watermark) error {
+	if s.failStore.Load() {
 		return errors.New("store down")
 	}
-	if s.m == nil {
-		s.m = map[string]lease.Watermark{}
-	}
-	s.m[master] = w
-	return nil
+	return s.MemWatermarks.Store(ctx, master, w)
 }
 
 // events records what a reconciler broadcasts.
@@ -353,9 +338,7 @@ func TestWatermarkAheadIsNotBehind(t *testing.T) {
 	pub := &events{}
 	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, Publisher: pub, Watermarks: store})
 	for i := range 6 {
-		store.mu.Lock()
-		store.failStore = i%2 == 1
-		store.mu.Unlock()
+		store.failStore.Store(i%2 == 1)
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
