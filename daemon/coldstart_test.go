@@ -248,3 +248,31 @@ func TestFreshFleetTickingSlowlyReachesPace(t *testing.T) {
 	}
 	f.check(t, "c")
 }
+
+// Condition 13's full bucket in a sweep: a fresh daemon alone meets a day
+// of 16 shards, more than its bucket's 8 feeds (bucket.MaxFeeds), at its
+// start, under saturating demand. Its sweep fills the 8 feeds in its first
+// rounds, each lease credited whole; it then renews one of them on its own
+// shard, as the regular ask does, rather than end its rounds: it allows
+// something in every second from 2 s to 30 s, and at least 40% of the
+// pace over 2-12 s (a host reaches 8 of the 16 shards). Before, it asked
+// nothing until those leases ended: nothing allowed from 3 s to 30 s.
+func TestFreshHostOnMoreShardsThanFeedsKeepsSweeping(t *testing.T) {
+	f := newFixture(t)
+	const pace, shards = 100_000, 16
+	f.campaign(t, "c", pace*86_400, shards)
+	f.clock.Set(midnight)
+	cf := newColdFleet(t, f, 100, []int{15})
+	cf.run(t, 30)
+	t.Logf("allowed each second: %v", cf.allowed)
+	t.Logf("ledger calls each second: %v", cf.calls)
+	for s := 2; s < 30; s++ {
+		if cf.allowed[s] == 0 {
+			t.Errorf("second %d: nothing allowed", s)
+		}
+	}
+	if got, least := sum(cf.allowed, 2, 12), int64(10*pace*40/100); got < least {
+		t.Errorf("allowed %d micros from 2 s to 12 s; want at least %d, 40%% of the pace", got, least)
+	}
+	f.check(t, "c")
+}

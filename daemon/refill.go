@@ -277,7 +277,8 @@ func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
 // filled, the round is within the host's share of the shards, and the
 // shard asked last granted it its part of the curve's release. A shard
 // where the host holds a lease renews it in the same call, so a sweep
-// holds one lease a shard (the bucket holds at most bucket.MaxFeeds).
+// holds one lease a shard; when the bucket's feeds are all open, a swept
+// lease credited whole is renewed on its own shard (sweepRenewal).
 func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *dayState, want int64) {
 	gathers := pace.ShardGathers(ds.plan.FleetWindow, c.cfg.LeaseWindow, ds.shards)
 	taper := 1 - now.Sub(ds.day.Start).Seconds()/c.cfg.LeaseWindow.Seconds()
@@ -287,8 +288,8 @@ func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *da
 		if !ok || ds.exhausted.Load() || ds.closed || (asked > 0 && now.Sub(ds.shardAskedAt[shard]) < pace.MinGrantGap) {
 			return
 		}
-		ending, more := c.renewing(now, ds, shard)
-		if ending == nil && len(ds.leases) >= bucket.MaxFeeds {
+		ending, more, ok := c.sweepRenewal(now, ds, &shard, asked)
+		if !ok {
 			return
 		}
 		ask := want
@@ -305,6 +306,25 @@ func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *da
 			return
 		}
 	}
+}
+
+// sweepRenewal is the lease a sweep's grant on *shard renews: the one held
+// there (renewing), else, when every feed of the bucket is open, a lease
+// swept earlier and credited whole, on its own shard (*shard is set to it;
+// the full bucket's rule, condition 13, as mergeIfFull keeps it), unless
+// that shard was asked within a pace.MinGrantGap this round. ok is false
+// when the sweep cannot ask: the bucket is full and no lease qualifies.
+func (c *campaign) sweepRenewal(now time.Time, ds *dayState, shard *int, asked int) (*renewal, int64, bool) {
+	if ending, more := c.renewing(now, ds, *shard); ending != nil || len(ds.leases) < bucket.MaxFeeds {
+		return ending, more, true
+	}
+	id, ok := ds.sweptLease(*shard)
+	if !ok || (asked > 0 && now.Sub(ds.shardAskedAt[ds.leases[id].shard]) < pace.MinGrantGap) {
+		return nil, 0, false
+	}
+	*shard = ds.leases[id].shard
+	ending, more := c.renewEarly(now, ds, id)
+	return ending, more, ending != nil
 }
 
 // renewing closes the feed of a lease held on shard, if any, for the
