@@ -55,7 +55,11 @@ type dayState struct {
 	lastGrantAt    time.Time
 	// answer is what the shard asked last granted into the bucket (refill
 	// loop): a sweep goes on past a shard that granted enough.
-	answer      int64
+	answer int64
+	// unsplit marks the grant in progress as a sweep's ask past its
+	// round's regular one (refill loop): it carries no demand for the
+	// ledger's fair split (pace.SweepSplits, condition 19).
+	unsplit     bool
 	shardEmpty  []bool
 	shardFilled []bool  // the last grant on the shard was all we asked for
 	shardLeft   []int64 // locked+available per shard, as the last ledger reply said

@@ -113,7 +113,9 @@ func (c *campaign) grantRequest(now time.Time, s *settings, ds *dayState, key le
 		Grace: cfg.Grace, DayStart: ds.day.Start, Known: c.knownOf(ds, key.Shard),
 	}
 	c.hourPace(&req.Pace, now, s, ds)
-	req.Demand, req.DemandTTL = c.fairDemand(ds)
+	if !ds.unsplit {
+		req.Demand, req.DemandTTL = c.fairDemand(ds)
+	}
 	if standing {
 		// A typical SPEND or nothing: a sliver serves no SPEND, and slivers
 		// held on several hosts keep a campaign's last bids where none can

@@ -272,13 +272,15 @@ func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
 
 // sweep is one round of a host's start sweep (pace.SweepsOn): it asks the
 // shard asked longest ago for want (the regular ask), then the next shard
-// not asked for a pace.MinGrantGap for what the round still lacks of a gap (or a tick)
-// of the host's target (pace.SweepAsk), and so on while that is not
-// filled, the round is within the host's share of the shards, and the
-// shard asked last granted it its part of the curve's release. A shard
-// where the host holds a lease renews it in the same call, so a sweep
-// holds one lease a shard; when the bucket's feeds are all open, a swept
-// lease credited whole is renewed on its own shard (sweepRenewal).
+// not asked for a pace.MinGrantGap for what the round still lacks of a gap
+// (or a tick) of the host's target (pace.SweepAsk), and so on while that is
+// not filled, the round is within the host's share of the shards, and, past
+// the regular ask, the shard asked last granted it its part of the curve's
+// release. Only the regular ask carries the host's demand for the ledger's
+// fair split (pace.SweepSplits). A shard where the host holds a lease
+// renews it in the same call, so a sweep holds one lease a shard; when the
+// bucket's feeds are all open, a swept lease credited whole is renewed on
+// its own shard (sweepRenewal).
 func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *dayState, want int64) {
 	gathers := pace.ShardGathers(ds.plan.FleetWindow, c.cfg.LeaseWindow, ds.shards)
 	taper := 1 - now.Sub(ds.day.Start).Seconds()/c.cfg.LeaseWindow.Seconds()
@@ -292,12 +294,13 @@ func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *da
 		if !ok {
 			return
 		}
+		ds.answer, ds.unsplit = 0, !pace.SweepSplits(asked+1)
 		ask := want
 		if asked > 0 {
 			ask = min(want, need)
 		}
-		ds.answer = 0
 		c.grant(ctx, now, s, ds, shard, ask+more, 0, false, ending)
+		ds.unsplit = false
 		want -= ds.answer - more
 		need -= ds.answer - more
 		round := pace.SweepRound{Shards: ds.shards, Share: c.share, Asked: asked + 1, Left: min(want, need),

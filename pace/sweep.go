@@ -12,7 +12,7 @@ import (
 //
 //  19. A host starting its supply (Decision.Starting) within a lease window
 //      of its day's start (Sweeps) may ask more than one shard in a round:
-//      after its regular ask, the next shard it has not asked for a
+//      its regular ask, then the next shard it has not asked for a
 //      MinGrantGap, oldest asked first, and so on, while (SweepsOn)
 //        - its ask is not filled,
 //        - it has asked fewer than SweepLimit shards this round:
@@ -21,32 +21,45 @@ import (
 //          the limit tapers to one shard a round at the window's end, so
 //          that the shards bank the fleet's slower cadence after the sweep
 //          (one shard a gap a host) gradually, not in one dip, and
-//        - the shard it asked last granted it at least half a MinGrantGap
-//          of the shard's release at the fleet's rate (ShardGathers; a
+//        - the round has asked one shard only (its regular ask), or the
+//          shard it asked last granted it at least half a MinGrantGap of
+//          the shard's release at the fleet's rate (ShardGathers; a
 //          renewal's own micros given back and granted again do not
 //          count). A shard that granted less is called by the fleet more
-//          than twice a gap, or splits what it has among more hosts (the
-//          ledger's fair split); asking the next one would add a ledger
-//          call, not budget.
+//          than twice a gap; asking the next one would add a ledger call,
+//          not budget.
+//      The round's regular ask carries the host's demand, and the ledger's
+//      fair split grants it its share of what the shard holds, or of what
+//      the shard released since its last grant there; every later ask of
+//      the round carries none, and takes what the shard holds, up to the
+//      ask (SweepSplits). A round asks in all for a MinGrantGap of the
+//      host's target (a tick of it, for a host whose refill loop ticks less
+//      often), less the tokens it holds (SweepAsk): what a round gathers is
+//      credited at once (the start credit, condition 6), and what the host
+//      cannot spend before its next round is another host's to gather.
 //      After a shard with nothing whose curve has budget still to release
 //      (Locked), the host asks again a MinGrantGap later (HoldAfter's
-//      Starting), not an eighth of a window. A round asks in all for a
-//      MinGrantGap of the host's target (a tick of it, for a host whose
-//      refill loop ticks less often), less the tokens it holds
-//      (SweepAsk): what a round gathers is credited at
-//      once (the start credit, condition 6), and what the host cannot
-//      spend before its next round is another host's to gather.
+//      Starting), not an eighth of a window.
 //
 // At a day's opening each shard holds only what its curve has released
 // since the fleet last called it, so a host asking one shard a gap gathers
-// a few per cent of the pace until the fleet's calls cover the shards.
-// The last clause bounds the fleet, whatever its size and whether its
-// hosts know their shares: an answer that lets a round go on granted half
-// a gap of the shard's release, and every other answer ends a round. So a
-// fleet of n hosts, each starting a round a gap, makes at most n calls a
-// gap plus two a shard for each gap of release the fleet gathers: at a
+// a few per cent of the pace until the fleet's calls cover the shards. The
+// fair split keeps a part of each shard for each live holder, so under it
+// a host gathers its part of a shard only when it calls that shard, and a
+// fleet of n hosts, each asking one shard a gap of S, gathers the shards'
+// release only as its hosts' rotations reach every shard: the shards bank
+// half a rotation of the pace (sixteen hosts on 8 shards, a round every 2
+// s: 56% of the pace over 2-12 s). So the sweep's asks past the first are
+// not split: each is bounded by what its round still needs, which follows
+// the host's own demand. The regular ask keeps the split, so that each host's record
+// on the shards it rotates through is in place when the sweep ends.
+// The third clause bounds the fleet, whatever its size and whether its
+// hosts know their shares: a round's second ask and those after it go on
+// only after an answer that granted half a gap of the shard's release. So
+// a fleet of n hosts, each starting a round a gap, makes at most 2n calls
+// a gap plus two a shard for each gap of release the fleet gathers: at a
 // day's opening, when the shards hold only what the curve has released,
-// n + 2 × shards, where n hosts asking one shard a gap each would make n,
+// 2n + 2 × shards, where n hosts asking one shard a gap each would make n,
 // and a single host asks every shard each gap.
 
 // SweepRound is what a host knows, within one round of its sweep, when it
@@ -117,5 +130,12 @@ func SweepAsk(d Decision, tokens int64, tick time.Duration) int64 {
 // SweepsOn reports whether a sweeping host asks one more shard this round
 // (condition 19).
 func SweepsOn(r SweepRound) bool {
-	return r.Left > 0 && r.Asked < SweepLimit(r.Shards, r.Share, r.Taper) && r.Gathered >= max(r.Gathers, 1)
+	return r.Left > 0 && r.Asked < SweepLimit(r.Shards, r.Share, r.Taper) && (r.Asked <= 1 || r.Gathered >= max(r.Gathers, 1))
+}
+
+// SweepSplits reports whether the ask-th ask of a sweep's round (1: its
+// regular ask) carries the host's demand for the ledger's fair split
+// (condition 19): the regular ask only.
+func SweepSplits(ask int) bool {
+	return ask <= 1
 }
