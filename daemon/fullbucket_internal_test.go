@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pacer/pacer/bucket"
-	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/lease"
 )
 
@@ -21,17 +20,7 @@ import (
 func TestFullBucketAsksForNoNewLease(t *testing.T) {
 	ctx := context.Background()
 	_, _, ledger, _ := proxiedLedger(t)
-	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
-	d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
-	for range 5 {
-		clock.Add(time.Second)
-		d.Step(ctx)
-		spendAll(t, d, 10)
-	}
+	d, clock := spendingDaemon(t, ledger, LeaseTiming{})
 	c, ok := d.campaigns.get("c")
 	if !ok {
 		t.Fatal("campaign c not loaded")

@@ -33,17 +33,7 @@ func unansweredRelease(t *testing.T, applied bool) {
 	ctx := context.Background()
 	srv, proxy, ledger, direct := proxiedLedger(t)
 	const day = "2026-11-21"
-	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
-	d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: LeaseTiming{SparseWait: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close(ctx) })
-	for range 5 {
-		clock.Add(time.Second)
-		d.Step(ctx)
-		spendAll(t, d, 10)
-	}
+	d, clock := spendingDaemon(t, ledger, LeaseTiming{SparseWait: time.Second})
 	// The refunds the release takes: three SPENDs of 1,000 refunded.
 	var refunded int64
 	for range 3 {
@@ -128,6 +118,25 @@ func proxiedLedger(t *testing.T) (*redistest.Server, *faultproxy.Proxy, *lease.L
 		t.Fatal(err)
 	}
 	return srv, proxy, lease.New(rdb, cfg, nil), direct
+}
+
+// spendingDaemon is a daemon "h" on ledger (closed at cleanup), its clock
+// at 12:00 on 2026-11-21, after five seconds' steps each followed by ten
+// SPENDs of 1,000 micros on campaign c.
+func spendingDaemon(t *testing.T, ledger *lease.Ledger, timing LeaseTiming) (*Daemon, *clocktest.Manual) {
+	t.Helper()
+	clock := clocktest.At(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+	d, err := New(ledger, Config{Holder: "h", Clock: clock, LedgerTimeout: 5 * time.Second, LeaseTiming: timing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(context.Background()) })
+	for range 5 {
+		clock.Add(time.Second)
+		d.Step(context.Background())
+		spendAll(t, d, 10)
+	}
+	return d, clock
 }
 
 // spendAll makes n SPENDs of 1,000 micros and fails unless one was allowed.

@@ -49,12 +49,11 @@ func (d *runDaemon) release(t *testing.T, id string, unused int64) {
 	delete(d.leases, id)
 }
 
-// A rollback that loses a lease granted and released is seen by the run
-// that took it however many writes others made since (the 64-pair history
-// window passed it: 1,500,000 leased on 1,000,000), and its totals
-// re-asserted make the shard count what its clients spent: the day then
-// grants no more than its budget.
-func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
+// twoRuns is a redis-server whose ledger holds campaign c's day of
+// 1,000,000 micros on one shard, and two daemon runs, A and B, on it at
+// 23:00.
+func twoRuns(t *testing.T) (*redistest.Server, *lease.Ledger, lease.ShardKey, *runDaemon, *runDaemon) {
+	t.Helper()
 	srv := redistest.Start(t)
 	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	const day = "2026-11-21"
@@ -63,6 +62,16 @@ func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
 	at := t0.Add(23 * time.Hour)
 	a := &runDaemon{l: l, k: k, run: "hostA-boot1", at: at, leases: map[string]int64{}}
 	b := &runDaemon{l: l, k: k, run: "hostB-boot1", at: at, leases: map[string]int64{}}
+	return srv, l, k, a, b
+}
+
+// A rollback that loses a lease granted and released is seen by the run
+// that took it however many writes others made since (the 64-pair history
+// window passed it: 1,500,000 leased on 1,000,000), and its totals
+// re-asserted make the shard count what its clients spent: the day then
+// grants no more than its budget.
+func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
+	srv, l, k, a, b := twoRuns(t)
 
 	snap := srv.Snapshot(k.RedisKeys()...)
 	// A takes half the day and its clients spend 400,000 of it; it gives
@@ -89,11 +98,11 @@ func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
 		t.Fatalf("A's grant after the rollback and 70 writes: %v; want ErrLedgerDiverged", err)
 	}
 	// A re-asserts its totals: the 400,000 its clients spent is counted.
-	added, sh, err := l.ReassertRun(ctx, k, a.run, a.known, at)
+	added, sh, err := l.ReassertRun(ctx, k, a.run, a.known, a.at)
 	if err != nil || added != 400_000 {
 		t.Fatalf("ReassertRun = %d, %+v, %v; want 400,000 added to spent", added, sh, err)
 	}
-	if again, _, err := l.ReassertRun(ctx, k, a.run, a.known, at); err != nil || again != 0 {
+	if again, _, err := l.ReassertRun(ctx, k, a.run, a.known, a.at); err != nil || again != 0 {
 		t.Fatalf("ReassertRun again = %d, %v; want 0 (idempotent)", again, err)
 	}
 	a.known.Seq, a.known.Tip = 0, 0
@@ -111,7 +120,7 @@ func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
 	if granted != 600_000 {
 		t.Fatalf("granted %d after the re-assertion; want 600,000 (400,000 already spent of 1,000,000)", granted)
 	}
-	if tot := mustBalance(t, l, "c", day); tot.Spent+tot.Leased != 1_000_000 {
+	if tot := mustBalance(t, l, "c", k.Day); tot.Spent+tot.Leased != 1_000_000 {
 		t.Fatalf("totals %+v", tot)
 	}
 }
@@ -121,14 +130,7 @@ func TestRollbackSeenByTheRunsTotalsBeyondTheHistoryWindow(t *testing.T) {
 // for a run names none (its idle check then costs no script call), one that
 // lost the run's writes to a restore names it, and so does a day not open.
 func TestRunsBehindIsWhatReassertRunWouldRaise(t *testing.T) {
-	srv := redistest.Start(t)
-	l := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	const day = "2026-11-21"
-	mustOpen(t, l, campaign("c", 1_000_000, 1), day)
-	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	at := t0.Add(23 * time.Hour)
-	a := &runDaemon{l: l, k: k, run: "hostA-boot1", at: at, leases: map[string]int64{}}
-	b := &runDaemon{l: l, k: k, run: "hostB-boot1", at: at, leases: map[string]int64{}}
+	srv, l, k, a, b := twoRuns(t)
 	behind := func(want ...string) {
 		t.Helper()
 		got, err := l.RunsBehind(ctx, k, map[string]lease.History{a.run: a.known, b.run: b.known})
@@ -148,7 +150,7 @@ func TestRunsBehindIsWhatReassertRunWouldRaise(t *testing.T) {
 	behind()
 	srv.Restore(snap, k.RedisKeys()...)
 	behind(a.run)
-	if added, _, err := l.ReassertRun(ctx, k, a.run, a.known, at); err != nil || added != 400_000 {
+	if added, _, err := l.ReassertRun(ctx, k, a.run, a.known, a.at); err != nil || added != 400_000 {
 		t.Fatalf("ReassertRun = %d, %v; want 400,000 added", added, err)
 	}
 	behind()
