@@ -770,6 +770,19 @@ func (d *Daemon) reclaimLease(ctx context.Context, j *Journal, jl JournalLease, 
 // again: a restore since may have taken that re-assertion away, and no
 // running daemon may have seen it (TestRestartReassertsTheDeadRunsTotals,
 // "restarted again"). They are kept for a later loss too (runTotals).
+//
+// Each shard's history as the re-assertion's reply gave it (seq and tip,
+// after the re-assertion's write if it wrote) becomes this run's known
+// history of the shard, taken by the day's first load here (openDay), so
+// that the run's first lease call there is checked against it. The rule:
+// a restore that takes away what the start re-asserted (or the inherited
+// writes it found current) sends the shard back before that seq, so the
+// run's first grant, renewal or release there after it finds the history
+// diverged before granting anything, and lostWrites re-asserts the
+// inherited totals again (seed 13536: a second restore took the start's
+// re-assertion away and the new run was granted the same budget again).
+// Without it, that call passed only the run's own totals, none yet, and
+// the loss waited for the idle check.
 func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time) error {
 	var errs []error
 	current := d.cfg.Holder + "-" + d.bootID
@@ -777,8 +790,11 @@ func (d *Daemon) reassertPrevious(ctx context.Context, j *Journal, now time.Time
 		for k, tot := range shards {
 			d.ran.inherit(run, k, tot)
 			cctx, cancel := context.WithTimeout(ctx, d.cfg.LedgerTimeout)
-			added, _, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
+			added, sh, err := d.ledger.ReassertRun(cctx, k, run, tot, now)
 			cancel()
+			if err == nil && sh.Seq > 0 && !sh.Diverged {
+				d.ran.saw(k, sh.History())
+			}
 			switch {
 			case errors.Is(err, lease.ErrDayNotOpen):
 			case err != nil:

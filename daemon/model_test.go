@@ -91,24 +91,26 @@ var regressionSeeds = []struct {
 	{7114, nil, "uncharged 31,905: a lost-writes broadcast reached a daemon whose campaign sat idle; its next step retired the campaign before acting on the hint, and the day's re-assertion was dropped with it"},
 	// Found in a sweep of seeds 9800-10799 with restores 4x as often:
 	{9908, nil, "uncharged 64,689: a one-master restore at the instant a run died took grants its clients spent from; its successor's start re-assertion came before the restore, and the successor closed before its idle check"},
+	// Found in a restore-heavy sweep (PACER_MODEL_RESTORE_ONE_IN=6):
+	{13536, nil, "overspend 3,949: a restore took away a dead run's grant, its successor's start re-assertion of what the clients spent from it, then a second restore that re-assertion; the successor's first grant there passed only its own totals (none) and was granted the same budget again"},
 }
 
 // restoreOftenSeeds are the regression seeds found with a backup or restore
 // one step in 6 (PACER_MODEL_RESTORE_ONE_IN=6): they replay with it.
-var restoreOftenSeeds = map[uint64]bool{1159: true, 1489: true, 2670: true, 9908: true}
+var restoreOftenSeeds = map[uint64]bool{1159: true, 1489: true, 2670: true, 9908: true, 13536: true}
 
 // asideSeeds are the regression seeds found with the kinds drawn aside
 // (sparse, rare, backup and restore, crash-restart, lost-answers, one holder
 // name for every daemon): they replay with them. The other regression seeds
 // were found before those kinds existed and replay without them.
 var asideSeeds = map[uint64]bool{
-	2227: true, 2181: true, 2018: true, 2319: true, 1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true,
+	2227: true, 2181: true, 2018: true, 2319: true, 1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true, 13536: true,
 }
 
 // masterSeeds are the regression seeds found with a restore of one Cluster
 // master's slots (masterRng) drawn, or in a sweep that drew them: they
 // replay with it.
-var masterSeeds = map[uint64]bool{1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true}
+var masterSeeds = map[uint64]bool{1082: true, 1264: true, 1159: true, 1489: true, 2670: true, 7114: true, 9908: true, 13536: true}
 
 // modelKinds are the step kinds the generator draws from, with weights.
 var modelKinds = []struct {

@@ -441,6 +441,10 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
+	for i := range ds.known {
+		// The history the start's re-assertion saw (reassertPrevious).
+		ds.known[i] = c.d.ran.takeSeen(lease.ShardKey{Campaign: c.id, Day: day.Key, Shard: i})
+	}
 	for i, part := range lease.Split(s.DailyMicros, n) {
 		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
 		ds.shardUnspent[i] = part

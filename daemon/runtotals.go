@@ -35,12 +35,38 @@ type runTotals struct {
 	// unchecked: the shard-days whose totals changed (or were inherited)
 	// and that the idle check has not called since (idlecheck.go).
 	unchecked map[lease.ShardKey]*idleCheck
-	now       func() time.Time
+	// seen: each shard's history (Seq, Tip) as the start's re-assertion of
+	// the inherited totals last found it (reassertPrevious), until the
+	// day's first load here takes it as its known history (takeSeen).
+	seen map[lease.ShardKey]lease.History
+	now  func() time.Time
 }
 
 func newRunTotals(now func() time.Time) *runTotals {
 	return &runTotals{byShard: map[lease.ShardKey]lease.History{}, asked: map[lease.ShardKey]bool{},
-		inherited: map[string]map[lease.ShardKey]lease.History{}, unchecked: map[lease.ShardKey]*idleCheck{}, now: now}
+		inherited: map[string]map[lease.ShardKey]lease.History{}, unchecked: map[lease.ShardKey]*idleCheck{},
+		seen: map[lease.ShardKey]lease.History{}, now: now}
+}
+
+// saw keeps h, a reply's history of shard k at start, unless a later one
+// (a higher seq) is kept already.
+func (t *runTotals) saw(k lease.ShardKey, h lease.History) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.Seq > t.seen[k].Seq {
+		t.seen[k] = lease.History{Seq: h.Seq, Tip: h.Tip}
+	}
+}
+
+// takeSeen returns the history kept of shard k at start (zero if none) and
+// forgets it: a day loaded again later starts with no known history, as
+// before, rather than one a handled loss has since made stale.
+func (t *runTotals) takeSeen(k lease.ShardKey) lease.History {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.seen[k]
+	delete(t.seen, k)
+	return h
 }
 
 // inherit keeps a previous run's totals on shard k.
@@ -159,6 +185,11 @@ func (t *runTotals) forgetBefore(day string) {
 	for k := range t.unchecked {
 		if k.Day < day {
 			delete(t.unchecked, k)
+		}
+	}
+	for k := range t.seen {
+		if k.Day < day {
+			delete(t.seen, k)
 		}
 	}
 }
