@@ -45,20 +45,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	}
 	pass() // opens the day; the watermark is 1, recorded
 	path := filepath.Join(t.TempDir(), "leases.journal")
-	start := func() (*daemon.Daemon, *daemon.Journal) {
-		j, left, err := daemon.OpenJournal(path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Journal: j, Logger: dbgLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Reclaim(ctx, j, left); err != nil {
-			t.Fatal(err)
-		}
-		return d, j
-	}
+	start := journaledStarter(t, f, path)
 	d, j := start()
 	rdb := f.redis.Client()
 	keys, err := rdb.Keys(ctx, "*").Result()
@@ -243,4 +230,24 @@ type toDaemon struct{ d **daemon.Daemon }
 func (p toDaemon) Publish(e pacer.Event) error {
 	(*p.d).HandleEvent(e)
 	return nil
+}
+
+// journaledStarter returns a function that starts daemon "a" on f's ledger
+// and clock with the journal at path, reclaiming what a previous run left
+// there, as pacerd does at start.
+func journaledStarter(t *testing.T, f *fixture, path string) func() (*daemon.Daemon, *daemon.Journal) {
+	return func() (*daemon.Daemon, *daemon.Journal) {
+		j, left, err := daemon.OpenJournal(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Journal: j, Logger: dbgLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Reclaim(ctx, j, left); err != nil {
+			t.Fatal(err)
+		}
+		return d, j
+	}
 }

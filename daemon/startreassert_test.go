@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/reconcile"
 )
 
@@ -36,20 +35,7 @@ func TestRestartFindsARestoreThatTookItsStartReassertionAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "leases.journal")
-	start := func() (*daemon.Daemon, *daemon.Journal) {
-		j, left, err := daemon.OpenJournal(path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Journal: j, Logger: dbgLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Reclaim(ctx, j, left); err != nil {
-			t.Fatal(err)
-		}
-		return d, j
-	}
+	start := journaledStarter(t, f, path)
 	rdb := f.redis.Client()
 	snapshot := func() map[string]string {
 		keys, err := rdb.Keys(ctx, "*").Result()
