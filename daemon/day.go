@@ -61,8 +61,11 @@ type dayState struct {
 	// ledger's fair split (pace.SweepSplits, condition 19).
 	unsplit     bool
 	shardEmpty  []bool
-	shardFilled []bool  // the last grant on the shard was all we asked for
-	shardLeft   []int64 // locked+available per shard, as the last ledger reply said
+	shardFilled []bool // the last grant on the shard was all we asked for
+	// shardRead is each shard's last answer to this host: what it had not
+	// leased or spent (locked+available), and where the curve stood then
+	// (pace.Stale: what its curve released since, condition 22).
+	shardRead []pace.ShardReading
 	// shardAvailable is what each shard had available when it last refused
 	// this host a lease, all or nothing, for want of more (0 since it last
 	// granted one, or until it refuses). Not after a grant: what a shard
@@ -202,13 +205,20 @@ func (ds *dayState) unspent() int64 {
 	return sum
 }
 
-// remaining estimates the campaign-day's budget not yet leased or spent.
+// remaining is the campaign-day's budget not yet leased or spent, as the
+// shards last said.
 func (ds *dayState) remaining() int64 {
 	var sum int64
-	for _, r := range ds.shardLeft {
-		sum += r
+	for _, r := range ds.shardRead {
+		sum += r.Left
 	}
 	return sum
+}
+
+// read notes a shard's answer at now: sh.Remaining() not leased or spent,
+// of the budget it is to spend (sh.Target()).
+func (ds *dayState) read(shard int, sh lease.Shard, now time.Time) {
+	ds.shardRead[shard] = pace.ShardReading{Left: sh.Remaining(), Budget: max(sh.Target(), 0), CurveAt: ds.curve.AtTime(now, ds.day)}
 }
 
 // pickShard returns a shard to ask, at random among those not known to be

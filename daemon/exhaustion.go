@@ -70,9 +70,9 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	ds.checkedAt = now
 	ctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
-	left := make([]int64, ds.shards)
+	answers := make([]lease.Shard, ds.shards)
 	unspent := int64(0)
-	for i := range left {
+	for i := range answers {
 		start := time.Now()
 		sh, err := c.ledger.ReadShard(ctx, lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: i})
 		c.d.observeLedger("read", start, err)
@@ -80,7 +80,7 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 			c.log.Warn("cannot read the campaign-day's shards; keeping what we believe", zap.Error(err))
 			return
 		}
-		left[i] = sh.Remaining()
+		answers[i] = sh
 		ds.shardUnspent[i] = sh.Unspent()
 		unspent += sh.Unspent() - sh.Remaining()
 	}
@@ -90,8 +90,10 @@ func (c *campaign) recheckExhaustion(ctx context.Context, now time.Time, ds *day
 	// reconciler's rebalance can gather them).
 	spendable := int64(0)
 	smallest := max(c.minAmount.Load(), 1)
-	for i, r := range left {
-		ds.shardLeft[i], ds.shardEmpty[i] = r, r == 0
+	for i, sh := range answers {
+		r := sh.Remaining()
+		ds.read(i, sh, now)
+		ds.shardEmpty[i] = r == 0
 		if r >= smallest {
 			spendable += r
 		}

@@ -161,7 +161,7 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 		return false
 	}
 	ds.shardFilled[shard] = g.Granted == call.req.Want
-	ds.shardLeft[shard] = g.Shard.Remaining()
+	ds.read(shard, g.Shard, now)
 	ds.shardUnspent[shard] = g.Shard.Unspent()
 	ds.shardAvailable[shard] = 0
 	if g.Granted == 0 {

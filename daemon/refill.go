@@ -436,7 +436,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shards = n
 	ds.shardEmpty = make([]bool, n)
 	ds.shardFilled = make([]bool, n)
-	ds.shardLeft = make([]int64, n)
+	ds.shardRead = make([]pace.ShardReading, n)
 	ds.shardAvailable = make([]int64, n)
 	ds.shardAskedAt = make([]time.Time, n)
 	ds.shardUnspent = make([]int64, n)
@@ -446,7 +446,8 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 		ds.known[i] = c.d.ran.takeSeen(lease.ShardKey{Campaign: c.id, Day: day.Key, Shard: i})
 	}
 	for i, part := range lease.Split(s.DailyMicros, n) {
-		ds.shardLeft[i] = part // until a shard answers, assume it holds its share
+		// Until a shard answers, assume it holds its part as of now.
+		ds.shardRead[i] = pace.ShardReading{Left: part, Budget: part, CurveAt: ds.curve.AtTime(now, day)}
 		ds.shardUnspent[i] = part
 	}
 	ds.rng = rand.New(rand.NewPCG(hash(c.cfg.Holder), uint64(day.Start.Unix())))
@@ -516,7 +517,7 @@ func (c *campaign) plan(now time.Time, s *settings, ds *dayState, t tick) pace.D
 	rate, calls := c.demand()
 	cNow := ds.curve.AtTime(now, ds.day)
 	d := pace.Plan(pace.Input{
-		Budget: s.DailyMicros, Remaining: ds.remaining(),
+		Budget: s.DailyMicros, Remaining: ds.remaining(), Stale: pace.Stale(ds.shardRead, cNow),
 		CurveNow: cNow, CurveNext: ds.curve.AtTime(now.Add(window), ds.day),
 		Window: window, Drip: window - c.cfg.SkewBound, CatchUpPermille: c.catchUpPermille(now, ds),
 		Bid: c.unit(), Largest: c.largestSpend(),

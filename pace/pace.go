@@ -12,8 +12,10 @@
 //
 // Let p be the curve's pace (the budget the curve releases over the next
 // lease window W), k the catch-up multiple (Input.CatchUpPermille/1000, at
-// least 1) and R what the day has left (Input.Remaining). Plan guarantees,
-// for every input (pace_test.go checks each over random inputs):
+// least 1) and R what the day has left (Input.Remaining as the shards last
+// said it, less what their curves released since, Input.Stale, unless the
+// day is Catching: 22). Plan guarantees, for every input (pace_test.go
+// checks each over random inputs):
 //
 //  1. The fleet's rate is the curve's pace, or up to k times it while the
 //     campaign is behind its curve: p ≤ FleetWindow ≤ k·p while the curve
@@ -45,7 +47,7 @@
 //     worth a ledger call: at least a quarter of its target, or nothing is
 //     open at all; and while it holds an open lease, not once the shards
 //     last said the day had nothing left (it asks when a lease ends). (What the day has left bounds what a shard grants, not
-//     what a host asks: R is as last seen, and may be stale.)
+//     what a host asks: R is an estimate from answers read earlier.)
 //
 //  5. The floor: a host that asks at all asks for at least Floor, a few of
 //     its largest SPENDs or a sixteenth of a window of pace, so that one
@@ -66,7 +68,8 @@
 // lease drips), with MayAsk, HoldAfter and Drip; 15 to 18, a host's share
 // of the fleet, with ShareRate; 19, the start sweep, with SweepsOn; 20,
 // when a host reports the campaign's bid, with ReportsBid; 21, the
-// ledger's advance in front of the curve, with Advance.
+// ledger's advance in front of the curve, with Advance; 22, what the day
+// has left now, with Stale.
 //
 // Together 1–3 bound what one host drips at k times the curve's pace (1.25
 // in the day's last hour, LastHourCatchUpPermille); the burst window (a
@@ -98,8 +101,11 @@ const MaxHeadroom = 2.5
 // Input is what a host knows of a campaign-day at one instant. Money is in
 // micros; rates in micros a second.
 type Input struct {
-	Budget    int64 // the day's budget
-	Remaining int64 // the day's budget not yet leased or spent, as the shards last said
+	Budget int64 // the day's budget
+	// Remaining is the day's budget not yet leased or spent, as the shards
+	// last said; Stale is what their curves have released since they said
+	// it (condition 22).
+	Remaining, Stale int64
 	// CurveNow and CurveNext are the curve's cumulative positions (0..PPB)
 	// now and one Window later.
 	CurveNow, CurveNext int64
@@ -233,13 +239,18 @@ func fleet(in Input) (window, plain, p int64, behind, catching bool) {
 	}
 	rest := mulPPB(in.Budget, PPB-cNow)
 	gap := remaining - rest // > 0: behind the curve
+	catching = gap > in.Bid+CatchingWindows*p
+	if !catching {
+		// Kept up with: judged by the answers less what is stale (22).
+		remaining = max(remaining-max(in.Stale, 0), 0)
+		gap = remaining - rest
+	}
 	proRata := int64(float64(remaining) * float64(cNext-cNow) / float64(PPB-cNow))
 	k := max(in.CatchUpPermille, 1000)
 	most := int64(min(float64(p)*float64(k)/1000, float64(math.MaxInt64/2)))
 	plain = max(p, min(proRata, most))
 	window = max(plain, min(p+max(gap, 0), most))
 	behind = gap > in.Bid
-	catching = gap > in.Bid+CatchingWindows*p
 	return window, plain, p, behind, catching
 }
 

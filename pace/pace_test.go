@@ -44,6 +44,9 @@ func randomInput(r *rand.Rand) Input {
 	if r.IntN(4) == 0 {
 		in.OpenDrip = 0
 	}
+	if r.IntN(2) == 0 {
+		in.Stale = r.Int64N(in.Remaining + 1)
+	}
 	return in
 }
 
