@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -383,8 +384,21 @@ func TestRedisPartition(t *testing.T) {
 	if after == 0 {
 		t.Fatal("no spending after the partition healed")
 	}
+	// Close's releases have the test's ledger timeout, 100 ms of real
+	// time: on a busy machine one may go unacknowledged, which Close
+	// reports and the ledger settles after expiry (below). The money holds
+	// either way.
 	if err := d.Close(ctx); err != nil {
-		t.Fatal(err)
+		if !strings.Contains(err.Error(), "releases not acknowledged") {
+			t.Fatal(err)
+		}
+		t.Logf("%v: settled below", err)
+	}
+	f.clock.Add(time.Minute) // past every lease's expiry and grace
+	for s := range 4 {
+		if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: s}, f.clock.Now(), 5*time.Second, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sh := f.check(t, "c")
 	if total := allowed + during + after; total > sh.Spent {
