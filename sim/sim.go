@@ -207,6 +207,7 @@ type runner struct {
 	pacerRDB, reconRDB, luaRDB, batchRDB, obsRDB redis.UniversalClient
 	pipeRDB                                      redis.UniversalClient // sends pipe's pipelines
 	pipe                                         *autoPipe
+	wmGate                                       *watermarkGate // the daemons' watermark reads wait for the step's check
 	pacerCnt, reconCnt, luaCnt, batchCnt         *counter
 	reconLedger, obsLedger                       *lease.Ledger
 	recon                                        *reconcile.Reconciler
@@ -312,8 +313,12 @@ func (r *runner) setup(ctx context.Context, addr string) error {
 			return err
 		}
 	}
-	// The daemons' concurrent ledger calls share pipelines (autoPipe): its
-	// hook goes last, after the ledgers' own, before any step runs.
+	// The daemons' watermark reads wait for the step's watermark check
+	// (watermarkGate), and their concurrent ledger calls share pipelines
+	// (autoPipe): these hooks go last, after the ledgers' own, before any
+	// step runs, autoPipe the very last.
+	r.wmGate = &watermarkGate{}
+	r.pacerRDB.AddHook(r.wmGate)
 	r.pipe = &autoPipe{raw: r.pipeRDB}
 	r.pacerRDB.AddHook(r.pipe)
 	// Resolve daemon defaults for reporting and the reconciler's grace.
@@ -525,17 +530,24 @@ func (r *runner) loop(ctx context.Context) error {
 			h.clock.set(t)
 		}
 		faults = r.faultsDue(ctx, t, faults)
+		var checked <-chan struct{}
 		if !t.Before(nextReconcile) {
 			r.reconcile(ctx, t)
 			nextReconcile = nextReconcile.Add(reconcileEvery)
 		} else {
-			r.checkWatermarks(ctx, t)
+			checked = r.checkWatermarks(ctx, t)
 		}
 		if err := r.dayCurves(ctx, t); err != nil {
+			if checked != nil {
+				<-checked
+			}
 			return err
 		}
 		r.bookkeeping(ctx, t)
 		r.stepHosts(workers, t)
+		if checked != nil {
+			<-checked
+		}
 		progress.at(t, false)
 	}
 	progress.at(r.stopAt, true)
@@ -756,12 +768,23 @@ func (r *runner) reconcile(ctx context.Context, t time.Time) {
 // checkWatermarks advances each Redis master's watermark at t, as
 // production's reconciler does at every pass (every second) and the
 // scenario's reconciler steps only every reconcile_every: the daemons' idle
-// checks (and a restore's detection) follow the watermark's moves.
-func (r *runner) checkWatermarks(ctx context.Context, t time.Time) {
+// checks (and a restore's detection) follow the watermark's moves. It runs
+// beside the hosts' steps at t, its round trips to Redis overlapping their
+// lease calls, and the daemons' reads of the watermarks wait for it
+// (watermarkGate); the returned channel is closed when it is done, before
+// which the next step must not start.
+func (r *runner) checkWatermarks(ctx context.Context, t time.Time) <-chan struct{} {
 	r.reconClock.set(t)
-	if err := r.recon.CheckWatermarks(ctx, 0); err != nil {
-		r.log.Warn("reconciler watermark check", zap.Error(err))
-	}
+	r.wmGate.hold()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.wmGate.release()
+		if err := r.recon.CheckWatermarks(ctx, 0); err != nil {
+			r.log.Warn("reconciler watermark check", zap.Error(err))
+		}
+	}()
+	return done
 }
 
 // dayCurves learns, as each measured day starts, the curve of a campaign
