@@ -10,19 +10,24 @@ import (
 )
 
 // autoPipe is a go-redis hook that sends the ledger scripts (FCALL,
-// EVALSHA) that the daemons' refill loops issue at the same time in one
-// pipeline: each call is still one command that Redis runs atomically on
-// its own, with its own reply; only the transport is shared. The first
-// caller to find no pipeline in flight sends everything queued, and keeps
-// sending what queued meanwhile until nothing is left; the others wait for
-// their reply. The simulator's daemons make ~1.6 million such calls a
-// default day, dozens at once in each step (every due campaign of every
-// host), and one write and one read per call cost pacersim and
-// redis-server more than the scripts' own work.
+// EVALSHA) and the single reads (HMGET, HGETALL, XRANGE, ...) that the
+// daemons' refill loops issue at the same time in one pipeline: each call
+// is still one command that Redis runs atomically on its own, with its own
+// reply; only the transport is shared. The first caller to find no
+// pipeline in flight sends everything queued, and keeps sending what queued
+// meanwhile until nothing is left; the others wait for their reply. The
+// simulator's daemons make ~1.6 million such calls a default day, dozens at
+// once in each step (every due campaign of every host), and one write and
+// one read per call cost pacersim and redis-server more than the scripts'
+// own work. A daemon's reads (its idle checks' watermark and run-totals
+// reads, ~0.16 million a default day) come after its step's lease calls,
+// at about the same moment on every host: alone, each was a round trip of
+// its own.
 //
 // It must be the client's innermost hook (added after every other): it
-// does not call the hooks after it. Commands other than the scripts go
-// through unchanged.
+// does not call the hooks after it. Other commands (writes outside
+// scripts, anything that blocks or opens a transaction) go through
+// unchanged.
 type autoPipe struct {
 	raw redis.UniversalClient // the same Redis, without hooks: sends the pipelines
 
@@ -38,12 +43,13 @@ type pipeCall struct {
 	done chan struct{}
 }
 
-// pipelined reports whether cmd is a ledger script call, the only commands
-// the hook batches: a blocking read or a transaction must not share a
-// pipeline with them.
+// pipelined reports whether cmd is a ledger script call or a read that
+// neither blocks nor waits for anything but its reply, the only commands
+// the hook batches: a blocking read (XREAD BLOCK, WAIT) or a transaction
+// must not share a pipeline with them.
 func pipelined(cmd redis.Cmder) bool {
 	switch strings.ToLower(cmd.Name()) {
-	case "fcall", "evalsha":
+	case "fcall", "evalsha", "hmget", "hget", "hgetall", "hkeys", "hlen", "hexists", "exists", "get", "xrange", "xrevrange":
 		return true
 	}
 	return false

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,11 +12,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Scripts called at once from many goroutines share pipelines, and each
-// caller gets its own script's reply: 64 goroutines each run a counter
-// script 50 times on a real redis-server, every value 1..3,200 is answered
-// exactly once, every other command goes through unbatched, and the
-// outer hook (the simulator's command counter) still sees every call.
+// Scripts and reads called at once from many goroutines share pipelines,
+// and each caller gets its own command's reply: 64 goroutines each run a
+// counter script 50 times on a real redis-server, each followed by a read of
+// a key of its own that it last wrote with its latest value; every value
+// 1..3,200 is answered exactly once, each read returns its caller's value,
+// writes outside scripts go through unbatched, and the outer hook (the
+// simulator's command counter) still sees every call.
 func TestAutoPipeSharesPipelinesKeepsReplies(t *testing.T) {
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx, redisproc.Options{})
@@ -44,12 +47,21 @@ func TestAutoPipeSharesPipelinesKeepsReplies(t *testing.T) {
 	seen := make([]int, workers*calls+1)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
+		own := fmt.Sprintf("own:%d", w)
 		wg.Go(func() {
 			for range calls {
 				v, err := incr.EvalSha(ctx, rdb, []string{"n"}).Int()
 				if err != nil {
 					t.Error(err)
+					return
+				}
+				if err := rdb.Set(ctx, own, v, 0).Err(); err != nil {
+					t.Error(err)
+					return
+				}
+				if got, err := rdb.Get(ctx, own).Int(); err != nil || got != v {
+					t.Errorf("worker %d read %d, %v; want its own %d", w, got, err, v)
 					return
 				}
 				mu.Lock()
@@ -67,13 +79,13 @@ func TestAutoPipeSharesPipelinesKeepsReplies(t *testing.T) {
 		}
 	}
 	if n, err := rdb.Get(ctx, "n").Int(); err != nil || n != workers*calls {
-		t.Fatalf("GET n (not batched) = %d, %v; want %d", n, err, workers*calls)
+		t.Fatalf("GET n = %d, %v; want %d", n, err, workers*calls)
 	}
-	t.Logf("%d script calls in %d pipelines", pipe.calls, pipe.batches)
-	if pipe.calls != workers*calls || pipe.batches >= pipe.calls {
-		t.Errorf("%d calls in %d pipelines: want %d calls, sharing pipelines", pipe.calls, pipe.batches, workers*calls)
+	t.Logf("%d script calls and reads in %d pipelines", pipe.calls, pipe.batches)
+	if want := int64(2*workers*calls + 1); pipe.calls != want || pipe.batches >= pipe.calls {
+		t.Errorf("%d calls in %d pipelines: want %d calls (the scripts and the reads, not the SETs), sharing pipelines", pipe.calls, pipe.batches, want)
 	}
-	if got := cnt.total.Load(); got < workers*calls+2 {
+	if got := cnt.total.Load(); got < 3*workers*calls+2 {
 		t.Errorf("the counting hook saw %d commands; want every call", got)
 	}
 }
