@@ -182,6 +182,7 @@ type hostRT struct {
 	amounts  []int64        // one arrival tick's bids of one campaign
 	arr      []arrival      // the step's arrivals (generate, serve)
 	lambda   []float64      // the step's mean arrivals per tick, per campaign
+	limit    []float64      // poissonLimit of each lambda
 	genAt    chan time.Time // the generator's next step
 	genDone  chan struct{}  // the generator's step is done
 }
@@ -912,11 +913,17 @@ func (r *runner) generate(ctx context.Context, h *hostRT, t time.Time) {
 	ticks := int(time.Duration(sc.Step) / tick)
 	flushEvery := int64(time.Duration(sc.Baselines.FlushEvery))
 	lambda := r.lambdas(h, t, tick)
+	if len(h.limit) != len(lambda) {
+		h.limit = make([]float64, len(lambda))
+	}
+	for ci, l := range lambda {
+		h.limit[ci] = poissonLimit(l)
+	}
 	h.arr = h.arr[:0]
 	for k := range ticks {
 		now := t.Add(time.Duration(k) * tick)
 		for ci, c := range r.camps {
-			n := poisson(h.rng, lambda[ci])
+			n := poissonExp(h.rng, lambda[ci], h.limit[ci])
 			if n == 0 {
 				continue
 			}

@@ -8,11 +8,26 @@ import (
 // poisson draws a Poisson(lambda) count: Knuth's product method for small
 // lambda, Hörmann's transformed rejection (PTRS) above 10.
 func poisson(r *rand.Rand, lambda float64) int {
+	return poissonExp(r, lambda, poissonLimit(lambda))
+}
+
+// poissonLimit is what poissonExp needs besides lambda: exp(-lambda) for
+// Knuth's method (lambda below 10), computed once for the many draws of
+// one mean (a step's arrival ticks of a campaign on a host).
+func poissonLimit(lambda float64) float64 {
+	if lambda <= 0 || lambda >= 10 {
+		return 0
+	}
+	return math.Exp(-lambda)
+}
+
+// poissonExp is poisson with l = poissonLimit(lambda) given: the same
+// draws from r.
+func poissonExp(r *rand.Rand, lambda, l float64) int {
 	switch {
 	case lambda <= 0:
 		return 0
 	case lambda < 10:
-		l := math.Exp(-lambda)
 		k, p := 0, r.Float64()
 		for p > l {
 			k++
