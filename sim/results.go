@@ -183,6 +183,12 @@ type CampaignResult struct {
 	// LuaKeyMatches: the Lua baseline's allowed total, counted by the
 	// generator, equals its budget minus its Redis key at the end.
 	LuaKeyMatches *bool `json:"lua_key_matches,omitempty"`
+	// BatchKeysMatch: the batching baseline's allowed total, counted by the
+	// generator, equals its budget minus its Redis keys at the end: every
+	// spend it allowed was flushed, once. Judged only if none of its flushes
+	// failed: a failed one (a reply lost to a timeout on a loaded machine)
+	// may have run, and is sent again.
+	BatchKeysMatch *bool `json:"batch_keys_match,omitempty"`
 
 	rt *campaignRT
 }
@@ -297,6 +303,7 @@ func hostResult(h *hostRT) HostResult {
 type campaignCounts struct {
 	requests, blRequests int64
 	allowed              [nStrategies]int64 // micros, per strategy
+	batchFailed          int64              // the batching baseline's failed key flushes
 }
 
 // campaignResult is one campaign's figures per strategy (its pacer
@@ -334,6 +341,17 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 		ok := err == nil && c.blBudget-v == n.allowed[sLua]
 		cr.LuaKeyMatches = &ok
 	}
+	if c.inBL && r.enabled[sBatch] && n.batchFailed == 0 {
+		ok := true
+		left := int64(0)
+		for s := range r.sc.Baselines.BatchShards {
+			v, err := r.obsRDB.Get(ctx, batchKey(c.spec.ID, s)).Int64()
+			ok = ok && err == nil
+			left += v
+		}
+		ok = ok && c.blBudget-left == n.allowed[sBatch]
+		cr.BatchKeysMatch = &ok
+	}
 	return cr, nil
 }
 
@@ -350,6 +368,7 @@ func (r *runner) countCampaign(c *campaignRT, cr *CampaignResult) campaignCounts
 		n.allowed[sPacer] += hc.allowedMicros
 		n.allowed[sLua] += hc.luaAllowed
 		n.allowed[sBatch] += hc.batchAllowed
+		n.batchFailed += hc.batchFailed
 		n.allowed[sNoPacing] += hc.npAllowed
 		cr.Allowed += hc.allowed
 		cr.Paced += hc.paced

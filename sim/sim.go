@@ -152,6 +152,7 @@ type hostCampaign struct {
 	blRequests            int64
 	luaAllowed, luaErrors int64
 	batchAllowed          int64
+	batchFailed           int64   // flushes of one of its keys that failed (and are sent again)
 	view, pending         []int64 // batching baseline, per key
 }
 
@@ -179,12 +180,16 @@ type hostRT struct {
 	lat      [nStrategies][]time.Duration
 	latCount [nStrategies]int
 	luaQueue []luaCall
-	amounts  []int64        // one arrival tick's bids of one campaign
-	arr      []arrival      // the step's arrivals (generate, serve)
-	lambda   []float64      // the step's mean arrivals per tick, per campaign
-	limit    []float64      // poissonLimit of each lambda
-	genAt    chan time.Time // the generator's next step
-	genDone  chan struct{}  // the generator's step is done
+	// batchPending: some key of the batching baseline may have pending
+	// spend (set when it allows, cleared by a flush that sent it all), so
+	// that the flushes of the ticks with none skip the keys' scan.
+	batchPending bool
+	amounts      []int64        // one arrival tick's bids of one campaign
+	arr          []arrival      // the step's arrivals (generate, serve)
+	lambda       []float64      // the step's mean arrivals per tick, per campaign
+	limit        []float64      // poissonLimit of each lambda
+	genAt        chan time.Time // the generator's next step
+	genDone      chan struct{}  // the generator's step is done
 }
 
 // runner holds one run's state.
@@ -1111,6 +1116,7 @@ func spendBatch(h *hostRT, hc *hostCampaign, amount int64) {
 	}
 	if ok {
 		hc.batchAllowed += amount
+		h.batchPending = true
 	}
 }
 
@@ -1239,6 +1245,9 @@ func (r *runner) flushLua(ctx context.Context, h *hostRT) {
 // takes the replies as the host's new view of those keys. Keys with nothing
 // pending are not read: the host's view of them stays as stale as it is.
 func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
+	if !h.batchPending {
+		return // nothing allowed since the last flush, or all of it flushed
+	}
 	type pend struct {
 		ci, s int
 		cmd   *redis.IntCmd
@@ -1256,16 +1265,19 @@ func (r *runner) flushBatch(ctx context.Context, h *hostRT, now time.Time) {
 			}
 		}
 	}
+	h.batchPending = false
 	if pipe == nil {
 		return
 	}
 	pipe.Exec(ctx)
 	for _, p := range ps {
 		v, err := p.cmd.Result()
+		hc := &h.c[p.ci]
 		if err != nil {
+			hc.batchFailed++
+			h.batchPending = true
 			continue // kept pending, retried at the next flush
 		}
-		hc := &h.c[p.ci]
 		hc.pending[p.s] = 0
 		hc.view[p.s] = v
 	}

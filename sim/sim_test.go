@@ -50,6 +50,9 @@ func TestSmokeScenario(t *testing.T) {
 		if c.LuaKeyMatches == nil || !*c.LuaKeyMatches {
 			t.Errorf("%s: the Lua baseline's counted spend does not match its Redis key", c.ID)
 		}
+		if c.BatchKeysMatch != nil && !*c.BatchKeysMatch { // nil: a flush failed (a lost reply on a loaded machine), not judged
+			t.Errorf("%s: the batching baseline's counted spend does not match its Redis keys", c.ID)
+		}
 		if l := c.Results[StrategyLua]; l.OverspendMicros > 0 || l.CmdsPer1000 < 1000 {
 			t.Errorf("%s: Lua baseline overspend %d, cmds/1000 %.1f", c.ID, l.OverspendMicros, l.CmdsPer1000)
 		}
