@@ -49,7 +49,7 @@ func TestServedArrivalsAreTheGeneratorsDraws(t *testing.T) {
 			h.clock.set(now)
 		}
 		r.bookkeeping(ctx, now)
-		r.stepHosts(w, now)
+		r.stepHosts(ctx, w, now)
 		for hi, h := range r.hosts {
 			lambda := r.lambdas(h, now, tick)
 			for k := range int(step / tick) {

@@ -550,7 +550,7 @@ func (r *runner) loop(ctx context.Context) error {
 			return err
 		}
 		r.bookkeeping(ctx, t)
-		r.stepHosts(workers, t)
+		r.stepHosts(ctx, workers, t)
 		if checked != nil {
 			<-checked
 		}
@@ -599,7 +599,8 @@ func (r *runner) faultsDue(ctx context.Context, t time.Time, faults []Fault) []F
 // daemon's ledger calls and the arrivals anew every step: runtime.copystack
 // was 7% of a default day's profile), and its arrivals' generator on
 // another (generate), so that drawing a step's arrivals overlaps its
-// daemon's wait on Redis.
+// daemon's wait on Redis. The first live host steps on the loop's own
+// goroutine (stepHosts); its worker waits unused.
 type hostWorkers struct {
 	steps []chan time.Time // per host
 	hosts []*hostRT
@@ -612,7 +613,9 @@ func (r *runner) startHosts(ctx context.Context) *hostWorkers {
 	w := &hostWorkers{steps: make([]chan time.Time, len(r.hosts)), hosts: r.hosts}
 	for i, h := range r.hosts {
 		w.steps[i] = make(chan time.Time)
-		h.genAt, h.genDone = make(chan time.Time), make(chan struct{})
+		// genDone holds the generator's signal: a generator done before its
+		// daemon's Step (the usual case) does not wait to hand it over.
+		h.genAt, h.genDone = make(chan time.Time), make(chan struct{}, 1)
 		w.exit.Go(func() {
 			for t := range w.steps[i] {
 				r.stepHost(ctx, h, t)
@@ -638,13 +641,23 @@ func (w *hostWorkers) stop() {
 }
 
 // stepHosts runs every live host in parallel (stepHost) and returns when
-// all are done.
-func (r *runner) stepHosts(w *hostWorkers, t time.Time) {
+// all are done: the first live host on the calling goroutine, the others on
+// their workers (one hand-off fewer a step, and the caller usually finds
+// the others done when its own host is).
+func (r *runner) stepHosts(ctx context.Context, w *hostWorkers, t time.Time) {
+	var own *hostRT
 	for i, h := range r.hosts {
-		if h.alive {
+		switch {
+		case !h.alive:
+		case own == nil:
+			own = h
+		default:
 			w.step.Add(1)
 			w.steps[i] <- t
 		}
+	}
+	if own != nil {
+		r.stepHost(ctx, own, t)
 	}
 	w.step.Wait()
 }
