@@ -181,7 +181,9 @@ type CampaignResult struct {
 	ExhaustionPropagationSeconds float64   `json:"exhaustion_propagation_seconds"`
 	Ledger                       LedgerEnd `json:"ledger"`
 	// LuaKeyMatches: the Lua baseline's allowed total, counted by the
-	// generator, equals its budget minus its Redis key at the end.
+	// generator, equals its budget minus its Redis key at the end. Judged
+	// only if none of its calls failed: a failed one (a reply lost to a
+	// timeout on a loaded machine) may have run, its spend uncounted.
 	LuaKeyMatches *bool `json:"lua_key_matches,omitempty"`
 	// BatchKeysMatch: the batching baseline's allowed total, counted by the
 	// generator, equals its budget minus its Redis keys at the end: every
@@ -304,6 +306,7 @@ type campaignCounts struct {
 	requests, blRequests int64
 	allowed              [nStrategies]int64 // micros, per strategy
 	batchFailed          int64              // the batching baseline's failed key flushes
+	luaFailed            int64              // the Lua baseline's failed calls
 }
 
 // campaignResult is one campaign's figures per strategy (its pacer
@@ -336,7 +339,7 @@ func (r *runner) campaignResult(ctx context.Context, c *campaignRT, res *Results
 	if len(cr.Ledger.Problems) > 0 {
 		res.ConservationOK = false
 	}
-	if c.inBL && r.enabled[sLua] {
+	if c.inBL && r.enabled[sLua] && n.luaFailed == 0 {
 		v, err := r.obsRDB.Get(ctx, luaKey(c.spec.ID)).Int64()
 		ok := err == nil && c.blBudget-v == n.allowed[sLua]
 		cr.LuaKeyMatches = &ok
@@ -369,6 +372,7 @@ func (r *runner) countCampaign(c *campaignRT, cr *CampaignResult) campaignCounts
 		n.allowed[sLua] += hc.luaAllowed
 		n.allowed[sBatch] += hc.batchAllowed
 		n.batchFailed += hc.batchFailed
+		n.luaFailed += hc.luaErrors
 		n.allowed[sNoPacing] += hc.npAllowed
 		cr.Allowed += hc.allowed
 		cr.Paced += hc.paced
