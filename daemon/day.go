@@ -74,9 +74,10 @@ type dayState struct {
 	shardAvailable []int64
 	// shardAskedAt is when this host last asked each shard for a lease.
 	shardAskedAt []time.Time
-	// shardUnspent is shardLeft plus what is leased out (to any host) and
-	// may come back: a day whose shards are all empty is exhausted only
-	// when this is zero too; until then, its bids are paced.
+	// shardUnspent is what each shard last said it had left (shardRead)
+	// plus what it has leased out (to any host) and may come back: a day
+	// whose shards are all empty is exhausted only when this is zero too;
+	// until then, its bids are paced.
 	shardUnspent []int64
 	checkedAt    time.Time
 	hintAt       time.Time // the last re-assert a broadcast triggered
