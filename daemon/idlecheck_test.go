@@ -47,12 +47,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := journaledStarter(t, f, path)
 	d, j := start()
-	rdb := f.redis.Client()
-	keys, err := rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	copyTaken := f.redis.Snapshot(keys...)
+	copyTaken := f.redis.SnapshotAll()
 
 	// The lost window: the daemon leases and its clients spend, then the
 	// campaign goes quiet here and its leases are given back. No pass.
@@ -75,12 +70,8 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 		d, j = start()
 	}
 	defer func() { d.Close(ctx); j.Close() }()
-	keys, err = rdb.Keys(ctx, "*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if restore {
-		f.redis.Restore(copyTaken, keys...)
+		f.redis.RestoreAll(copyTaken)
 		if lost := charged(t, f); lost != 0 {
 			t.Fatalf("the restored copy counts %d spent or leased: want 0 (the copy was taken before any lease)", lost)
 		}
@@ -171,21 +162,7 @@ func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	}
 	pass() // opens the day; the watermark is 1, recorded
 	d = f.daemon(t, "a")
-	rdb := f.redis.Client()
-	snapshot := func() map[string]string {
-		keys, err := rdb.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f.redis.Snapshot(keys...)
-	}
-	restore := func(snap map[string]string) {
-		keys, err := rdb.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.redis.Restore(snap, keys...)
-	}
+	snapshot, restore := f.redis.SnapshotAll, f.redis.RestoreAll
 	first := snapshot()
 	var allowed int64
 	for range 3 {

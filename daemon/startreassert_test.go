@@ -36,21 +36,7 @@ func TestRestartFindsARestoreThatTookItsStartReassertionAway(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := journaledStarter(t, f, path)
-	rdb := f.redis.Client()
-	snapshot := func() map[string]string {
-		keys, err := rdb.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f.redis.Snapshot(keys...)
-	}
-	restore := func(snap map[string]string) {
-		keys, err := rdb.Keys(ctx, "*").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.redis.Restore(snap, keys...)
-	}
+	snapshot, restore := f.redis.SnapshotAll, f.redis.RestoreAll
 
 	d, j := start()
 	first := snapshot() // before any lease

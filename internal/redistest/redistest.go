@@ -6,6 +6,7 @@ package redistest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/pacer/pacer/internal/redisproc"
@@ -76,6 +77,36 @@ func (s *Server) Snapshot(keys ...string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// SnapshotAll is Snapshot of every key there is: a backup of the whole
+// server, for RestoreAll.
+func (s *Server) SnapshotAll() map[string]string {
+	s.tb.Helper()
+	return s.Snapshot(s.keys()...)
+}
+
+// RestoreAll puts the whole server back as SnapshotAll saw it, as a Redis
+// restarted from that backup: keys made since are deleted, keys deleted
+// since come back.
+func (s *Server) RestoreAll(snap map[string]string) {
+	s.tb.Helper()
+	keys := s.keys()
+	for k := range snap {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	s.Restore(snap, keys...)
+}
+
+func (s *Server) keys() []string {
+	s.tb.Helper()
+	keys, err := s.Client().Keys(context.Background(), "*").Result()
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	return keys
 }
 
 // Restore puts keys back as Snapshot saw them; keys absent then are deleted.
