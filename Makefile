@@ -35,7 +35,7 @@ run: build ## Bring up a local fleet in .run/ (RUN_ARGS='--hosts 2 --nats-port 2
 
 .PHONY: test
 test: deps ## Run every test with -race, a line per package as it finishes (PKGS=./transport/ for some); then the latency comparison alone.
-	PACER_TEST_LATENCY_LATER=1 $(GO) run ./internal/tools/testsum -race -count=1 -timeout 30m $(or $(PKGS),./...)
+	PACER_TEST_LATENCY_LATER=1 $(GO) run ./internal/tools/testsum -race -count=1 -timeout 45m $(or $(PKGS),./...)
 	$(GO) run ./internal/tools/testsum -race -count=1 -timeout 10m -run 'TestWellBehavedClientThroughAttacks' ./transport/
 
 .PHONY: soak

@@ -221,31 +221,51 @@ func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	if want > 0 {
 		if shard, ok := ds.pickShard(); ok {
-			ending, more := c.mergeIfFull(now, ds, &shard)
+			ending, more := c.mergeIfFull(ctx, now, ds, shard)
 			c.grant(ctx, now, s, ds, shard, want+more, 0, standing, ending)
 		}
 	}
 }
 
-// mergeIfFull makes room for a grant on *shard in the day's first two
+// mergeIfFull makes room for a grant on shard in the day's first two
 // lease windows (a start sweep and its leases' lives) when the bucket's
 // feeds are all open (bucket.MaxFeeds) and one of them was granted short
 // while the host was starting and credited whole (nothing left to drip):
-// the grant renews that lease, the one on *shard if there is one, else the
-// one ending first, on its own shard (*shard is set to it). Otherwise the
+// the one on shard if there is one, which the grant renews, else the one
+// ending first, which makeRoom releases on its own shard. Otherwise the
 // bucket would refuse the new lease, the host would give it back and wait
 // an eighth of a window, while those leases, their tokens spent, hold its
 // feeds until they end.
-func (c *campaign) mergeIfFull(now time.Time, ds *dayState, shard *int) (*renewal, int64) {
+func (c *campaign) mergeIfFull(ctx context.Context, now time.Time, ds *dayState, shard int) (*renewal, int64) {
 	if len(ds.leases) < bucket.MaxFeeds || now.Sub(ds.day.Start) >= 2*c.cfg.LeaseWindow {
 		return nil, 0
 	}
-	id, ok := ds.sweptLease(*shard)
+	id, ok := ds.sweptLease(shard)
 	if !ok {
 		return nil, 0
 	}
-	*shard = ds.leases[id].shard
-	return c.renewEarly(now, ds, id)
+	return c.makeRoom(ctx, now, ds, shard, id)
+}
+
+// makeRoom closes the feed of lease id for a grant on shard: a lease on
+// shard is renewed by that grant (renewEarly); a lease on another shard is
+// released there on its own (condition 13's full bucket), so that the grant
+// goes to the shard due, the one asked longest ago, and not back to a shard
+// the host asked a moment ago. Renewing the lease on its own shard instead
+// kept a host whose campaign has more shards than its bucket has feeds on
+// the first eight shards it swept, each giving a tick of its release: one
+// host on 16 shards spent half its pace for the day's first minute. It
+// returns the renewal, if any, and the micros the grant asks for again on
+// top of its own ask (the closed lease's unused micros).
+func (c *campaign) makeRoom(ctx context.Context, now time.Time, ds *dayState, shard int, id string) (*renewal, int64) {
+	on := ds.leases[id].shard
+	ending, more := c.renewEarly(now, ds, id)
+	if ending == nil || on == shard {
+		return ending, more
+	}
+	key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: on}
+	c.releaseLease(ctx, now, ending.release(key, ending.expiry.Add(c.cfg.Grace+time.Minute)))
+	return nil, more
 }
 
 // renewEarly closes the feed of lease id, before its end, for a grant on
@@ -279,8 +299,8 @@ func (c *campaign) sweeping(now time.Time, ds *dayState) bool {
 // release. Only the regular ask carries the host's demand for the ledger's
 // fair split (pace.SweepSplits). A shard where the host holds a lease
 // renews it in the same call, so a sweep holds one lease a shard; when the
-// bucket's feeds are all open, a swept lease credited whole is renewed on
-// its own shard (sweepRenewal).
+// bucket's feeds are all open, a swept lease credited whole makes room
+// (sweepRenewal).
 func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *dayState, want int64) {
 	gathers := pace.ShardGathers(ds.plan.FleetWindow, c.cfg.LeaseWindow, ds.shards)
 	taper := 1 - now.Sub(ds.day.Start).Seconds()/c.cfg.LeaseWindow.Seconds()
@@ -290,7 +310,7 @@ func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *da
 		if !ok || ds.exhausted.Load() || ds.closed || (asked > 0 && now.Sub(ds.shardAskedAt[shard]) < pace.MinGrantGap) {
 			return
 		}
-		ending, more, ok := c.sweepRenewal(now, ds, &shard, asked)
+		ending, more, ok := c.sweepRenewal(ctx, now, ds, shard)
 		if !ok {
 			return
 		}
@@ -311,23 +331,22 @@ func (c *campaign) sweep(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 }
 
-// sweepRenewal is the lease a sweep's grant on *shard renews: the one held
-// there (renewing), else, when every feed of the bucket is open, a lease
-// swept earlier and credited whole, on its own shard (*shard is set to it;
-// the full bucket's rule, condition 13, as mergeIfFull keeps it), unless
-// that shard was asked within a pace.MinGrantGap this round. ok is false
-// when the sweep cannot ask: the bucket is full and no lease qualifies.
-func (c *campaign) sweepRenewal(now time.Time, ds *dayState, shard *int, asked int) (*renewal, int64, bool) {
-	if ending, more := c.renewing(now, ds, *shard); ending != nil || len(ds.leases) < bucket.MaxFeeds {
+// sweepRenewal makes room for a sweep's grant on shard: it renews the
+// lease held there (renewing), else, when every feed of the bucket is open,
+// it closes a lease swept earlier and credited whole (makeRoom: renewed if
+// on shard, else released on its own; the full bucket's rule, condition
+// 13, as mergeIfFull keeps it). ok is false when the sweep cannot ask: the
+// bucket is full and no lease qualifies.
+func (c *campaign) sweepRenewal(ctx context.Context, now time.Time, ds *dayState, shard int) (*renewal, int64, bool) {
+	if ending, more := c.renewing(now, ds, shard); ending != nil || len(ds.leases) < bucket.MaxFeeds {
 		return ending, more, true
 	}
-	id, ok := ds.sweptLease(*shard)
-	if !ok || (asked > 0 && now.Sub(ds.shardAskedAt[ds.leases[id].shard]) < pace.MinGrantGap) {
+	id, ok := ds.sweptLease(shard)
+	if !ok {
 		return nil, 0, false
 	}
-	*shard = ds.leases[id].shard
-	ending, more := c.renewEarly(now, ds, id)
-	return ending, more, ending != nil
+	ending, more := c.makeRoom(ctx, now, ds, shard, id)
+	return ending, more, ending != nil || len(ds.leases) < bucket.MaxFeeds
 }
 
 // renewing closes the feed of a lease held on shard, if any, for the

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/internal/redisproc"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
@@ -307,6 +310,45 @@ func runScenario(t *testing.T, path string, opt Options) *Results {
 		t.Errorf("pacing invariant broken: %s", v)
 	}
 	return res
+}
+
+// A campaign split into more shards than a bucket has feeds (bucket.MaxFeeds,
+// 8) meets a fresh host at midnight: budget-bound.yaml's campaign on 16
+// shards, served by one host. Its start sweep fills the bucket's feeds
+// within a round; from then on a full bucket makes room for the shard due
+// (the one asked longest ago) by releasing a lease it swept, not by
+// renewing that lease on its own shard, which the host had asked a moment
+// before (package daemon, condition 13). Renewing in place kept the host on
+// the first eight shards it swept for the day's first minute, each giving a
+// tick of its release: half the pace (0.50 over 2-12 s; the run exited 1).
+func TestFreshHostReachesPaceOnMoreShardsThanFeeds(t *testing.T) {
+	data, err := os.ReadFile("../configs/scenarios/budget-bound.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := regexp.MustCompile(`(?m)^  - \{name: bidder-(0[2-9]|1[0-9]).*\n`).ReplaceAll(data, nil)
+	one = bytes.Replace(one, []byte("shards: 8}"), []byte("shards: 16}"), 1)
+	sc, err := ParseScenario(one, "../configs/scenarios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Hosts) != 1 || sc.Defaults.Shards != 16 || 16 <= bucket.MaxFeeds {
+		t.Fatalf("%d hosts, %d shards, %d feeds; want one host on 16 shards, more than its bucket's feeds", len(sc.Hosts), sc.Defaults.Shards, bucket.MaxFeeds)
+	}
+	res, err := Run(context.Background(), sc, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range res.Violations {
+		t.Errorf("pacing invariant broken: %s", v)
+	}
+	c := res.Campaigns[0]
+	q := c.Results[StrategyPacer]
+	t.Logf("%s: cold start %.3f of the pace, utilisation %.4f (the curve oracle %.4f)", c.ID, c.ColdStartRatio, q.Utilisation, c.OracleUtilisation)
+	if !res.ConservationOK || q.OverspendMicros > 0 || c.ColdStartRatio < ColdStartShare {
+		t.Errorf("conservation %v, overspent %d micros, cold start %.3f; want conservation, none, at least %.2f of the pace",
+			res.ConservationOK, q.OverspendMicros, c.ColdStartRatio, ColdStartShare)
+	}
 }
 
 // budget-bound.yaml's fresh fleet of 16 hosts of equal weight meets its
