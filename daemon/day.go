@@ -93,6 +93,11 @@ type dayState struct {
 	// carry: micros withdrawn from the bucket with the leases that ended
 	// this tick, for their successors to credit at once (refill loop only).
 	carry int64
+	// late: how long before this tick the latest of the leases that ended
+	// this tick ended (a tick that came after a lease's end), for its
+	// successor to credit the drip missed since (pace.LateCredit; refill
+	// loop only).
+	late time.Duration
 	// fleetRate is the most the fleet may take a second along the curve
 	// (its pace, or its catch-up pace when behind), as want last computed
 	// it; shareNextAt, when a standing host's share of that (shareThrottle)

@@ -223,13 +223,16 @@ func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *
 // dripSpan is when a granted lease drips, from dripFrom to dripEnd (its
 // end, end, at the latest), and how much of it carries on what an ended
 // lease took with it (ds.carry): the controller's rule (pace.Drip), given
-// what the lease credits at once: what it carries on, or the start credit
-// of a host starting its supply (the controller's StartCredit) if more.
+// what the lease credits at once: what it carries on and, when the tick
+// came after the ended lease's end (ds.late), the drip missed since
+// (pace.LateCredit), or the start credit of a host starting its supply
+// (the controller's StartCredit) if more.
 // The leases of one tick (a sweep's round) share one start credit.
 func (c *campaign) dripSpan(now time.Time, ds *dayState, call *grantCall, g lease.Grant, end time.Time) (dripFrom, dripEnd time.Time, carried int64) {
 	carried = min(ds.carry, g.Granted)
 	ds.carry -= carried
-	atOnce := carried
+	atOnce := min(carried+pace.LateCredit(g.Granted, ds.late, c.cfg.BurstWindow, end.Sub(now)), g.Granted)
+	ds.late = 0 // the first successor's alone
 	if ds.plan.Starting {
 		credit := min(ds.startLeft, g.Granted)
 		ds.startLeft -= credit

@@ -165,10 +165,19 @@ func (c *campaign) observe(ctx context.Context, now time.Time, s *settings, ds *
 // no other lease) are credited at once by its successor (carry), so a
 // renewal does not empty the bucket of a slow campaign; what it forwent
 // while the bucket was full is not (credited, it would be forgone again).
-// What this tick's grants do not take is not carried on.
+// What this tick's grants do not take is not carried on. A tick that came
+// after a lease's end (late) has its successor credit the drip missed
+// since, at most a burst window of it (pace.LateCredit).
 func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *dayState, t tick) {
 	want, standing := c.want(now, s, ds, t)
 	closed := t.closed
+	ds.late = 0
+	for _, cl := range t.closed {
+		if h, ok := ds.leases[cl.ID]; ok && now.After(h.end) {
+			ds.late = max(ds.late, now.Sub(h.end))
+		}
+	}
+	defer func() { ds.late = 0 }()
 	if t.ending != "" && want > 0 {
 		if cl, ok := ds.b.CloseFeed(now, t.ending); ok {
 			closed = append(closed, cl)

@@ -148,6 +148,30 @@ func Drip(in DripInput) (from, to time.Duration) {
 	return from, to
 }
 
+// LateCredit is what a lease granted late credits at once (condition 14):
+// one whose predecessor ended late before the grant (a refill loop that ran
+// late, a step that came after a lease's end), which the host's drip
+// missed. It is what the lease would have dripped before the grant had its
+// drip started at that end, at most a burst window before the grant, at
+// the rate it drips over the rest of its span: granted × l / (span + l),
+// l = min(late, burst), rounded down. So a late successor's drip over the
+// predecessor's end to its own end is what an on-time one's would have
+// been, never more than its grant, and never more than a burst window of
+// its rate at once.
+func LateCredit(granted int64, late, burst, span time.Duration) int64 {
+	l := min(late, burst)
+	if granted <= 0 || l <= 0 || span < 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(granted), uint64(l))
+	den := uint64(span) + uint64(l) // both below 2^63: no overflow
+	if hi >= den {
+		return granted
+	}
+	q, _ := bits.Div64(hi, lo, den)
+	return int64(min(q, uint64(granted)))
+}
+
 // atOnceSpan is how far before its grant a lease of granted micros that
 // drips over span from then must start for the drip before the grant to be
 // at least atOnce micros (0 ≤ atOnce < granted): ceil(atOnce × span /

@@ -76,6 +76,45 @@ func TestHoldAfterProperties(t *testing.T) {
 // unless it is credited whole or it is the shard's last, whole only for the
 // stated reasons, and a shard's last lease is dripped a quarter window
 // before its end.
+// A late lease's credit (condition 14) is what it would have dripped from
+// its predecessor's end, at most a burst window back, at the rate of the
+// rest of its drip: never more than its grant, nothing when not late, and
+// no faster than the lease drips after its grant.
+func TestLateCreditProperties(t *testing.T) {
+	r := rand.New(rand.NewPCG(36, 14))
+	for i := range 200_000 {
+		granted := int64(math.Exp(r.Float64() * math.Log(1e15)))
+		late := time.Duration(r.Int64N(int64(5*time.Second))) - time.Second
+		burst := time.Duration(1 + r.Int64N(int64(3*time.Second)))
+		span := time.Duration(r.Int64N(int64(120 * time.Second)))
+		got := LateCredit(granted, late, burst, span)
+		l := min(late, burst)
+		if got < 0 || got > max(granted, 0) {
+			t.Fatalf("#%d LateCredit(%d, %v, %v, %v) = %d: want 0 to the grant", i, granted, late, burst, span, got)
+		}
+		if l <= 0 {
+			if got != 0 {
+				t.Fatalf("#%d LateCredit(%d, %v, %v, %v) = %d: want 0, not late", i, granted, late, burst, span, got)
+			}
+			continue
+		}
+		// got = floor(granted × l / (span + l)), exactly.
+		want := new(big.Int).Div(new(big.Int).Mul(big.NewInt(granted), big.NewInt(int64(l))), big.NewInt(int64(span+l)))
+		if want.Cmp(big.NewInt(got)) != 0 {
+			t.Fatalf("#%d LateCredit(%d, %v, %v, %v) = %d, want %v", i, granted, late, burst, span, got, want)
+		}
+		// At the rate of the rest: got / l ≤ (granted − got) / span.
+		lhs := new(big.Int).Mul(big.NewInt(got), big.NewInt(int64(span)))
+		rhs := new(big.Int).Mul(big.NewInt(granted-got), big.NewInt(int64(l)))
+		if lhs.Cmp(rhs) > 0 {
+			t.Fatalf("#%d LateCredit(%d, %v, %v, %v) = %d: faster than the rest of its drip", i, granted, late, burst, span, got)
+		}
+		if more := LateCredit(granted, late+time.Second, burst, span); more < got || (late >= burst && more != got) {
+			t.Fatalf("#%d LateCredit later by a second %d, from %d: want more or the same, the same past a burst window", i, more, got)
+		}
+	}
+}
+
 func TestDripProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 14))
 	for i := range 200_000 {
