@@ -21,10 +21,7 @@ func TestFullBucketAsksForNoNewLease(t *testing.T) {
 	ctx := context.Background()
 	_, _, ledger, _ := proxiedLedger(t)
 	d, clock := spendingDaemon(t, ledger, LeaseTiming{})
-	c, ok := d.campaigns.get("c")
-	if !ok {
-		t.Fatal("campaign c not loaded")
-	}
+	c := campaignC(t, d)
 	c.loopMu.Lock()
 	defer c.loopMu.Unlock()
 	ds, s, now := c.day.Load(), c.settings.Load(), clock.Now()

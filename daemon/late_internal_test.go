@@ -19,10 +19,7 @@ func TestALateTickCreditsTheDripItMissed(t *testing.T) {
 	ctx := context.Background()
 	_, _, ledger, _ := proxiedLedger(t)
 	d, clock := spendingDaemon(t, ledger, LeaseTiming{})
-	c, ok := d.campaigns.get("c")
-	if !ok {
-		t.Fatal("campaign c not loaded")
-	}
+	c := campaignC(t, d)
 	tick := c.cfg.TickInterval
 	drain := func() {
 		for {

@@ -42,10 +42,7 @@ func unansweredRelease(t *testing.T, applied bool) {
 		}
 		refunded += 1000
 	}
-	c, ok := d.campaigns.get("c")
-	if !ok {
-		t.Fatal("campaign c not loaded")
-	}
+	c := campaignC(t, d)
 	r := releaseOneLease(t, c, clock.Now())
 	if r.refunded != refunded {
 		t.Fatalf("the release carries %d micros of refunds, want %d", r.refunded, refunded)
@@ -137,6 +134,16 @@ func spendingDaemon(t *testing.T, ledger *lease.Ledger, timing LeaseTiming) (*Da
 		spendAll(t, d, 10)
 	}
 	return d, clock
+}
+
+// campaignC is d's campaign c, which spendingDaemon loaded.
+func campaignC(t *testing.T, d *Daemon) *campaign {
+	t.Helper()
+	c, ok := d.campaigns.get("c")
+	if !ok {
+		t.Fatal("campaign c not loaded")
+	}
+	return c
 }
 
 // spendAll makes n SPENDs of 1,000 micros and fails unless one was allowed.
