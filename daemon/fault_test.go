@@ -116,23 +116,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 	if down {
 		f.redis.Restart()
 	}
-	// Quiesce: the daemons release what they hold, the reconciler settles
-	// the rest.
-	for range 3 {
-		f.clock.Add(20 * time.Second)
-		for _, d := range nodes {
-			d.Step(ctx)
-		}
-	}
-	for _, d := range nodes {
-		if err := d.Close(ctx); err != nil {
-			t.Logf("close: %v", err)
-		}
-	}
-	f.clock.Add(45 * time.Second)
-	if err := rc.Pass(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
+	quiesce(t, f, rc, nodes...)
 	rep, err := history.Check(ctx, &rec, history.Options{
 		Label:  "redis kill/restart",
 		Plans:  map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: {Limit: budget, Exact: true}},
@@ -155,6 +139,28 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 	// nothing.
 	if tally.Net() < budget/2 || denied.Load() == 0 {
 		t.Fatalf("clients netted %d of %d with %d denials: the load did not press on the budget", tally.Net(), budget, denied.Load())
+	}
+}
+
+// quiesce ends a fault test's load: the daemons step for a minute and
+// close, releasing what they hold, and the reconciler settles the rest once
+// their leases are past expiry and grace.
+func quiesce(t *testing.T, f *fixture, rc *reconcile.Reconciler, nodes ...*daemon.Daemon) {
+	t.Helper()
+	for range 3 {
+		f.clock.Add(20 * time.Second)
+		for _, d := range nodes {
+			d.Step(ctx)
+		}
+	}
+	for _, d := range nodes {
+		if err := d.Close(ctx); err != nil {
+			t.Logf("close: %v", err)
+		}
+	}
+	f.clock.Add(45 * time.Second)
+	if err := rc.Pass(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
 }
 
