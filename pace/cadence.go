@@ -163,13 +163,10 @@ func LateCredit(granted int64, late, burst, span time.Duration) int64 {
 	if granted <= 0 || l <= 0 || span < 0 {
 		return 0
 	}
-	hi, lo := bits.Mul64(uint64(granted), uint64(l))
-	den := uint64(span) + uint64(l) // both below 2^63: no overflow
-	if hi >= den {
-		return granted
-	}
-	q, _ := bits.Div64(hi, lo, den)
-	return int64(min(q, uint64(granted)))
+	// l ≤ span + l (both below 2^63: no overflow), so the quotient is at
+	// most granted.
+	q, _, _ := mulDiv(uint64(granted), uint64(l), uint64(span)+uint64(l))
+	return int64(q)
 }
 
 // atOnceSpan is how far before its grant a lease of granted micros that
@@ -178,14 +175,24 @@ func LateCredit(granted int64, late, burst, span time.Duration) int64 {
 // (granted − atOnce)), in integers, so that the bucket, which rounds its
 // drip down, credits not a micro less.
 func atOnceSpan(atOnce, granted int64, span time.Duration) time.Duration {
-	hi, lo := bits.Mul64(uint64(atOnce), uint64(span))
-	den := uint64(granted - atOnce)
-	if hi >= den {
+	q, rem, ok := mulDiv(uint64(atOnce), uint64(span), uint64(granted-atOnce))
+	if !ok {
 		return math.MaxInt64
 	}
-	q, r := bits.Div64(hi, lo, den)
-	if r > 0 {
+	if rem {
 		q++
 	}
 	return time.Duration(min(q, math.MaxInt64))
+}
+
+// mulDiv is a × b / den (den > 0) rounded down, in 128-bit arithmetic, and
+// whether it left a remainder; ok is false when the quotient does not fit
+// in 64 bits.
+func mulDiv(a, b, den uint64) (q uint64, rem, ok bool) {
+	hi, lo := bits.Mul64(a, b)
+	if hi >= den {
+		return 0, false, false
+	}
+	q, r := bits.Div64(hi, lo, den)
+	return q, r > 0, true
 }
