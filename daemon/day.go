@@ -93,6 +93,14 @@ type dayState struct {
 	// carry: micros withdrawn from the bucket with the leases that ended
 	// this tick, for their successors to credit at once (refill loop only).
 	carry int64
+	// parked: per shard, a regular lease that ended without a successor on
+	// its shard, its release waiting to ride the host's next grant there
+	// (parkRelease; refill loop only).
+	parked []parkedRelease
+	// short: the host's last grant of the day was less than it asked
+	// (its shards release less than it would take): its next regular lease
+	// is granted with a park window (park.go).
+	short bool
 	// late: how long before this tick the latest of the leases that ended
 	// this tick ended (a tick that came after a lease's end), for its
 	// successor to credit the drip missed since (pace.LateCredit; refill

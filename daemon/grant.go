@@ -35,6 +35,7 @@ type grantCall struct {
 	standing bool
 	least    int64
 	ending   *renewal
+	end      time.Time // the lease's spending ends (its bucket feed's end)
 }
 
 // release is the call's lease given straight back, unspent.
@@ -62,6 +63,9 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 		ds.holdCalls(now.Add(pace.HoldAfter(pace.Answer{Want: want, Window: cfg.LeaseWindow})))
 		return
 	}
+	if ending == nil {
+		ending = ds.takeParked(shard) // its release rides this grant (park.go)
+	}
 	if c.d.ledgerRefusal(ctx) != nil { // the gate logs why; retried next tick, from memory
 		if ending != nil { // the ending lease's unused micros still go back
 			c.releaseLease(ctx, now, ending.release(key, now.Add(cfg.LeaseWindow+cfg.Grace+time.Minute)))
@@ -70,6 +74,7 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 	call := &grantCall{shard: shard, standing: standing, least: least, ending: ending,
 		req: c.grantRequest(now, s, ds, key, want, least, standing)}
+	call.end = c.spendEnd(now, ds, standing).Add(-cfg.SkewBound)
 	c.d.journalAsked(call.req) // answered by the G line (feed) or a C line
 	cctx, cancel := context.WithTimeout(ctx, cfg.LedgerTimeout)
 	defer cancel()
@@ -92,18 +97,36 @@ func (c *campaign) grant(ctx context.Context, now time.Time, s *settings, ds *da
 	}
 }
 
+// spendEnd is when a lease granted now may be spent until, before the
+// skew bound is taken off: a lease window on (a standing window for a
+// standing bid), midnight at the latest.
+func (c *campaign) spendEnd(now time.Time, ds *dayState, standing bool) time.Time {
+	end := now.Add(c.cfg.LeaseWindow)
+	if standing {
+		end = now.Add(c.cfg.StandingWindow)
+	}
+	if last := ds.day.End.Add(c.cfg.SkewBound); end.After(last) {
+		end = last // spendable until midnight at the latest
+	}
+	return end
+}
+
 // grantRequest is the ledger request for a lease of want micros on key:
 // where the curve stands now and a cap window on for the shard's release
 // rule, how far ahead of it the shard may let the fleet run (aheadMicros),
 // the catch-up and hour bounds, the fair share.
 func (c *campaign) grantRequest(now time.Time, s *settings, ds *dayState, key lease.ShardKey, want, least int64, standing bool) lease.GrantRequest {
 	cfg := c.cfg
-	expiry := now.Add(cfg.LeaseWindow)
-	if standing {
-		expiry = now.Add(cfg.StandingWindow)
-	}
-	if lastSpend := ds.day.End.Add(cfg.SkewBound); expiry.After(lastSpend) {
-		expiry = lastSpend // spendable until midnight at the latest
+	expiry := c.spendEnd(now, ds, standing)
+	if !standing && least == 0 && ds.short {
+		// A regular lease of a host its shards grant short stays open a
+		// park window more in the ledger, for its release to ride the
+		// host's next grant on its shard (park.go); it is spent until
+		// spendEnd, less the skew bound.
+		expiry = expiry.Add(ParkWindow(cfg.LeaseWindow))
+		if last := ds.day.End.Add(cfg.SkewBound); expiry.After(last) {
+			expiry = last
+		}
 	}
 	id := cfg.Holder + "-" + c.d.bootID + "-" + strconv.FormatUint(c.d.leaseSeq.Add(1), 36)
 	req := lease.GrantRequest{
@@ -161,6 +184,7 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 		return false
 	}
 	ds.shardFilled[shard] = g.Granted == call.req.Want
+	ds.short = g.Granted < call.req.Want
 	ds.read(shard, g.Shard, now)
 	ds.shardUnspent[shard] = g.Shard.Unspent()
 	ds.shardAvailable[shard] = 0
@@ -187,7 +211,7 @@ func (c *campaign) answered(ctx context.Context, now time.Time, ds *dayState, ca
 // from then on gives back what was not dripped (Reclaim).
 func (c *campaign) feed(ctx context.Context, now time.Time, ds *dayState, call *grantCall, g lease.Grant) {
 	cfg, id := c.cfg, call.req.LeaseID
-	end := call.req.Expiry.Add(-cfg.SkewBound)
+	end := call.end
 	dripFrom, dripEnd, carried := c.dripSpan(now, ds, call, g, end)
 	// Size the bucket for the new drip, and what it credits at once, before
 	// it starts: what arrives while the bucket is full is forgone.

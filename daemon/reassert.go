@@ -41,12 +41,18 @@ func (c *campaign) lostWrites(ctx context.Context, now time.Time, ds *dayState, 
 	c.d.campaigns.each(func(o *campaign) { o.markStale() })
 }
 
-// reassertAll re-asserts every lease the day holds, and the releases not yet
-// acknowledged; a failure makes the next tick try again.
+// reassertAll re-asserts every lease the day holds, its parked releases
+// (park.go) and the releases not yet acknowledged; a failure makes the next
+// tick try again.
 func (c *campaign) reassertAll(ctx context.Context, now time.Time, ds *dayState) {
 	for id, h := range ds.leases {
 		k := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
 		if !c.reassertOne(ctx, now, k, lease.LeaseRecord{ID: id, Amount: h.amount, Holder: c.cfg.Holder, Expiry: h.expiry}) {
+			ds.reassert.Store(true)
+		}
+	}
+	for shard, p := range ds.parked {
+		if p.renewal != nil && !c.reassertOne(ctx, now, c.shardKey(ds, shard), lease.LeaseRecord{ID: p.ID, Amount: p.Amount, Holder: c.cfg.Holder, Expiry: p.expiry}) {
 			ds.reassert.Store(true)
 		}
 	}

@@ -65,6 +65,9 @@ func (c *campaign) housekeep(ctx context.Context, now time.Time) {
 		}
 	}
 	c.retryReleases(ctx, now)
+	if ds := c.day.Load(); ds != nil {
+		c.releaseParked(ctx, now, ds, false)
+	}
 }
 
 // currentDay returns the campaign-day to lease from now, opening it (and
@@ -221,8 +224,7 @@ func (c *campaign) lease(ctx context.Context, now time.Time, s *settings, ds *da
 			want = 0
 			continue
 		}
-		key := lease.ShardKey{Campaign: c.id, Day: ds.day.Key, Shard: h.shard}
-		c.releaseLease(ctx, now, release{key: key, id: cl.ID, amount: cl.Amount, unused: cl.Unused, expiry: h.expiry, until: h.expiry.Add(c.cfg.Grace + time.Minute)})
+		c.parkRelease(ctx, now, ds, h, &renewal{Closed: cl, expiry: h.expiry})
 	}
 	if want > 0 && !standing && c.sweeping(now, ds) {
 		c.sweep(ctx, now, s, ds, want)
@@ -467,6 +469,7 @@ func (c *campaign) openDay(ctx context.Context, now time.Time, s *settings, day 
 	ds.shardRead = make([]pace.ShardReading, n)
 	ds.shardAvailable = make([]int64, n)
 	ds.shardAskedAt = make([]time.Time, n)
+	ds.parked = make([]parkedRelease, n)
 	ds.shardUnspent = make([]int64, n)
 	ds.known = make([]lease.History, n)
 	for i := range ds.known {

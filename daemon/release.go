@@ -163,6 +163,7 @@ func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
 		c.d.ran.ask(c.id, ds.day.Key)
 	}
 	c.flushDemand(ctx, now, ds) // the day's last minute of demand
+	c.releaseParked(ctx, now, ds, true)
 	closed := ds.b.Revoke(now)
 	st := ds.b.Stats(now)
 	c.requestedBase += st.Requested

@@ -15,7 +15,8 @@ import (
 // atomic loads each, and steps only those that are due: used since their
 // last step, woken (a broadcast, a settings change), or at the time their
 // last step said something falls due (a lease ends, the next lease is due,
-// the day ends, demand is to be flushed), and at least every idleStep. A
+// a parked release must go (park.go), the day ends, demand is to be
+// flushed), and at least every idleStep. A
 // busy campaign is stepped every tick as before; an idle one about once a
 // second, and not at all once CampaignIdle has dropped it. The due ones run
 // on at most refillWorkers goroutines per Step, not one per campaign.
@@ -71,6 +72,11 @@ func (c *campaign) schedule(now time.Time) {
 		later(ds.lastGrantAt.Add(cfg.LeaseWindow / 2))
 		for _, h := range ds.leases {
 			later(h.end)
+		}
+		for _, p := range ds.parked {
+			if p.renewal != nil {
+				later(p.deadline)
+			}
 		}
 	}
 	c.nextStep.Store(next.UnixNano())
