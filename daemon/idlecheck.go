@@ -76,6 +76,19 @@ func (t *runTotals) wroteLocked(k lease.ShardKey) {
 	t.unchecked[k] = &idleCheck{last: t.now()}
 }
 
+// writesBy notes that a write of ours to shard k is due by at (a parked
+// release, park.go, goes by its deadline): the shard's wait for its idle
+// check starts from then, not from our last write, since that call passes
+// our totals and history as any lease call does. A write before at starts
+// the wait again from that write.
+func (t *runTotals) writesBy(k lease.ShardKey, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.unchecked[k]; c != nil && at.After(c.last) {
+		*c = idleCheck{last: at}
+	}
+}
+
 // quietShards returns the shards waiting for their check whose last write
 // was at or before quietSince.
 func (t *runTotals) quietShards(quietSince time.Time) []lease.ShardKey {

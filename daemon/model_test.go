@@ -222,7 +222,15 @@ type modelRun struct {
 	// some of the campaign's slots come back from the copy (restoreSlots);
 	// nil for every regression seed not in masterSeeds, whose restores put
 	// back all of a campaign's keys as when they were found.
-	masterRng  *rand.Rand
+	masterRng *rand.Rand
+	// satRng adds, to half the histories, a fourth campaign on a flat
+	// curve (flat: its index; -1 when none) and turns some steps into
+	// stretches of demand twice its pace (the "saturate" kind), where its
+	// hosts are granted short and park their leases' releases (park.go);
+	// drawn aside, and nil for every regression seed, which replays the
+	// history it was found with.
+	satRng     *rand.Rand
+	flat       int
 	backup     *shardBackup
 	watermarks *reconcile.MemWatermarks
 	dLedger    *lease.Ledger          // the daemons' ledger
@@ -279,9 +287,13 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 	m.restoreOneIn = envInt(t, "PACER_MODEL_RESTORE_ONE_IN", 25)
 	m.answerRng = rand.New(rand.NewPCG(seed, 0xa115e7))
 	m.masterRng = rand.New(rand.NewPCG(seed, 0x3a57e5))
+	m.satRng, m.flat = rand.New(rand.NewPCG(seed, 0x5a7e)), -1
 	m.changes = map[history.DayKey]int{}
 	m.watermarks = &reconcile.MemWatermarks{}
 	for _, rs := range regressionSeeds {
+		if rs.seed == seed {
+			m.satRng = nil
+		}
 		if rs.seed == seed && !asideSeeds[seed] {
 			m.sparseRng, m.rareRng, m.restoreRng, m.answerRng = nil, nil, nil, nil
 		}
@@ -390,6 +402,9 @@ func (e *modelEnv) run(t *testing.T, seed uint64, enabled func(string) bool) (hi
 		}
 	}
 	slices.SortFunc(midnights, func(a, b time.Time) int { return a.Compare(b) })
+	if m.satRng != nil && m.satRng.IntN(2) == 0 {
+		m.addFlat()
+	}
 	first := r.IntN(3)
 	for _, mid := range midnights[first : first+2+r.IntN(2)] {
 		if at := mid.Add(-time.Duration(20+r.IntN(100)) * time.Second); at.After(m.clock.Now()) {
@@ -566,6 +581,9 @@ func (m *modelRun) op() {
 	if m.answerRng != nil && m.answerRng.IntN(30) == 0 {
 		kind = "lost-answers" // likewise
 	}
+	if m.satRng != nil && m.flat >= 0 && m.satRng.IntN(25) == 0 {
+		kind = "saturate" // likewise
+	}
 	// Each step makes its choices from its own generator, so that turning a
 	// kind off leaves the rest of the history as it was.
 	m.stats.ops++
@@ -712,6 +730,8 @@ func (m *modelRun) do(kind string) bool {
 		m.note(c.stored.ID, "operator sets %s %s", c.stored.ID, state)
 	case "crash-restart":
 		m.crashRestart(r, n)
+	case "saturate":
+		m.saturate(r)
 	case "lost-answers":
 		m.loseAnswers(r, n)
 	case "backup":
@@ -763,6 +783,45 @@ func (m *modelRun) quietStretch(r *rand.Rand, ticks int, tick time.Duration, one
 				id = "a" + strconv.Itoa(m.nextID)
 			}
 			m.spend(r.IntN(len(m.nodes)), cj, m.camps[cj].stored.DailyMicros/int64(20+r.IntN(40)), id)
+		}
+	}
+}
+
+// addFlat adds the fourth campaign, c3: a flat curve in UTC releasing 5,000
+// to 20,000 micros a second on 2 to 4 shards (satRng).
+func (m *modelRun) addFlat() {
+	loc, err := time.LoadLocation("UTC")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	c := lease.Campaign{ID: "c3", DailyMicros: 86_400 * (5_000 + m.satRng.Int64N(15_001)), TZ: "UTC", Curve: "flat",
+		Shards: 2 + m.satRng.IntN(3), State: lease.StateActive}
+	if _, err := m.env.direct.PutCampaign(ctx, c); err != nil {
+		m.t.Fatal(err)
+	}
+	m.camps = append(m.camps, &modelCampaign{stored: c, loc: loc})
+	m.flat = len(m.camps) - 1
+	m.note("", "campaign c3: flat, %d micros a day on %d shards", c.DailyMicros, c.Shards)
+}
+
+// saturate is a stretch of 90 to 240 s in 200-ms ticks in which the nodes
+// ask the flat campaign for twice its pace, in SPENDs of 4,000: its shards
+// grant short, its hosts rotate over them and park their leases' releases
+// for their next grant on each shard (park.go), and the steps after it
+// crash, restore, lose answers, cut and pause with releases parked.
+func (m *modelRun) saturate(r *rand.Rand) {
+	const amount = 4_000
+	for range 450 + r.IntN(751) {
+		m.clock.Add(200 * time.Millisecond)
+		m.stepAll()
+		perTick := max(2*m.camps[m.flat].stored.DailyMicros/86_400/5/amount, 1)
+		for k := range perTick {
+			id := ""
+			if r.IntN(4) == 0 {
+				m.nextID++
+				id = "a" + strconv.Itoa(m.nextID)
+			}
+			m.spend(int(k)%len(m.nodes), m.flat, amount, id)
 		}
 	}
 }

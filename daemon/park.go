@@ -31,7 +31,8 @@ import (
 //   - One release waits per shard; it goes on its own a tick and the skew
 //     bound before its lease's ledger expiry at the latest, or when the day
 //     is dropped (a new day, a pause, a budget cut, the campaign retired,
-//     shutdown).
+//     shutdown). The shard's idle check waits for it: that call compares
+//     our history with the shard's as any lease call does (idlecheck.go).
 //
 // The invariant: a parked lease is closed in the bucket (nothing more is
 // spent from it) and still open in the ledger and the journal; it is
@@ -71,6 +72,7 @@ func (c *campaign) parkRelease(ctx context.Context, now time.Time, ds *dayState,
 		c.releaseLease(ctx, now, old.release(key, old.expiry.Add(c.cfg.Grace+time.Minute)))
 	}
 	ds.parked[h.shard] = parkedRelease{renewal: r, deadline: deadline}
+	c.d.ran.writesBy(key, deadline) // no idle check before it goes (idlecheck.go)
 }
 
 // takeParked returns the release parked on shard, if any, for a grant
