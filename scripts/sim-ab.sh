@@ -6,14 +6,16 @@
 # user+sys CPU seconds, the redis-server's CPU seconds, its ledger script
 # calls (EVALSHA and FCALL) and their mean cost (INFO commandstats), and the
 # load average before and after.
-# CPU seconds are the steadier figure on a shared machine. Each side's
+# CPU seconds are the steadier figure on a shared machine. SIM_AB_SEQUENTIAL=1
+# runs base, then new, each alone (for wall times on a quiet machine: at
+# once, each side gets about one core). Each side's
 # results.json, results.md and plots are kept in $SIM_AB_OUT/base and
 # $SIM_AB_OUT/new (default: a new directory under /tmp, named at the end).
 # Usage: scripts/sim-ab.sh BASE [SCENARIO] [extra pacersim flags]
 # e.g.   scripts/sim-ab.sh main configs/scenarios/default.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 base=$1
 scenario=${2:-configs/scenarios/default.yaml}
 shift $(( $# < 2 ? $# : 2 ))
@@ -48,6 +50,7 @@ for side in base new; do
 			echo "# $side: pacersim exited non-zero (pacing invariants broken, or an error: see above)"
 		echo "$start $(date +%s.%N)" >"$tmp/$side/wall"
 	) &
+	[ "${SIM_AB_SEQUENTIAL:-0}" = 1 ] && wait
 done
 wait
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
