@@ -155,24 +155,30 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 			t.Fatal(err)
 		}
 	} else {
-		// The ledger names the restore (lost acknowledged writes, its shards
-		// frozen); nothing else is wrong, and no client overspent.
-		named := 0
-		for _, v := range rep.Violations {
-			if v.Kind != "conservation" || !strings.Contains(v.Detail, "lost acknowledged writes") {
-				t.Errorf("%s: %s", v.Kind, v.Detail)
-				continue
-			}
-			named++
-		}
-		if !restored || named == 0 {
-			t.Fatalf("restored %v, the loss named on %d shards: want the restore done and named", restored, named)
-		}
+		onlyTheRestoreNamed(t, rep, restored)
 	}
 	if tapped <= bucket.MaxFeeds {
 		t.Errorf("the host called %d of %d shards in the day's first 30 s; want more than its bucket's %d feeds (the full bucket makes room)", tapped, shards, bucket.MaxFeeds)
 	}
 	if proxy.Fired() < 10 || (!restore && tally.Net() < budget/2) || denied == 0 {
 		t.Fatalf("%d lost answers, clients netted %d of %d with %d denials: the faults or the load did not press on the budget", proxy.Fired(), tally.Net(), budget, denied)
+	}
+}
+
+// onlyTheRestoreNamed checks a history with a backup restored: the ledger
+// names the restore (lost acknowledged writes, its shards frozen) and
+// nothing else is wrong, no client overspent.
+func onlyTheRestoreNamed(t *testing.T, rep history.Report, restored bool) {
+	t.Helper()
+	named := 0
+	for _, v := range rep.Violations {
+		if v.Kind != "conservation" || !strings.Contains(v.Detail, "lost acknowledged writes") {
+			t.Errorf("%s: %s", v.Kind, v.Detail)
+			continue
+		}
+		named++
+	}
+	if !restored || named == 0 {
+		t.Fatalf("restored %v, the loss named on %d shards: want the restore done and named", restored, named)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,21 +15,14 @@ import (
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // leaseCalls is the daemon's ledger calls answered, by operation
 // (pacer_lease_calls_total{result="ok"}).
 func leaseCalls(t *testing.T, d *daemon.Daemon) map[string]int64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(d.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	calls := map[string]int64{}
-	for _, mf := range mfs {
+	for _, mf := range gather(t, d) {
 		if mf.GetName() != "pacer_lease_calls_total" {
 			continue
 		}
@@ -310,17 +302,7 @@ func faultParked(t *testing.T, restore bool) {
 		}
 		f.check(t, "c")
 	} else {
-		named := 0
-		for _, v := range rep.Violations {
-			if v.Kind != "conservation" || !strings.Contains(v.Detail, "lost acknowledged writes") {
-				t.Errorf("%s: %s", v.Kind, v.Detail)
-				continue
-			}
-			named++
-		}
-		if !restored || named == 0 {
-			t.Fatalf("restored %v, the loss named on %d shards: want the restore done and named", restored, named)
-		}
+		onlyTheRestoreNamed(t, rep, restored)
 	}
 	if renewals < 100 || proxy.Fired() < 10 || denied == 0 {
 		t.Fatalf("%d renewals, %d lost answers, %d denials: the releases did not park, or the faults or the load did not press", renewals, proxy.Fired(), denied)
