@@ -21,8 +21,8 @@ import (
 // The rules, each for a stated reason:
 //   - Only a lease granted while the host's last grant was short has the
 //     park window (ds.short): a host whose shards fill its asks renews each
-//     lease on its own shard as it ends, and a crashed host's leases are
-//     settled no later than before.
+//     lease on its own shard as it ends, and its leases, should it crash,
+//     are settled no later than before.
 //   - Only a lease spent out (unused at most 1/32 of it) whose shard said
 //     it had at least as much again left waits: micros worth having go back
 //     to the shard at once, for any host to take, and a shard running dry
