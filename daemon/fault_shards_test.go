@@ -55,15 +55,9 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 		t.Fatal(err)
 	}
 	f.clock.Set(midnight)
-	proxy, err := faultproxy.Start(f.redis.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer rdb.Close()
+	proxy, ledger := proxiedLedger(t, f)
 	const tick = 200 * time.Millisecond
-	d, err := daemon.New(lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), daemon.Config{Holder: "h0",
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h0",
 		Clock: f.clock, TickInterval: tick, Curves: map[string]*bucket.Curve{"two": curve}, LedgerTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -135,21 +129,13 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 	}
 	proxy.Disarm()
 	quiesce(t, f, rc, d)
-	rep, err := history.Check(ctx, &rec, history.Options{
-		Label:  "16 shards, lost answers, late ticks, restore " + strconv.FormatBool(restore),
-		Plans:  map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: {Limit: budget, Exact: !restore}},
-		Ledger: f.ledger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tally := rep.Days[history.DayKey{Campaign: "c", Day: day}]
-	ledger := "the restore named on its shards"
+	rep, tally := checkDayC(t, f, &rec, "16 shards, lost answers, late ticks, restore "+strconv.FormatBool(restore), budget, !restore)
+	balances := "the restore named on its shards"
 	if !restore { // a restored shard's history is behind its holders' by design
-		ledger = fmt.Sprintf("%+v", f.check(t, "c"))
+		balances = fmt.Sprintf("%+v", f.check(t, "c"))
 	}
 	t.Logf("%d shards called in the first 30 s; %d answers lost (%d resets fired), %d late ticks; %d SPENDs allowed, %d denied; clients netted %d of %d; ledger %s",
-		tapped, lost, proxy.Fired(), late, allowed, denied, tally.Net(), budget, ledger)
+		tapped, lost, proxy.Fired(), late, allowed, denied, tally.Net(), budget, balances)
 	if !restore {
 		if err := rep.Err(); err != nil {
 			t.Fatal(err)
@@ -181,4 +167,19 @@ func onlyTheRestoreNamed(t *testing.T, rep history.Report, restored bool) {
 	if !restored || named == 0 {
 		t.Fatalf("restored %v, the loss named on %d shards: want the restore done and named", restored, named)
 	}
+}
+
+// proxiedLedger is a ledger on the fixture's redis-server through a fault
+// proxy of its own (closed with the test), its client retrying nothing so
+// that a fault reaches the daemon.
+func proxiedLedger(t *testing.T, f *fixture) (*faultproxy.Proxy, *lease.Ledger) {
+	t.Helper()
+	proxy, err := faultproxy.Start(f.redis.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rdb.Close() })
+	return proxy, lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 }

@@ -117,15 +117,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 		f.redis.Restart()
 	}
 	quiesce(t, f, rc, nodes...)
-	rep, err := history.Check(ctx, &rec, history.Options{
-		Label:  "redis kill/restart",
-		Plans:  map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: {Limit: budget, Exact: true}},
-		Ledger: f.ledger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tally := rep.Days[history.DayKey{Campaign: "c", Day: day}]
+	rep, tally := checkDayC(t, f, &rec, "redis kill/restart", budget, true)
 	sh := f.check(t, "c")
 	t.Logf("%d kills in %v; %d calls, %d denied; clients netted %d of %d (allowed %d, refunded %d); ledger %+v",
 		kills, time.Since(start).Round(time.Millisecond), rep.Calls, denied.Load(), tally.Net(), budget, tally.Allowed, tally.Refunded, sh)
@@ -169,4 +161,21 @@ func errString(err error) string {
 		return "error: " + err.Error()
 	}
 	return "+OK"
+}
+
+// checkDayC checks the recorded history of campaign c's day against the
+// ledger (internal/history): at most limit netted by the clients and, when
+// exact, every :1 charged once. It returns the report and the day's tally.
+func checkDayC(t *testing.T, f *fixture, rec *history.Recorder, label string, limit int64, exact bool) (history.Report, history.Tally) {
+	t.Helper()
+	key := history.DayKey{Campaign: "c", Day: day}
+	rep, err := history.Check(ctx, rec, history.Options{
+		Label:  label,
+		Plans:  map[history.DayKey]history.DayPlan{key: {Limit: limit, Exact: exact}},
+		Ledger: f.ledger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, rep.Days[key]
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
 	"github.com/pacer/pacer/internal/faultproxy"
@@ -197,14 +195,7 @@ func faultParked(t *testing.T, restore bool) {
 	const budget = pace * 86_400
 	f.campaign(t, "c", budget, 8)
 	f.clock.Set(midnight)
-	proxy, err := faultproxy.Start(f.redis.Socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	ledger := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	proxy, ledger := proxiedLedger(t, f)
 	dir := t.TempDir()
 	start := func(i int) (*daemon.Daemon, *daemon.Journal) {
 		j, left, err := daemon.OpenJournal(filepath.Join(dir, fmt.Sprintf("h%d.journal", i)), nil)
@@ -285,15 +276,7 @@ func faultParked(t *testing.T, restore bool) {
 	}
 	proxy.Disarm()
 	quiesce(t, f, rc, ds...)
-	rep, err := history.Check(ctx, &rec, history.Options{
-		Label:  "parked releases, lost answers, late ticks, a crash, restore " + strconv.FormatBool(restore),
-		Plans:  map[history.DayKey]history.DayPlan{{Campaign: "c", Day: day}: {Limit: budget, Exact: !restore}},
-		Ledger: f.ledger,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tally := rep.Days[history.DayKey{Campaign: "c", Day: day}]
+	rep, tally := checkDayC(t, f, &rec, "parked releases, lost answers, late ticks, a crash, restore "+strconv.FormatBool(restore), budget, !restore)
 	t.Logf("%d renewals; %d leases open at the kill; %d answers lost (%d resets fired), %d late ticks; %d SPENDs, %d denied; clients netted %d",
 		renewals, parkedAtKill, lost, proxy.Fired(), late, next, denied, tally.Net())
 	if !restore {
