@@ -65,3 +65,25 @@ func TestPacingDocQuotesTheInvariants(t *testing.T) {
 		t.Errorf("docs/PACING.md judges one host every 10 seconds and a fleet every 5 minutes; the code, %v and %v", CatchUpWindow, FleetCatchUpWindow)
 	}
 }
+
+// docs/SIMULATION.md quotes how many pipelines the simulator's client keeps
+// in flight (autoPipe): each quote must carry pipeFlushers.
+func TestSimulationDocQuotesThePipelines(t *testing.T) {
+	data, err := os.ReadFile("../docs/SIMULATION.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []*regexp.Regexp{
+		regexp.MustCompile(`on one of up to (\d+)\s+connections`),
+		regexp.MustCompile(`only when (\d+) are`),
+	} {
+		m := re.FindSubmatch(data)
+		if m == nil {
+			t.Errorf("docs/SIMULATION.md no longer says %q: update this test if the text moved", re)
+			continue
+		}
+		if got := string(m[1]); got != fmt.Sprint(pipeFlushers) {
+			t.Errorf("docs/SIMULATION.md: %q, but pipeFlushers is %d", m[0], pipeFlushers)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -11,18 +10,23 @@ import (
 
 // autoPipe is a go-redis hook that sends the ledger scripts (FCALL,
 // EVALSHA) and the single reads (HMGET, HGETALL, XRANGE, ...) that the
-// daemons' refill loops issue at the same time in one pipeline: each call
-// is still one command that Redis runs atomically on its own, with its own
-// reply; only the transport is shared. The first caller to find no
-// pipeline in flight sends everything queued, and keeps sending what queued
-// meanwhile until nothing is left; the others wait for their reply. The
-// simulator's daemons make ~1.6 million such calls a default day, dozens at
-// once in each step (every due campaign of every host), and one write and
-// one read per call cost pacersim and redis-server more than the scripts'
-// own work. A daemon's reads (its idle checks' watermark and run-totals
-// reads, ~0.16 million a default day) come after its step's lease calls,
-// at about the same moment on every host: alone, each was a round trip of
-// its own.
+// daemons' refill loops issue at the same time in shared pipelines: each
+// call is still one command that Redis runs atomically on its own, with its
+// own reply; only the transport is shared. A caller that finds fewer than
+// pipeFlushers pipelines in flight sends at once everything queued (its own
+// call with it), and keeps sending what queued meanwhile until nothing is
+// left; the others wait for their reply. The simulator's daemons make ~0.94
+// million such calls a default day, several at once in most steps (every
+// due campaign of every host), and one write and one read per call cost
+// pacersim and redis-server more than the scripts' own work.
+//
+// No caller waits for a pipeline in flight before its call is sent, unless
+// pipeFlushers are: with one pipeline in flight at a time, the calls that
+// queued during its round trip waited for it, then for their own, and
+// Redis stood idle between the two (a default day took ~116 s; with up to
+// 8 in flight, ~89 s). Nor does a flusher yield first to let more calls
+// queue: a yield let the hosts' arrival generators run before the pipeline
+// was sent (one yield a pipeline: ~100 s).
 //
 // It must be the client's innermost hook (added after every other): it
 // does not call the hooks after it. Other commands (writes outside
@@ -33,7 +37,7 @@ type autoPipe struct {
 
 	mu       sync.Mutex
 	queue    []*pipeCall
-	flushing bool
+	flushers int   // pipelines being sent, at most pipeFlushers
 	batches  int64 // pipelines sent (for tests and profiles)
 	calls    int64 // calls they carried
 }
@@ -72,43 +76,22 @@ func (p *autoPipe) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		c := &pipeCall{cmd: cmd, done: make(chan struct{})}
 		p.mu.Lock()
 		p.queue = append(p.queue, c)
-		if p.flushing {
+		if p.flushers == pipeFlushers {
 			p.mu.Unlock()
-			<-c.done // the flusher fills cmd; it is read only after
+			<-c.done // a flusher fills cmd; it is read only after
 			return cmd.Err()
 		}
-		p.flushing = true
+		p.flushers++
 		p.mu.Unlock()
 		p.flush(context.WithoutCancel(ctx))
+		<-c.done // another flusher may have taken c and still be sending it
 		return cmd.Err()
 	}
 }
 
-// gatherYields bounds how often a flusher yields, per pipeline, to let the
-// callers that are about to queue do so (gather).
-const gatherYields = 8
-
-// gather lets the goroutines that are runnable now (the other campaigns
-// and hosts of a step, on their way to their own ledger call) run and queue
-// their calls before a pipeline is sent: it yields the processor until a
-// yield adds nothing to the queue, at most gatherYields times. Without it
-// the first call of a step went alone and the rest in the next pipeline:
-// every pipeline is a round trip, and a step waits for each in turn.
-func (p *autoPipe) gather() {
-	p.mu.Lock()
-	n := len(p.queue)
-	p.mu.Unlock()
-	for range gatherYields {
-		runtime.Gosched()
-		p.mu.Lock()
-		m := len(p.queue)
-		p.mu.Unlock()
-		if m == n {
-			return
-		}
-		n = m
-	}
-}
+// pipeFlushers is the most pipelines in flight at once, each on a
+// connection of its own (pipeRDB's pool is this size).
+const pipeFlushers = 8
 
 // flush sends what is queued, one pipeline at a time, until nothing is.
 // A call's context deadline does not cut a pipeline short: the others'
@@ -116,12 +99,11 @@ func (p *autoPipe) gather() {
 // could hold a pipeline, and the run then stops anyway).
 func (p *autoPipe) flush(ctx context.Context) {
 	for {
-		p.gather()
 		p.mu.Lock()
 		batch := p.queue
 		p.queue = nil
 		if len(batch) == 0 {
-			p.flushing = false
+			p.flushers--
 			p.mu.Unlock()
 			return
 		}

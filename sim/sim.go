@@ -379,7 +379,7 @@ func (r *runner) connect(ctx context.Context, addr string) error {
 		}
 	}
 	var err error
-	if r.pipeRDB, err = lease.NewClientWith([]string{addr}, lease.ClientOptions{PoolSize: 4}); err != nil {
+	if r.pipeRDB, err = lease.NewClientWith([]string{addr}, lease.ClientOptions{PoolSize: pipeFlushers}); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
 	if err := r.obsRDB.Ping(ctx).Err(); err != nil {
