@@ -291,7 +291,7 @@ func (l *Ledger) run(ctx context.Context, s *function, k ShardKey, args ...any) 
 	}
 	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7],
 		Owed: res[8], Seq: res[9], Tip: res[10], Diverged: res[11] == 1}
-	if res[0] == -1 {
+	if res[0] == statusNoDay {
 		return res[0], res[1], sh, res[12:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
 	}
 	return res[0], res[1], sh, res[12:], notDurable
@@ -852,11 +852,11 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 
 func releaseStatusErr(k ShardKey, id string, status int64) error {
 	switch status {
-	case 0, 2:
+	case releaseNow, releaseRetried:
 		return nil
-	case 3:
+	case releaseSettled:
 		return fmt.Errorf("ledger %s: release %s: %w", k, id, ErrLeaseSettled)
-	case 4:
+	case releaseUnknown:
 		return fmt.Errorf("ledger %s: release %s: %w", k, id, ErrUnknownLease)
 	}
 	return fmt.Errorf("ledger %s: release %s: unexpected status %d", k, id, status)
@@ -909,7 +909,7 @@ func (l *Ledger) Settle(ctx context.Context, k ShardKey, now time.Time, grace ti
 	if err != nil {
 		return Settled{}, err
 	}
-	if status == -3 {
+	if status == statusFenced {
 		return Settled{}, fmt.Errorf("ledger %s: settle with fence %d (shard has seen %d): %w", k, fence, amount, ErrFenced)
 	}
 	var n int64

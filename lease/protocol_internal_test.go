@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -13,30 +14,7 @@ import (
 // lists, each with the meaning the constant's name gives it, and renew.lua
 // answers its grant half with the same.
 func TestGrantStatusesMatchTheScripts(t *testing.T) {
-	src, err := os.ReadFile("lua/grant.lua")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var header strings.Builder
-	for _, line := range strings.Split(string(src), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			break
-		}
-		header.WriteString(strings.TrimPrefix(line, "--"))
-	}
-	text := strings.Join(strings.Fields(header.String()), " ")
-	i := strings.Index(text, "status 0")
-	if i < 0 {
-		t.Fatalf("grant.lua's header lists no statuses: %q", text)
-	}
-	listed := map[int64]string{}
-	parts := regexp.MustCompile(`(-?\d+) ([^,;]+)`).FindAllStringSubmatch(text[i+len("status "):], -1)
-	for _, m := range parts {
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		if _, dup := listed[n]; !dup {
-			listed[n] = m[2]
-		}
-	}
+	listed := headerStatuses(t, "grant.lua")
 	want := map[int64]string{
 		grantNew: "granted now", grantRetried: "already granted", grantClosed: "lease already closed",
 		grantDayShut: "day is closed", grantFrozen: "frozen", grantDiverged: "known history",
@@ -137,6 +115,104 @@ func TestGrantNumbersFollowTheScriptsHeader(t *testing.T) {
 		}
 		if got := strings.Split(u[1], ", "); len(got) != len(names) {
 			t.Errorf("%s unpacks %d numbers into %v; grant.lua's header names %d", f, len(got), got, len(names))
+		}
+	}
+}
+
+// headerStatuses returns the statuses a script's header lists after
+// "status ": "N meaning" items separated by commas outside parentheses, up
+// to the first period or semicolon outside them.
+func headerStatuses(t *testing.T, script string) map[int64]string {
+	t.Helper()
+	src, err := os.ReadFile("lua/" + script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header strings.Builder
+	for _, line := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		header.WriteString(strings.TrimPrefix(line, "--"))
+	}
+	text := strings.Join(strings.Fields(header.String()), " ")
+	i := strings.Index(text, "status 0 ")
+	if i < 0 {
+		t.Fatalf("%s's header lists no statuses: %q", script, text)
+	}
+	var items []string
+	depth, from := 0, i+len("status ")
+	for j := from; j < len(text); j++ {
+		switch c := text[j]; {
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case depth == 0 && c == ',':
+			items = append(items, text[from:j])
+			from = j + 1
+		case depth == 0 && (c == ';' || c == '.'):
+			items = append(items, text[from:j])
+			from = len(text)
+			j = len(text)
+		}
+	}
+	if from < len(text) {
+		items = append(items, text[from:])
+	}
+	listed := map[int64]string{}
+	item := regexp.MustCompile(`^(-?\d+) (.+)$`)
+	for _, it := range items {
+		m := item.FindStringSubmatch(strings.TrimSpace(it))
+		if m == nil {
+			t.Fatalf("%s's header: status item %q is not \"N meaning\"", script, it)
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		if _, dup := listed[n]; dup {
+			t.Fatalf("%s's header lists status %d twice", script, n)
+		}
+		listed[n] = m[2]
+	}
+	return listed
+}
+
+// Every status the Go side branches on in a script's answer is one the
+// script's header lists, with the meaning the constant's name gives it,
+// and every status a header lists has its name on the Go side
+// (lease/statuses.go).
+func TestScriptStatusesMatchTheirHeaders(t *testing.T) {
+	noDay := map[int64]string{statusNoDay: "no such"}
+	for _, c := range []struct {
+		script string
+		want   map[int64]string
+	}{
+		{"release.lua", map[int64]string{releaseNow: "released now", releaseRetried: "released before",
+			releaseSettled: "settled before", releaseUnknown: "unknown lease"}},
+		{"settle.lua", map[int64]string{settleDone: "ok", statusFenced: "fenced off"}},
+		{"move_out.lua", map[int64]string{moveOutNow: "moved now", moveOutRetried: "already recorded",
+			statusFenced: "fenced off", statusHeld: "held by a budget cut"}},
+		{"reassert.lua", map[int64]string{int64(Rerecorded): "re-recorded", int64(StillKnown): "knows it",
+			int64(AlreadyClosed): "was closed", reassertShardClosed: "shard is closed"}},
+		{"reassert_run.lua", map[int64]string{runRaised: "raised", runNothing: "nothing to raise", runShardClosed: "closed"}},
+		{"survey.lua", map[int64]string{surveyRead: "read", statusFenced: "fenced off"}},
+		{"watermark.lua", map[int64]string{watermarkAdvanced: "advanced", watermarkMoved: "not what the caller read",
+			watermarkFenced: "fenced off"}},
+	} {
+		listed := headerStatuses(t, c.script)
+		want := c.want
+		if c.script != "watermark.lua" {
+			want = maps.Clone(c.want)
+			maps.Copy(want, noDay)
+		}
+		for n, words := range want {
+			if got, ok := listed[n]; !ok || !strings.Contains(got, words) {
+				t.Errorf("%s status %d: the script says %q; the Go side means %q", c.script, n, got, words)
+			}
+		}
+		for n, words := range listed {
+			if _, ok := want[n]; !ok {
+				t.Errorf("%s lists status %d (%s), which the Go side does not name", c.script, n, words)
+			}
 		}
 	}
 }

@@ -43,10 +43,10 @@ func (l *Ledger) move(ctx context.Context, campaign, day string, from, to int, a
 	if err != nil {
 		return 0, err
 	}
-	if status == -3 {
+	if status == statusFenced {
 		return 0, fmt.Errorf("ledger %s: move %s: %w", src, moveID, ErrFenced)
 	}
-	if status == -4 {
+	if status == statusHeld {
 		return 0, nil // held by a budget cut: nothing moved, the next pass moves
 	}
 	if err := l.finishMove(ctx, src, to, moveID, taken, now); err != nil {
@@ -138,10 +138,10 @@ func (l *Ledger) RepairMoves(ctx context.Context, campaign, day string, shards i
 		if err != nil {
 			return n, err
 		}
-		if status == -3 {
+		if status == statusFenced {
 			return n, fmt.Errorf("ledger %s: repair move %s: %w", src, id, ErrFenced)
 		}
-		if status == -4 {
+		if status == statusHeld {
 			return n, fmt.Errorf("ledger %s: repair move %s: %w", src, id, ErrShardHeld)
 		}
 		if err := l.finishMove(ctx, src, in.shard, id, taken, now); err != nil {

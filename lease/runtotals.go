@@ -96,7 +96,7 @@ func (l *Ledger) RecoverRun(ctx context.Context, k ShardKey, run string, totals 
 		return 0, Shard{}, fmt.Errorf("ledger %s: recover run %q totals %d/%d: malformed", k, run, totals.Granted, totals.Returned)
 	}
 	status, added, sh, _, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen, 1)
-	if err == nil && status == 2 {
+	if err == nil && status == runShardClosed {
 		return 0, sh, fmt.Errorf("ledger %s: recover run %q: %w", k, run, ErrDayClosed)
 	}
 	return added, sh, err
@@ -113,7 +113,7 @@ func (l *Ledger) RecoverLease(ctx context.Context, k ShardKey, lr LeaseRecord, n
 	if err != nil {
 		return 0, Shard{}, err
 	}
-	if status == 3 {
+	if status == reassertShardClosed {
 		return 0, sh, fmt.Errorf("ledger %s: recover lease %q: %w", k, lr.ID, ErrDayClosed)
 	}
 	return Reasserted(status), sh, nil

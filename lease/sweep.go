@@ -280,9 +280,9 @@ func surveyShard(c *redis.Cmd, k ShardKey, fence int64, sv *Survey, s int) error
 	moves, _ := v[2].([]any)
 	fields, _ := v[3].([]any)
 	switch {
-	case status == -3:
+	case status == statusFenced:
 		return fmt.Errorf("ledger %s: fence %d: %w", k, fence, ErrFenced)
-	case status == -1:
+	case status == statusNoDay:
 		sv.Lost = true
 		return nil
 	case len(fields) != len(shardFields)+1:

@@ -176,9 +176,9 @@ func (l *Ledger) AdvanceWatermark(ctx context.Context, m Master, read Watermark,
 	}
 	w := Watermark{Epoch: res[1], Counter: res[2]}
 	switch res[0] {
-	case 0:
+	case watermarkAdvanced:
 		return w, nil
-	case 2:
+	case watermarkFenced:
 		return w, fmt.Errorf("ledger: watermark of %s: %w", m.Name, ErrFenced)
 	}
 	return w, fmt.Errorf("ledger: watermark of %s is %s, read %s: %w", m.Name, w, read, ErrWatermarkMoved)

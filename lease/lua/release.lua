@@ -6,7 +6,8 @@
 -- packed: 1 keeps this call's report counters in rp (prelude's packed); absent: in r_*.
 -- refunded: bidders' refunds the holder accepted since its last report (release_lease).
 -- Reply: {status, unused_credited, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged};
--- status as release_lease, -1 no such day.
+-- status 0 released now, 2 released before (a retry: the same answer), 3 settled
+-- before (the holder was too late), 4 unknown lease (release_lease), -1 no such day.
 local K = keys_of(KEYS)
 local s = load_shard_deferred(K.state, RELEASE_READ, argnum(ARGV[5]), ARGV[1], nil, ARGV[10])
 if not s then return no_day() end
