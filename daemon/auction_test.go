@@ -16,9 +16,9 @@ import (
 func auctionFixture(t *testing.T, cfg daemon.Config) (*fixture, *daemon.Daemon) {
 	t.Helper()
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(10 * time.Minute))
-	cfg.Holder, cfg.Clock = "h", f.clock
+	f.Campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(10 * time.Minute))
+	cfg.Holder, cfg.Clock = "h", f.Clock
 	if cfg.SparseWait == 0 {
 		// These tests count the bucket's tokens SPEND by SPEND, after a
 		// quiet start that leaves the campaign sparse: a SPEND that fetched
@@ -26,7 +26,7 @@ func auctionFixture(t *testing.T, cfg daemon.Config) (*fixture, *daemon.Daemon) 
 		// with auction ids too).
 		cfg.SparseWait = daemon.Never
 	}
-	d, err := daemon.New(f.ledger, cfg)
+	d, err := daemon.New(f.Ledger, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func auctionFixture(t *testing.T, cfg daemon.Config) (*fixture, *daemon.Daemon) 
 		t.Fatal(err)
 	}
 	for range 10 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	return f, d
@@ -116,8 +116,8 @@ func TestSpendAfterRefundChargesAgain(t *testing.T) {
 // says so, and today's bucket is not credited.
 func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(24*time.Hour - 40*time.Second))
+	f.Campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(24*time.Hour - 40*time.Second))
 	// One SPEND before 23:59:52: the campaign is sparse here, so that SPEND
 	// fetches its lease, waiting in real time. The default 5 ms let a loaded
 	// CI machine (packages side by side, -race) have it paced; a second
@@ -126,15 +126,15 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	if _, err := d.Spend("c", 10_000, ""); err != nil {
 		t.Fatal(err)
 	}
-	for f.clock.Now().Before(midnight.Add(24*time.Hour - 8*time.Second)) { // 23:59:52
-		f.clock.Add(time.Second)
+	for f.Clock.Now().Before(midnight.Add(24*time.Hour - 8*time.Second)) { // 23:59:52
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	mustSpend(t, d, 1_000, "late", pacer.Allowed)
 
 	// Past midnight: the loop rolls the day over and leases from the new one.
-	for f.clock.Now().Before(midnight.Add(24*time.Hour + 2*time.Second)) { // 00:00:02
-		f.clock.Add(500 * time.Millisecond)
+	for f.Clock.Now().Before(midnight.Add(24*time.Hour + 2*time.Second)) { // 00:00:02
+		f.Clock.Add(500 * time.Millisecond)
 		d.Step(ctx)
 	}
 	const want = `auction "late" was allowed on 2026-11-21, a campaign-day that has closed; nothing credited`
@@ -143,7 +143,7 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 		before := tokens(t, d, "c")
 		err := d.Refund("c", 1_000, "late")
 		if err == nil {
-			t.Fatalf("refund at %v of an auction allowed at 23:59:52 was credited to the new day", f.clock.Now())
+			t.Fatalf("refund at %v of an auction allowed at 23:59:52 was credited to the new day", f.Clock.Now())
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("refund error %q; want it to say %q", err, want)
@@ -156,8 +156,8 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 
 	// Once today has spend of its own, "no more than this daemon allowed
 	// today" no longer stops the refund: the auction's day must.
-	for f.clock.Now().Before(midnight.Add(24*time.Hour + 10*time.Second)) {
-		f.clock.Add(500 * time.Millisecond)
+	for f.Clock.Now().Before(midnight.Add(24*time.Hour + 10*time.Second)) {
+		f.Clock.Add(500 * time.Millisecond)
 		d.Step(ctx)
 	}
 	mustSpend(t, d, 1_000, "early", pacer.Allowed)
@@ -186,8 +186,8 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 	if got := tokens(t, d, "c"); got != before {
 		t.Fatalf("an id-less refund 10 s into the day was credited to it: tokens %d -> %d", before, got)
 	}
-	for f.clock.Now().Before(midnight.Add(24*time.Hour + 11*time.Minute)) {
-		f.clock.Add(5 * time.Second)
+	for f.Clock.Now().Before(midnight.Add(24*time.Hour + 11*time.Minute)) {
+		f.Clock.Add(5 * time.Second)
 		d.Step(ctx)
 	}
 	for i := 0; ; i++ { // demand again, after ten idle minutes: a lease comes
@@ -197,7 +197,7 @@ func TestRefundAcrossMidnightIsRefused(t *testing.T) {
 		if i == 30 {
 			t.Fatal("no SPEND allowed eleven minutes into the day")
 		}
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	before = tokens(t, d, "c")
@@ -222,7 +222,7 @@ func TestPacedAuctionIsDecidedAgain(t *testing.T) {
 	}
 	mustSpend(t, d, 5_000, "p2", pacer.Paced)
 	for tokens(t, d, "c") < 5_000 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	before := tokens(t, d, "c")
@@ -272,7 +272,7 @@ func TestAuctionMemoryForgetsOldestFirst(t *testing.T) {
 		t.Fatalf("retry of the oldest (forgotten) id: tokens %d, want %d", got, before-1)
 	}
 
-	f.clock.Add(37 * time.Second)
+	f.Clock.Add(37 * time.Second)
 	if w := gauge(t, d, "pacer_auction_ids_window_seconds"); w != 37 {
 		t.Fatalf("window kept %vs; every id of the last 37s is remembered, no more", w)
 	}
@@ -290,7 +290,7 @@ func TestAuctionWindowExpires(t *testing.T) {
 	f, d := auctionFixture(t, daemon.Config{DedupWindow: time.Minute})
 	mustSpend(t, d, 1_000, "w1", pacer.Allowed)
 	for range 61 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	before := tokens(t, d, "c")
@@ -302,7 +302,7 @@ func TestAuctionWindowExpires(t *testing.T) {
 	if got := tokens(t, d, "c"); got != before-1_000 {
 		t.Fatalf("retry within the window: tokens %d, want %d (not charged)", got, before-1_000)
 	}
-	f.clock.Add(time.Minute)
+	f.Clock.Add(time.Minute)
 	if err := d.Refund("c", 1_000, "w1"); err == nil || !strings.Contains(err.Error(), "not seen as allowed in the last 1m0s") {
 		t.Fatalf("refund after the window: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 // the day is flat.
 func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "a", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 2, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "a", DailyMicros: 86_400_000_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 2, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
 	// Two days before: nine in ten SPENDs in the evening (18:00-24:00).
@@ -28,12 +28,12 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 			if slot >= 72 {
 				n = 2700
 			}
-			if _, err := f.ledger.AddDemand(ctx, "a", prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: n, Allowed: n, MicrosAsked: n * 1000}); err != nil {
+			if _, err := f.Ledger.AddDemand(ctx, "a", prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: n, Allowed: n, MicrosAsked: n * 1000}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Clock.Set(midnight.Add(time.Hour))
 	a, b := f.daemon(t, "a"), f.daemon(t, "b")
 	for _, d := range []*daemon.Daemon{a, b} {
 		if _, err := d.Spend("a", 1000, ""); err != nil {
@@ -41,7 +41,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 		}
 		d.Step(ctx)
 	}
-	w, ok, err := f.ledger.DayCurve(ctx, "a", day)
+	w, ok, err := f.Ledger.DayCurve(ctx, "a", day)
 	if err != nil || !ok {
 		t.Fatalf("no curve decided for %s: %v", day, err)
 	}
@@ -58,13 +58,13 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 		t.Fatalf("the fitted curve gives the evening %.0f%% of the day; the demand recorded was 90%% there", 100*share)
 	}
 	// Decided once: a later decision does not replace it.
-	again, err := f.ledger.DecideDayCurve(ctx, "a", day, []float64{1})
+	again, err := f.Ledger.DecideDayCurve(ctx, "a", day, []float64{1})
 	if err != nil || len(again) != len(w) {
 		t.Fatalf("second decision: %v, %v; want the first (%d weights) kept", again, err, len(w))
 	}
 	// Paced by it: by 01:00 a flat curve has released 1/24 of the day
 	// (3,600,000,000 micros); the fitted one, about 0.6%.
-	tot := f.check(t, "a")
+	tot := f.Check(t, "a")
 	if released, flatHour := tot.Budget-tot.Locked, int64(86_400_000_000/24); released > flatHour/2 {
 		t.Fatalf("the ledger released %d micros by 01:00: paced flat (%d), not by the fitted curve", released, flatHour)
 	}
@@ -77,7 +77,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 		requests int64
 		fitted   bool
 	}{{"few", 300, true}, {"fewer", daemon.AutoCurveMinRequests - 10, false}} {
-		if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: tc.id, DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
+		if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: tc.id, DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
 			t.Fatal(err)
 		}
 		prev := midnight.Add(-24 * time.Hour)
@@ -87,7 +87,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 			if i < evening {
 				slot = 72 + int(i%24)
 			}
-			if _, err := f.ledger.AddDemand(ctx, tc.id, prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: 1, Allowed: 1, MicrosAsked: 1000}); err != nil {
+			if _, err := f.Ledger.AddDemand(ctx, tc.id, prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: 1, Allowed: 1, MicrosAsked: 1000}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -95,7 +95,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 			t.Fatal(err)
 		}
 		a.Step(ctx)
-		w, ok, err := f.ledger.DayCurve(ctx, tc.id, day)
+		w, ok, err := f.Ledger.DayCurve(ctx, tc.id, day)
 		if err != nil || !ok {
 			t.Fatalf("%s: no curve decided: %v", tc.id, err)
 		}
@@ -114,14 +114,14 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 	}
 
 	// No demand recorded: flat.
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "new", DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "new", DailyMicros: 86_400_000, TZ: "UTC", Curve: daemon.AutoCurve, Shards: 1, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.Spend("new", 1000, ""); err != nil {
 		t.Fatal(err)
 	}
 	a.Step(ctx)
-	w, ok, err = f.ledger.DayCurve(ctx, "new", day)
+	w, ok, err = f.Ledger.DayCurve(ctx, "new", day)
 	if err != nil || !ok || len(w) != 24 || w[0] != w[23] {
 		t.Fatalf("curve of a campaign without recorded demand = %v, %v, %v; want flat", w, ok, err)
 	}

@@ -16,8 +16,8 @@ func TestCatchUpIsBoundedPer10Seconds(t *testing.T) {
 	f := newFixture(t)
 	const pace = 10_000 // micros a second
 	const bid = 1_000
-	f.campaign(t, "c", pace*86_400, 1)
-	f.clock.Set(midnight.Add(12*time.Hour + 10*time.Minute))
+	f.Campaign(t, "c", pace*86_400, 1)
+	f.Clock.Set(midnight.Add(12*time.Hour + 10*time.Minute))
 	d := f.daemon(t, "fresh")
 	var window int64
 	var ratios []float64
@@ -32,7 +32,7 @@ func TestCatchUpIsBoundedPer10Seconds(t *testing.T) {
 		if dec == pacer.Allowed {
 			window += bid
 		}
-		f.clock.Add(10 * time.Millisecond)
+		f.Clock.Add(10 * time.Millisecond)
 		if (i+1)%1000 == 0 {
 			ratios = append(ratios, float64(window)/(10*pace))
 			window = 0
@@ -47,5 +47,5 @@ func TestCatchUpIsBoundedPer10Seconds(t *testing.T) {
 			t.Errorf("window %d ran at %.2fx the pace; far behind with demand to spare, it should catch up at 3x", i, r)
 		}
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }

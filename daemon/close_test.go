@@ -60,12 +60,12 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func gatedDaemon(t *testing.T) (*fixture, *daemon.Daemon, *gate) {
 	t.Helper()
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 2)
+	f.Campaign(t, "c", 86_400_000_000, 2)
 	g := newGate()
-	c := f.redis.Client()
+	c := f.Redis.Client()
 	c.AddHook(g)
 	ledger := lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h1", Clock: f.clock})
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h1", Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestCloseWaitsForWarm(t *testing.T) {
 // noLeasesOf fails the test if holder holds a lease on campaign id today.
 func noLeasesOf(t *testing.T, f *fixture, id, holder string) {
 	t.Helper()
-	held, err := f.ledger.DayLeases(ctx, id, day)
+	held, err := f.Ledger.DayLeases(ctx, id, day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +134,5 @@ func noLeasesOf(t *testing.T, f *fixture, id, holder string) {
 			t.Errorf("lease %s of %d micros held by the closed daemon %s", lr.ID, lr.Amount, holder)
 		}
 	}
-	f.check(t, id)
+	f.Check(t, id)
 }

@@ -18,8 +18,8 @@ func TestFreshRestartsReachPaceWithinTwoSeconds(t *testing.T) {
 	f := newFixture(t)
 	const pace = 100_000 // micros a second
 	const bid = 1_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight)
 	run := func(holder string, ticks int) int64 { // 10 ms ticks at 2x the pace; what the first 2 s allowed
 		d := f.daemon(t, holder)
 		var first int64
@@ -36,7 +36,7 @@ func TestFreshRestartsReachPaceWithinTwoSeconds(t *testing.T) {
 					first += bid
 				}
 			}
-			f.clock.Add(10 * time.Millisecond)
+			f.Clock.Add(10 * time.Millisecond)
 		}
 		if err := d.Close(ctx); err != nil {
 			t.Fatal(err)
@@ -54,5 +54,5 @@ func TestFreshRestartsReachPaceWithinTwoSeconds(t *testing.T) {
 			t.Errorf("fresh daemon %d allowed %d micros in its first 2 s: more than the catch-up and a burst window allow", i, first)
 		}
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }

@@ -16,8 +16,8 @@ import (
 func TestColdStartReachesPaceWithinTwoSeconds(t *testing.T) {
 	f := newFixture(t)
 	const pace = 100_000 // micros a second
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(12*time.Hour + 10*time.Minute))
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight.Add(12*time.Hour + 10*time.Minute))
 	d := f.daemon(t, "fresh")
 	var allowed int64
 	const bid = 1_000
@@ -35,7 +35,7 @@ func TestColdStartReachesPaceWithinTwoSeconds(t *testing.T) {
 				allowed += bid
 			}
 		}
-		f.clock.Add(10 * time.Millisecond)
+		f.Clock.Add(10 * time.Millisecond)
 	}
 	t.Logf("allowed %d micros in the first 2 s: %.0f%% of the pace", allowed, 100*float64(allowed)/(2*pace))
 	if allowed < 2*pace*80/100 {
@@ -46,7 +46,7 @@ func TestColdStartReachesPaceWithinTwoSeconds(t *testing.T) {
 	if allowed > 2*pace*3+2*pace {
 		t.Fatalf("allowed %d micros in the first 2 s: more than the catch-up rate allows", allowed)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // coldFleet is fresh daemons at the clock's now, one per entry of perTick,
@@ -75,7 +75,7 @@ func newColdFleetTicking(t *testing.T, f *fixture, bid int64, perTick []int, tic
 	t.Helper()
 	cf := &coldFleet{f: f, bid: bid, perTick: perTick, every: int(tick / (10 * time.Millisecond)), rotate: tick > time.Second}
 	for i := range perTick {
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: fmt.Sprintf("fresh-%d", i), Clock: f.clock, TickInterval: tick,
+		d, err := daemon.New(f.Ledger, daemon.Config{Holder: fmt.Sprintf("fresh-%d", i), Clock: f.Clock, TickInterval: tick,
 			LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
 		if err != nil {
 			t.Fatal(err)
@@ -118,7 +118,7 @@ func (cf *coldFleet) run(t *testing.T, seconds int) {
 					}
 				}
 			}
-			cf.f.clock.Add(10 * time.Millisecond)
+			cf.f.Clock.Add(10 * time.Millisecond)
 			cf.ticks++
 		}
 		for _, d := range cf.hosts {
@@ -156,8 +156,8 @@ func sum(v []int64, from, to int) int64 {
 func TestFreshFleetAtTheDayStartReachesPace(t *testing.T) {
 	f := newFixture(t)
 	const pace, shards = 100_000, 8 // micros a second
-	f.campaign(t, "c", pace*86_400, shards)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, shards)
+	f.Clock.Set(midnight)
 	cf := newColdFleet(t, f, 1_000, []int{18, 14, 8})
 	const seconds = 42
 	cf.run(t, seconds)
@@ -186,7 +186,7 @@ func TestFreshFleetAtTheDayStartReachesPace(t *testing.T) {
 			t.Errorf("second %d: the fleet made %d ledger calls, over 2n + 2 × shards grants and two more calls a host (%d)", s, calls, most)
 		}
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // Condition 19 with a fleet larger than its shards: sixteen fresh daemons,
@@ -205,8 +205,8 @@ func TestFreshFleetAtTheDayStartReachesPace(t *testing.T) {
 func TestFreshFleetLargerThanItsShardsSweepsLittle(t *testing.T) {
 	f := newFixture(t)
 	const pace, shards, n = 100_000, 8, 16
-	f.campaign(t, "c", pace*86_400, shards)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, shards)
+	f.Clock.Set(midnight)
 	perTick := make([]int, n)
 	for i := range perTick {
 		perTick[i] = 8
@@ -228,7 +228,7 @@ func TestFreshFleetLargerThanItsShardsSweepsLittle(t *testing.T) {
 			t.Errorf("second %d: the fleet allowed %d micros, under 90%% of the pace", s, got)
 		}
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // Issue 35: sixteen fresh daemons whose refill loops tick every 2 s, as the
@@ -239,8 +239,8 @@ func TestFreshFleetLargerThanItsShardsSweepsLittle(t *testing.T) {
 func TestFreshFleetOfSixteenTickingSlowlyReachesPace(t *testing.T) {
 	f := newFixture(t)
 	const pace, shards, n = 100_000, 8, 16
-	f.campaign(t, "c", pace*86_400, shards)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, shards)
+	f.Clock.Set(midnight)
 	perTick := make([]int, n)
 	for i := range perTick {
 		perTick[i] = 1
@@ -258,7 +258,7 @@ func TestFreshFleetOfSixteenTickingSlowlyReachesPace(t *testing.T) {
 			t.Errorf("second %d: the fleet made %d ledger calls, over twice 2n + 2 × shards (%d)", s+1, calls, most)
 		}
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // Issue 35: the fleet of TestFreshFleetAtTheDayStartReachesPace with refill
@@ -271,8 +271,8 @@ func TestFreshFleetOfSixteenTickingSlowlyReachesPace(t *testing.T) {
 func TestFreshFleetTickingSlowlyReachesPace(t *testing.T) {
 	f := newFixture(t)
 	const pace, shards = 100_000, 8 // micros a second
-	f.campaign(t, "c", pace*86_400, shards)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, shards)
+	f.Clock.Set(midnight)
 	cf := newColdFleetTicking(t, f, 100, []int{7, 5, 3}, 2*time.Second) // 1.5x the pace, as the simulator's default day
 	cf.run(t, 12)
 	t.Logf("allowed each second: %v", cf.allowed)
@@ -282,7 +282,7 @@ func TestFreshFleetTickingSlowlyReachesPace(t *testing.T) {
 	if got, most := sum(cf.allowed, 0, 12), int64(12*pace*3+3*2*pace); got > most {
 		t.Errorf("the fleet allowed %d micros in 12 s: more than the catch-up and a burst window a host allow (%d)", got, most)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // Condition 13's full bucket in a sweep: a fresh daemon alone meets a day
@@ -296,8 +296,8 @@ func TestFreshFleetTickingSlowlyReachesPace(t *testing.T) {
 func TestFreshHostOnMoreShardsThanFeedsKeepsSweeping(t *testing.T) {
 	f := newFixture(t)
 	const pace, shards = 100_000, 16
-	f.campaign(t, "c", pace*86_400, shards)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, shards)
+	f.Clock.Set(midnight)
 	cf := newColdFleet(t, f, 100, []int{15})
 	cf.run(t, 30)
 	t.Logf("allowed each second: %v", cf.allowed)
@@ -310,5 +310,5 @@ func TestFreshHostOnMoreShardsThanFeedsKeepsSweeping(t *testing.T) {
 	if got, least := sum(cf.allowed, 2, 12), int64(10*pace*40/100); got < least {
 		t.Errorf("allowed %d micros from 2 s to 12 s; want at least %d, 40%% of the pace", got, least)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }

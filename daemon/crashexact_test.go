@@ -26,13 +26,13 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 	f := newFixture(t)
 	const budget = 3_000_000
 	cfg := morningCampaign(t, f, "c", budget, 2) // from 13:00 all of it may be leased at once
-	f.clock.Set(midnight.Add(13 * time.Hour))
+	f.Clock.Set(midnight.Add(13 * time.Hour))
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	j, _, err := daemon.OpenJournal(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed, err := daemon.New(f.ledger, withClock(cfg, f.clock, j))
+	killed, err := daemon.New(f.Ledger, withClock(cfg, f.Clock, j))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +58,8 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 			}
 		}
 	}
-	spend(killed, f.clock, 150, 4)
-	spend(killed, f.clock, 20, 0) // a lull: the drip piles up in the bucket
+	spend(killed, f.Clock, 150, 4)
+	spend(killed, f.Clock, 20, 0) // a lull: the drip piles up in the bucket
 	held, err := killed.Balance("c")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 	}
 	j.Close() // SIGKILL: no Close, no release
 
-	f.clock.Add(500 * time.Millisecond) // systemd restarts it
+	f.Clock.Add(500 * time.Millisecond) // systemd restarts it
 	j2, left, err := daemon.OpenJournal(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 	for _, jl := range left {
 		undripped += jl.Unspendable(j2.LastFence())
 	}
-	next, err := daemon.New(f.ledger, withClock(cfg, f.clock, j2))
+	next, err := daemon.New(f.Ledger, withClock(cfg, f.Clock, j2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,24 +94,24 @@ func TestReclaimGivesBackWhatWasGrantedLessSpent(t *testing.T) {
 	if back-undripped < held.Tokens {
 		t.Errorf("the reclaim gave back %d micros, the undripped rule %d: less than the %d tokens more", back, undripped, held.Tokens)
 	}
-	if tot := f.check(t, "c"); tot.Spent != net || tot.Leased != 0 {
+	if tot := f.Check(t, "c"); tot.Spent != net || tot.Leased != 0 {
 		t.Errorf("after the reclaim the ledger counts %d spent and %d leased; the clients were allowed %d net of refunds: want exactly that spent",
 			tot.Spent, tot.Leased, net)
 	}
 	t.Logf("the killed run held %d tokens and %d undripped: the reclaim gave back %d (the undripped rule: %d, %d less)",
 		held.Tokens, held.Reserve, back, undripped, back-undripped)
 
-	spend(next, f.clock, 600, 20) // the rest of the day's budget
+	spend(next, f.Clock, 600, 20) // the rest of the day's budget
 	if err := next.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(time.Minute)
+	f.Clock.Add(time.Minute)
 	for s := range 2 {
-		if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: s}, f.clock.Now(), 5*time.Second, 0); err != nil {
+		if _, err := f.Ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: s}, f.Clock.Now(), 5*time.Second, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	if tot.Spent < budget*9/10 {
 		t.Fatalf("the day was not nearly spent (%+v): the budget check below would prove nothing", tot)
 	}
@@ -154,19 +154,19 @@ func restartReassertsTheDeadRunsTotals(t *testing.T, restarts int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 1, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 1, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(40 * time.Minute))
+	f.Clock.Set(midnight.Add(40 * time.Minute))
 	path := filepath.Join(t.TempDir(), "leases.journal")
-	cfg := daemon.Config{Holder: "a", Clock: f.clock, Curves: map[string]*bucket.Curve{"early": early}}
+	cfg := daemon.Config{Holder: "a", Clock: f.Clock, Curves: map[string]*bucket.Curve{"early": early}}
 	start := func() (*daemon.Daemon, *daemon.Journal) {
 		j, left, err := daemon.OpenJournal(path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.Journal = j
-		d, err := daemon.New(f.ledger, cfg)
+		d, err := daemon.New(f.Ledger, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func restartReassertsTheDeadRunsTotals(t *testing.T, restarts int) {
 	var allowed int64
 	run := func(d *daemon.Daemon, seconds int) {
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			d.Step(ctx)
 			n, _ := spendUntilDenied(t, d, "c", 1_000)
 			allowed += n
@@ -187,19 +187,19 @@ func restartReassertsTheDeadRunsTotals(t *testing.T, restarts int) {
 	killed, j := start()
 	run(killed, 30)
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	snap := f.redis.Snapshot(k.RedisKeys()...)
+	snap := f.Redis.Snapshot(k.RedisKeys()...)
 	before := allowed
 	run(killed, 90) // leases granted, renewed and given back: then forgotten
 	lostWindow := allowed - before
 	j.Close() // SIGKILL
 	for range restarts {
-		f.clock.Add(500 * time.Millisecond) // restarted, and killed again at once
+		f.Clock.Add(500 * time.Millisecond) // restarted, and killed again at once
 		_, jr := start()
 		jr.Close()
 	}
-	f.redis.Restore(snap, k.RedisKeys()...)
+	f.Redis.Restore(snap, k.RedisKeys()...)
 
-	f.clock.Add(500 * time.Millisecond) // systemd restarts it
+	f.Clock.Add(500 * time.Millisecond) // systemd restarts it
 	next, j2 := start()
 	defer j2.Close()
 	run(next, 1500) // past the curve's hour: every micro it releases is asked for

@@ -10,8 +10,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/internal/clocktest"
-	"github.com/pacer/pacer/internal/redistest"
+	"github.com/pacer/pacer/internal/ledgertest"
 	"github.com/pacer/pacer/lease"
 	"go.uber.org/goleak"
 )
@@ -29,42 +28,26 @@ var (
 
 const day = "2026-11-21"
 
-type fixture struct {
-	redis  *redistest.Server
-	ledger *lease.Ledger
-	clock  *clocktest.Manual
-}
+// fixture is the shared ledger fixture (ledgertest), at midnight of day,
+// with the daemons these tests start on it.
+type fixture struct{ *ledgertest.Fixture }
 
-func newFixture(t testing.TB) *fixture {
-	t.Helper()
-	srv := redistest.Start(t)
-	// Test days are fixed dates in the past: keep their keys from expiring at once.
-	ledger := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	return &fixture{redis: srv, ledger: ledger, clock: clocktest.At(midnight)}
-}
-
-func (f *fixture) campaign(t testing.TB, id string, daily int64, shards int) {
-	t.Helper()
-	_, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+func newFixture(t testing.TB) *fixture { return &fixture{ledgertest.New(t, midnight)} }
 
 // campaignWithBid is campaign with the campaign's bid recorded too, as
 // pacerctl campaign set --bid does (or the fleet's reports would): what sizes
 // a sparse campaign's standing bids, advance and hour bound from its start.
 func (f *fixture) campaignWithBid(t testing.TB, id string, daily int64, shards int, bid int64) {
 	t.Helper()
-	f.campaign(t, id, daily, shards)
-	if err := f.ledger.SetBid(ctx, id, bid); err != nil {
+	f.Campaign(t, id, daily, shards)
+	if err := f.Ledger.SetBid(ctx, id, bid); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: holder, Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,29 +65,12 @@ func (f *fixture) standingDaemon(t *testing.T, holder string) *daemon.Daemon {
 // sparseDaemon is a daemon with lease.sparse_wait set to wait.
 func (f *fixture) sparseDaemon(t *testing.T, holder string, wait time.Duration) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: wait}})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: holder, Clock: f.Clock, LeaseTiming: daemon.LeaseTiming{SparseWait: wait}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
 	return d
-}
-
-func (f *fixture) check(t *testing.T, id string) lease.Shard {
-	t.Helper()
-	return f.checkDay(t, id, day)
-}
-
-func (f *fixture) checkDay(t *testing.T, id, day string) lease.Shard {
-	t.Helper()
-	total, problems, err := f.ledger.CheckDay(ctx, id, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("conservation: %s", p)
-	}
-	return total
 }
 
 // spendUntilDenied spends amount until the daemon says no, and returns what it
@@ -126,11 +92,11 @@ func spendUntilDenied(t *testing.T, d *daemon.Daemon, id string, amount int64) (
 
 func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "demo", 8_640_000_000, 8) // 100,000 micros/s flat
+	f.Campaign(t, "demo", 8_640_000_000, 8) // 100,000 micros/s flat
 	// Ten minutes into the day, nothing spent: the campaign is ten minutes
 	// (60,000,000 micros) behind its curve, so it may catch up at up to the
 	// default catch-up rate, 3x the curve's pace, for a while.
-	f.clock.Set(midnight.Add(10 * time.Minute))
+	f.Clock.Set(midnight.Add(10 * time.Minute))
 	d := f.daemon(t, "h1")
 	dec, err := d.Spend("demo", 1000, "")
 	if err != nil || dec != pacer.Allowed {
@@ -141,7 +107,7 @@ func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
 	var allowed int64
 	var paced int
 	for range 600 {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 		for range 50 {
 			dec, err := d.Spend("demo", 1000, "")
@@ -166,7 +132,7 @@ func TestFirstSpendIsAllowedAndHammeringIsPaced(t *testing.T) {
 	if allowed < 5_000_000 || allowed > 3*6_000_000+1_000_000 {
 		t.Fatalf("allowed %d micros in 60 s; pace is 6,000,000, catch-up 3x", allowed)
 	}
-	f.check(t, "demo")
+	f.Check(t, "demo")
 }
 
 func TestUnknownCampaignAndBadSpend(t *testing.T) {
@@ -187,11 +153,11 @@ func TestUnknownCampaignAndBadSpend(t *testing.T) {
 func TestTwoDaemonsSimulatedDay(t *testing.T) {
 	f := newFixture(t)
 	const budget = 864_000_000 // 10,000 micros/s
-	f.campaign(t, "c", budget, 8)
+	f.Campaign(t, "c", budget, 8)
 	a, b := f.daemon(t, "a"), f.daemon(t, "b")
 	var allowedA, allowedB int64
 	for now := midnight; now.Before(midnight.Add(24 * time.Hour)); now = now.Add(2 * time.Second) {
-		f.clock.Set(now)
+		f.Clock.Set(now)
 		a.Step(ctx)
 		b.Step(ctx)
 		n, _ := spendUntilDenied(t, a, "c", 2000)
@@ -199,10 +165,10 @@ func TestTwoDaemonsSimulatedDay(t *testing.T) {
 		n, _ = spendUntilDenied(t, b, "c", 2000)
 		allowedB += n
 		if now.Minute() == 0 && now.Second() == 0 {
-			f.check(t, "c") // conservation holds throughout, not only at the end
+			f.Check(t, "c") // conservation holds throughout, not only at the end
 		}
 	}
-	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
+	f.Clock.Set(midnight.Add(24*time.Hour + time.Minute))
 	a.Step(ctx)
 	b.Step(ctx)
 	total := allowedA + allowedB
@@ -216,7 +182,7 @@ func TestTwoDaemonsSimulatedDay(t *testing.T) {
 	if allowedA < total/4 || allowedB < total/4 {
 		t.Errorf("one daemon starved: a=%d b=%d", allowedA, allowedB)
 	}
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if sh.Spent < total {
 		t.Fatalf("ledger spent %d < allowed %d", sh.Spent, total)
 	}
@@ -228,26 +194,26 @@ func TestTwoDaemonsSimulatedDay(t *testing.T) {
 // leases again; the ledger balances.
 func TestRedisOutageThenRestart(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LedgerTimeout: 200 * time.Millisecond})
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, LedgerTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
 	var allowed int64
 	for range 20 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 1000)
 		allowed += n
 	}
-	granted := f.check(t, "c")
+	granted := f.Check(t, "c")
 	held := granted.Leased + granted.Spent
-	f.redis.Kill()
+	f.Redis.Kill()
 	var during int64
 	for range 60 { // two lease windows without Redis
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 1000)
 		during += n
@@ -258,14 +224,14 @@ func TestRedisOutageThenRestart(t *testing.T) {
 	if dec, _ := d.Spend("c", 1000, ""); dec == pacer.Allowed {
 		t.Fatal("still allowing after every lease's spendable end with Redis down")
 	}
-	f.redis.Restart()
+	f.Redis.Restart()
 	// The client's pool reconnects on its own within a second of real time
 	// (go-redis re-dials in the background after a refused dial); wait for
 	// that I/O, not for the test clock.
-	waitForRedis(t, f.ledger)
+	waitForRedis(t, f.Ledger)
 	var after int64
 	for range 60 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 1000)
 		after += n
@@ -273,7 +239,7 @@ func TestRedisOutageThenRestart(t *testing.T) {
 	if after == 0 {
 		t.Fatal("the daemon did not resume spending once Redis was back")
 	}
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if total := allowed + during + after; total > sh.Spent+sh.Leased {
 		t.Fatalf("allowed %d > ledger spent %d + leased %d", total, sh.Spent, sh.Leased)
 	}
@@ -283,12 +249,12 @@ func TestRedisOutageThenRestart(t *testing.T) {
 // never a write per SPEND, and adds up to what the daemon answered.
 func TestDemandIsFlushedPerSlot(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(6 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(6 * time.Hour))
 	d := f.daemon(t, "h")
 	var calls, allowed int64
 	for range 3 * 60 { // three minutes, 20 SPENDs a second
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		for range 20 {
 			dec, err := d.Spend("c", 10_000, "")
@@ -301,9 +267,9 @@ func TestDemandIsFlushedPerSlot(t *testing.T) {
 			}
 		}
 	}
-	f.clock.Add(time.Minute)
+	f.Clock.Add(time.Minute)
 	d.Step(ctx)
-	m, err := f.redis.Client().HGetAll(ctx, lease.DemandKey("c", day)).Result()
+	m, err := f.Redis.Client().HGetAll(ctx, lease.DemandKey("c", day)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,31 +289,31 @@ func TestDemandIsFlushedPerSlot(t *testing.T) {
 // calls; when the cut heals it carries on.
 func TestRedisPartition(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LedgerTimeout: 100 * time.Millisecond})
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, LedgerTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var allowed int64
 	for range 20 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		allowed += spendAttempts(t, d, "c", 1000, 200)
 	}
-	granted := f.check(t, "c")
-	if err := f.redis.Pause(); err != nil {
+	granted := f.Check(t, "c")
+	if err := f.Redis.Pause(); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			f.redis.Resume()
+			f.Redis.Resume()
 		}
 	}()
 	var during int64
 	for range 45 { // one and a half lease windows cut off
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx) // its ledger calls time out
 		start := time.Now()
 		during += spendAttempts(t, d, "c", 1000, 200)
@@ -361,7 +327,7 @@ func TestRedisPartition(t *testing.T) {
 	if dec, _ := d.Spend("c", 1000, ""); dec == pacer.Allowed {
 		t.Fatal("still allowing after every lease's spendable end with Redis unreachable")
 	}
-	if err := f.redis.Resume(); err != nil {
+	if err := f.Redis.Resume(); err != nil {
 		t.Fatal(err)
 	}
 	resumed = true
@@ -369,7 +335,7 @@ func TestRedisPartition(t *testing.T) {
 	// in its own (real) time: wait for the ledger to answer before moving
 	// the clock on.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := f.ledger.GetCampaign(ctx, "c"); err == nil {
+		if _, err := f.Ledger.GetCampaign(ctx, "c"); err == nil {
 			break
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the ledger does not answer after the cut healed: %v", err)
@@ -377,7 +343,7 @@ func TestRedisPartition(t *testing.T) {
 	}
 	var after int64
 	for range 30 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		after += spendAttempts(t, d, "c", 1000, 200)
 	}
@@ -394,13 +360,13 @@ func TestRedisPartition(t *testing.T) {
 		}
 		t.Logf("%v: settled below", err)
 	}
-	f.clock.Add(time.Minute) // past every lease's expiry and grace
+	f.Clock.Add(time.Minute) // past every lease's expiry and grace
 	for s := range 4 {
-		if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: s}, f.clock.Now(), 5*time.Second, 0); err != nil {
+		if _, err := f.Ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: s}, f.Clock.Now(), 5*time.Second, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if total := allowed + during + after; total > sh.Spent {
 		t.Fatalf("allowed %d > ledger spent %d after every lease was released or settled", total, sh.Spent)
 	}

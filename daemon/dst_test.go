@@ -38,12 +38,12 @@ func TestCampaignDaysAcrossTimeZonesAndDST(t *testing.T) {
 				t.Fatalf("%s in %s is %v long, want %dh", tc.day, tc.tz, got, tc.hour)
 			}
 			const budget = 86_400_000
-			if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: tc.tz, Curve: "flat", Shards: 4, State: lease.StateActive}); err != nil {
+			if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: tc.tz, Curve: "flat", Shards: 4, State: lease.StateActive}); err != nil {
 				t.Fatal(err)
 			}
 			// The test's bidder spends in bursts every 5 s; a bucket that holds
 			// 10 s of drip keeps those bursts from clipping the drip.
-			dm, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{BurstWindow: 10 * time.Second}})
+			dm, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, LeaseTiming: daemon.LeaseTiming{BurstWindow: 10 * time.Second}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestCampaignDaysAcrossTimeZonesAndDST(t *testing.T) {
 			var atNoon int64 = -1
 			noon := time.Date(d.Start.Year(), d.Start.Month(), d.Start.Day(), 12, 0, 0, 0, loc)
 			for now := d.Start.Add(-2 * time.Hour); now.Before(d.End.Add(2 * time.Hour)); now = now.Add(5 * time.Second) {
-				f.clock.Set(now)
+				f.Clock.Set(now)
 				dm.Step(ctx)
 				// Demand at 3x the pace: 30 bids of 500 per 5 s.
 				n := spendAttempts(t, dm, "c", 500, 30)
@@ -70,7 +70,7 @@ func TestCampaignDaysAcrossTimeZonesAndDST(t *testing.T) {
 				t.Fatalf("%s allowed only %d of %d", tc.day, got, budget)
 			}
 			// The day really started at local midnight: the ledger has it.
-			if n, err := f.ledger.DayShards(ctx, "c", tc.day); err != nil || n != 4 {
+			if n, err := f.Ledger.DayShards(ctx, "c", tc.day); err != nil || n != 4 {
 				t.Fatalf("day %s not opened in the ledger: %d, %v", tc.day, n, err)
 			}
 			// The flat curve stretches over the local day: at local noon,
@@ -80,7 +80,7 @@ func TestCampaignDaysAcrossTimeZonesAndDST(t *testing.T) {
 			if share < want-0.01 || share > want+0.01 {
 				t.Fatalf("at local noon %.4f of the budget was spent; the local curve says %.4f", share, want)
 			}
-			f.checkDay(t, "c", tc.day)
+			f.CheckDay(t, "c", tc.day)
 		})
 	}
 }

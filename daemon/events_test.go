@@ -36,17 +36,17 @@ func ledgerCalls(t *testing.T, d *daemon.Daemon) map[string]float64 {
 // ledger says the campaign is active with budget.
 func TestEventFloodIsBounded(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	run := func(d *daemon.Daemon, flood bool) map[string]float64 {
 		before := ledgerCalls(t, d)
 		for i := range 600 { // 60 s in 100 ms ticks
 			if flood {
 				for _, kind := range []string{pacer.EventRevoked, pacer.EventChanged, pacer.EventExhausted, pacer.EventLostWrites} {
-					d.HandleEvent(pacer.Event{Kind: kind, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
+					d.HandleEvent(pacer.Event{Kind: kind, Campaign: "c", Day: day, From: "mallory", AtMillis: f.Clock.Now().UnixMilli()})
 				}
 			}
-			f.clock.Add(100 * time.Millisecond)
+			f.Clock.Add(100 * time.Millisecond)
 			d.Step(ctx)
 			for range 2 {
 				dec, err := d.Spend("c", 1_000, "")
@@ -102,15 +102,15 @@ func TestEventFloodIsBounded(t *testing.T) {
 // ledger gives back nothing.
 func TestRevokeConfirmedByLedger(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	d := f.daemon(t, "h")
 	for range 5 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "c", 1_000, 20)
 	}
-	held := f.check(t, "c").Leased
+	held := f.Check(t, "c").Leased
 	if held == 0 {
 		t.Fatal("no lease held")
 	}
@@ -119,7 +119,7 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	heldIDs := func() map[string]bool {
 		ids := map[string]bool{}
 		for shard := range 4 {
-			ls, err := f.ledger.Leases(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: shard})
+			ls, err := f.Ledger.Leases(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: shard})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,33 +131,33 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 	}
 	before := heldIDs()
 	revoke := func() {
-		d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", From: "op", AtMillis: f.clock.Now().UnixMilli()})
-		f.clock.Add(100 * time.Millisecond)
+		d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", From: "op", AtMillis: f.Clock.Now().UnixMilli()})
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 	}
 	revoke() // nothing changed in the ledger
-	if got := f.check(t, "c").Leased; got < held {
+	if got := f.Check(t, "c").Leased; got < held {
 		t.Fatalf("leased %d after a revoke the ledger does not confirm; want the %d held kept", got, held)
 	}
-	c, err := f.ledger.GetCampaign(ctx, "c")
+	c, err := f.Ledger.GetCampaign(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.DailyMicros /= 2
-	if _, err := f.ledger.PutCampaign(ctx, c); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(4 * time.Second) // past EventRecheck since the last revoke
+	f.Clock.Add(4 * time.Second) // past EventRecheck since the last revoke
 	revoke()
 	for id := range heldIDs() {
 		if before[id] {
 			t.Fatalf("lease %s still held after a confirmed cut; want every lease held before it (%d micros) given back", id, held)
 		}
 	}
-	if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+	if _, err := f.Ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(4 * time.Second)
+	f.Clock.Add(4 * time.Second)
 	revoke()
 	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("SPEND after a confirmed pause = %v, want exhausted", dec)
@@ -171,11 +171,11 @@ func TestRevokeConfirmedByLedger(t *testing.T) {
 func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	f := newFixture(t)
 	n := startNATS(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	key := []byte("the fleet's broadcast key, 32 bytes or more")
 	connect := func(k []byte) *broadcast.Broadcaster {
-		b, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{k}, MaxAge: 10 * time.Second, Now: f.clock.Now})
+		b, err := broadcast.ConnectWith(n.URL, broadcast.Options{Keys: [][]byte{k}, MaxAge: 10 * time.Second, Now: f.Clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +183,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 		return b
 	}
 	bc := connect(key)
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, Publisher: bc})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, Publisher: bc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,11 +193,11 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	}
 	bc.Flush(5 * time.Second)
 	for range 5 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "c", 1_000, 20)
 	}
-	f.clock.Add(time.Minute) // past every rate limit
+	f.Clock.Add(time.Minute) // past every rate limit
 	d.Step(ctx)
 	before := ledgerCalls(t, d)
 
@@ -209,7 +209,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	t.Cleanup(unsigned.Close)
 	for range 50 {
 		mallory.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c"})
-		unsigned.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", AtMillis: f.clock.Now().UnixMilli()})
+		unsigned.Publish(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", AtMillis: f.Clock.Now().UnixMilli()})
 	}
 	mallory.Flush(5 * time.Second)
 	unsigned.Flush(5 * time.Second)
@@ -217,7 +217,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 		r := bc.Stats().Rejected
 		return r[broadcast.RejectForged] == 50 && r[broadcast.RejectUnsigned] == 50
 	})
-	f.clock.Add(100 * time.Millisecond)
+	f.Clock.Add(100 * time.Millisecond)
 	d.Step(ctx)
 	after := ledgerCalls(t, d)
 	if after["refresh"] != before["refresh"] || after["release"] != before["release"] {
@@ -227,7 +227,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 		t.Fatalf("%d forged events reached the daemon", bc.Stats().Received)
 	}
 
-	if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+	if _, err := f.Ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	op := connect(key)
@@ -236,7 +236,7 @@ func TestSignedBroadcastsReachTheDaemon(t *testing.T) {
 	}
 	op.Flush(5 * time.Second)
 	waitFor(t, "the operator's revoke", func() bool { return bc.Stats().Received == 1 })
-	f.clock.Add(100 * time.Millisecond)
+	f.Clock.Add(100 * time.Millisecond)
 	d.Step(ctx)
 	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("SPEND after the signed revoke of a paused campaign = %v, want exhausted", dec)

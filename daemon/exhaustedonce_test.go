@@ -30,13 +30,13 @@ func (p *countingPublisher) Publish(e pacer.Event) error {
 func TestExhaustionIsBroadcastOncePerDay(t *testing.T) {
 	f := newFixture(t)
 	base := morningCampaign(t, f, "c", 300_000, 2)
-	f.clock.Set(midnight.Add(13 * time.Hour))
+	f.Clock.Set(midnight.Add(13 * time.Hour))
 	pub := &countingPublisher{}
 	var ds []*daemon.Daemon
 	for _, h := range []string{"a", "b", "c"} {
 		cfg := base
-		cfg.Holder, cfg.Clock, cfg.Publisher = h, f.clock, pub
-		d, err := daemon.New(f.ledger, cfg)
+		cfg.Holder, cfg.Clock, cfg.Publisher = h, f.Clock, pub
+		d, err := daemon.New(f.Ledger, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestExhaustionIsBroadcastOncePerDay(t *testing.T) {
 	}
 	exhausted := 0
 	for i := 0; i < 300 && exhausted < len(ds); i++ {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		exhausted = 0
 		for _, d := range ds {
 			d.Step(ctx)

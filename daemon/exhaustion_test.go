@@ -50,17 +50,17 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			cfg := morningCampaign(t, f, "c", 10_000, 1)
-			f.clock.Set(midnight.Add(13 * time.Hour))
-			cfg.Clock = f.clock
+			f.Clock.Set(midnight.Add(13 * time.Hour))
+			cfg.Clock = f.Clock
 			cfg.Holder = "b"
 			cfg.LeaseWindow = 5 * time.Minute // b holds its lease while a drains the rest
-			b, err := daemon.New(f.ledger, cfg)
+			b, err := daemon.New(f.Ledger, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer b.Close(ctx)
 			cfg.Holder, cfg.LeaseWindow = "a", 0
-			a, err := daemon.New(f.ledger, cfg)
+			a, err := daemon.New(f.Ledger, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,19 +72,19 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 			if dec, err := b.Spend("c", 250, ""); err != nil || dec != pacer.Allowed {
 				t.Fatalf("b's first SPEND = %v, %v; want allowed", dec, err)
 			}
-			if sh := f.check(t, "c"); sh.Leased != 1_000 {
+			if sh := f.Check(t, "c"); sh.Leased != 1_000 {
 				t.Fatalf("b leased %d, want 1,000", sh.Leased)
 			}
 			var allowed int64
 			for i := 0; ; i++ {
 				if i > 180 {
-					t.Fatalf("a not exhausted after 180 s: allowed %d, ledger %+v", allowed, f.check(t, "c"))
+					t.Fatalf("a not exhausted after 180 s: allowed %d, ledger %+v", allowed, f.Check(t, "c"))
 				}
 				allowed += spendAttempts(t, a, "c", 1_000, 50)
 				if dec, _ := a.Spend("c", 1_000, ""); dec == pacer.Exhausted {
 					break
 				}
-				f.clock.Add(time.Second)
+				f.Clock.Add(time.Second)
 				a.Step(ctx)
 			}
 			if allowed != 9_000 {
@@ -96,7 +96,7 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 				// bids just made).
 				reads := ledgerReads(t, a)
 				for range 90 {
-					f.clock.Add(time.Second)
+					f.Clock.Add(time.Second)
 					a.Step(ctx)
 				}
 				if n := ledgerReads(t, a) - reads; n > 1 {
@@ -106,18 +106,18 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 			if err := b.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if sh := f.check(t, "c"); sh.Remaining() != 750 {
+			if sh := f.Check(t, "c"); sh.Remaining() != 750 {
 				t.Fatalf("after b released: %+v; want 750 remaining", sh)
 			}
 			if resume {
-				if _, err := f.ledger.SetState(ctx, "c", lease.StateActive); err != nil {
+				if _, err := f.Ledger.SetState(ctx, "c", lease.StateActive); err != nil {
 					t.Fatal(err)
 				}
 				a.HandleEvent(pacer.Event{Kind: pacer.EventChanged, Campaign: "c"})
 			}
 			var after int64
 			for range 70 { // a looks again within CampaignRefresh; its lease then closes
-				f.clock.Add(time.Second)
+				f.Clock.Add(time.Second)
 				a.Step(ctx)
 				after += spendAttempts(t, a, "c", 250, 50)
 				if resume && after == 0 {
@@ -130,7 +130,7 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 			if dec, _ := a.Spend("c", 250, ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND with the whole budget spent = %v, want exhausted", dec)
 			}
-			if sh := f.check(t, "c"); sh.Spent+sh.Leased < 250+allowed+after {
+			if sh := f.Check(t, "c"); sh.Spent+sh.Leased < 250+allowed+after {
 				t.Fatalf("allowed %d > ledger spent %d + leased %d", 250+allowed+after, sh.Spent, sh.Leased)
 			}
 		})
@@ -142,19 +142,19 @@ func TestExhaustedDaemonGetsReleasedBudget(t *testing.T) {
 // spending the budget they hold.
 func TestForgedExhaustedEventDoesNotStopSpending(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	d := f.daemon(t, "h")
 	for range 5 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "c", 1_000, 20)
 	}
 	reads := ledgerReads(t, d)
-	d.HandleEvent(pacer.Event{Kind: pacer.EventExhausted, Campaign: "c", Day: day, From: "mallory", AtMillis: f.clock.Now().UnixMilli()})
+	d.HandleEvent(pacer.Event{Kind: pacer.EventExhausted, Campaign: "c", Day: day, From: "mallory", AtMillis: f.Clock.Now().UnixMilli()})
 	var late int64
 	for i := range 90 { // three lease windows: past every lease held at the broadcast
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		if i == 0 && ledgerReads(t, d) <= reads {
 			t.Fatal("the broadcast did not make the daemon ask the ledger")

@@ -38,7 +38,7 @@ func constrainedHosts(t *testing.T, tick time.Duration) {
 	if worst > 3 {
 		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // tickDaemon starts a daemon on f's clock whose refill loop ticks every tick.
@@ -50,7 +50,7 @@ func tickDaemon(t *testing.T, f *fixture, holder string, tick time.Duration) *da
 	// share of the spend by up to four points between runs of the same test.
 	// A second takes the machine's load out of it; a fetch that lands sooner
 	// returns sooner.
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock, TickInterval: tick, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: holder, Clock: f.Clock, TickInterval: tick, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +72,8 @@ func fleetHosts(t *testing.T, f *fixture, tick time.Duration) []*daemon.Daemon {
 // micros a second, and sets f's clock to at into the test day.
 func paceCampaign(t *testing.T, f *fixture, pace int64, at time.Duration) {
 	t.Helper()
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight.Add(at))
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight.Add(at))
 }
 
 // hostWeights are the three hosts' shares of a campaign's SPENDs.
@@ -118,7 +118,7 @@ func spendHosts(t *testing.T, f *fixture, ds []*daemon.Daemon, weights []float64
 				}
 			}
 		}
-		f.clock.Add(tick)
+		f.Clock.Add(tick)
 	}
 	return allowed, perMinute
 }
@@ -175,7 +175,7 @@ func slowHostsOnCurve(t *testing.T, start time.Duration, demand float64) {
 	if worst > 3 {
 		t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // The fairness goal holds while the fleet catches up too: a campaign hours
@@ -204,7 +204,7 @@ func TestStandingHostsCatchingUpSpendByDemand(t *testing.T) {
 			if worst > 3 {
 				t.Errorf("a host's share of the spend is %.1f points from its share of the demand; want at most 3", worst)
 			}
-			f.check(t, "c")
+			f.Check(t, "c")
 		})
 	}
 }
@@ -269,7 +269,7 @@ func TestFleetRecoversWhenAHostLeaves(t *testing.T) {
 						}
 					}
 				}
-				f.clock.Add(c.tick)
+				f.Clock.Add(c.tick)
 			}
 			rate := func(from, to time.Duration) float64 {
 				var sum int64
@@ -283,7 +283,7 @@ func TestFleetRecoversWhenAHostLeaves(t *testing.T) {
 			if ten < c.firstTen || thirty < c.firstThirty {
 				t.Errorf("the fleet spent %.2fx its pace in the ten minutes after a host left, %.2fx in the thirty; want at least %.2fx and %.2fx", ten, thirty, c.firstTen, c.firstThirty)
 			}
-			f.check(t, "c")
+			f.Check(t, "c")
 		})
 	}
 }
@@ -315,7 +315,7 @@ func TestFleetCatchesUpAtTheCatchUpRate(t *testing.T) {
 	if rate < 2.7 || rate > 3.3 {
 		t.Errorf("the fleet caught up at %.2fx the pace; want the catch-up rate, 3x", rate)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // A lease is renewed the tick before it ends, not the tick after: in
@@ -346,12 +346,12 @@ func TestRenewalIsInPlaceBeforeTheLeaseEnds(t *testing.T) {
 					paced++
 				}
 			}
-			f.clock.Add(20 * time.Millisecond)
+			f.Clock.Add(20 * time.Millisecond)
 		}
 	}
 	t.Logf("%d of %d SPENDs paced", paced, asked)
 	if paced > asked/200 {
 		t.Errorf("%d of %d SPENDs paced at half the pace, an hour behind the curve; want none but the odd one", paced, asked)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }

@@ -109,35 +109,35 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 		t.Fatal(err)
 	}
 	curves := map[string]*bucket.Curve{"early": early}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 4, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 4, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(40 * time.Minute))
+	f.Clock.Set(midnight.Add(40 * time.Minute))
 
 	// The daemons' ledger client is the production one; the reconciler has
 	// its own ledger.
-	rdb, err := lease.NewClient([]string{f.redis.Socket})
+	rdb, err := lease.NewClient([]string{f.Redis.Socket})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rdb.Close() })
 	dl := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	rl := lease.New(f.redis.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	rl := lease.New(f.Redis.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	fleet := &restoreFleet{}
-	rc := reconcile.New(rl, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: fleet,
+	rc := reconcile.New(rl, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: fleet,
 		Watermarks: &reconcile.MemWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	if err := rc.Pass(ctx, 1); err != nil { // opens the day; records the watermark
 		t.Fatal(err)
 	}
 	var sqlc *sqlCopy
 	if fromSQL {
-		sqlc = newSQLCopy(t, f.redis.Client(), rl)
+		sqlc = newSQLCopy(t, f.Redis.Client(), rl)
 	}
 
 	start := func() []*daemon.Daemon {
 		var nodes []*daemon.Daemon
 		for i := range 2 {
-			d, err := daemon.New(dl, daemon.Config{Holder: "h" + strconv.Itoa(i), Clock: f.clock, Curves: curves,
+			d, err := daemon.New(dl, daemon.Config{Holder: "h" + strconv.Itoa(i), Clock: f.Clock, Curves: curves,
 				LedgerTimeout: 2 * time.Second, Logger: dbgLogger(t)})
 			if err != nil {
 				t.Fatal(err)
@@ -180,8 +180,8 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 	}
 	round := 0
 	run := func(until time.Time) {
-		for f.clock.Now().Before(until) {
-			f.clock.Add(time.Second)
+		for f.Clock.Now().Before(until) {
+			f.Clock.Add(time.Second)
 			round++
 			var wg sync.WaitGroup
 			for _, d := range nodes {
@@ -203,14 +203,14 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 	}
 	net := func() int64 { return allowed.Load() - refunded.Load() }
 
-	run(f.clock.Now().Add(30 * time.Second))
+	run(f.Clock.Now().Add(30 * time.Second))
 	// The backup: a copy of the AOF as it stands (every acknowledged write
 	// is in it: appendfsync always).
-	aof := filepath.Join(filepath.Dir(f.redis.Socket), "appendonlydir")
+	aof := filepath.Join(filepath.Dir(f.Redis.Socket), "appendonlydir")
 	backup := filepath.Join(t.TempDir(), "appendonlydir")
 	copyDir(t, aof, backup)
 	atCopy := net()
-	run(f.clock.Now().Add(60 * time.Second)) // leases granted, spent, given back: then forgotten
+	run(f.Clock.Now().Add(60 * time.Second)) // leases granted, spent, given back: then forgotten
 	window := net() - atCopy
 	var unexported int64
 	if sqlc != nil {
@@ -226,12 +226,12 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 		}
 		fleet.set(nil)
 	}
-	f.redis.Kill()
+	f.Redis.Kill()
 	if err := os.RemoveAll(aof); err != nil {
 		t.Fatal(err)
 	}
 	copyDir(t, backup, aof)
-	f.redis.Restart()
+	f.Redis.Restart()
 	var recovered export.Recovered
 	if sqlc != nil {
 		// The reconciler's next pass finds the watermark behind and
@@ -239,18 +239,18 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 		if err := rc.Pass(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
-		recovered = sqlc.recover(t, rl, f.clock.Now())
+		recovered = sqlc.recover(t, rl, f.Clock.Now())
 	}
 	if fresh {
 		nodes = start()
 	}
 	t.Logf("restored a %d-s-old AOF copy at %s; %d netted in the lost window, %d in all so far",
-		60, f.clock.Now().Format(time.TimeOnly), window, net())
+		60, f.Clock.Now().Format(time.TimeOnly), window, net())
 
 	// To the curve's end and past it, then the day's last minutes: every
 	// micro the ledger releases is asked for.
 	run(midnight.Add(70 * time.Minute))
-	f.clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
+	f.Clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
 	run(midnight.Add(24*time.Hour - 30*time.Second))
 
 	// Quiesce: the daemons release what they hold, the reconciler settles
@@ -260,7 +260,7 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 			t.Logf("close: %v", err)
 		}
 	}
-	f.clock.Add(20 * time.Second)
+	f.Clock.Add(20 * time.Second)
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func runAOFRestore(t *testing.T, fresh, fromSQL bool) aofRestoreResult {
 		t.Logf("%d SPENDs answered with an error", n)
 	}
 
-	totals, problems, err := f.ledger.CheckDay(ctx, "c", day)
+	totals, problems, err := f.Ledger.CheckDay(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,19 +51,19 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 	if shards <= bucket.MaxFeeds {
 		t.Fatalf("%d shards: want more than a bucket's %d feeds", shards, bucket.MaxFeeds)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "two", Shards: shards, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "two", Shards: shards, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight)
+	f.Clock.Set(midnight)
 	proxy, ledger := proxiedLedger(t, f)
 	const tick = 200 * time.Millisecond
 	d, err := daemon.New(ledger, daemon.Config{Holder: "h0",
-		Clock: f.clock, TickInterval: tick, Curves: map[string]*bucket.Curve{"two": curve}, LedgerTimeout: 5 * time.Second})
+		Clock: f.Clock, TickInterval: tick, Curves: map[string]*bucket.Curve{"two": curve}, LedgerTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
 
 	var rec history.Recorder
 	var denied, allowed int
@@ -73,7 +73,7 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 			amount := int64(1000 * (1 + k%3))
 			next++
 			id := "a" + strconv.Itoa(next)
-			now := f.clock.Now()
+			now := f.Clock.Now()
 			dec, err := d.Spend("c", pacer.Micros(amount), id)
 			ok := err == nil && dec == pacer.Allowed
 			ans := dec.String()
@@ -98,25 +98,25 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 			lost++
 		}
 		if round%25 == 11 {
-			f.clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
+			f.Clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
 			late++
 		}
-		f.clock.Add(tick)
+		f.Clock.Add(tick)
 		d.Step(ctx)
 		spend(40) // 40 SPENDs of 2,000 micros on average a tick: 4x the pace
-		switch since := f.clock.Now().Sub(midnight); {
+		switch since := f.Clock.Now().Sub(midnight); {
 		case restore && backup == nil && since >= 10*time.Second:
-			backup = f.redis.SnapshotAll()
+			backup = f.Redis.SnapshotAll()
 		case restore && !restored && since >= 20*time.Second:
-			f.redis.RestoreAll(backup)
+			f.Redis.RestoreAll(backup)
 			restored = true
-			rec.Notef(f.clock.Now(), "", "the backup taken 10 s into the day restored")
+			rec.Notef(f.Clock.Now(), "", "the backup taken 10 s into the day restored")
 		}
-		if f.clock.Now().Sub(midnight) < 30*time.Second {
+		if f.Clock.Now().Sub(midnight) < 30*time.Second {
 			continue
 		}
 		if tapped == 0 { // the shards the host had called in the day's first half minute
-			sh, err := f.ledger.ReadShards(ctx, "c", day, shards)
+			sh, err := f.Ledger.ReadShards(ctx, "c", day, shards)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 	rep, tally := checkDayC(t, f, &rec, "16 shards, lost answers, late ticks, restore "+strconv.FormatBool(restore), budget, !restore)
 	balances := "the restore named on its shards"
 	if !restore { // a restored shard's history is behind its holders' by design
-		balances = fmt.Sprintf("%+v", f.check(t, "c"))
+		balances = fmt.Sprintf("%+v", f.Check(t, "c"))
 	}
 	t.Logf("%d shards called in the first 30 s; %d answers lost (%d resets fired), %d late ticks; %d SPENDs allowed, %d denied; clients netted %d of %d; ledger %s",
 		tapped, lost, proxy.Fired(), late, allowed, denied, tally.Net(), budget, balances)
@@ -174,7 +174,7 @@ func onlyTheRestoreNamed(t *testing.T, rep history.Report, restored bool) {
 // that a fault reaches the daemon.
 func proxiedLedger(t *testing.T, f *fixture) (*faultproxy.Proxy, *lease.Ledger) {
 	t.Helper()
-	proxy, err := faultproxy.Start(f.redis.Socket)
+	proxy, err := faultproxy.Start(f.Redis.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}

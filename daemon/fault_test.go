@@ -28,12 +28,12 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "burst", Shards: 4, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "burst", Shards: 4, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(2 * time.Minute))
+	f.Clock.Set(midnight.Add(2 * time.Minute))
 	// The daemons' ledger client is the production one (lease.NewClient).
-	rdb, err := lease.NewClient([]string{f.redis.Socket})
+	rdb, err := lease.NewClient([]string{f.Redis.Socket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 	dl := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	var nodes []*daemon.Daemon
 	for i := range 2 {
-		d, err := daemon.New(dl, daemon.Config{Holder: "h" + strconv.Itoa(i), Clock: f.clock,
+		d, err := daemon.New(dl, daemon.Config{Holder: "h" + strconv.Itoa(i), Clock: f.Clock,
 			Curves: map[string]*bucket.Curve{"burst": burst}, LedgerTimeout: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 		defer d.Close(ctx)
 		nodes = append(nodes, d)
 	}
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
 
 	var rec history.Recorder
 	var denied atomic.Int64
@@ -67,7 +67,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 				id = "g" + strconv.Itoa(nextID)
 				ids.Unlock()
 			}
-			now := f.clock.Now()
+			now := f.Clock.Now()
 			dec, err := d.Spend("c", pacer.Micros(amount), id)
 			ok := err == nil && dec == pacer.Allowed
 			if err == nil && dec != pacer.Allowed {
@@ -90,7 +90,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 	kills, down := 0, false
 	start := time.Now()
 	for round := range 150 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		// Steps and load run at once, as in a real daemon; Redis dies or
 		// comes back between rounds, with leases and refills in flight.
 		var wg sync.WaitGroup
@@ -104,21 +104,21 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 		wg.Wait()
 		switch {
 		case !down && round%12 == 3:
-			f.redis.Kill()
+			f.Redis.Kill()
 			down, kills = true, kills+1
-			rec.Notef(f.clock.Now(), "", "redis-server SIGKILLed")
+			rec.Notef(f.Clock.Now(), "", "redis-server SIGKILLed")
 		case down && round%12 == 3+1+round/12%3:
-			f.redis.Restart()
+			f.Redis.Restart()
 			down = false
-			rec.Notef(f.clock.Now(), "", "redis-server restarted from its AOF")
+			rec.Notef(f.Clock.Now(), "", "redis-server restarted from its AOF")
 		}
 	}
 	if down {
-		f.redis.Restart()
+		f.Redis.Restart()
 	}
 	quiesce(t, f, rc, nodes...)
 	rep, tally := checkDayC(t, f, &rec, "redis kill/restart", budget, true)
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	t.Logf("%d kills in %v; %d calls, %d denied; clients netted %d of %d (allowed %d, refunded %d); ledger %+v",
 		kills, time.Since(start).Round(time.Millisecond), rep.Calls, denied.Load(), tally.Net(), budget, tally.Allowed, tally.Refunded, sh)
 	if err := rep.Err(); err != nil {
@@ -140,7 +140,7 @@ func TestFaultRedisKilledAndRestartedFromAOF(t *testing.T) {
 func quiesce(t *testing.T, f *fixture, rc *reconcile.Reconciler, nodes ...*daemon.Daemon) {
 	t.Helper()
 	for range 3 {
-		f.clock.Add(20 * time.Second)
+		f.Clock.Add(20 * time.Second)
 		for _, d := range nodes {
 			d.Step(ctx)
 		}
@@ -150,7 +150,7 @@ func quiesce(t *testing.T, f *fixture, rc *reconcile.Reconciler, nodes ...*daemo
 			t.Logf("close: %v", err)
 		}
 	}
-	f.clock.Add(45 * time.Second)
+	f.Clock.Add(45 * time.Second)
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func checkDayC(t *testing.T, f *fixture, rec *history.Recorder, label string, li
 	rep, err := history.Check(ctx, rec, history.Options{
 		Label:  label,
 		Plans:  map[history.DayKey]history.DayPlan{key: {Limit: limit, Exact: exact}},
-		Ledger: f.ledger,
+		Ledger: f.Ledger,
 	})
 	if err != nil {
 		t.Fatal(err)

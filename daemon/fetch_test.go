@@ -56,7 +56,7 @@ func tinyDay(t *testing.T, f *fixture, ds []*daemon.Daemon) (allowed, budget, le
 	}
 	const step = 30 * time.Second
 	for now := time.Duration(0); now < 24*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range ds {
 			d.Step(ctx)
 		}
@@ -74,7 +74,7 @@ func tinyDay(t *testing.T, f *fixture, ds []*daemon.Daemon) (allowed, budget, le
 		}
 		if now == 24*time.Hour-30*time.Second {
 			for _, id := range ids {
-				tot, err := f.ledger.DayTotals(ctx, id, day)
+				tot, err := f.Ledger.DayTotals(ctx, id, day)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,7 +83,7 @@ func tinyDay(t *testing.T, f *fixture, ds []*daemon.Daemon) (allowed, budget, le
 		}
 	}
 	for _, id := range ids {
-		f.check(t, id)
+		f.Check(t, id)
 	}
 	return allowed, budget, leasedAtEnd
 }
@@ -131,10 +131,10 @@ func TestSparseSpendsFetchTheirLeases(t *testing.T) {
 func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 	const bid = 2_000
 	f := newFixture(t)
-	f.campaign(t, "s", 20*bid, 1)
+	f.Campaign(t, "s", 20*bid, 1)
 	d := f.fetchDaemon(t, "h")
-	f.clock.Set(midnight.Add(3 * time.Hour))
-	now := f.clock.Now()
+	f.Clock.Set(midnight.Add(3 * time.Hour))
+	now := f.Clock.Now()
 	if _, _, err := d.SpendAtNoWait(now, "s", bid, ""); !errors.Is(err, pacer.ErrWouldWait) {
 		t.Fatalf("SpendAtNoWait of a campaign not loaded: %v; want ErrWouldWait", err)
 	}
@@ -143,13 +143,13 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		f.clock.Add(time.Minute)
+		f.Clock.Add(time.Minute)
 		d.Step(ctx)
 	}
-	f.clock.Add(time.Hour)
+	f.Clock.Add(time.Hour)
 	d.Step(ctx)
-	now = f.clock.Now()
-	before, err := f.ledger.DayTotals(ctx, "s", day)
+	now = f.Clock.Now()
+	before, err := f.Ledger.DayTotals(ctx, "s", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 	if !errors.Is(err, pacer.ErrWouldWait) || dec != pacer.Paced {
 		t.Fatalf("SpendAtNoWait of a sparse campaign with an empty bucket = %v, %v; want ErrWouldWait", dec, err)
 	}
-	if after, _ := f.ledger.DayTotals(ctx, "s", day); after != before {
+	if after, _ := f.Ledger.DayTotals(ctx, "s", day); after != before {
 		t.Fatalf("SpendAtNoWait reached the ledger: %+v -> %+v", before, after)
 	}
 	if b, _ := d.Balance("s"); b.Tokens != 0 {
@@ -167,7 +167,7 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 	if err != nil || dec != pacer.Allowed {
 		t.Fatalf("SpendAt = %v, %v; want allowed from a fetched lease", dec, err)
 	}
-	after, err := f.ledger.DayTotals(ctx, "s", day)
+	after, err := f.Ledger.DayTotals(ctx, "s", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 	if dec, _, err := d.SpendAt(now, "s", bid, "a1"); err != nil || dec != pacer.Allowed {
 		t.Fatalf("retry of a1 = %v, %v; want allowed", dec, err)
 	}
-	f.check(t, "s")
+	f.Check(t, "s")
 }
 
 // A campaign loaded on this host (Warm, as at a restart) and not asked for
@@ -190,12 +190,12 @@ func TestSpendAtNoWaitDefersWhatWouldWait(t *testing.T) {
 func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
 	const bid = 2_000
 	f := newFixture(t)
-	f.campaign(t, "s", 20*bid, 1)
+	f.Campaign(t, "s", 20*bid, 1)
 	d := f.fetchDaemon(t, "h")
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Clock.Set(midnight.Add(time.Hour))
 	d.Warm([]string{"s"})
 	for range 2 * 60 { // two hours in minute ticks, no SPEND
-		f.clock.Add(time.Minute)
+		f.Clock.Add(time.Minute)
 		d.Step(ctx)
 	}
 	if b, _ := d.Balance("s"); b.Tokens != 0 {
@@ -204,7 +204,7 @@ func TestFirstSpendAfterAQuietLoadFetches(t *testing.T) {
 	if dec, err := d.Spend("s", bid, ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("first SPEND after two quiet hours = %v, %v; want allowed from a fetched lease", dec, err)
 	}
-	f.check(t, "s")
+	f.Check(t, "s")
 }
 
 // A sparse SPEND's fetch asks a shard that refused the host a larger lease
@@ -218,13 +218,13 @@ func TestFetchAfterARefusalAsksAgain(t *testing.T) {
 	f := newFixture(t)
 	f.campaignWithBid(t, "s", 20*bid, 1, bid)
 	d := f.fetchDaemon(t, "h")
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Clock.Set(midnight.Add(time.Hour))
 	d.Warm([]string{"s"})
 	for range 60 { // an hour with no SPEND: sparse here, nothing held
-		f.clock.Add(time.Minute)
+		f.Clock.Add(time.Minute)
 		d.Step(ctx)
 	}
-	tot, err := f.ledger.DayTotals(ctx, "s", day)
+	tot, err := f.Ledger.DayTotals(ctx, "s", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,9 +236,9 @@ func TestFetchAfterARefusalAsksAgain(t *testing.T) {
 		t.Fatalf("a SPEND of more than the day's budget = %v, %v; want paced", dec, err)
 	}
 	// A second later, one the shard covers.
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if dec, err := d.Spend("s", pacer.Micros(tot.Available-1), ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("a SPEND of %d with %d available, a second after a refused fetch = %v, %v; want allowed from a fetched lease", tot.Available-1, tot.Available, dec, err)
 	}
-	f.check(t, "s")
+	f.Check(t, "s")
 }

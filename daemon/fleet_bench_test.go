@@ -20,8 +20,8 @@ import (
 func BenchmarkRevokePropagation(b *testing.B) {
 	f := newFixture(b)
 	n := startNATS(b)
-	f.campaign(b, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(b, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	var ds []*daemon.Daemon
 	var bcs []*broadcast.Broadcaster
 	for _, h := range []string{"a", "b", "c"} {
@@ -37,17 +37,17 @@ func BenchmarkRevokePropagation(b *testing.B) {
 	for b.Loop() {
 		// Back to active everywhere (not timed in the figures below), and
 		// past the daemons' event rate limit.
-		if _, err := f.ledger.SetState(ctx, "c", lease.StateActive); err != nil {
+		if _, err := f.Ledger.SetState(ctx, "c", lease.StateActive); err != nil {
 			b.Fatal(err)
 		}
-		f.clock.Add(time.Minute)
+		f.Clock.Add(time.Minute)
 		for _, d := range ds {
 			d.Step(ctx)
 			if dec, _ := d.Spend("c", 1, ""); dec == pacer.Exhausted {
 				b.Fatal("daemon still denying before the revoke")
 			}
 		}
-		if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+		if _, err := f.Ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 			b.Fatal(err)
 		}
 		seen := make([]int64, len(bcs))

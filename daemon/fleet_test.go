@@ -36,9 +36,9 @@ func startNATS(t testing.TB) *embedded.NATS {
 // steps it on the fixture's clock.
 func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.Config) (*daemon.Daemon, *broadcast.Broadcaster) {
 	t.Helper()
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	t.Cleanup(func() { rdb.Close() })
-	cfg.Holder, cfg.Clock = holder, f.clock
+	cfg.Holder, cfg.Clock = holder, f.Clock
 	cfg.Links = daemon.Links{RedisClient: rdb, Ledger: lease.Config{Retention: 100 * 365 * 24 * time.Hour},
 		NATS: natsURL, NATSOptions: broadcast.Options{Name: holder}, ManualStep: true}
 	d, err := daemon.Open(ctx, cfg)
@@ -56,7 +56,7 @@ func (f *fixture) fleetDaemon(t testing.TB, holder, natsURL string, cfg daemon.C
 // evalshaCalls counts the ledger scripts Redis ran (EVALSHA and FCALL).
 func evalshaCalls(t *testing.T, f *fixture) int64 {
 	t.Helper()
-	info, err := f.redis.Client().Info(ctx, "commandstats").Result()
+	info, err := f.Redis.Client().Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +99,10 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "morning", Shards: 4, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "morning", Shards: 4, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(13 * time.Hour))
+	f.Clock.Set(midnight.Add(13 * time.Hour))
 	cfg := daemon.Config{Curves: map[string]*bucket.Curve{"morning": curve}}
 	var ds []*daemon.Daemon
 	var bs []*broadcast.Broadcaster
@@ -125,9 +125,9 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	for i := 0; !exhausted(); i++ {
 		if i > 300 {
 			b, _ := ds[0].Balance("c")
-			t.Fatalf("campaign not exhausted on every daemon after 300 steps: allowed %d, ledger %+v, a: %+v %v", allowed, f.check(t, "c"), b, ds[0].Info())
+			t.Fatalf("campaign not exhausted on every daemon after 300 steps: allowed %d, ledger %+v, a: %+v %v", allowed, f.Check(t, "c"), b, ds[0].Info())
 		}
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		for _, d := range ds {
 			d.Step(ctx)
 			// Demand far above what is left: 500 bids of 1,000 a second.
@@ -149,7 +149,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	// and stay where they are.
 	spendableLeft := func() bool {
 		for i := range 4 {
-			sh, err := f.ledger.ReadShard(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i})
+			sh, err := f.Ledger.ReadShard(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: i})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +161,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	}
 	for i := 0; ; i++ {
 		if !spendableLeft() {
-			t.Logf("after %d s more: allowed %d; ledger %+v", i, allowed, f.check(t, "c"))
+			t.Logf("after %d s more: allowed %d; ledger %+v", i, allowed, f.Check(t, "c"))
 			break
 		}
 		if i > 600 {
@@ -169,9 +169,9 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 				bal, _ := d.Balance("c")
 				t.Logf("%+v %v", bal, d.Info())
 			}
-			t.Fatalf("budget still out after 600 s: %+v", f.check(t, "c"))
+			t.Fatalf("budget still out after 600 s: %+v", f.Check(t, "c"))
 		}
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		for _, d := range ds {
 			d.Step(ctx)
 			allowed += spendAttempts(t, d, "c", 1000, 500)
@@ -182,7 +182,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	}
 	// Let every daemon look at the ledger once more (CampaignRefresh).
 	for range 40 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		for _, d := range ds {
 			d.Step(ctx)
 		}
@@ -198,7 +198,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	}
 	before := leaseCalls()
 	for range 300 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		for _, d := range ds {
 			d.Step(ctx)
 			if dec, _ := d.Spend("c", 1000, ""); dec != pacer.Exhausted {
@@ -209,7 +209,7 @@ func TestExhaustionStopsEveryDaemonAndLeaseCalls(t *testing.T) {
 	if after := leaseCalls(); after != before {
 		t.Fatalf("%d lease calls after exhaustion; want none", after-before)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // A pause reaches every daemon within one NATS hop; they drop their tokens
@@ -220,8 +220,8 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 		t.Run(map[bool]string{true: "nats", false: "ledger-only"}[withNATS], func(t *testing.T) {
 			f := newFixture(t)
 			n := startNATS(t)
-			f.campaign(t, "c", 8_640_000_000, 4)
-			f.clock.Set(midnight.Add(12 * time.Hour))
+			f.Campaign(t, "c", 8_640_000_000, 4)
+			f.Clock.Set(midnight.Add(12 * time.Hour))
 			var ds []*daemon.Daemon
 			var bcs []*broadcast.Broadcaster
 			for _, h := range []string{"a", "b", "c"} {
@@ -229,16 +229,16 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 				ds, bcs = append(ds, d), append(bcs, b)
 			}
 			for range 5 {
-				f.clock.Add(time.Second)
+				f.Clock.Add(time.Second)
 				for _, d := range ds {
 					d.Step(ctx)
 					spendUntilDenied(t, d, "c", 1000)
 				}
 			}
-			if f.check(t, "c").Leased == 0 {
+			if f.Check(t, "c").Leased == 0 {
 				t.Fatal("no leases held before the pause")
 			}
-			if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+			if _, err := f.Ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 				t.Fatal(err)
 			}
 			if withNATS {
@@ -266,10 +266,10 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 					}
 				}
 				// One tick, not a lease window: the loop reads the ledger.
-				f.clock.Add(100 * time.Millisecond)
+				f.Clock.Add(100 * time.Millisecond)
 			} else {
 				// Within one lease window (the settings refresh interval).
-				f.clock.Add(30 * time.Second)
+				f.Clock.Add(30 * time.Second)
 			}
 			for _, d := range ds {
 				d.Step(ctx)
@@ -277,7 +277,7 @@ func TestPauseReachesEveryDaemon(t *testing.T) {
 					t.Fatalf("SPEND after pause = %v, want exhausted", dec)
 				}
 			}
-			if sh := f.check(t, "c"); sh.Leased != 0 {
+			if sh := f.Check(t, "c"); sh.Leased != 0 {
 				t.Fatalf("%d micros still leased after the pause; want all released", sh.Leased)
 			}
 		})
@@ -302,18 +302,18 @@ func TestReconcilerFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	f.campaign(t, "c", 8_640_000_000, 2)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 2)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 
 	// A daemon takes leases, then "crashes" (never releases them).
-	crashed, err := daemon.New(f.ledger, daemon.Config{Holder: "crashed", Clock: f.clock})
+	crashed, err := daemon.New(f.Ledger, daemon.Config{Holder: "crashed", Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if dec, err := crashed.Spend("c", 1000, ""); dec != pacer.Allowed || err != nil {
 		t.Fatalf("SPEND = %v, %v", dec, err)
 	}
-	held := f.check(t, "c").Leased
+	held := f.Check(t, "c").Leased
 	if held == 0 {
 		t.Fatal("the crashed daemon holds no lease")
 	}
@@ -327,7 +327,7 @@ func TestReconcilerFailover(t *testing.T) {
 	var members []*member
 	for _, name := range []string{"r1", "r2"} {
 		m := &member{name: name, client: etcdClient(t, e.Endpoint), done: make(chan error, 1)}
-		rc := reconcile.New(f.ledger, reconcile.Config{Holder: name, Interval: 20 * time.Millisecond, Grace: 4 * time.Second, Clock: f.clock})
+		rc := reconcile.New(f.Ledger, reconcile.Config{Holder: name, Interval: 20 * time.Millisecond, Grace: 4 * time.Second, Clock: f.Clock})
 		var rctx context.Context
 		rctx, m.cancel = context.WithCancel(ctx)
 		go func() { m.done <- rc.Run(rctx, reconcile.NewEtcdElector(m.client, name, 1)) }()
@@ -356,16 +356,16 @@ func TestReconcilerFailover(t *testing.T) {
 		return l == other.name
 	})
 	// The crashed daemon's leases expire; the new leader settles them.
-	f.clock.Add(time.Minute)
+	f.Clock.Add(time.Minute)
 	waitFor(t, "the crashed daemon's leases to be settled", func() bool {
-		sh, _, _ := f.ledger.CheckDay(ctx, "c", day)
+		sh, _, _ := f.Ledger.CheckDay(ctx, "c", day)
 		return sh.Leased == 0
 	})
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if sh.Lost != held {
 		t.Fatalf("lost %d, want exactly the %d the crashed daemon held", sh.Lost, held)
 	}
-	r, err := f.ledger.BuildReport(ctx, "c", day)
+	r, err := f.Ledger.BuildReport(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestReconcilerFailover(t *testing.T) {
 	}
 	// A deposed leader's late write, with a fence older than the new leader's,
 	// is refused.
-	_, err = f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, f.clock.Now(), time.Second, 1)
+	_, err = f.Ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, f.Clock.Now(), time.Second, 1)
 	if !errors.Is(err, lease.ErrFenced) {
 		t.Fatalf("settle with a stale fence: %v, want ErrFenced", err)
 	}
@@ -389,11 +389,11 @@ func TestEtcdOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { e.Close() }()
-	f.campaign(t, "live", 8_640_000_000, 2)
-	f.campaign(t, "dead", 8_640_000_000, 2)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "live", 8_640_000_000, 2)
+	f.Campaign(t, "dead", 8_640_000_000, 2)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 
-	crashed, err := daemon.New(f.ledger, daemon.Config{Holder: "crashed", Clock: f.clock})
+	crashed, err := daemon.New(f.Ledger, daemon.Config{Holder: "crashed", Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestEtcdOutage(t *testing.T) {
 	client := etcdClient(t, e.Endpoint)
 	defer client.Close()
 	var leading atomic.Bool
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r", Interval: 20 * time.Millisecond, Clock: f.clock,
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r", Interval: 20 * time.Millisecond, Clock: f.Clock,
 		OnLeadership: func(l bool) { leading.Store(l) }})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -421,7 +421,7 @@ func TestEtcdOutage(t *testing.T) {
 	waitFor(t, "the leader to lose its role with etcd down", func() bool { return !leading.Load() })
 	var allowed int64
 	for range 120 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		live.Step(ctx)
 		n, _ := spendUntilDenied(t, live, "live", 1000)
 		allowed += n
@@ -429,18 +429,18 @@ func TestEtcdOutage(t *testing.T) {
 	if allowed == 0 {
 		t.Fatal("the live daemon allowed nothing while etcd was down")
 	}
-	if sh := f.checkDay(t, "dead", day); sh.Leased == 0 {
+	if sh := f.CheckDay(t, "dead", day); sh.Leased == 0 {
 		t.Fatal("the crashed daemon's lease was settled while no reconciler could lead")
 	}
 	if err := e.Start(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "settlement after etcd is back", func() bool {
-		sh, _, _ := f.ledger.CheckDay(ctx, "dead", day)
+		sh, _, _ := f.Ledger.CheckDay(ctx, "dead", day)
 		return sh.Leased == 0 && sh.Lost > 0
 	})
-	f.checkDay(t, "dead", day)
-	f.checkDay(t, "live", day)
+	f.CheckDay(t, "dead", day)
+	f.CheckDay(t, "live", day)
 }
 
 // offsetClock reads a shared clock shifted by a fixed skew, as a host whose
@@ -460,25 +460,25 @@ func (c offsetClock) Now() time.Time { return c.base.Now().Add(c.off) }
 func TestClockSkewWithinBound(t *testing.T) {
 	f := newFixture(t)
 	const budget = 86_400_000
-	f.campaign(t, "c", budget, 4)
-	f.clock.Set(midnight.Add(22 * time.Hour))
+	f.Campaign(t, "c", budget, 4)
+	f.Clock.Set(midnight.Add(22 * time.Hour))
 	cfg := func(h string, off time.Duration) daemon.Config {
-		return daemon.Config{Holder: h, Clock: offsetClock{f.clock, off}, LeaseTiming: daemon.LeaseTiming{SkewBound: time.Second, Grace: 2100 * time.Millisecond}}
+		return daemon.Config{Holder: h, Clock: offsetClock{f.Clock, off}, LeaseTiming: daemon.LeaseTiming{SkewBound: time.Second, Grace: 2100 * time.Millisecond}}
 	}
-	a, err := daemon.New(f.ledger, cfg("ahead", 900*time.Millisecond))
+	a, err := daemon.New(f.Ledger, cfg("ahead", 900*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close(ctx)
-	b, err := daemon.New(f.ledger, cfg("behind", -900*time.Millisecond))
+	b, err := daemon.New(f.Ledger, cfg("behind", -900*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close(ctx)
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: offsetClock{f.clock, 900 * time.Millisecond}, Grace: 2100 * time.Millisecond})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: offsetClock{f.Clock, 900 * time.Millisecond}, Grace: 2100 * time.Millisecond})
 	var allowed int64
-	for now := f.clock.Now(); now.Before(midnight.Add(24*time.Hour + time.Minute)); now = now.Add(time.Second) {
-		f.clock.Set(now)
+	for now := f.Clock.Now(); now.Before(midnight.Add(24*time.Hour + time.Minute)); now = now.Add(time.Second) {
+		f.Clock.Set(now)
 		a.Step(ctx)
 		b.Step(ctx)
 		if now.Second()%10 == 0 {
@@ -494,7 +494,7 @@ func TestClockSkewWithinBound(t *testing.T) {
 			allowed += spendAttempts(t, b, "c", 1000, 3)
 		}
 		if now.Minute()%10 == 0 && now.Second() == 0 {
-			sh := f.check(t, "c")
+			sh := f.Check(t, "c")
 			if allowed > sh.Spent+sh.Leased {
 				t.Fatalf("%v: allowed %d > spent %d + leased %d", now, allowed, sh.Spent, sh.Leased)
 			}
@@ -503,7 +503,7 @@ func TestClockSkewWithinBound(t *testing.T) {
 	if allowed > budget {
 		t.Fatalf("overspend with skewed clocks: allowed %d > budget %d", allowed, budget)
 	}
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if allowed > sh.Spent+sh.Leased {
 		t.Fatalf("allowed %d > spent %d + leased %d", allowed, sh.Spent, sh.Leased)
 	}

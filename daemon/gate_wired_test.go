@@ -14,10 +14,10 @@ import (
 // are paced and the ledger leases nothing; once its clock is right, it does.
 func TestClockAheadGetsNoLease(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c1", 86_400_000_000, 2)
+	f.Campaign(t, "c1", 86_400_000_000, 2)
 	ahead := clocktest.At(time.Now().Add(60 * time.Second))
 	gate := daemon.NewLedgerGate(daemon.GateConfig{})
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: ahead, LedgerGate: gate.Err})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: ahead, LedgerGate: gate.Err})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,14 +33,14 @@ func TestClockAheadGetsNoLease(t *testing.T) {
 		d.Step(ctx)
 	}
 	day := ahead.Now().UTC().Format("2006-01-02")
-	if tot, err := f.ledger.DayTotals(ctx, "c1", day); err != nil || tot.Leased != 0 || tot.Spent != 0 {
+	if tot, err := f.Ledger.DayTotals(ctx, "c1", day); err != nil || tot.Leased != 0 || tot.Spent != 0 {
 		t.Fatalf("ledger after refused grants: %+v, %v", tot, err)
 	}
 
 	// The control: the same, with the clock right.
 	right := clocktest.At(time.Now())
 	gate2 := daemon.NewLedgerGate(daemon.GateConfig{})
-	d2, err := daemon.New(f.ledger, daemon.Config{Holder: "h2", Clock: right, LedgerGate: gate2.Err})
+	d2, err := daemon.New(f.Ledger, daemon.Config{Holder: "h2", Clock: right, LedgerGate: gate2.Err})
 	if err != nil {
 		t.Fatal(err)
 	}

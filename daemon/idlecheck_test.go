@@ -34,9 +34,9 @@ func TestIdleCheckFindsARestoreTheWatermarkCannotSee(t *testing.T) {
 
 func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(10 * time.Minute))
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
+	f.Campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(10 * time.Minute))
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock,
 		Watermarks: &reconcile.MemWatermarks{}})
 	pass := func() {
 		if err := rc.Pass(ctx, 1); err != nil {
@@ -47,13 +47,13 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := journaledStarter(t, f, path)
 	d, j := start()
-	copyTaken := f.redis.SnapshotAll()
+	copyTaken := f.Redis.SnapshotAll()
 
 	// The lost window: the daemon leases and its clients spend, then the
 	// campaign goes quiet here and its leases are given back. No pass.
 	var allowed int64
 	for range 3 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 10_000)
 		allowed += n
@@ -62,7 +62,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 		t.Fatal("nothing allowed in the lost window: the scenario tests nothing")
 	}
 	for range 40 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	if restart {
@@ -71,7 +71,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	}
 	defer func() { d.Close(ctx); j.Close() }()
 	if restore {
-		f.redis.RestoreAll(copyTaken)
+		f.Redis.RestoreAll(copyTaken)
 		if lost := charged(t, f); lost != 0 {
 			t.Fatalf("the restored copy counts %d spent or leased: want 0 (the copy was taken before any lease)", lost)
 		}
@@ -84,7 +84,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 	idle := func(seconds int) map[string]float64 {
 		before := ledgerCalls(t, d)
 		for i := range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			pass()
 			d.Step(ctx)
 			if found < 0 && restore && charged(t, f) >= allowed {
@@ -132,7 +132,7 @@ func idleCheckFindsARestore(t *testing.T, restart, restore bool) {
 // charged is what the ledger counts spent or leased on c's day.
 func charged(t *testing.T, f *fixture) int64 {
 	t.Helper()
-	tot, err := f.ledger.DayTotals(ctx, "c", day)
+	tot, err := f.Ledger.DayTotals(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +150,10 @@ func charged(t *testing.T, f *fixture) int64 {
 // restores drawn four times as often).
 func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(10 * time.Minute))
+	f.Campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(10 * time.Minute))
 	var d *daemon.Daemon
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock,
 		Watermarks: &reconcile.MemWatermarks{}, Publisher: toDaemon{&d}})
 	pass := func() {
 		if err := rc.Pass(ctx, 1); err != nil {
@@ -162,18 +162,18 @@ func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	}
 	pass() // opens the day; the watermark is 1, recorded
 	d = f.daemon(t, "a")
-	snapshot, restore := f.redis.SnapshotAll, f.redis.RestoreAll
+	snapshot, restore := f.Redis.SnapshotAll, f.Redis.RestoreAll
 	first := snapshot()
 	var allowed int64
 	for range 3 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 10_000)
 		allowed += n
 	}
 	step := func(seconds int) {
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			d.Step(ctx)
 		}
 	}
@@ -181,7 +181,7 @@ func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	pass()   // the watermark is 2, recorded: the first restore is visible
 	step(5)  // the idle check sees it move and finds the shard current
 	restore(first)
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	pass() // finds the watermark behind: freezes, tells the daemon
 	second := snapshot()
 	d.Step(ctx) // re-asserts what its clients spent: after the second copy
@@ -191,7 +191,7 @@ func TestIdleCheckFindsARestoreThatTookAReassertionAway(t *testing.T) {
 	step(1)
 	restore(second) // no pass since the copy: the watermark reads as current
 	for range 90 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		pass()
 		d.Step(ctx)
 	}
@@ -218,7 +218,7 @@ func journaledStarter(t *testing.T, f *fixture, path string) func() (*daemon.Dae
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Journal: j, Logger: dbgLogger(t)})
+		d, err := daemon.New(f.Ledger, daemon.Config{Holder: "a", Clock: f.Clock, Journal: j, Logger: dbgLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

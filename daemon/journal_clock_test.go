@@ -42,13 +42,13 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 	f := newFixture(t)
 	const budget = 300_000
 	cfg := morningCampaign(t, f, "c", budget, 1) // from 13:00 all of it may be leased at once
-	f.clock.Set(midnight.Add(13 * time.Hour))
+	f.Clock.Set(midnight.Add(13 * time.Hour))
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	j, _, err := daemon.OpenJournal(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	killed, err := daemon.New(f.ledger, withClock(cfg, f.clock, j))
+	killed, err := daemon.New(f.Ledger, withClock(cfg, f.Clock, j))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +65,10 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 			}
 		}
 	}
-	spend(killed, f.clock, 200-stall, true)
-	spend(killed, f.clock, stall, false)
-	if f.clock.Now().Sub(last) > 100*time.Millisecond {
-		t.Fatalf("the killed run's last SPEND was allowed at %v, %v before its end", last, f.clock.Now().Sub(last))
+	spend(killed, f.Clock, 200-stall, true)
+	spend(killed, f.Clock, stall, false)
+	if f.Clock.Now().Sub(last) > 100*time.Millisecond {
+		t.Fatalf("the killed run's last SPEND was allowed at %v, %v before its end", last, f.Clock.Now().Sub(last))
 	}
 	j.Close() // SIGKILL: no Close, no release
 	if lostMap {
@@ -89,8 +89,8 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 	if undripped == 0 {
 		t.Fatal("the killed run left nothing undripped: the reclaim below proves nothing")
 	}
-	behind := clocktest.At(f.clock.Now().Add(-900 * time.Millisecond)) // stepped back, within the skew bound
-	next, err := daemon.New(f.ledger, withClock(cfg, behind, j2))
+	behind := clocktest.At(f.Clock.Now().Add(-900 * time.Millisecond)) // stepped back, within the skew bound
+	next, err := daemon.New(f.Ledger, withClock(cfg, behind, j2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 		t.Errorf("the reclaim gave back %d micros; the killed run had only %d undripped at its last SPEND (%d it had dripped)",
 			back, undripped, back-undripped)
 	}
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	if allowed > tot.Spent {
 		t.Errorf("clients were allowed %d micros; after the reclaim the ledger counts %d spent", allowed, tot.Spent)
 	}
@@ -114,10 +114,10 @@ func reclaimAfterStepBack(t *testing.T, stall int, lostMap bool) {
 		t.Fatal(err)
 	}
 	behind.Add(time.Minute)
-	if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, behind.Now(), 5*time.Second, 0); err != nil {
+	if _, err := f.Ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, behind.Now(), 5*time.Second, 0); err != nil {
 		t.Fatal(err)
 	}
-	tot = f.check(t, "c")
+	tot = f.Check(t, "c")
 	if tot.Spent < budget*9/10 {
 		t.Fatalf("the day was not nearly spent (%+v): the budget check below would prove nothing", tot)
 	}

@@ -178,8 +178,8 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 	t.Helper()
 	run.defaults()
 	f := newFixture(t)
-	f.campaign(t, "c", run.budget, 4)
-	f.clock.Set(midnight.Add(run.from))
+	f.Campaign(t, "c", run.budget, 4)
+	f.Clock.Set(midnight.Add(run.from))
 	hosts := make([]*killHost, run.hosts)
 	for i := range hosts {
 		hosts[i] = &killHost{holder: "h", path: filepath.Join(t.TempDir(), "leases.journal")}
@@ -191,7 +191,7 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 	allowedOn := map[string]int64{} // by day
 	kills := 0
 	for tick := 1; tick <= run.ticks; tick++ {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		for _, h := range hosts {
 			if h.d == nil {
 				if tick < h.downUntil {
@@ -204,7 +204,7 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 				if dec, err := h.d.Spend("c", 5_000, ""); err != nil {
 					t.Fatal(err)
 				} else if dec == pacer.Allowed {
-					allowedOn[f.clock.Now().UTC().Format(time.DateOnly)] += 5_000
+					allowedOn[f.Clock.Now().UTC().Format(time.DateOnly)] += 5_000
 				}
 			}
 		}
@@ -221,7 +221,7 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 			}
 			h.d, h.j, h.downUntil = nil, nil, tick+5
 			if len(hosts) == 1 { // the only host: nobody spends meanwhile
-				f.clock.Add(500 * time.Millisecond)
+				f.Clock.Add(500 * time.Millisecond)
 				startKillHost(t, f, run, h)
 			}
 		}
@@ -239,16 +239,16 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 	}
 	// Every lease is closed once expiry plus grace has passed; every day
 	// balances, and no day's clients were allowed more than it counts spent.
-	f.clock.Add(time.Minute)
+	f.Clock.Add(time.Minute)
 	var allowed int64
 	var tot lease.Shard
 	for dk, a := range allowedOn {
 		for i := range 4 {
-			if _, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: dk, Shard: i}, f.clock.Now(), 5*time.Second, 0); err != nil {
+			if _, err := f.Ledger.Settle(ctx, lease.ShardKey{Campaign: "c", Day: dk, Shard: i}, f.Clock.Now(), 5*time.Second, 0); err != nil {
 				t.Fatal(err)
 			}
 		}
-		dt := f.checkDay(t, "c", dk)
+		dt := f.CheckDay(t, "c", dk)
 		if dt.Leased != 0 {
 			t.Fatalf("%s: leases still outstanding: %+v", dk, dt)
 		}
@@ -265,7 +265,7 @@ func killLoop(t *testing.T, run killRun) (int64, lease.Shard) {
 // daemon, and the reclaim of what the host's previous run left.
 func startKillHost(t *testing.T, f *fixture, run killRun, h *killHost) {
 	t.Helper()
-	cfg := daemon.Config{Holder: h.holder, Clock: f.clock}
+	cfg := daemon.Config{Holder: h.holder, Clock: f.Clock}
 	var left []daemon.JournalLease
 	h.j = nil
 	if run.journal {
@@ -275,7 +275,7 @@ func startKillHost(t *testing.T, f *fixture, run killRun, h *killHost) {
 		}
 		cfg.Journal = h.j
 	}
-	d, err := daemon.New(f.ledger, cfg)
+	d, err := daemon.New(f.Ledger, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 // what its demand needs again (issue 10: "the largest amount seen is sticky").
 func TestOneHugeSpendIsForgotten(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4) // 100,000 micros a second
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4) // 100,000 micros a second
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	d := f.daemon(t, "h")
 	held := func() int64 {
 		b, err := d.Balance("c")
@@ -22,7 +22,7 @@ func TestOneHugeSpendIsForgotten(t *testing.T) {
 	}
 	tick := func(seconds int) {
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			d.Step(ctx)
 			for range 20 {
 				if _, err := d.Spend("c", 1_000, ""); err != nil {

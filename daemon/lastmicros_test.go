@@ -22,7 +22,7 @@ func morningCampaign(t *testing.T, f *fixture, id string, daily int64, shards in
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "morning", Shards: shards, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "morning", Shards: shards, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
 	return daemon.Config{Curves: map[string]*bucket.Curve{"morning": curve}}
@@ -42,9 +42,9 @@ func TestLastMicrosAreSpendable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			cfg := morningCampaign(t, f, "c", tc.budget, 1)
-			f.clock.Set(midnight.Add(13 * time.Hour))
-			cfg.Holder, cfg.Clock = "h", f.clock
-			d, err := daemon.New(f.ledger, cfg)
+			f.Clock.Set(midnight.Add(13 * time.Hour))
+			cfg.Holder, cfg.Clock = "h", f.Clock
+			d, err := daemon.New(f.Ledger, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestLastMicrosAreSpendable(t *testing.T) {
 			for range 120 {
 				n, _ := spendUntilDenied(t, d, "c", tc.spend)
 				allowed += n
-				f.clock.Add(time.Second)
+				f.Clock.Add(time.Second)
 				d.Step(ctx)
 			}
 			if allowed != tc.budget {
@@ -62,7 +62,7 @@ func TestLastMicrosAreSpendable(t *testing.T) {
 			if dec, _ := d.Spend("c", pacer.Micros(tc.spend), ""); dec != pacer.Exhausted {
 				t.Fatalf("SPEND after the whole budget = %v, want exhausted", dec)
 			}
-			if sh := f.check(t, "c"); sh.Spent+sh.Leased < allowed {
+			if sh := f.Check(t, "c"); sh.Spent+sh.Leased < allowed {
 				t.Fatalf("allowed %d > ledger spent %d + leased %d", allowed, sh.Spent, sh.Leased)
 			}
 		})

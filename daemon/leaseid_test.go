@@ -12,19 +12,19 @@ import (
 // grants each its own lease and counts every micro either was allowed.
 func TestLeaseIDsAreUniqueForOneHolderOnOneClock(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 1) // 1,000,000 micros a second
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 86_400_000_000, 1) // 1,000,000 micros a second
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	a, b := f.daemon(t, "h"), f.daemon(t, "h")
 	var allowed int64
 	for range 40 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		a.Step(ctx)
 		b.Step(ctx)
 		na, _ := spendUntilDenied(t, a, "c", 10_000)
 		nb, _ := spendUntilDenied(t, b, "c", 10_000)
 		allowed += na + nb
 	}
-	held, err := f.ledger.DayLeases(ctx, "c", day)
+	held, err := f.Ledger.DayLeases(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestLeaseIDsAreUniqueForOneHolderOnOneClock(t *testing.T) {
 	if n := a.Status().LeasesHeld + b.Status().LeasesHeld; len(ids) != n {
 		t.Errorf("the daemons hold %d leases, the ledger %d distinct ones (%v): their lease ids collide", n, len(ids), held)
 	}
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	if allowed > tot.Spent+tot.Leased {
 		t.Errorf("clients were allowed %d micros; the ledger accounts for %d spent + %d leased", allowed, tot.Spent, tot.Leased)
 	}

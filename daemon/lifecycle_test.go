@@ -76,7 +76,7 @@ func (c *cmdKinds) take() map[string]int64 {
 // counted by kind.
 func countingLedger(f *fixture) (*lease.Ledger, *cmdKinds) {
 	kinds := &cmdKinds{n: map[string]int64{}}
-	c := f.redis.Client()
+	c := f.Redis.Client()
 	c.AddHook(kinds)
 	return lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), kinds
 }
@@ -87,11 +87,11 @@ func countedDaemon(t *testing.T, n int) (*fixture, *daemon.Daemon, *cmdKinds) {
 	t.Helper()
 	f := newFixture(t)
 	for i := range n {
-		f.campaign(t, "c"+strconv.Itoa(i), 86_400_000_000, 4)
+		f.Campaign(t, "c"+strconv.Itoa(i), 86_400_000_000, 4)
 	}
 	ledger, kinds := countingLedger(f)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestBusyCampaignCostsOneCommandPerMinute(t *testing.T) {
 	step := func(seconds int) int64 {
 		var allowed int64
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			d.Step(ctx)
 			for i := range campaigns {
 				allowed += spendAttempts(t, d, "c"+strconv.Itoa(i), 1000, 2)
@@ -156,18 +156,18 @@ func TestSettingsChangeFoundThroughTheChangeStream(t *testing.T) {
 	const campaigns = 30
 	f, d, kinds := countedDaemon(t, campaigns)
 	for range 40 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		for i := range campaigns {
 			spendAttempts(t, d, "c"+strconv.Itoa(i), 1000, 1)
 		}
 	}
-	if _, err := f.ledger.SetState(ctx, "c7", lease.StatePaused); err != nil {
+	if _, err := f.Ledger.SetState(ctx, "c7", lease.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	kinds.take()
 	for s := 1; ; s++ {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		if dec, _ := d.Spend("c7", 1000, ""); dec == pacer.Exhausted {
 			break
@@ -194,18 +194,18 @@ func TestSettingsChangeFoundThroughTheChangeStream(t *testing.T) {
 // SPEND loads it again. The SPEND counters do not go back when it goes.
 func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 4)
-	f.campaign(t, "busy", 86_400_000_000, 4)
+	f.Campaign(t, "c", 86_400_000_000, 4)
+	f.Campaign(t, "busy", 86_400_000_000, 4)
 	ledger, kinds := countingLedger(f)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{StandingIdle: 5 * time.Minute}, CampaignIdle: 20 * time.Minute})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.Clock, LeaseTiming: daemon.LeaseTiming{StandingIdle: 5 * time.Minute}, CampaignIdle: 20 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
 	var allowed int64
 	for range 60 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		allowed += spendAttempts(t, d, "c", 1000, 5)
 		spendAttempts(t, d, "busy", 1000, 1)
@@ -216,7 +216,7 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	before := info(d, "spend_allowed")
 	dropped := time.Duration(0)
 	for s := 1; s <= 30*60; s++ {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "busy", 1000, 1)
 		if dropped == 0 && !slices.Contains(d.Campaigns(), "c") {
@@ -238,7 +238,7 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	}
 	// Every lease of c is back in the ledger, and nothing was sent for c
 	// since it went (only the busy campaign's calls and the change stream).
-	if sh := f.check(t, "c"); sh.Leased != 0 {
+	if sh := f.Check(t, "c"); sh.Leased != 0 {
 		t.Fatalf("dropped campaign still holds leases in the ledger: %+v", sh)
 	}
 	n := kinds.take()
@@ -249,7 +249,7 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 	var again int64
 	for range 5 {
 		again += spendAttempts(t, d, "c", 1000, 5)
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
 	if again == 0 {
@@ -266,12 +266,12 @@ func TestIdleCampaignIsDroppedAndReloaded(t *testing.T) {
 func spendEvery30s(t *testing.T, d time.Duration) (spends, allowed int64, calls float64) {
 	t.Helper()
 	f := newFixture(t)
-	f.campaign(t, "w", 86_400_000_000, 8)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "w", 86_400_000_000, 8)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	dm := f.sparseDaemon(t, "h", time.Second) // a fetch a loaded machine delays past 5 ms still serves its SPEND
 	dm.Warm([]string{"w"})
 	for tick := range int(d / (100 * time.Millisecond)) {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		dm.Step(ctx)
 		if tick%300 == 0 {
 			spends++
@@ -322,24 +322,24 @@ func TestPauseWithLostChangeRecordArrivesByReread(t *testing.T) {
 	const campaigns = 10
 	f, d, kinds := countedDaemon(t, campaigns)
 	for range 10 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		for i := range campaigns {
 			spendAttempts(t, d, "c"+strconv.Itoa(i), 1000, 1)
 		}
 	}
-	if _, err := f.ledger.SetState(ctx, "c7", lease.StatePaused); err != nil {
+	if _, err := f.Ledger.SetState(ctx, "c7", lease.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	// The failover: the stream's record of the change is gone.
-	if err := f.redis.Client().Del(ctx, "pacer:campaigns:changes").Err(); err != nil {
+	if err := f.Redis.Client().Del(ctx, "pacer:campaigns:changes").Err(); err != nil {
 		t.Fatal(err)
 	}
 	kinds.take()
 	const step = 10 * time.Second
 	var took time.Duration
 	for took = step; ; took += step {
-		f.clock.Add(step)
+		f.Clock.Add(step)
 		d.Step(ctx)
 		if dec, _ := d.Spend("c7", 1000, ""); dec == pacer.Exhausted {
 			break

@@ -55,7 +55,7 @@ func benchDaemonScale(b *testing.B, n int, mix string) {
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}); err != nil {
+				if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c" + strconv.Itoa(i), DailyMicros: 86_400_000_000, TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -79,11 +79,11 @@ func benchDaemonScale(b *testing.B, n int, mix string) {
 		}
 		return "cold"
 	}}
-	c := f.redis.Client()
+	c := f.Redis.Client()
 	c.AddHook(kinds)
 	ledger := lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock, MaxCampaignLoads: 1024})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.Clock, MaxCampaignLoads: 1024})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func benchDaemonScale(b *testing.B, n int, mix string) {
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
 	tick := func(t int) {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 		if mix == "idle" {
 			return
@@ -121,7 +121,7 @@ func benchDaemonScale(b *testing.B, n int, mix string) {
 	}
 	kinds.take()
 	cpu0 := processCPU()
-	if err := f.redis.Client().ConfigResetStat(ctx).Err(); err != nil {
+	if err := f.Redis.Client().ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -177,7 +177,7 @@ func processCPU() time.Duration {
 // since its stats were reset.
 func scriptUsec(tb testing.TB, f *fixture) (float64, bool) {
 	tb.Helper()
-	info, err := f.redis.Client().Info(ctx, "commandstats").Result()
+	info, err := f.Redis.Client().Info(ctx, "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -27,13 +27,13 @@ func info(d *daemon.Daemon, key string) int64 {
 // in the ledger (leased or spent), and check names the shard.
 func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000, 1) // 1,000 micros a second
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 86_400_000, 1) // 1,000 micros a second
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	a, b := f.daemon(t, "a"), f.daemon(t, "b")
 	var allowed int64
 	run := func(seconds int) {
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			for _, d := range []*daemon.Daemon{a, b} {
 				d.Step(ctx)
 				n, _ := spendUntilDenied(t, d, "c", 100)
@@ -43,9 +43,9 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 	}
 	run(10)
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	snap := f.redis.Snapshot(k.RedisKeys()...)
+	snap := f.Redis.Snapshot(k.RedisKeys()...)
 	seq := func() int64 {
-		sh, err := f.ledger.ReadShard(ctx, k)
+		sh, err := f.Ledger.ReadShard(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 	if after := seq(); after == before {
 		t.Fatalf("the shard took no write between the snapshot and its restore (seq %d): nothing to forget", before)
 	}
-	f.redis.Restore(snap, k.RedisKeys()...)
+	f.Redis.Restore(snap, k.RedisKeys()...)
 	run(120)
 
 	if info(a, "ledger_lost_writes")+info(b, "ledger_lost_writes") == 0 {
@@ -68,7 +68,7 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 	if info(a, "leases_reasserted")+info(b, "leases_reasserted") == 0 {
 		t.Fatal("no lease was re-asserted")
 	}
-	tot, problems, err := f.ledger.CheckDay(ctx, "c", day)
+	tot, problems, err := f.Ledger.CheckDay(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,31 +93,31 @@ func TestShardRolledBackWhileLeasesAreHeld(t *testing.T) {
 // would settle the leases as wholly spent.
 func TestRestartReclaimsWhatACrashedRunHeld(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000, 2)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 86_400_000, 2)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	j, left, err := daemon.OpenJournal(path, nil)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("journal: %v, %v", left, err)
 	}
-	crashed, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, Journal: j})
+	crashed, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var allowed int64
 	for range 20 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		crashed.Step(ctx)
 		n, _ := spendUntilDenied(t, crashed, "c", 100)
 		allowed += n
 	}
-	held := f.check(t, "c")
+	held := f.Check(t, "c")
 	if held.Leased == 0 {
 		t.Fatal("the daemon holds no lease to lose")
 	}
 	j.Close() // the process dies: no Close, no release; the file is what the kernel had
 
-	f.clock.Add(2 * time.Second) // systemd restarts it
+	f.Clock.Add(2 * time.Second) // systemd restarts it
 	j2, left, err := daemon.OpenJournal(path, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func TestRestartReclaimsWhatACrashedRunHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	if tot.Leased != 0 || tot.Lost != 0 {
 		t.Fatalf("after the reclaim: %+v; want nothing leased and nothing settled as lost", tot)
 	}

@@ -23,14 +23,14 @@ var ignoreRedial = goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/intern
 func TestOpenCloseLeavesNothing(t *testing.T) {
 	f := newFixture(t)
 	n := startNATS(t)
-	f.campaign(t, "c", 86_400_000_000, 2)
+	f.Campaign(t, "c", 86_400_000_000, 2)
 	today := time.Now().UTC().Format(time.DateOnly)
 	stateDir := t.TempDir()
 	before := goleak.IgnoreCurrent()
 
 	d, err := daemon.Open(ctx, daemon.Config{Holder: "h1", TickInterval: 10 * time.Millisecond,
 		Links: daemon.Links{
-			Redis: []string{f.redis.Socket}, CheckLedger: true,
+			Redis: []string{f.Redis.Socket}, CheckLedger: true,
 			Ledger:   lease.Config{Durability: lease.Durability{Policy: lease.PolicyFsync}},
 			StateDir: stateDir, NATS: n.URL,
 		}})
@@ -43,7 +43,7 @@ func TestOpenCloseLeavesNothing(t *testing.T) {
 	if dec, err := d.Spend("c", 1_000, ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("first SPEND = %v, %v; want allowed (the gate open after Open's first check)", dec, err)
 	}
-	held, err := f.ledger.DayLeases(ctx, "c", today)
+	held, err := f.Ledger.DayLeases(ctx, "c", today)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestOpenCloseLeavesNothing(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	goleak.VerifyNone(t, before, ignoreRedial)
-	held, err = f.ledger.DayLeases(ctx, "c", today)
+	held, err = f.Ledger.DayLeases(ctx, "c", today)
 	if err != nil {
 		t.Fatal(err)
 	}

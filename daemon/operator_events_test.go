@@ -16,19 +16,19 @@ import (
 // naming no newer version still waits for the limit.
 func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	d := f.daemon(t, "h")
 	for range 3 {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 		spendUntilDenied(t, d, "c", 1000)
 	}
 	tick := func() {
-		f.clock.Add(10 * time.Millisecond)
+		f.Clock.Add(10 * time.Millisecond)
 		d.Step(ctx)
 	}
-	paused, err := f.ledger.SetState(ctx, "c", lease.StatePaused)
+	paused, err := f.Ledger.SetState(ctx, "c", lease.StatePaused)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("a tick after the pause's event, SPEND = %v; want exhausted (paused)", dec)
 	}
-	resumed, err := f.ledger.SetState(ctx, "c", lease.StateActive)
+	resumed, err := f.Ledger.SetState(ctx, "c", lease.StateActive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 	}
 
 	// A pause whose event names no version waits for the rate limit.
-	if _, err := f.ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
+	if _, err := f.Ledger.SetState(ctx, "c", lease.StatePaused); err != nil {
 		t.Fatal(err)
 	}
 	d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c"})
@@ -56,7 +56,7 @@ func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 	if dec, _ := d.Spend("c", 1, ""); dec == pacer.Exhausted {
 		t.Fatal("an event naming no new version was read within the rate limit")
 	}
-	f.clock.Add(5 * time.Second) // past the limit (30 s / 8)
+	f.Clock.Add(5 * time.Second) // past the limit (30 s / 8)
 	d.Step(ctx)
 	if dec, _ := d.Spend("c", 1, ""); dec != pacer.Exhausted {
 		t.Fatalf("past the rate limit, SPEND = %v; want exhausted (paused)", dec)
@@ -70,15 +70,15 @@ func TestPauseAndResumeBackToBackEachTakeATick(t *testing.T) {
 // pause's step at most: the least gap between event steps).
 func TestOperatorsEventsAreActedOnBetweenTicks(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 4)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, TickInterval: 25 * time.Second})
+	f.Campaign(t, "c", 8_640_000_000, 4)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, TickInterval: 25 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
 	for range 3 {
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 		spendUntilDenied(t, d, "c", 1000)
 	}
@@ -106,13 +106,13 @@ func TestOperatorsEventsAreActedOnBetweenTicks(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	paused, err := f.ledger.SetState(ctx, "c", lease.StatePaused)
+	paused, err := f.Ledger.SetState(ctx, "c", lease.StatePaused)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.HandleEvent(pacer.Event{Kind: pacer.EventRevoked, Campaign: "c", Version: paused.Version})
 	until("pause", func(dec pacer.Decision) bool { return dec == pacer.Exhausted })
-	resumed, err := f.ledger.SetState(ctx, "c", lease.StateActive)
+	resumed, err := f.Ledger.SetState(ctx, "c", lease.StateActive)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func budgetBound(t *testing.T, f *fixture, ds []*daemon.Daemon, pace int64, busy
 				}
 			}
 		}
-		f.clock.Add(10 * time.Millisecond)
+		f.Clock.Add(10 * time.Millisecond)
 		if at != nil {
 			at(el + 10*time.Millisecond)
 		}
@@ -87,8 +87,8 @@ func TestAReleaseRidesTheNextGrantOnItsShard(t *testing.T) {
 	const hosts = 3
 	f := newFixture(t)
 	const pace = 240_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight)
 	var ds []*daemon.Daemon
 	for i := range hosts {
 		ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
@@ -118,7 +118,7 @@ func TestAReleaseRidesTheNextGrantOnItsShard(t *testing.T) {
 	if perHostMinute > 16 {
 		t.Errorf("%.1f lease calls a host-minute; want at most 16", perHostMinute)
 	}
-	if tot := f.check(t, "c"); allowed > tot.Spent+tot.Leased {
+	if tot := f.Check(t, "c"); allowed > tot.Spent+tot.Leased {
 		t.Fatalf("overspend: allowed %d, the ledger counts %d spent and %d leased", allowed, tot.Spent, tot.Leased)
 	}
 }
@@ -132,8 +132,8 @@ func TestAReleaseRidesTheNextGrantOnItsShard(t *testing.T) {
 func TestAParkedReleaseGoesBeforeItsLeaseExpires(t *testing.T) {
 	f := newFixture(t)
 	const pace = 240_000
-	f.campaign(t, "c", pace*86_400, 8)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight)
 	d := f.daemon(t, "h0")
 	parked := 0
 	allowed := budgetBound(t, f, []*daemon.Daemon{d}, pace, 4*time.Minute, 80*time.Second, func(el time.Duration) {
@@ -142,7 +142,7 @@ func TestAParkedReleaseGoesBeforeItsLeaseExpires(t *testing.T) {
 		}
 	})
 	open, held := openLeases(t, f, "c", 8), d.Status().LeasesHeld
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	t.Logf("allowed %d; %d leases parked at the last SPEND; 80 s later the ledger: spent %d, leased %d, lost %d, %d leases open, the host holds %d",
 		allowed, parked, tot.Spent, tot.Leased, tot.Lost, open, held)
 	if parked == 0 {
@@ -164,7 +164,7 @@ func openLeases(t *testing.T, f *fixture, c string, shards int) int {
 	t.Helper()
 	n := 0
 	for i := range shards {
-		held, err := f.ledger.Leases(ctx, lease.ShardKey{Campaign: c, Day: day, Shard: i})
+		held, err := f.Ledger.Leases(ctx, lease.ShardKey{Campaign: c, Day: day, Shard: i})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,8 +193,8 @@ func faultParked(t *testing.T, restore bool) {
 	f := newFixture(t)
 	const pace = 240_000 // micros a second, flat
 	const budget = pace * 86_400
-	f.campaign(t, "c", budget, 8)
-	f.clock.Set(midnight)
+	f.Campaign(t, "c", budget, 8)
+	f.Clock.Set(midnight)
 	proxy, ledger := proxiedLedger(t, f)
 	dir := t.TempDir()
 	start := func(i int) (*daemon.Daemon, *daemon.Journal) {
@@ -202,7 +202,7 @@ func faultParked(t *testing.T, restore bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := daemon.New(ledger, daemon.Config{Holder: fmt.Sprintf("h%d", i), Clock: f.clock, Journal: j, LedgerTimeout: 5 * time.Second})
+		d, err := daemon.New(ledger, daemon.Config{Holder: fmt.Sprintf("h%d", i), Clock: f.Clock, Journal: j, LedgerTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func faultParked(t *testing.T, restore bool) {
 			j.Close()
 		}
 	}()
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
 
 	var rec history.Recorder
 	next, denied := 0, 0
@@ -236,7 +236,7 @@ func faultParked(t *testing.T, restore bool) {
 			lost++
 		}
 		if round%250 == 111 {
-			f.clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
+			f.Clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
 			late++
 		}
 		for _, d := range ds {
@@ -246,7 +246,7 @@ func faultParked(t *testing.T, restore bool) {
 			h := (round + int(k)) % len(ds)
 			next++
 			id := "a" + strconv.Itoa(next)
-			now := f.clock.Now()
+			now := f.Clock.Now()
 			dec, err := ds[h].Spend("c", bid, id)
 			ok := err == nil && dec == pacer.Allowed
 			rec.Record(history.Call{At: now, Client: fmt.Sprintf("h%d", h), Campaign: "c", Day: day, Auction: id, Amount: bid, OK: ok, Answer: dec.String()})
@@ -254,21 +254,21 @@ func faultParked(t *testing.T, restore bool) {
 				denied++
 			}
 		}
-		f.clock.Add(100 * time.Millisecond)
-		switch since := f.clock.Now().Sub(midnight); {
+		f.Clock.Add(100 * time.Millisecond)
+		switch since := f.Clock.Now().Sub(midnight); {
 		case since == 3*time.Minute:
 			open := openLeases(t, f, "c", 8)
 			renewals += leaseCalls(t, ds[1])["renew"]
 			js[1].Close() // SIGKILL: no release, parked or held
 			ds[1], js[1] = start(1)
 			parkedAtKill = int64(open)
-			rec.Notef(f.clock.Now(), "", "h1 killed and restarted from its journal")
+			rec.Notef(f.Clock.Now(), "", "h1 killed and restarted from its journal")
 		case restore && since == 150*time.Second:
-			backup = f.redis.SnapshotAll()
+			backup = f.Redis.SnapshotAll()
 		case restore && since == 3*time.Minute+100*time.Millisecond:
-			f.redis.RestoreAll(backup)
+			f.Redis.RestoreAll(backup)
 			restored = true
-			rec.Notef(f.clock.Now(), "", "the backup taken at 2:30 restored")
+			rec.Notef(f.Clock.Now(), "", "the backup taken at 2:30 restored")
 		}
 	}
 	for _, d := range ds {
@@ -283,7 +283,7 @@ func faultParked(t *testing.T, restore bool) {
 		if err := rep.Err(); err != nil {
 			t.Fatal(err)
 		}
-		f.check(t, "c")
+		f.Check(t, "c")
 	} else {
 		onlyTheRestoreNamed(t, rep, restored)
 	}

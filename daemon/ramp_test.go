@@ -41,17 +41,17 @@ func TestIdleToBusyRamp(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = "r" + strconv.Itoa(i)
-		f.campaign(t, ids[i], 86_400_000_000, 8)
+		f.Campaign(t, ids[i], 86_400_000_000, 8)
 	}
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.clock, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h", Clock: f.Clock, LeaseTiming: daemon.LeaseTiming{SparseWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
 	d.Warm(ids)
 	for range 600 { // a minute idle
-		f.clock.Add(100 * time.Millisecond)
+		f.Clock.Add(100 * time.Millisecond)
 		d.Step(ctx)
 	}
 	// A fleet that has run a while has the demand script loaded: its first
@@ -65,7 +65,7 @@ func TestIdleToBusyRamp(t *testing.T) {
 	for range 5 {
 		m := rampMinute{}
 		for range 600 {
-			f.clock.Add(100 * time.Millisecond)
+			f.Clock.Add(100 * time.Millisecond)
 			d.Step(ctx)
 			for _, id := range ids {
 				m.spends++

@@ -21,10 +21,10 @@ import (
 // were allowed, and the day balances.
 func TestRenewalOfAForgottenLeaseReassertsIt(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 1) // 1,000,000 micros a second
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 86_400_000_000, 1) // 1,000,000 micros a second
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	core, logs := observer.New(zap.ErrorLevel)
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, Logger: zap.New(core)})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestRenewalOfAForgottenLeaseReassertsIt(t *testing.T) {
 	var allowed int64
 	var forgotten lease.LeaseRecord
 	for tick := 0; tick < 1200 && (forgotten.ID == "" || tick%100 != 0); tick++ {
-		now := f.clock.Add(100 * time.Millisecond)
+		now := f.Clock.Add(100 * time.Millisecond)
 		if forgotten.ID == "" && allowed > 0 {
 			// A lease whose spendable end comes before the next tick is
 			// renewed in this one (refill.go): the ledger forgets it first.
@@ -61,7 +61,7 @@ func TestRenewalOfAForgottenLeaseReassertsIt(t *testing.T) {
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tot, problems, err := f.ledger.CheckDay(ctx, "c", day)
+	tot, problems, err := f.Ledger.CheckDay(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestRenewalOfAForgottenLeaseReassertsIt(t *testing.T) {
 // default skew bound) comes before horizon, if there is one.
 func endingLease(t *testing.T, f *fixture, k lease.ShardKey, horizon time.Time) (lease.LeaseRecord, bool) {
 	t.Helper()
-	held, err := f.ledger.Leases(ctx, k)
+	held, err := f.Ledger.Leases(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func endingLease(t *testing.T, f *fixture, k lease.ShardKey, horizon time.Time) 
 func forget(t *testing.T, f *fixture, k lease.ShardKey, lr lease.LeaseRecord) {
 	t.Helper()
 	keys := k.RedisKeys() // state, leases, exp, ...
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, keys[1], lr.ID)
 		p.ZRem(ctx, keys[2], lr.ID)

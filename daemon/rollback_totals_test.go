@@ -27,11 +27,11 @@ func TestRollbackOverReleasedLeasesCostsNoOverspend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 1, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: budget, TZ: "UTC", Curve: "early", Shards: 1, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(40 * time.Minute))
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "a", Clock: f.clock, Curves: map[string]*bucket.Curve{"early": early}, Logger: dbgLogger(t)})
+	f.Clock.Set(midnight.Add(40 * time.Minute))
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "a", Clock: f.Clock, Curves: map[string]*bucket.Curve{"early": early}, Logger: dbgLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestRollbackOverReleasedLeasesCostsNoOverspend(t *testing.T) {
 	var allowed int64
 	run := func(seconds int) {
 		for range seconds {
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			d.Step(ctx)
 			n, _ := spendUntilDenied(t, d, "c", 1_000)
 			allowed += n
@@ -47,12 +47,12 @@ func TestRollbackOverReleasedLeasesCostsNoOverspend(t *testing.T) {
 	}
 	run(30)
 	k := lease.ShardKey{Campaign: "c", Day: day, Shard: 0}
-	snap := f.redis.Snapshot(k.RedisKeys()...)
+	snap := f.Redis.Snapshot(k.RedisKeys()...)
 	before := allowed
 	t.Logf("before the window %d", before)
 	run(90) // leases granted, renewed and given back: then forgotten
 	lostWindow := allowed - before
-	f.redis.Restore(snap, k.RedisKeys()...)
+	f.Redis.Restore(snap, k.RedisKeys()...)
 	run(1500) // past the curve's hour: every micro it releases is asked for
 	if info(d, "ledger_lost_writes") == 0 {
 		t.Fatal("the daemon did not notice that the shard lost writes")

@@ -38,11 +38,11 @@ func TestSharesFollowTheHostsThatServe(t *testing.T) {
 	weights := []float64{0.7, 0.3}
 	var ds []*daemon.Daemon
 	for i, h := range []string{"h1", "h2"} {
-		cfg := daemon.Config{Holder: h, Clock: f.clock, TickInterval: tick}
+		cfg := daemon.Config{Holder: h, Clock: f.Clock, TickInterval: tick}
 		if i == 0 {
 			cfg.LedgerGate = refuse
 		}
-		d, err := daemon.New(f.ledger, cfg)
+		d, err := daemon.New(f.Ledger, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestSharesFollowTheHostsThatServe(t *testing.T) {
 	if hour < 0.955 || late < 0.99 {
 		t.Errorf("with h1 refused its leases the fleet spent %.3fx its pace over the hour after, %.3fx in its last half; want at least 0.955x and 0.99x", hour, late)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }
 
 // A host whose gate refuses leases records its SPENDs for the curve's fit
@@ -81,7 +81,7 @@ func TestRefusedHostAsksNoShare(t *testing.T) {
 			f := newFixture(t)
 			paceCampaign(t, f, 100_000, time.Hour)
 			gate := func(context.Context) error { return c.refuse }
-			d, err := daemon.New(f.ledger, daemon.Config{Holder: "h", Clock: f.clock, LedgerGate: gate})
+			d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h", Clock: f.Clock, LedgerGate: gate})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,9 +91,9 @@ func TestRefusedHostAsksNoShare(t *testing.T) {
 				if _, err := d.Spend("c", 1_000, ""); err != nil {
 					t.Fatal(err)
 				}
-				f.clock.Add(400 * time.Millisecond)
+				f.Clock.Add(400 * time.Millisecond)
 			}
-			dd, ok, err := f.ledger.ReadDemand(ctx, "c", midnight.Format("2006-01-02"))
+			dd, ok, err := f.Ledger.ReadDemand(ctx, "c", midnight.Format("2006-01-02"))
 			if err != nil || !ok {
 				t.Fatalf("demand: %v, %v", ok, err)
 			}

@@ -37,8 +37,8 @@ func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
 			f := newFixture(t)
 			const pace = 240_000 // micros a second
 			const bid = 2_000
-			f.campaign(t, "c", pace*86_400, 8)
-			f.clock.Set(midnight)
+			f.Campaign(t, "c", pace*86_400, 8)
+			f.Clock.Set(midnight)
 			var ds []*daemon.Daemon
 			for i := range hosts {
 				ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
@@ -61,7 +61,7 @@ func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
 						window += bid
 					}
 				}
-				f.clock.Add(10 * time.Millisecond)
+				f.Clock.Add(10 * time.Millisecond)
 				if i+1 == 2*6000 {
 					calls = evalshaCalls(t, f)
 				}
@@ -84,7 +84,7 @@ func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
 			if perHostMinute > c.maxCalls {
 				t.Errorf("%.1f ledger calls a host-minute, budget-bound on its curve; want at most %.0f", perHostMinute, c.maxCalls)
 			}
-			f.check(t, "c")
+			f.Check(t, "c")
 		})
 	}
 }

@@ -38,7 +38,7 @@ func TestSparseCampaignSpendsItsBudget(t *testing.T) {
 	var allowed int64
 	var exhaustedWithBudgetLeft int
 	for now := time.Duration(0); now < 24*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range daemons {
 			d.Step(ctx)
 		}
@@ -71,7 +71,7 @@ func TestSparseCampaignSpendsItsBudget(t *testing.T) {
 	if exhaustedWithBudgetLeft > 0 {
 		t.Fatalf("%d SPENDs were told the day is over while budget was left", exhaustedWithBudgetLeft)
 	}
-	f.check(t, "sparse")
+	f.Check(t, "sparse")
 }
 
 // Issue 10's smoothness on a tiny budget: a campaign of 20 bids a day on a
@@ -98,7 +98,7 @@ func TestTinyBudgetStaysNearItsCurve(t *testing.T) {
 	const step = 10 * time.Second
 	var byHour [24]int64 // micros allowed
 	for now := time.Duration(0); now < 24*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range daemons {
 			d.Step(ctx)
 		}
@@ -141,7 +141,7 @@ func TestTinyBudgetStaysNearItsCurve(t *testing.T) {
 		t.Errorf("hour %d allowed %d bids; want at most %d (the hour's plan, a standing bid per host and the one-bid advance)",
 			worstHour, worst/bid, limit/bid)
 	}
-	f.check(t, "tiny")
+	f.Check(t, "tiny")
 }
 
 // With standing bids (lease.sparse_wait off): a sparse campaign on its
@@ -166,7 +166,7 @@ func TestSparseStandingCampaignStaysNearItsCurve(t *testing.T) {
 	const step = 10 * time.Second
 	var allowed, worst int64
 	for now := time.Duration(0); now < 24*time.Hour-step; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range daemons {
 			d.Step(ctx)
 		}
@@ -184,7 +184,7 @@ func TestSparseStandingCampaignStaysNearItsCurve(t *testing.T) {
 		}
 		worst = max(worst, allowed-due)
 	}
-	tot, err := f.ledger.DayTotals(ctx, "s", day)
+	tot, err := f.Ledger.DayTotals(ctx, "s", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +208,10 @@ func TestSparseStandingCampaignStaysNearItsCurve(t *testing.T) {
 func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 	const bid = 2_000
 	f := newFixture(t)
-	f.campaign(t, "slow", 40*bid, 1)
-	f.campaign(t, "quick", 40*bid, 1)
+	f.Campaign(t, "slow", 40*bid, 1)
+	f.Campaign(t, "quick", 40*bid, 1)
 	for _, id := range []string{"slow", "quick"} {
-		if err := f.ledger.SetBid(ctx, id, bid); err != nil {
+		if err := f.Ledger.SetBid(ctx, id, bid); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 	}
 	const step = 10 * time.Second
 	for now := time.Duration(0); now <= 16*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		d.Step(ctx)
 		for _, id := range spends[now] {
 			if _, err := d.Spend(id, bid/2, ""); err != nil {
@@ -247,8 +247,8 @@ func TestSlowHostKeepsItsStandingBidAcrossLongGaps(t *testing.T) {
 	if dec, err := d.Spend("slow", bid/2, ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("slow: SPEND at 16:00 = %v, %v; want allowed from the standing bid", dec, err)
 	}
-	f.check(t, "slow")
-	f.check(t, "quick")
+	f.Check(t, "slow")
+	f.Check(t, "quick")
 }
 
 // Issue 10: a host that has seen a campaign's SPENDs in fewer than four
@@ -262,7 +262,7 @@ func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 	d := f.daemon(t, "a")
 	const step = 10 * time.Second
 	for now := time.Duration(0); now <= 2*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		d.Step(ctx)
 		if now == 10*time.Minute || now == 70*time.Minute {
 			if _, err := d.Spend("few", 1_000, ""); err != nil {
@@ -270,14 +270,14 @@ func TestFewSpendsDoNotOverwriteTheFleetsBid(t *testing.T) {
 			}
 		}
 	}
-	got, err := f.ledger.Bid(ctx, "few")
+	got, err := f.Ledger.Bid(ctx, "few")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != bid {
 		t.Fatalf("after two SPENDs of 1000 on one host, the ledger's bid is %d; want the operator's %d", got, bid)
 	}
-	f.check(t, "few")
+	f.Check(t, "few")
 }
 
 // A host's bid moves the fleet's (the operator's here) only as the largest
@@ -305,7 +305,7 @@ func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
 	const step = 10 * time.Second
 	ledgerBid := func(id string) int64 {
 		t.Helper()
-		got, err := f.ledger.Bid(ctx, id)
+		got, err := f.Ledger.Bid(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +319,7 @@ func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
 	}
 	// SPENDs every 10 minutes, each time in a window of its own.
 	for now := time.Duration(0); now <= 3*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		d.Step(ctx)
 		if now > 0 && now%(10*time.Minute) == 0 {
 			spend("sparse", 1_800)
@@ -356,7 +356,7 @@ func TestFewWindowsDoNotLowerTheFleetsBid(t *testing.T) {
 		t.Errorf("after five SPENDs of 5,000 in each of four windows, the ledger's bid is %d; want 5,000", got)
 	}
 	for _, id := range []string{"sparse", "outlier", "busy", "raise"} {
-		f.check(t, id)
+		f.Check(t, id)
 	}
 }
 
@@ -396,7 +396,7 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 	const step = 10 * time.Second
 	n := 0
 	for now := time.Duration(0); now < 11*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range daemons {
 			d.Step(ctx)
 		}
@@ -418,7 +418,7 @@ func TestTinyBudgetRefusesAnOutlierAndKeepsItsHour(t *testing.T) {
 		t.Errorf("hour 10 allowed %d micros: more than twice its plan (%d) and a bid", hour10, plan)
 	}
 	t.Logf("allowed %d micros by 11:00 (the curve's %d), %d in hour 10", allowed, budget*11/24, hour10)
-	f.check(t, "tiny")
+	f.Check(t, "tiny")
 }
 
 // A host whose SPENDs of a sparse campaign stop keeps no standing bid for
@@ -434,24 +434,24 @@ func TestStandingBidEndsWhenItsSpendsStop(t *testing.T) {
 	f := newFixture(t)
 	const bid = 1_000
 	f.campaignWithBid(t, "s", 2_000*bid, 1, bid)
-	f.clock.Set(midnight.Add(time.Minute))
+	f.Clock.Set(midnight.Add(time.Minute))
 	d := f.daemon(t, "h")
 	var allowed int64
 	for i := range 10 * 60 {
 		if i%60 == 0 {
 			allowed += spendAttempts(t, d, "s", bid, 1)
 		}
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
-	if leased := f.check(t, "s").Leased; leased == 0 || allowed == 0 {
+	if leased := f.Check(t, "s").Leased; leased == 0 || allowed == 0 {
 		t.Fatalf("a SPEND a minute: %d allowed, %d leased: the case wants a host standing a bid", allowed, leased)
 	}
 	for range 30 * 60 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 	}
-	if leased := f.check(t, "s").Leased; leased != 0 {
+	if leased := f.Check(t, "s").Leased; leased != 0 {
 		t.Errorf("half an hour after its last SPEND the host still holds %d micros of the campaign", leased)
 	}
 }
@@ -481,13 +481,13 @@ func TestFetchingHostsMeterByTheCurvesPaceNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "d", DailyMicros: 186 * bid, TZ: "UTC", Curve: "dawn", Shards: 1, State: lease.StateActive}); err != nil {
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "d", DailyMicros: 186 * bid, TZ: "UTC", Curve: "dawn", Shards: 1, State: lease.StateActive}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(4 * time.Hour))
+	f.Clock.Set(midnight.Add(4 * time.Hour))
 	var hosts []*daemon.Daemon
 	for _, h := range []string{"a", "b"} {
-		d, err := daemon.New(f.ledger, daemon.Config{Holder: h, Clock: f.clock, Curves: map[string]*bucket.Curve{"dawn": curve}})
+		d, err := daemon.New(f.Ledger, daemon.Config{Holder: h, Clock: f.Clock, Curves: map[string]*bucket.Curve{"dawn": curve}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -504,14 +504,14 @@ func TestFetchingHostsMeterByTheCurvesPaceNow(t *testing.T) {
 				}
 			}
 		}
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 	}
 	want := int64(30 * bid) // the curve's ten bids an hour, 07:00-10:00
 	if day < want*8/10 {
 		t.Errorf("the fleet spent %d from 07:00 to 10:00, the curve %d: its hosts were metered by the night's pace", day, want)
 	}
 	t.Logf("07:00-10:00: spent %d, the curve %d", day, want)
-	f.check(t, "d")
+	f.Check(t, "d")
 }
 
 // Issue 35 (the tiny scenario, seed 4): a host meets a 20-bid campaign by a
@@ -532,14 +532,14 @@ func TestHostMeetingASmallCampaignServesTheSpendThatWokeIt(t *testing.T) {
 	// no more: the day is 16 bids spent, 3 behind its curve at 22:45.
 	h1 := f.sparseDaemon(t, "h1", time.Second)
 	for i := range 16 {
-		f.clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
+		f.Clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
 		h1.Step(ctx)
 		if _, err := h1.Spend("small", bid, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Its SPENDs come back at 22:30 asking more than the shard has.
-	f.clock.Set(midnight.Add(22*time.Hour + 30*time.Minute))
+	f.Clock.Set(midnight.Add(22*time.Hour + 30*time.Minute))
 	h1.Step(ctx)
 	if _, err := h1.Spend("small", 4*bid, ""); err != nil {
 		t.Fatal(err)
@@ -547,10 +547,10 @@ func TestHostMeetingASmallCampaignServesTheSpendThatWokeIt(t *testing.T) {
 	// The fleet's recorded bid is its hosts' largest recent SPEND: 4,000.
 	// With the day's last 8,000 micros at most two such bids, the shard
 	// releases them all (the last bids wait for no curve).
-	if err := f.ledger.SetBid(ctx, "small", 2*bid); err != nil {
+	if err := f.Ledger.SetBid(ctx, "small", 2*bid); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(22*time.Hour + 45*time.Minute))
+	f.Clock.Set(midnight.Add(22*time.Hour + 45*time.Minute))
 	d := f.sparseDaemon(t, "h2", time.Second)
 	dec, err := d.Spend("small", 1_977, "")
 	if err != nil {
@@ -563,7 +563,7 @@ func TestHostMeetingASmallCampaignServesTheSpendThatWokeIt(t *testing.T) {
 	if bal, _ := d.Balance("small"); bal.Reserve == 0 {
 		t.Fatalf("balance %+v: the premise is a primed lease larger than the SPEND, still dripping", bal)
 	}
-	f.check(t, "small")
+	f.Check(t, "small")
 }
 
 // Issue 35 (the tiny scenario, seed 9): a 20-bid campaign behind its curve
@@ -584,13 +584,13 @@ func TestSmallCampaignsLastHourServesABid(t *testing.T) {
 	f.campaignWithBid(t, "small", budget, 1, bid)
 	d := f.sparseDaemon(t, "h", time.Second)
 	for i := range 16 {
-		f.clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
+		f.Clock.Set(midnight.Add(30*time.Minute + time.Duration(i)*80*time.Minute))
 		d.Step(ctx)
 		if dec, err := d.Spend("small", bid, ""); err != nil || dec != pacer.Allowed {
-			t.Fatalf("SPEND %d at %v: %v, %v; want allowed (the premise: its bids served until then)", i, f.clock.Now().Format("15:04"), dec, err)
+			t.Fatalf("SPEND %d at %v: %v, %v; want allowed (the premise: its bids served until then)", i, f.Clock.Now().Format("15:04"), dec, err)
 		}
 	}
-	f.clock.Set(midnight.Add(23*time.Hour + 20*time.Minute))
+	f.Clock.Set(midnight.Add(23*time.Hour + 20*time.Minute))
 	d.Step(ctx)
 	const amount = 3_400
 	share := budget / 24
@@ -602,11 +602,11 @@ func TestSmallCampaignsLastHourServesABid(t *testing.T) {
 		t.Errorf("a SPEND of %d in the last hour (its share %d), the campaign %d behind its curve: %v; want allowed",
 			amount, share, budget*(23*60+20)/(24*60)-16*bid, dec)
 	}
-	for f.clock.Now().Before(midnight.Add(24*time.Hour - time.Second)) {
-		f.clock.Add(time.Minute)
+	for f.Clock.Now().Before(midnight.Add(24*time.Hour - time.Second)) {
+		f.Clock.Add(time.Minute)
 		d.Step(ctx)
 	}
-	if spent := f.check(t, "small").Spent; spent > 16*bid+int64(share)*3/2+bid {
+	if spent := f.Check(t, "small").Spent; spent > 16*bid+int64(share)*3/2+bid {
 		t.Errorf("the day spent %d: its last hour more than 1.5x its share %d and a bid", spent, share)
 	}
 }

@@ -21,13 +21,13 @@ func TestSpendAtStaleReadingsKeepTheBudget(t *testing.T) {
 	const bid = 1_000
 	const budget = 2_000 * bid
 	f := newFixture(t)
-	f.campaign(t, "c", budget, 4)
+	f.Campaign(t, "c", budget, 4)
 	ds := []*daemon.Daemon{f.daemon(t, "a"), f.daemon(t, "b")}
 	rng := rand.New(rand.NewPCG(15, 15))
 	var allowed, stale int64
 	const step = 10 * time.Second
 	for now := time.Duration(0); now < 24*time.Hour; now += step {
-		f.clock.Set(midnight.Add(now))
+		f.Clock.Set(midnight.Add(now))
 		for _, d := range ds {
 			d.Step(ctx)
 		}
@@ -57,5 +57,5 @@ func TestSpendAtStaleReadingsKeepTheBudget(t *testing.T) {
 	if allowed < budget*95/100 {
 		t.Fatalf("allowed %d micros, under 95%% of the budget of %d: stale readings starved the campaign", allowed, budget)
 	}
-	f.check(t, "c")
+	f.Check(t, "c")
 }

@@ -27,22 +27,22 @@ import (
 // 60,000 allowed on a 56,051 day).
 func TestRestartFindsARestoreThatTookItsStartReassertionAway(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
-	f.clock.Set(midnight.Add(10 * time.Minute))
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock,
+	f.Campaign(t, "c", 8_640_000_000, 1) // 100,000 micros/s flat
+	f.Clock.Set(midnight.Add(10 * time.Minute))
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock,
 		Watermarks: &reconcile.MemWatermarks{}})
 	if err := rc.Pass(ctx, 1); err != nil { // opens the day
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "leases.journal")
 	start := journaledStarter(t, f, path)
-	snapshot, restore := f.redis.SnapshotAll, f.redis.RestoreAll
+	snapshot, restore := f.Redis.SnapshotAll, f.Redis.RestoreAll
 
 	d, j := start()
 	first := snapshot() // before any lease
 	var allowed1 int64
 	for range 3 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 10_000)
 		allowed1 += n
@@ -65,11 +65,11 @@ func TestRestartFindsARestoreThatTookItsStartReassertionAway(t *testing.T) {
 
 	var allowed2 int64
 	for i := range 5 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		n, _ := spendUntilDenied(t, d, "c", 10_000)
 		allowed2 += n
-		tot, err := f.ledger.DayTotals(ctx, "c", day)
+		tot, err := f.Ledger.DayTotals(ctx, "c", day)
 		if err != nil {
 			t.Fatal(err)
 		}

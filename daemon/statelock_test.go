@@ -19,12 +19,12 @@ import (
 // Once the first is closed, a new daemon opens on the directory.
 func TestStateDirBelongsToOneDaemon(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000, 1)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Campaign(t, "c", 86_400_000, 1)
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	dir := t.TempDir()
 	open := func(holder string) (*daemon.Daemon, error) {
-		return daemon.Open(ctx, daemon.Config{Holder: holder, Clock: f.clock,
-			Links: daemon.Links{Redis: []string{f.redis.Socket}, StateDir: dir, ManualStep: true}})
+		return daemon.Open(ctx, daemon.Config{Holder: holder, Clock: f.Clock,
+			Links: daemon.Links{Redis: []string{f.Redis.Socket}, StateDir: dir, ManualStep: true}})
 	}
 	first, err := open("h")
 	if err != nil {
@@ -33,14 +33,14 @@ func TestStateDirBelongsToOneDaemon(t *testing.T) {
 	if dec, err := first.Spend("c", 100, ""); err != nil || dec != pacer.Allowed {
 		t.Fatalf("first SPEND = %v, %v; want allowed", dec, err)
 	}
-	held := f.check(t, "c").Leased
+	held := f.Check(t, "c").Leased
 	if held == 0 {
 		t.Fatal("the first daemon holds no lease: the refusal below would protect nothing")
 	}
 
 	second, err := open("h")
 	if err == nil {
-		now := f.check(t, "c").Leased
+		now := f.Check(t, "c").Leased
 		second.Close(ctx)
 		t.Fatalf("a second daemon opened on %s while the first runs (the first's leases: %d micros leased before, %d after)", dir, held, now)
 	}
@@ -50,7 +50,7 @@ func TestStateDirBelongsToOneDaemon(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, "pid "+strconv.Itoa(os.Getpid())) {
 		t.Errorf("second Open: %q; want it to name %s and the holder's pid %d", msg, dir, os.Getpid())
 	}
-	if now := f.check(t, "c").Leased; now != held {
+	if now := f.Check(t, "c").Leased; now != held {
 		t.Errorf("the refused daemon changed the first's leases: %d leased, was %d", now, held)
 	}
 
@@ -64,7 +64,7 @@ func TestStateDirBelongsToOneDaemon(t *testing.T) {
 	if err := again.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if tot := f.check(t, "c"); tot.Leased != 0 {
+	if tot := f.Check(t, "c"); tot.Leased != 0 {
 		t.Errorf("leases outstanding after both daemons closed: %+v", tot)
 	}
 }

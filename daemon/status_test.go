@@ -10,11 +10,11 @@ import (
 // line needs no parsing of INFO.
 func TestStatusMatchesInfo(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000_000, 2)
+	f.Campaign(t, "c", 86_400_000_000, 2)
 	// A second into the day: at its first instant a day of several shards
 	// has released nothing (each new shard takes up its one-bid advance at
 	// the catch-up pace, docs/PACING.md), and this test is about Status.
-	f.clock.Set(midnight.Add(time.Second))
+	f.Clock.Set(midnight.Add(time.Second))
 	d := f.daemon(t, "h1")
 	allowed, _ := spendUntilDenied(t, d, "c", 1_000)
 	if allowed == 0 {

@@ -76,15 +76,15 @@ func floodUnknown(t testing.TB, d *daemon.Daemon, prefix string, n int) {
 // asked again and again costs one read per TTL.
 func TestUnknownCampaignFlood(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "real", 8_640_000_000, 2)
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Campaign(t, "real", 8_640_000_000, 2)
+	f.Clock.Set(midnight.Add(time.Hour))
 	const ttl = 10 * time.Second
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, UnknownCampaignTTL: ttl})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h1", Clock: f.Clock, UnknownCampaignTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	resetStats(t, rdb)
 
 	floodUnknown(t, d, "ghost-", 10_000)
@@ -99,12 +99,12 @@ func TestUnknownCampaignFlood(t *testing.T) {
 		t.Fatalf("SPEND real during the flood: %v", err)
 	}
 	// One created during the flood is unknown until the TTL has passed.
-	f.campaign(t, "late", 8_640_000_000, 2)
+	f.Campaign(t, "late", 8_640_000_000, 2)
 	var unknown *lease.UnknownCampaignError
 	if _, err := d.Spend("late", 1, ""); !errors.As(err, &unknown) {
 		t.Fatalf("SPEND late within the TTL: %v, want unknown campaign", err)
 	}
-	f.clock.Add(ttl)
+	f.Clock.Add(ttl)
 	if _, err := d.Spend("late", 1, ""); err != nil {
 		t.Fatalf("SPEND late after the TTL: %v", err)
 	}
@@ -112,7 +112,7 @@ func TestUnknownCampaignFlood(t *testing.T) {
 	// One unknown id, asked 1,000 times a TTL for 3 TTLs: one read per TTL.
 	resetStats(t, rdb)
 	for range 3 {
-		f.clock.Add(ttl)
+		f.Clock.Add(ttl)
 		for range 1000 {
 			if _, err := d.Spend("ghost-again", 1, ""); !errors.As(err, &unknown) {
 				t.Fatal(err)
@@ -125,7 +125,7 @@ func TestUnknownCampaignFlood(t *testing.T) {
 
 	// A second flood after the TTL costs the same again, not more.
 	resetStats(t, rdb)
-	f.clock.Add(ttl)
+	f.Clock.Add(ttl)
 	floodUnknown(t, d, "phantom-", 10_000)
 	if calls := redisCalls(t, rdb); total(calls) > unknownFloodBound {
 		t.Fatalf("second flood: %d Redis calls %v", total(calls), calls)
@@ -136,14 +136,14 @@ func TestUnknownCampaignFlood(t *testing.T) {
 // their one read each, so the bound grows with MaxCampaignLoads.
 func TestUnknownCampaignFloodConcurrent(t *testing.T) {
 	f := newFixture(t)
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Clock.Set(midnight.Add(time.Hour))
 	const loads = 8
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, MaxCampaignLoads: loads})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h1", Clock: f.Clock, MaxCampaignLoads: loads})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	resetStats(t, rdb)
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -173,10 +173,10 @@ func TestUnknownCampaignFloodConcurrent(t *testing.T) {
 // a retry error, without a Redis call.
 func TestCampaignLoadsBounded(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "a", 8_640_000_000, 2)
-	f.campaign(t, "b", 8_640_000_000, 2)
-	f.clock.Set(midnight.Add(time.Hour))
-	p, err := faultproxy.Start(f.redis.Socket)
+	f.Campaign(t, "a", 8_640_000_000, 2)
+	f.Campaign(t, "b", 8_640_000_000, 2)
+	f.Clock.Set(midnight.Add(time.Hour))
+	p, err := faultproxy.Start(f.Redis.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestCampaignLoadsBounded(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: p.Socket, Protocol: 2})
 	defer rdb.Close()
 	ledger := lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	d, err := daemon.New(ledger, daemon.Config{Holder: "h1", Clock: f.clock, MaxCampaignLoads: 1, LedgerTimeout: 10 * time.Second})
+	d, err := daemon.New(ledger, daemon.Config{Holder: "h1", Clock: f.Clock, MaxCampaignLoads: 1, LedgerTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,18 +223,18 @@ func TestCampaignLoadsBounded(t *testing.T) {
 // the daemon's time per unknown id.
 func BenchmarkUnknownCampaignFlood(b *testing.B) {
 	f := newFixture(b)
-	f.clock.Set(midnight.Add(time.Hour))
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock})
+	f.Clock.Set(midnight.Add(time.Hour))
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h1", Clock: f.Clock})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer d.Close(ctx)
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	const n = 100_000
 	worst, rounds := 0, 0
 	for b.Loop() {
 		resetStats(b, rdb)
-		f.clock.Add(time.Minute) // a new TTL every round: the worst case
+		f.Clock.Add(time.Minute) // a new TTL every round: the worst case
 		floodUnknown(b, d, "ghost-"+strconv.Itoa(rounds)+"-", n)
 		calls := redisCalls(b, rdb)
 		delete(calls, "hello") // a connection the pool dialled
@@ -255,14 +255,14 @@ func BenchmarkUnknownCampaignFlood(b *testing.B) {
 // for a slot rather than being refused.
 func TestWarmWaitsForLoadSlots(t *testing.T) {
 	f := newFixture(t)
-	f.clock.Set(midnight.Add(time.Hour))
+	f.Clock.Set(midnight.Add(time.Hour))
 	var ids []string
 	for i := range 20 {
 		id := "warm-" + strconv.Itoa(i)
-		f.campaign(t, id, 8_640_000_000, 1)
+		f.Campaign(t, id, 8_640_000_000, 1)
 		ids = append(ids, id)
 	}
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: "h1", Clock: f.clock, MaxCampaignLoads: 2})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: "h1", Clock: f.Clock, MaxCampaignLoads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

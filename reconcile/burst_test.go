@@ -31,8 +31,8 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 		mostPerPass = 10*1002 + 512*20 + 400
 	)
 	f, counter, ledger := scaleFixture(t, before)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second, SweepPeriod: time.Hour})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	rc := reconcile.New(ledger, reconcile.Config{Clock: f.Clock, Grace: 4 * time.Second, SweepPeriod: time.Hour})
 	for range 2 { // the term's full pass, then a step
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -40,9 +40,9 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 	}
 	dead := func(id string) lease.ShardKey {
 		t.Helper()
-		now := f.clock.Now()
+		now := f.Clock.Now()
 		k := lease.ShardKey{Campaign: "c1", Day: day, Shard: 3}
-		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: 1_000_000,
+		g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: 1_000_000,
 			Expiry: now.Add(10 * time.Second), Now: now, Pace: lease.Pace{Now: 500_000_000, Cap: 510_000_000},
 			Grace: 4 * time.Second, DayStart: midnight})
 		if err != nil || g.Granted == 0 {
@@ -55,7 +55,7 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < burst; i += 16 {
-				if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "n" + strconv.Itoa(i), DailyMicros: 86_400_000_000,
+				if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "n" + strconv.Itoa(i), DailyMicros: 86_400_000_000,
 					TZ: "UTC", Curve: "flat", Shards: 8, State: lease.StateActive}); err != nil {
 					t.Error(err)
 					return
@@ -64,12 +64,12 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	f.clock.Add(15 * time.Second) // the lease expired, and its grace passed
+	f.Clock.Add(15 * time.Second) // the lease expired, and its grace passed
 	opened := 0
 	for pass := range 3 {
 		if pass == 2 {
 			k = dead("dead-2")
-			f.clock.Add(15 * time.Second)
+			f.Clock.Add(15 * time.Second)
 		}
 		counter.Reset()
 		start := time.Now()
@@ -82,7 +82,7 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 			t.Errorf("pass %d: %d Redis commands, want at most %d", pass, n, mostPerPass)
 		}
 		if pass != 1 {
-			if sh, err := f.ledger.ReadShard(ctx, k); err != nil || sh.Leased != 0 {
+			if sh, err := f.Ledger.ReadShard(ctx, k); err != nil || sh.Leased != 0 {
 				t.Fatalf("pass %d: the dead daemon's lease is not settled: %+v, %v", pass, sh, err)
 			}
 		}
@@ -100,7 +100,7 @@ func TestReconcilerBurstOfNewCampaigns(t *testing.T) {
 // openDays counts the burst's campaigns whose day is open, in one pipeline.
 func openDays(t *testing.T, f *fixture, n int) int {
 	t.Helper()
-	p := f.redis.Client().Pipeline()
+	p := f.Redis.Client().Pipeline()
 	cmds := make([]*redis.StringCmd, n)
 	for i := range n {
 		cmds[i] = p.HGet(ctx, "pacer:days:{n"+strconv.Itoa(i)+"}", day)

@@ -139,7 +139,7 @@ func storeCampaign(store *lease.Ledger, id string, days []string, dayStarts []ti
 func TestFillWritesWhatTheLedgerWrites(t *testing.T) {
 	days := []string{"2026-11-20", day}
 	starts := []time.Time{midnight.Add(-24 * time.Hour), midnight}
-	batchedSrv, plainSrv := newFixture(t).redis, newFixture(t).redis
+	batchedSrv, plainSrv := newFixture(t).Redis, newFixture(t).Redis
 	fillCampaigns(t, func() redis.UniversalClient { return batchedSrv.Client() }, 0, 40, days, starts)
 	plain := lease.New(plainSrv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 	for i := range 40 {

@@ -7,9 +7,7 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/internal/clocktest"
-	"github.com/pacer/pacer/internal/redistest"
-	"github.com/pacer/pacer/lease"
+	"github.com/pacer/pacer/internal/ledgertest"
 	"go.uber.org/goleak"
 )
 
@@ -26,56 +24,21 @@ var (
 
 const day = "2026-11-21"
 
-// fixture is a real redis-server, a ledger over it and a test clock.
-type fixture struct {
-	redis  *redistest.Server
-	ledger *lease.Ledger
-	clock  *clocktest.Manual
-}
+// fixture is the shared ledger fixture (ledgertest), at midnight of day.
+type fixture struct{ *ledgertest.Fixture }
 
-func newFixture(t testing.TB) *fixture {
-	t.Helper()
-	srv := redistest.Start(t)
-	// Test days are fixed dates in the past: keep their keys from expiring at once.
-	ledger := lease.New(srv.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	return &fixture{redis: srv, ledger: ledger, clock: clocktest.At(midnight)}
-}
-
-func (f *fixture) campaign(t testing.TB, id string, daily int64, shards int) {
-	t.Helper()
-	_, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: id, DailyMicros: daily, TZ: "UTC", Curve: "flat", Shards: shards, State: lease.StateActive})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+func newFixture(t testing.TB) *fixture { return &fixture{ledgertest.New(t, midnight)} }
 
 // daemon is a daemon spending from the ledger, for the leases a reconciler
 // settles and the spend it reports.
 func (f *fixture) daemon(t *testing.T, holder string) *daemon.Daemon {
 	t.Helper()
-	d, err := daemon.New(f.ledger, daemon.Config{Holder: holder, Clock: f.clock})
+	d, err := daemon.New(f.Ledger, daemon.Config{Holder: holder, Clock: f.Clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close(ctx) })
 	return d
-}
-
-func (f *fixture) check(t *testing.T, id string) lease.Shard {
-	t.Helper()
-	return f.checkDay(t, id, day)
-}
-
-func (f *fixture) checkDay(t *testing.T, id, day string) lease.Shard {
-	t.Helper()
-	total, problems, err := f.ledger.CheckDay(ctx, id, day)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("conservation: %s", p)
-	}
-	return total
 }
 
 // spendAttempts asks n times to spend amount and returns what was allowed.

@@ -27,14 +27,14 @@ import (
 func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	const n = 1_500
 	f, counter, ledger := scaleFixtureDays(t, n, false)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	ids := passOrder(n)
 
 	// The first leader loses its term as its second chunk begins.
 	term, lose := context.WithCancel(ctx)
 	defer lose()
 	var gates atomic.Int32
-	rc1 := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second,
+	rc1 := reconcile.New(ledger, reconcile.Config{Clock: f.Clock, Grace: 4 * time.Second,
 		Gate: func(context.Context) error {
 			if gates.Add(1) == 2 {
 				lose()
@@ -49,7 +49,7 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 		t.Fatalf("cursor after the lost term: %+v, %v, %v; want after %s, not done", cur, ok, err, ids[1023])
 	}
 
-	rc2 := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second})
+	rc2 := reconcile.New(ledger, reconcile.Config{Clock: f.Clock, Grace: 4 * time.Second})
 	counter.Reset()
 	if err := rc2.Step(ctx, 6); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	}
 	fences := map[string]int{}
 	for i, id := range ids {
-		v, err := f.redis.Client().HGet(ctx, "pacer:{"+id+"/"+day+"/0}:state", "fence").Result()
+		v, err := f.Redis.Client().HGet(ctx, "pacer:{"+id+"/"+day+"/0}:state", "fence").Result()
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
@@ -94,7 +94,7 @@ func TestFullPassResumesAfterALostTerm(t *testing.T) {
 	}
 	// A deposed leader's late write is refused on either part.
 	for _, id := range []string{ids[0], ids[n-1]} {
-		_, err := f.ledger.Settle(ctx, lease.ShardKey{Campaign: id, Day: day, Shard: 0}, f.clock.Now(), time.Second, 4)
+		_, err := f.Ledger.Settle(ctx, lease.ShardKey{Campaign: id, Day: day, Shard: 0}, f.Clock.Now(), time.Second, 4)
 		if !errors.Is(err, lease.ErrFenced) {
 			t.Fatalf("%s: a settle with a stale fence: %v, want ErrFenced", id, err)
 		}
@@ -114,7 +114,7 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 		n = 100_000
 	}
 	f, _, ledger := scaleFixtureDays(t, n, false)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	ids := passOrder(n)
 	_, etcdClient := startEtcd(t)
 
@@ -130,7 +130,7 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 		cur, ok, err := ledger.LoadPassCursor(ctx)
 		return cur, err == nil && ok && cur.Done && cur.Fence > at.Fence, err
 	}
-	rc2 := reconcile.New(ledger, reconcile.Config{Holder: "r2", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
+	rc2 := reconcile.New(ledger, reconcile.Config{Holder: "r2", Clock: f.Clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
 		Gate: func(context.Context) error {
 			if _, done, _ := finished(); done {
 				return errors.New("the test's pass is done")
@@ -172,17 +172,17 @@ func TestFullPassResumesAfterTheLeaderIsKilled(t *testing.T) {
 func timeFullPassAndStep(t *testing.T, f *fixture, ledger *lease.Ledger, fence int64) {
 	t.Helper()
 	counter := &redistest.Counter{}
-	c := f.redis.Client()
+	c := f.Redis.Client()
 	c.AddHook(counter)
-	rc := reconcile.New(lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), reconcile.Config{Clock: f.clock, Grace: 4 * time.Second})
-	f.clock.Add(time.Second)
+	rc := reconcile.New(lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil), reconcile.Config{Clock: f.Clock, Grace: 4 * time.Second})
+	f.Clock.Add(time.Second)
 	start := time.Now()
 	if err := rc.Pass(ctx, fence); err != nil {
 		t.Fatal(err)
 	}
 	full, fullCmds := time.Since(start), counter.Take()
 	t.Logf("a new leader's full pass: %v, %d Redis commands (load %s)", full.Round(time.Millisecond), fullCmds, loadAverage())
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	start = time.Now()
 	if err := rc.Step(ctx, fence); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func killLeaderHalfway(t *testing.T, f *fixture, ledger *lease.Ledger, client *c
 	run, kill := context.WithCancel(ctx)
 	defer kill()
 	killed := make(chan lease.PassCursor, 1)
-	rc := reconcile.New(ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
+	rc := reconcile.New(ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Grace: 4 * time.Second, Interval: 50 * time.Millisecond,
 		Gate: func(context.Context) error {
 			if cur, ok, err := ledger.LoadPassCursor(ctx); err == nil && ok && cur.After >= ids[len(ids)/2] && run.Err() == nil {
 				client.Close() // first: the session is neither renewed nor resigned
@@ -237,7 +237,7 @@ func killLeaderHalfway(t *testing.T, f *fixture, ledger *lease.Ledger, client *c
 // it lost under load resumed from its own cursor as well).
 func checkFencesSplit(t *testing.T, f *fixture, ids []string, resumed int, first, second int64) {
 	t.Helper()
-	p := f.redis.Client().Pipeline()
+	p := f.Redis.Client().Pipeline()
 	cmds := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
 		cmds[i] = p.HGet(ctx, "pacer:{"+id+"/"+day+"/0}:state", "fence")

@@ -62,8 +62,8 @@ func metricOf(t *testing.T, c prometheus.Collector) *dto.Metric {
 func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	const n = 300
 	f, counter, ledger := scaleFixture(t, n)
-	f.clock.Set(midnight.Add(12 * time.Hour))
-	rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Grace: 4 * time.Second, SweepPeriod: 24 * time.Hour})
+	f.Clock.Set(midnight.Add(12 * time.Hour))
+	rc := reconcile.New(ledger, reconcile.Config{Clock: f.Clock, Grace: 4 * time.Second, SweepPeriod: 24 * time.Hour})
 	if err := rc.Step(ctx, 1); err != nil { // the term's first pass: a full one
 		t.Fatal(err)
 	}
@@ -88,22 +88,22 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	step("an idle pass", 4)
 
 	// A daemon takes a lease on c123 and dies.
-	now := f.clock.Now()
+	now := f.Clock.Now()
 	k := lease.ShardKey{Campaign: "c123", Day: day, Shard: 3}
-	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "dead", Holder: "h", Want: 1_000_000,
+	g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "dead", Holder: "h", Want: 1_000_000,
 		Expiry: now.Add(10 * time.Second), Now: now, Pace: lease.Pace{Now: 500_000_000, Cap: 510_000_000},
 		Grace: 4 * time.Second, DayStart: midnight})
 	if err != nil || g.Granted == 0 {
 		t.Fatalf("grant: %+v, %v", g, err)
 	}
-	f.clock.Add(13 * time.Second) // expired, not yet past the grace
+	f.Clock.Add(13 * time.Second) // expired, not yet past the grace
 	step("a lease within its grace", 4)
-	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Leased == 0 {
+	if sh, _ := f.Ledger.ReadShard(ctx, k); sh.Leased == 0 {
 		t.Fatal("settled a lease within its grace")
 	}
-	f.clock.Add(2 * time.Second)
+	f.Clock.Add(2 * time.Second)
 	step("a lease to settle", 8)
-	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Leased != 0 || sh.Lost != g.Granted {
+	if sh, _ := f.Ledger.ReadShard(ctx, k); sh.Leased != 0 || sh.Lost != g.Granted {
 		t.Fatalf("the dead daemon's lease is not settled: %+v", sh)
 	}
 	step("an idle pass after a settle", 4)
@@ -111,25 +111,25 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	// A late lease drains shard 2 of c7.
 	end := midnight.Add(24*time.Hour - time.Minute)
 	k = lease.ShardKey{Campaign: "c7", Day: day, Shard: 2}
-	g, err = f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "big", Holder: "h", Want: 86_400_000_000,
+	g, err = f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: "big", Holder: "h", Want: 86_400_000_000,
 		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 		Grace: 5 * time.Second, DayStart: midnight})
 	if err != nil || g.Shard.Remaining() != 0 {
 		t.Fatalf("drain shard 2: %+v, %v", g, err)
 	}
 	step("a shard to refill", 20)
-	if sh, _ := f.ledger.ReadShard(ctx, k); sh.Remaining() == 0 {
+	if sh, _ := f.Ledger.ReadShard(ctx, k); sh.Remaining() == 0 {
 		t.Fatal("the reconciler left c7's shard 2 empty while the others hold budget")
 	}
 	step("an idle pass after a move", 4)
 
 	// A campaign whose day marker is broken fails alone.
-	if err := f.redis.Client().HSet(ctx, "pacer:days:{c9}", "2026-11-22", "x").Err(); err != nil {
+	if err := f.Redis.Client().HSet(ctx, "pacer:days:{c9}", "2026-11-22", "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// Midnight: every campaign's day to open, and the old one to close once
 	// its leases are settled.
-	f.clock.Set(midnight.Add(24*time.Hour + time.Second))
+	f.Clock.Set(midnight.Add(24*time.Hour + time.Second))
 	errs := counterValue(t, collector(t, rc, "pacer_reconciler_errors_total"))
 	if err := rc.Step(ctx, 1); err == nil {
 		t.Fatal("c9's broken day marker went unreported")
@@ -139,14 +139,14 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	}
 	for i := range n {
 		id := "c" + strconv.Itoa(i)
-		if got, err := f.ledger.DayShards(ctx, id, "2026-11-22"); i != 9 && (err != nil || got != 8) {
+		if got, err := f.Ledger.DayShards(ctx, id, "2026-11-22"); i != 9 && (err != nil || got != 8) {
 			t.Fatalf("%s: the new day has %d shards, %v", id, got, err)
 		}
 	}
-	if err := f.redis.Client().HDel(ctx, "pacer:days:{c9}", "2026-11-22").Err(); err != nil {
+	if err := f.Redis.Client().HDel(ctx, "pacer:days:{c9}", "2026-11-22").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(time.Minute) // c7's big lease expires, plus the grace
+	f.Clock.Add(time.Minute) // c7's big lease expires, plus the grace
 	for range 3 {
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -154,11 +154,11 @@ func TestReconcilerStepWorksFromIndexes(t *testing.T) {
 	}
 	for i := range n {
 		id := "c" + strconv.Itoa(i)
-		if ok, err := f.ledger.HasReport(ctx, id, day); err != nil || !ok {
+		if ok, err := f.Ledger.HasReport(ctx, id, day); err != nil || !ok {
 			t.Fatalf("%s: %s not reported after midnight: %v", id, day, err)
 		}
 	}
-	f.checkDay(t, "c7", day)
+	f.CheckDay(t, "c7", day)
 	step("an idle pass on the new day", 4)
 }
 
@@ -185,7 +185,7 @@ func (*losingElector) Resign(context.Context) error { return nil }
 func TestLostTermIsCounted(t *testing.T) {
 	f := newFixture(t)
 	ended := make(chan struct{})
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, OnLeadership: func(leading bool) {
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock, OnLeadership: func(leading bool) {
 		if !leading {
 			close(ended)
 		}

@@ -12,9 +12,9 @@ import (
 // exhausted: the reconciler refills it from the richest, exactly.
 func TestReconcilerRebalancesShards(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 8_000_000, 4)
-	f.clock.Set(midnight.Add(time.Hour))
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	f.Campaign(t, "c", 8_000_000, 4)
+	f.Clock.Set(midnight.Add(time.Hour))
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
 	if err := rc.Pass(ctx, 7); err != nil { // opens today
 		t.Fatal(err)
 	}
@@ -26,19 +26,19 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 	if err := rc.Pass(ctx, 7); err != nil {
 		t.Fatal(err)
 	}
-	sh, err := f.ledger.ReadShard(ctx, k)
+	sh, err := f.Ledger.ReadShard(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sh.Remaining() == 0 {
 		t.Fatal("the reconciler left shard 2 empty while the others hold budget")
 	}
-	tot := f.check(t, "c")
+	tot := f.Check(t, "c")
 	if tot.Budget != 8_000_000 {
 		t.Fatalf("day budget %d after a move, want 8,000,000", tot.Budget)
 	}
 	// A reconciler with an older fence is refused on the shards it touches.
-	if err := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock}).Pass(ctx, 6); err == nil {
+	if err := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock}).Pass(ctx, 6); err == nil {
 		t.Fatal("a pass with a stale fence went through")
 	}
 }
@@ -54,10 +54,10 @@ func TestReconcilerRebalancesShards(t *testing.T) {
 func TestReconcilerRefillsAShardHalfAsRich(t *testing.T) {
 	drainHalf := func(t *testing.T, cfg reconcile.Config) (before, after int64) {
 		f := newFixture(t)
-		f.campaign(t, "c", 8_000_000, 4)
-		f.clock.Set(midnight.Add(time.Hour))
-		cfg.Clock = f.clock
-		rc := reconcile.New(f.ledger, cfg)
+		f.Campaign(t, "c", 8_000_000, 4)
+		f.Clock.Set(midnight.Add(time.Hour))
+		cfg.Clock = f.Clock
+		rc := reconcile.New(f.Ledger, cfg)
 		if err := rc.Pass(ctx, 7); err != nil { // opens today
 			t.Fatal(err)
 		}
@@ -71,11 +71,11 @@ func TestReconcilerRefillsAShardHalfAsRich(t *testing.T) {
 		if err := rc.Pass(ctx, 7); err != nil {
 			t.Fatal(err)
 		}
-		sh, err := f.ledger.ReadShard(ctx, k)
+		sh, err := f.Ledger.ReadShard(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tot := f.check(t, "c"); tot.Budget != 8_000_000 {
+		if tot := f.Check(t, "c"); tot.Budget != 8_000_000 {
 			t.Fatalf("day budget %d after a move, want 8,000,000", tot.Budget)
 		}
 		return g.Shard.Remaining(), sh.Remaining()
@@ -92,7 +92,7 @@ func TestReconcilerRefillsAShardHalfAsRich(t *testing.T) {
 // where the curve has released everything.
 func lateLease(f *fixture, k lease.ShardKey, id string, want int64) (lease.Grant, error) {
 	end := midnight.Add(24*time.Hour - time.Minute)
-	return f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: want,
+	return f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: want,
 		Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 		Grace: 5 * time.Second, DayStart: midnight})
 }
@@ -103,34 +103,34 @@ func lateLease(f *fixture, k lease.ShardKey, id string, want int64) (lease.Grant
 // stays grantable (model seed 848).
 func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 10_000_000, 2)
+	f.Campaign(t, "c", 10_000_000, 2)
 	end := midnight.Add(24*time.Hour - time.Minute)
-	f.clock.Set(end)
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
+	f.Clock.Set(end)
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
 	if err := rc.Pass(ctx, 7); err != nil { // opens today
 		t.Fatal(err)
 	}
 	var keys [2]lease.ShardKey
 	for i := range keys {
 		keys[i] = lease.ShardKey{Campaign: "c", Day: day, Shard: i}
-		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: keys[i], LeaseID: "L", Holder: "h", Want: 3_000_000,
+		g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: keys[i], LeaseID: "L", Holder: "h", Want: 3_000_000,
 			Expiry: end.Add(30 * time.Second), Now: end, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 			Grace: 5 * time.Second, DayStart: midnight})
 		if err != nil || g.Granted != 3_000_000 {
 			t.Fatalf("grant on shard %d = %+v, %v", i, g, err)
 		}
 	}
-	if _, err := f.ledger.AdjustDay(ctx, "c", day, 2_000_000, end); err != nil {
+	if _, err := f.Ledger.AdjustDay(ctx, "c", day, 2_000_000, end); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.Release(ctx, keys[0], "L", 3_000_000, end); err != nil { // unused
+	if _, err := f.Ledger.Release(ctx, keys[0], "L", 3_000_000, end); err != nil { // unused
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.Release(ctx, keys[1], "L", 0, end); err != nil { // spent
+	if _, err := f.Ledger.Release(ctx, keys[1], "L", 0, end); err != nil { // spent
 		t.Fatal(err)
 	}
 	remaining := func() int64 {
-		shards, err := f.ledger.ReadShards(ctx, "c", day, 2)
+		shards, err := f.Ledger.ReadShards(ctx, "c", day, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
 		t.Fatalf("before the pass, %d grantable; want shard 0's 1,000,000 above its share", r)
 	}
 	// A deposed leader (an older fence) moves nothing.
-	if err := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock}).Pass(ctx, 6); err == nil {
+	if err := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock}).Pass(ctx, 6); err == nil {
 		t.Fatal("a pass with a stale fence went through")
 	}
 	if r := remaining(); r != 1_000_000 {
@@ -152,7 +152,7 @@ func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
 	if r := remaining(); r != 0 {
 		t.Fatalf("after the pass, %d grantable; want 0: the day spent 3,000,000 of a 2,000,000 budget", r)
 	}
-	if tot := f.check(t, "c"); tot.Budget != tot.Spent || tot.Target() != 2_000_000 {
+	if tot := f.Check(t, "c"); tot.Budget != tot.Spent || tot.Target() != 2_000_000 {
 		t.Fatalf("after the pass: %+v", tot)
 	}
 }
@@ -162,36 +162,36 @@ func TestReconcilerPaysACutsDebtFromASibling(t *testing.T) {
 // is under-delivery, not carried over.
 func TestReconcilerClosesTheDay(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 86_400_000, 2)
-	f.clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
+	f.Campaign(t, "c", 86_400_000, 2)
+	f.Clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
 	d := f.daemon(t, "h")
 	for range 110 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "c", 1000, 5)
 	}
 	// The daemon dies just before midnight, holding leases.
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
-	f.clock.Set(midnight.Add(24*time.Hour + 2*time.Second)) // leases end by midnight+1s, settle after +grace
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
+	f.Clock.Set(midnight.Add(24*time.Hour + 2*time.Second)) // leases end by midnight+1s, settle after +grace
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	next := "2026-11-22"
-	if n, err := f.ledger.DayShards(ctx, "c", next); err != nil || n != 2 {
+	if n, err := f.Ledger.DayShards(ctx, "c", next); err != nil || n != 2 {
 		t.Fatalf("next day not opened at midnight: %d, %v", n, err)
 	}
-	if _, ok, _ := f.ledger.LoadReport(ctx, "c", day); ok {
+	if _, ok, _ := f.Ledger.LoadReport(ctx, "c", day); ok {
 		t.Fatal("report written while the day's leases were still outstanding")
 	}
-	f.clock.Add(time.Minute) // past every lease's expiry plus grace
+	f.Clock.Add(time.Minute) // past every lease's expiry plus grace
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	r, ok, err := f.ledger.LoadReport(ctx, "c", day)
+	r, ok, err := f.Ledger.LoadReport(ctx, "c", day)
 	if err != nil || !ok {
 		t.Fatalf("no report for the closed day: %v", err)
 	}
-	sh := f.check(t, "c")
+	sh := f.Check(t, "c")
 	if r.Budget != 86_400_000 || r.Spent != sh.Spent || r.Outstanding != 0 || r.UnderDelivery != r.Budget-r.Spent {
 		t.Fatalf("report %+v vs ledger %+v", r, sh)
 	}
@@ -199,7 +199,7 @@ func TestReconcilerClosesTheDay(t *testing.T) {
 		t.Fatal("the dead daemon's leases should show as lost")
 	}
 	// The new day starts with its own full budget: nothing carried over.
-	tot, err := f.ledger.DayTotals(ctx, "c", next)
+	tot, err := f.Ledger.DayTotals(ctx, "c", next)
 	if err != nil || tot.Budget != 86_400_000 {
 		t.Fatalf("next day's budget %+v, %v", tot, err)
 	}
@@ -209,43 +209,43 @@ func TestReconcilerClosesTheDay(t *testing.T) {
 // the next day, exactly once, and both days balance.
 func TestReconcilerCarriesOver(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "flat",
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 86_400_000, TZ: "UTC", Curve: "flat",
 		Shards: 2, State: lease.StateActive, CarryOver: true}); err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
+	f.Clock.Set(midnight.Add(24*time.Hour - 2*time.Minute))
 	d := f.daemon(t, "h")
 	for range 60 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		d.Step(ctx)
 		spendAttempts(t, d, "c", 1000, 5)
 	}
 	if err := d.Close(ctx); err != nil { // releases its leases
 		t.Fatal(err)
 	}
-	closed := f.checkDay(t, "c", day)
+	closed := f.CheckDay(t, "c", day)
 	left := closed.Remaining()
 	if left == 0 || closed.Spent == 0 {
 		t.Fatalf("want a day both spent from and with budget left: %+v", closed)
 	}
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock})
-	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock})
+	f.Clock.Set(midnight.Add(24*time.Hour + time.Minute))
 	for range 2 { // a second pass moves nothing more
 		if err := rc.Pass(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	next := "2026-11-22"
-	tot, err := f.ledger.DayTotals(ctx, "c", next)
+	tot, err := f.Ledger.DayTotals(ctx, "c", next)
 	if err != nil || tot.Budget != 86_400_000+left {
 		t.Fatalf("next day's budget %d, %v; want the daily budget plus the %d carried", tot.Budget, err, left)
 	}
-	after := f.checkDay(t, "c", day)
+	after := f.CheckDay(t, "c", day)
 	if after.Budget != closed.Spent || after.Remaining() != 0 {
 		t.Fatalf("closed day after the carry: %+v; want budget = spent %d", after, closed.Spent)
 	}
-	f.checkDay(t, "c", next)
-	r, ok, err := f.ledger.LoadReport(ctx, "c", day)
+	f.CheckDay(t, "c", next)
+	r, ok, err := f.Ledger.LoadReport(ctx, "c", day)
 	if err != nil || !ok || r.CarriedOver != left || r.UnderDelivery != 0 {
 		t.Fatalf("report %+v, %v, %v; want %d carried over and no under-delivery", r, ok, err, left)
 	}

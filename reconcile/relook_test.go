@@ -22,10 +22,10 @@ import (
 func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 	f := newFixture(t)
 	const cut = 200_000
-	f.campaign(t, "c", 400_000, 2)
-	f.clock.Set(midnight.Add(lateInDay))
+	f.Campaign(t, "c", 400_000, 2)
+	f.Clock.Set(midnight.Add(lateInDay))
 	pub := &events{}
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: pub,
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: pub,
 		Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	pass := func() {
 		t.Helper()
@@ -35,10 +35,10 @@ func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 	}
 	pass() // opens the day: 200,000 a shard
 	shard := func(i int) lease.ShardKey { return lease.ShardKey{Campaign: "c", Day: day, Shard: i} }
-	now := f.clock.Now()
+	now := f.Clock.Now()
 	for i, id := range []string{"A", "B"} {
 		want := []int64{150_000, 100_000}[i]
-		g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: shard(i), LeaseID: id, Holder: "h", Want: want,
+		g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: shard(i), LeaseID: id, Holder: "h", Want: want,
 			Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 			Grace: 5 * time.Second, DayStart: midnight})
 		if err != nil || g.Granted != want {
@@ -48,32 +48,32 @@ func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 	// A cut below what is leased (250,000): both shards owe part of it. A's lease is
 	// spent whole, so shard 0 cannot pay; B's comes back unused, and shard 1
 	// keeps more than its part.
-	if _, err := f.ledger.AdjustDay(ctx, "c", day, cut, now); err != nil {
+	if _, err := f.Ledger.AdjustDay(ctx, "c", day, cut, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.Release(ctx, shard(0), "A", 0, now); err != nil {
+	if _, err := f.Ledger.Release(ctx, shard(0), "A", 0, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ledger.Release(ctx, shard(1), "B", 100_000, now); err != nil {
+	if _, err := f.Ledger.Release(ctx, shard(1), "B", 100_000, now); err != nil {
 		t.Fatal(err)
 	}
-	unpaid := f.checkDay(t, "c", day)
+	unpaid := f.CheckDay(t, "c", day)
 	if unpaid.Owed == 0 {
 		t.Fatalf("the cut left no debt: %+v", unpaid)
 	}
 
 	// Past midnight: the copy is taken, then the pass closes the day, pays
 	// the debt and saves the report.
-	f.clock.Set(midnight.Add(24*time.Hour + time.Minute))
-	keys, err := f.redis.Client().Keys(ctx, "pacer:{c/"+day+"/*").Result()
+	f.Clock.Set(midnight.Add(24*time.Hour + time.Minute))
+	keys, err := f.Redis.Client().Keys(ctx, "pacer:{c/"+day+"/*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys = append(keys, "pacer:days:{c}", "pacer:dayops:{c}", "pacer:watermark")
-	backup := f.redis.Snapshot(keys...)
+	backup := f.Redis.Snapshot(keys...)
 	pass()
-	paid := f.checkDay(t, "c", day)
-	if saved, err := f.ledger.HasReport(ctx, "c", day); err != nil || !saved {
+	paid := f.CheckDay(t, "c", day)
+	if saved, err := f.Ledger.HasReport(ctx, "c", day); err != nil || !saved {
 		t.Fatalf("report saved: %v, %v", saved, err)
 	}
 	if paid.Owed != 0 || paid.Budget != cut || unpaid.Budget <= cut {
@@ -82,9 +82,9 @@ func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 
 	// The day's shards, its days record and the watermark go back to the
 	// copy; the report stays.
-	f.redis.Restore(backup, keys...)
+	f.Redis.Restore(backup, keys...)
 	for range 3 { // finds the loss and freezes; then the freeze runs out
-		f.clock.Add(20 * time.Second)
+		f.Clock.Add(20 * time.Second)
 		pass()
 	}
 	if got := pub.lostWrites(); len(got) != 1 || got[0] != "c/"+day {
@@ -96,11 +96,11 @@ func TestRestoreOfAReportedDayPaysItsCutsDebtAgain(t *testing.T) {
 	if total.Budget != paid.Budget || total.Owed != 0 {
 		t.Fatalf("after the restore and the passes: budget %d, owed %d; want %d, 0: the debt paid again", total.Budget, total.Owed, paid.Budget)
 	}
-	if until, err := f.ledger.Relook(ctx, "c", day); err != nil || !until.IsZero() {
+	if until, err := f.Ledger.Relook(ctx, "c", day); err != nil || !until.IsZero() {
 		t.Errorf("the day's relook mark after the relook: %v, %v; want none", until, err)
 	}
 	for i := range 2 {
-		sh, err := f.ledger.ReadShard(ctx, shard(i))
+		sh, err := f.Ledger.ReadShard(ctx, shard(i))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,10 +127,10 @@ func TestRestoreOfOneShardOfAMoveMakesTheMoveWhole(t *testing.T) {
 	}{{"source", 1, 0, 0}, {"source leased since", 1, 190_000, 40_000}, {"target", 0, 0, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.campaign(t, "c", 400_000, 2)
-			f.clock.Set(midnight.Add(time.Hour))
+			f.Campaign(t, "c", 400_000, 2)
+			f.Clock.Set(midnight.Add(time.Hour))
 			pub := &events{}
-			rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: pub,
+			rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: pub,
 				Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 			if err := rc.Pass(ctx, 1); err != nil {
 				t.Fatal(err)
@@ -138,29 +138,29 @@ func TestRestoreOfOneShardOfAMoveMakesTheMoveWhole(t *testing.T) {
 			// The restored shard's keys, those made since the copy included
 			// (its moves record): a restore deletes them.
 			keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored}.RedisKeys(), "pacer:watermark")
-			backup := f.redis.Snapshot(keys...)
-			if moved, err := f.ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.clock.Now()); err != nil || moved != 50_000 {
+			backup := f.Redis.Snapshot(keys...)
+			if moved, err := f.Ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.Clock.Now()); err != nil || moved != 50_000 {
 				t.Fatalf("move: %d, %v", moved, err)
 			}
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			if err := rc.Pass(ctx, 1); err != nil { // the watermark recorded after the move
 				t.Fatal(err)
 			}
-			f.redis.Restore(backup, keys...)
+			f.Redis.Restore(backup, keys...)
 			if tc.leased > 0 {
-				now := f.clock.Now()
-				g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored},
+				now := f.Clock.Now()
+				g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored},
 					LeaseID: "L", Holder: "h", Want: tc.leased, Expiry: now.Add(30 * time.Second), Now: now,
 					Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000}, Grace: 5 * time.Second, DayStart: midnight})
 				if err != nil || g.Granted != tc.leased {
 					t.Fatalf("grant: %+v, %v", g, err)
 				}
 			}
-			lost, err := f.ledger.DayTotals(ctx, "c", day)
+			lost, err := f.Ledger.DayTotals(ctx, "c", day)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			if err := rc.Pass(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func TestRestoreOfOneShardOfAMoveMakesTheMoveWhole(t *testing.T) {
 			}
 			if tc.owed > 0 {
 				audit := lease.ShardKey{Campaign: "c", Day: day, Shard: tc.restored}.RedisKeys()[4]
-				xs, err := f.redis.Client().XRange(ctx, audit, "-", "+").Result()
+				xs, err := f.Redis.Client().XRange(ctx, audit, "-", "+").Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -199,9 +199,9 @@ func TestRestoreOfOneShardOfAMoveMakesTheMoveWhole(t *testing.T) {
 // the move whole, before the freeze ends and grants resume there.
 func TestSplitMoveFoundByADaemonIsMadeWhole(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 400_000, 2)
-	f.clock.Set(midnight.Add(time.Hour))
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
+	f.Campaign(t, "c", 400_000, 2)
+	f.Clock.Set(midnight.Add(time.Hour))
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	step := func() {
 		t.Helper()
 		if err := rc.Step(ctx, 1); err != nil {
@@ -211,23 +211,23 @@ func TestSplitMoveFoundByADaemonIsMadeWhole(t *testing.T) {
 	step() // the term's full pass: opens the day
 	src := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
 	keys := src.RedisKeys()
-	backup := f.redis.Snapshot(keys...)
-	if moved, err := f.ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.clock.Now()); err != nil || moved != 50_000 {
+	backup := f.Redis.Snapshot(keys...)
+	if moved, err := f.Ledger.Move(ctx, "c", day, 1, 0, 50_000, "m1", 1, f.Clock.Now()); err != nil || moved != 50_000 {
 		t.Fatalf("move: %d, %v", moved, err)
 	}
-	f.redis.Restore(backup, keys...)
-	now := f.clock.Now()
+	f.Redis.Restore(backup, keys...)
+	now := f.Clock.Now()
 	until := now.Add(34 * time.Second)
-	if _, err := f.ledger.Freeze(ctx, src, until, now, "a daemon's history diverged"); err != nil {
+	if _, err := f.Ledger.Freeze(ctx, src, until, now, "a daemon's history diverged"); err != nil {
 		t.Fatal(err)
 	}
-	lost, err := f.ledger.DayTotals(ctx, "c", day)
+	lost, err := f.Ledger.DayTotals(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	step()
-	total, err := f.ledger.DayTotals(ctx, "c", day)
+	total, err := f.Ledger.DayTotals(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,11 +236,11 @@ func TestSplitMoveFoundByADaemonIsMadeWhole(t *testing.T) {
 		t.Fatalf("the day's budget less owed after the step: %d; want 400,000", total.Budget-total.Owed)
 	}
 	// Once the freeze has ended, the next look clears today's mark.
-	f.clock.Set(until.Add(time.Second))
+	f.Clock.Set(until.Add(time.Second))
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if mark, err := f.ledger.Relook(ctx, "c", day); err != nil || !mark.IsZero() {
+	if mark, err := f.Ledger.Relook(ctx, "c", day); err != nil || !mark.IsZero() {
 		t.Fatalf("today's relook mark after the freeze: %v, %v; want none", mark, err)
 	}
 }
@@ -254,28 +254,28 @@ func TestRestoreOfOneShardOfABudgetChangeAppliesItsPartAgain(t *testing.T) {
 	for _, newBudget := range []int64{200_000, 600_000} {
 		t.Run(strconv.FormatInt(newBudget, 10), func(t *testing.T) {
 			f := newFixture(t)
-			f.campaign(t, "c", 400_000, 2)
-			f.clock.Set(midnight.Add(time.Hour))
-			rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: &events{},
+			f.Campaign(t, "c", 400_000, 2)
+			f.Clock.Set(midnight.Add(time.Hour))
+			rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: &events{},
 				Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 			if err := rc.Pass(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
 			keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: 1}.RedisKeys(), "pacer:watermark")
-			backup := f.redis.Snapshot(keys...)
-			if _, err := f.ledger.AdjustDay(ctx, "c", day, newBudget, f.clock.Now()); err != nil {
+			backup := f.Redis.Snapshot(keys...)
+			if _, err := f.Ledger.AdjustDay(ctx, "c", day, newBudget, f.Clock.Now()); err != nil {
 				t.Fatal(err)
 			}
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			if err := rc.Pass(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
-			f.redis.Restore(backup, keys...)
-			lost, err := f.ledger.DayTotals(ctx, "c", day)
+			f.Redis.Restore(backup, keys...)
+			lost, err := f.Ledger.DayTotals(ctx, "c", day)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 			if err := rc.Pass(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -314,14 +314,14 @@ func TestRestoreOfOneMastersSlotsMakesASplitCarryWhole(t *testing.T) {
 // carry.
 func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 	f := newFixture(t)
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 400_000, TZ: "UTC", Curve: "flat",
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 400_000, TZ: "UTC", Curve: "flat",
 		Shards: 2, State: lease.StateActive, CarryOver: true}); err != nil {
 		t.Fatal(err)
 	}
 	next := midnight.Add(24 * time.Hour).Format(time.DateOnly)
-	f.clock.Set(midnight.Add(24*time.Hour - 20*time.Second))
+	f.Clock.Set(midnight.Add(24*time.Hour - 20*time.Second))
 	pub := &events{}
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: pub,
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: pub,
 		Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	pass := func() {
 		t.Helper()
@@ -330,9 +330,9 @@ func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 		}
 	}
 	pass() // opens the day: 200,000 a shard
-	now := f.clock.Now()
+	now := f.Clock.Now()
 	s1 := lease.ShardKey{Campaign: "c", Day: day, Shard: 1}
-	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: s1, LeaseID: "L", Holder: "h", Want: 150_000,
+	g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: s1, LeaseID: "L", Holder: "h", Want: 150_000,
 		Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 		Grace: 5 * time.Second, DayStart: midnight})
 	if err != nil || g.Granted != 150_000 {
@@ -340,22 +340,22 @@ func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 	}
 	// Past midnight, the lease still out: the pass opens the next day and
 	// cannot close this one yet. The copy of one master's slots is taken.
-	f.clock.Add(25 * time.Second)
+	f.Clock.Add(25 * time.Second)
 	pass()
 	keys := append(restored.RedisKeys(),
 		"pacer:days:{c}", "pacer:dayops:{c}", "pacer:campaign:{c}", "pacer:watermark")
-	backup := f.redis.Snapshot(keys...)
-	if _, err := f.ledger.Release(ctx, s1, "L", 100_000, f.clock.Now()); err != nil { // 50,000 spent
+	backup := f.Redis.Snapshot(keys...)
+	if _, err := f.Ledger.Release(ctx, s1, "L", 100_000, f.Clock.Now()); err != nil { // 50,000 spent
 		t.Fatal(err)
 	}
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	pass() // closes the day and carries 350,000 over
-	if carried, err := f.ledger.CarriedOver(ctx, "c", day); err != nil || carried != 350_000 {
+	if carried, err := f.Ledger.CarriedOver(ctx, "c", day); err != nil || carried != 350_000 {
 		t.Fatalf("carried over before the restore: %d, %v; want 350,000", carried, err)
 	}
-	f.redis.Restore(backup, keys...)
+	f.Redis.Restore(backup, keys...)
 	for range 3 { // finds the loss and freezes; then the freeze runs out
-		f.clock.Add(20 * time.Second)
+		f.Clock.Add(20 * time.Second)
 		pass()
 	}
 	if got := pub.lostWrites(); len(got) == 0 {
@@ -366,7 +366,7 @@ func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 		total := checkDayAfterLoss(t, f, d)
 		budgets[d] = total.Budget - total.Owed
 	}
-	carried, err := f.ledger.CarriedOver(ctx, "c", day)
+	carried, err := f.Ledger.CarriedOver(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,12 +384,12 @@ func testSplitCarry(t *testing.T, restored lease.ShardKey) {
 // gives it again, so the micros are not on both days.
 func TestRestoreSeenTwoDaysLaterMakesTheCarryIntoYesterdayWhole(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 400_000, TZ: "UTC", Curve: "flat",
+	if _, err := f.Ledger.PutCampaign(ctx, lease.Campaign{ID: "c", DailyMicros: 400_000, TZ: "UTC", Curve: "flat",
 		Shards: 1, State: lease.StateActive, CarryOver: true}); err != nil {
 		t.Fatal(err)
 	}
 	days := []string{day, midnight.Add(24 * time.Hour).Format(time.DateOnly), midnight.Add(48 * time.Hour).Format(time.DateOnly)}
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: &events{},
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: &events{},
 		Watermarks: &memWatermarks{}, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	pass := func() {
 		t.Helper()
@@ -397,29 +397,29 @@ func TestRestoreSeenTwoDaysLaterMakesTheCarryIntoYesterdayWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.clock.Set(midnight.Add(24*time.Hour - 20*time.Second))
+	f.Clock.Set(midnight.Add(24*time.Hour - 20*time.Second))
 	pass() // opens the day
-	f.clock.Add(30 * time.Second)
+	f.Clock.Add(30 * time.Second)
 	keys := append(lease.ShardKey{Campaign: "c", Day: day, Shard: 0}.RedisKeys(), "pacer:watermark")
-	backup := f.redis.Snapshot(keys...)
+	backup := f.Redis.Snapshot(keys...)
 	for range 2 { // closes the day, carries its 400,000 over; the watermark moves
 		pass()
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 	}
-	if carried, err := f.ledger.CarriedOver(ctx, "c", day); err != nil || carried != 400_000 {
+	if carried, err := f.Ledger.CarriedOver(ctx, "c", day); err != nil || carried != 400_000 {
 		t.Fatalf("carried over: %d, %v; want 400,000", carried, err)
 	}
-	f.clock.Set(midnight.Add(48*time.Hour + 5*time.Second))
-	f.redis.Restore(backup, keys...)
+	f.Clock.Set(midnight.Add(48*time.Hour + 5*time.Second))
+	f.Redis.Restore(backup, keys...)
 	for range 4 { // finds the loss, freezes; the freeze runs out; the relook
 		pass()
-		f.clock.Add(20 * time.Second)
+		f.Clock.Add(20 * time.Second)
 	}
 	for _, d := range days {
 		total := checkDayAfterLoss(t, f, d)
 		t.Logf("%s: budget %d, owed %d", d, total.Budget, total.Owed)
 	}
-	sh, err := f.ledger.ReadShard(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0})
+	sh, err := f.Ledger.ReadShard(ctx, lease.ShardKey{Campaign: "c", Day: day, Shard: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestRestoreSeenTwoDaysLaterMakesTheCarryIntoYesterdayWhole(t *testing.T) {
 // acknowledged writes is named until the day is settled).
 func checkDayAfterLoss(t *testing.T, f *fixture, d string) lease.Shard {
 	t.Helper()
-	total, problems, err := f.ledger.CheckDay(ctx, "c", d)
+	total, problems, err := f.Ledger.CheckDay(ctx, "c", d)
 	if err != nil {
 		t.Fatal(err)
 	}

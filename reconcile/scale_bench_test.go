@@ -28,12 +28,12 @@ func scaleFixtureDays(tb testing.TB, n int, withYesterday bool) (*fixture, *redi
 		days, starts = []string{"2026-11-20", day}, []time.Time{midnight.Add(-24 * time.Hour), midnight}
 	}
 	begin := time.Now()
-	fillCampaigns(tb, func() redis.UniversalClient { return slowClient(f.redis.Socket) }, 0, n, days, starts)
+	fillCampaigns(tb, func() redis.UniversalClient { return slowClient(f.Redis.Socket) }, 0, n, days, starts)
 	if n >= 10_000 {
 		tb.Logf("stored %d campaigns and opened %d days each in %v", n, len(days), time.Since(begin).Round(time.Millisecond))
 	}
 	counter := &redistest.Counter{}
-	c := f.redis.Client()
+	c := f.Redis.Client()
 	c.AddHook(counter)
 	return f, counter, lease.New(c, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
 }
@@ -60,8 +60,8 @@ func BenchmarkReconcilerScale(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			f, counter, ledger := scaleFixture(b, n)
-			f.clock.Set(midnight.Add(12 * time.Hour))
-			rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock})
+			f.Clock.Set(midnight.Add(12 * time.Hour))
+			rc := reconcile.New(ledger, reconcile.Config{Clock: f.Clock})
 			// The first pass of a term does what there is: closes yesterday.
 			if err := rc.Pass(ctx, 1); err != nil {
 				b.Fatal(err)
@@ -75,7 +75,7 @@ func BenchmarkReconcilerScale(b *testing.B) {
 					counter.Reset()
 					b.ResetTimer()
 					for range b.N {
-						f.clock.Add(time.Second)
+						f.Clock.Add(time.Second)
 						if err := pass(ctx, 1); err != nil {
 							b.Fatal(err)
 						}
@@ -99,10 +99,10 @@ func BenchmarkReconcilerScale100k(b *testing.B) {
 		b.Skip("set PACER_BENCH_SCALE=1 (make bench-scale)")
 	}
 	f, counter, ledger := scaleFixtureDays(b, 100_000, false)
-	f.clock.Set(midnight.Add(12 * time.Hour))
+	f.Clock.Set(midnight.Add(12 * time.Hour))
 	fence := int64(0)
 	for _, kind := range []string{"full", "step"} {
-		rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock})
+		rc := reconcile.New(ledger, reconcile.Config{Clock: f.Clock})
 		b.Run(kind, func(b *testing.B) {
 			if kind == "step" {
 				fence++
@@ -116,7 +116,7 @@ func BenchmarkReconcilerScale100k(b *testing.B) {
 				if kind == "full" {
 					fence++ // a new leader each time: the full pass fences every shard
 				}
-				f.clock.Add(time.Second)
+				f.Clock.Add(time.Second)
 				pass := rc.Pass
 				if kind == "step" {
 					pass = rc.Step

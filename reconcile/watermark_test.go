@@ -12,6 +12,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/embedded"
+	"github.com/pacer/pacer/internal/ledgertest"
 	"github.com/pacer/pacer/internal/redistest"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
@@ -136,22 +137,22 @@ func metric(t *testing.T, rc *reconcile.Reconciler, name string) float64 {
 // it with unused micros back: the daemon spent amount - unused.
 func spendOnLedger(t *testing.T, f *fixture, k lease.ShardKey, id string, amount, unused int64) {
 	t.Helper()
-	now := f.clock.Now()
-	g, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: amount,
+	now := f.Clock.Now()
+	g, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "h", Want: amount,
 		Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 		Grace: 5 * time.Second, DayStart: midnight})
 	if err != nil || g.Granted != amount {
 		t.Fatalf("grant %s: %+v, %v", id, g, err)
 	}
-	if _, err := f.ledger.Release(ctx, k, id, unused, now); err != nil {
+	if _, err := f.Ledger.Release(ctx, k, id, unused, now); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // grantErr asks shard k for a lease and returns the ledger's error.
 func grantErr(f *fixture, k lease.ShardKey, id string) error {
-	now := f.clock.Now()
-	_, err := f.ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "fresh", Want: 1000,
+	now := f.Clock.Now()
+	_, err := f.Ledger.Grant(ctx, lease.GrantRequest{Shard: k, LeaseID: id, Holder: "fresh", Want: 1000,
 		Expiry: now.Add(30 * time.Second), Now: now, Pace: lease.Pace{Now: 1_000_000_000, Cap: 1_000_000_000},
 		Grace: 5 * time.Second, DayStart: midnight})
 	return err
@@ -167,33 +168,33 @@ const lateInDay = 24*time.Hour - 10*time.Minute
 // micros spent in the lost window are grantable again once the freeze ends.
 func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 10_000_000, 4)
-	f.clock.Set(midnight.Add(lateInDay))
+	f.Campaign(t, "c", 10_000_000, 4)
+	f.Clock.Set(midnight.Add(lateInDay))
 	_, client := startEtcd(t)
 	pub := &events{}
-	rc := reconcile.New(f.ledger, reconcile.Config{Holder: "r1", Clock: f.clock, Publisher: pub,
+	rc := reconcile.New(f.Ledger, reconcile.Config{Holder: "r1", Clock: f.Clock, Publisher: pub,
 		Watermarks: reconcile.NewEtcdWatermarks(client()), LeaseWindow: 30 * time.Second, Grace: 4 * time.Second})
 	if err := rc.Pass(ctx, 1); err != nil { // opens today; the watermark is 1
 		t.Fatal(err)
 	}
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	backup := snapshotAll(t, rdb)
 
 	// The lost window: two daemons lease, spend part and give the rest back.
 	shard := func(i int) lease.ShardKey { return lease.ShardKey{Campaign: "c", Day: day, Shard: i} }
 	spendOnLedger(t, f, shard(0), "A-1", 400_000, 100_000)
 	spendOnLedger(t, f, shard(1), "B-1", 300_000, 0)
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if err := rc.Step(ctx, 1); err != nil { // the watermark is 2, recorded
 		t.Fatal(err)
 	}
-	before := f.check(t, "c")
+	before := f.Check(t, "c")
 	if got := pub.lostWrites(); len(got) != 0 || metric(t, rc, "pacer_ledger_rollbacks_total") != 0 {
 		t.Fatalf("a rollback found before any: %v", got)
 	}
 
 	restoreAll(t, rdb, backup)
-	after, err := f.ledger.DayTotals(ctx, "c", day)
+	after, err := f.Ledger.DayTotals(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 		t.Fatalf("spent %d before the restore, %d regained: want 600,000 both", before.Spent, regained)
 	}
 
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if err := rc.Step(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 			t.Fatalf("grant on shard %d after the rollback was found: %v; want ErrShardFrozen", i, err)
 		}
 	}
-	_, problems, err := f.ledger.CheckDay(ctx, "c", day)
+	_, problems, err := f.Ledger.CheckDay(ctx, "c", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 
 	// Found once: the next passes record the new watermark and find nothing.
 	for range 3 {
-		f.clock.Add(time.Second)
+		f.Clock.Add(time.Second)
 		if err := rc.Step(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +248,7 @@ func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 	}
 	// The freeze lasts a lease window plus grace; then grants resume, and
 	// what was spent in the lost window is granted again.
-	f.clock.Add(35 * time.Second)
+	f.Clock.Add(35 * time.Second)
 	if err := rc.Step(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -265,18 +266,18 @@ func TestWatermarkDetectsARestoreUnderNewDaemons(t *testing.T) {
 // deposed leader cannot advance it.
 func TestWatermarkNoFalseAlarm(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 10_000_000, 4)
-	f.clock.Set(midnight.Add(lateInDay))
+	f.Campaign(t, "c", 10_000_000, 4)
+	f.Clock.Set(midnight.Add(lateInDay))
 	_, client := startEtcd(t)
 	pub := &events{}
-	cfg := reconcile.Config{Clock: f.clock, Publisher: pub, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second}
+	cfg := reconcile.Config{Clock: f.Clock, Publisher: pub, LeaseWindow: 30 * time.Second, Grace: 4 * time.Second}
 	el1, el2 := reconcile.NewEtcdElector(client(), "r1", 5), reconcile.NewEtcdElector(client(), "r2", 5)
 	lead1, err := el1.Campaign(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Holder, cfg.Watermarks = "r1", reconcile.NewEtcdWatermarks(client())
-	rc1 := reconcile.New(f.ledger, cfg)
+	rc1 := reconcile.New(f.Ledger, cfg)
 	d := f.daemon(t, "d1")
 	var allowed int64
 	passes := func(rc *reconcile.Reconciler, fence int64, n int) {
@@ -285,15 +286,15 @@ func TestWatermarkNoFalseAlarm(t *testing.T) {
 			d.Step(ctx)
 			allowed += spendAttempts(t, d, "c", 1000, 3)
 			if i == n/2 {
-				f.redis.Restart()
-				if err := f.ledger.Ping(ctx); err != nil {
+				f.Redis.Restart()
+				if err := f.Ledger.Ping(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := rc.Step(ctx, fence); err != nil {
 				t.Fatalf("pass %d: %v", i, err)
 			}
-			f.clock.Add(time.Second)
+			f.Clock.Add(time.Second)
 		}
 	}
 	passes(rc1, lead1.Fence, 20)
@@ -305,7 +306,7 @@ func TestWatermarkNoFalseAlarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Holder, cfg.Watermarks = "r2", reconcile.NewEtcdWatermarks(client())
-	rc2 := reconcile.New(f.ledger, cfg)
+	rc2 := reconcile.New(f.Ledger, cfg)
 	passes(rc2, lead2.Fence, 20)
 	if err := rc1.Step(ctx, lead1.Fence); !errors.Is(err, lease.ErrFenced) {
 		t.Fatalf("the deposed leader's pass: %v; want ErrFenced", err)
@@ -323,7 +324,7 @@ func TestWatermarkNoFalseAlarm(t *testing.T) {
 		t.Fatal("the daemon spent nothing: no traffic between the passes")
 	}
 	t.Logf("45 passes, %d micros allowed between them", allowed)
-	f.check(t, "c")
+	f.Check(t, "c")
 	_ = el2.Resign(ctx)
 }
 
@@ -332,11 +333,11 @@ func TestWatermarkNoFalseAlarm(t *testing.T) {
 // is one.
 func TestWatermarkAheadIsNotBehind(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 1_000_000, 2)
-	f.clock.Set(midnight.Add(lateInDay))
+	f.Campaign(t, "c", 1_000_000, 2)
+	f.Clock.Set(midnight.Add(lateInDay))
 	store := &memWatermarks{}
 	pub := &events{}
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, Publisher: pub, Watermarks: store})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock, Publisher: pub, Watermarks: store})
 	for i := range 6 {
 		store.failStore.Store(i%2 == 1)
 		if err := rc.Step(ctx, 1); err != nil {
@@ -346,7 +347,7 @@ func TestWatermarkAheadIsNotBehind(t *testing.T) {
 	if got := pub.lostWrites(); len(got) != 0 {
 		t.Fatalf("Redis ahead of the record read as a rollback: %v", got)
 	}
-	if err := f.redis.Client().Del(ctx, "pacer:watermark").Err(); err != nil {
+	if err := f.Redis.Client().Del(ctx, "pacer:watermark").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rc.Step(ctx, 1); err != nil {
@@ -362,26 +363,26 @@ func TestWatermarkAheadIsNotBehind(t *testing.T) {
 // the window is at most one pass interval of writes.
 func TestWatermarkCannotSeeWritesAfterTheLastPass(t *testing.T) {
 	f := newFixture(t)
-	f.campaign(t, "c", 10_000_000, 4)
-	f.clock.Set(midnight.Add(lateInDay))
+	f.Campaign(t, "c", 10_000_000, 4)
+	f.Clock.Set(midnight.Add(lateInDay))
 	store := &memWatermarks{}
 	pub := &events{}
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, Publisher: pub, Watermarks: store})
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock, Publisher: pub, Watermarks: store})
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	rdb := f.redis.Client()
+	rdb := f.Redis.Client()
 	backup := snapshotAll(t, rdb)
 	spendOnLedger(t, f, lease.ShardKey{Campaign: "c", Day: day, Shard: 0}, "A-1", 400_000, 100_000)
 	restoreAll(t, rdb, backup)
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if err := rc.Step(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	if got := pub.lostWrites(); len(got) != 0 {
 		t.Fatalf("found %v: the bound in the README is too loose", got)
 	}
-	if tot := f.check(t, "c"); tot.Spent != 0 {
+	if tot := f.Check(t, "c"); tot.Spent != 0 {
 		t.Fatalf("spent %d after the restore; want the lost 300,000 forgotten", tot.Spent)
 	}
 }
@@ -391,11 +392,11 @@ func TestWatermarkCannotSeeWritesAfterTheLastPass(t *testing.T) {
 // granting.
 func TestWatermarkFreezesOnlyTheRestoredMaster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3, 0)
-	ledger := lease.New(cl.Client(), lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
-	f := &fixture{ledger: ledger, clock: clocktest.At(midnight.Add(lateInDay))}
-	f.campaign(t, "c", 8_000_000, 8)
+	ledger := lease.New(cl.Client(), lease.Config{Retention: ledgertest.Retention}, nil)
+	f := &fixture{&ledgertest.Fixture{Ledger: ledger, Clock: clocktest.At(midnight.Add(lateInDay)), Day: day}}
+	f.Campaign(t, "c", 8_000_000, 8)
 	pub := &events{}
-	rc := reconcile.New(ledger, reconcile.Config{Clock: f.clock, Publisher: pub, Watermarks: &memWatermarks{}})
+	rc := reconcile.New(ledger, reconcile.Config{Clock: f.Clock, Publisher: pub, Watermarks: &memWatermarks{}})
 	if err := rc.Pass(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -411,12 +412,12 @@ func TestWatermarkFreezesOnlyTheRestoredMaster(t *testing.T) {
 		}
 	}
 	backup := snapshotAll(t, node)
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if err := rc.Step(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	restoreAll(t, node, backup)
-	f.clock.Add(time.Second)
+	f.Clock.Add(time.Second)
 	if err := rc.Step(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +484,7 @@ func TestElectionSessionTTLGauge(t *testing.T) {
 	f := newFixture(t)
 	_, client := startEtcd(t)
 	leading := make(chan bool, 2)
-	rc := reconcile.New(f.ledger, reconcile.Config{Clock: f.clock, Holder: "r1",
+	rc := reconcile.New(f.Ledger, reconcile.Config{Clock: f.Clock, Holder: "r1",
 		OnLeadership: func(l bool) { leading <- l }})
 	const name = "pacer_reconciler_election_session_ttl_seconds"
 	if got := metric(t, rc, name); got != 0 {
