@@ -160,7 +160,7 @@ local EXPIRY_SWEEP = 64
 -- hr, hrel: the hour of the local day (plus one; 0 for none yet) and what
 -- the shard released in it, counting what it held at its first call there
 -- (release_by_curve's hour bound): not money either. Calls without an hour
--- (older daemons) neither bound nor count.
+-- bound (hour_permille 0) neither bound nor count.
 local ADV_WHOLE = 1000000000000000
 -- FIELDS: a release reads its first nine (load_shard_deferred's money);
 -- the last five only a grant's release by the curve and its closed check
@@ -792,8 +792,8 @@ local function release_by_curve(s, c_now, c_cap, unit, k, exempt, ramp, hour, ah
   return cap
 end
 
--- hour_arg is release_by_curve's hour from a call's arguments: nil without
--- them (an older daemon) or with permille 0.
+-- hour_arg is release_by_curve's hour from a call's arguments: nil with
+-- permille 0 (no hour bound).
 local function hour_arg(idx, ppb, permille, unit, no_bid)
   permille = num(permille)
   if permille <= 0 then return nil end
