@@ -12,6 +12,7 @@ import (
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/bucket"
 	"github.com/pacer/pacer/daemon"
+	"github.com/pacer/pacer/internal/clocktest"
 	"github.com/pacer/pacer/internal/faultproxy"
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/lease"
@@ -89,18 +90,11 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 		}
 	}
 	var tapped int
-	lost, late := 0, 0
+	faults := tickFaults{proxy: proxy, clock: f.Clock, lostEvery: 7, lostAt: 3, lateEvery: 25, lateAt: 11}
 	var backup map[string]string
 	restored := false
 	for round := range int(3 * time.Minute / tick) {
-		if round%7 == 3 {
-			proxy.ResetAfter(faultproxy.Scripts)
-			lost++
-		}
-		if round%25 == 11 {
-			f.Clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
-			late++
-		}
+		faults.at(round)
 		f.Clock.Add(tick)
 		d.Step(ctx)
 		spend(40) // 40 SPENDs of 2,000 micros on average a tick: 4x the pace
@@ -135,7 +129,7 @@ func dayStartOnMoreShards(t *testing.T, restore bool) {
 		balances = fmt.Sprintf("%+v", f.Check(t, "c"))
 	}
 	t.Logf("%d shards called in the first 30 s; %d answers lost (%d resets fired), %d late ticks; %d SPENDs allowed, %d denied; clients netted %d of %d; ledger %s",
-		tapped, lost, proxy.Fired(), late, allowed, denied, tally.Net(), budget, balances)
+		tapped, faults.lost, proxy.Fired(), faults.late, allowed, denied, tally.Net(), budget, balances)
 	if !restore {
 		if err := rep.Err(); err != nil {
 			t.Fatal(err)
@@ -182,4 +176,27 @@ func proxiedLedger(t *testing.T, f *fixture) (*faultproxy.Proxy, *lease.Ledger) 
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: proxy.Socket, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
 	return proxy, lease.New(rdb, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+}
+
+// tickFaults is the fault tests' schedule, a round (a tick) at a time:
+// every lostEvery-th round from lostAt, the next ledger script is carried
+// out and its answer lost (a step between apply and read); every
+// lateEvery-th from lateAt, the clock jumps 1.5 s with no tick (the refill
+// loop runs late). lost and late count what was injected.
+type tickFaults struct {
+	proxy                                *faultproxy.Proxy
+	clock                                *clocktest.Manual
+	lostEvery, lostAt, lateEvery, lateAt int
+	lost, late                           int
+}
+
+func (tf *tickFaults) at(round int) {
+	if round%tf.lostEvery == tf.lostAt {
+		tf.proxy.ResetAfter(faultproxy.Scripts)
+		tf.lost++
+	}
+	if round%tf.lateEvery == tf.lateAt {
+		tf.clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
+		tf.late++
+	}
 }

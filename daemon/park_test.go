@@ -9,7 +9,6 @@ import (
 
 	"github.com/pacer/pacer"
 	"github.com/pacer/pacer/daemon"
-	"github.com/pacer/pacer/internal/faultproxy"
 	"github.com/pacer/pacer/internal/history"
 	"github.com/pacer/pacer/lease"
 	"github.com/pacer/pacer/reconcile"
@@ -87,12 +86,7 @@ func TestAReleaseRidesTheNextGrantOnItsShard(t *testing.T) {
 	const hosts = 3
 	f := newFixture(t)
 	const pace = 240_000
-	f.Campaign(t, "c", pace*86_400, 8)
-	f.Clock.Set(midnight)
-	var ds []*daemon.Daemon
-	for i := range hosts {
-		ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
-	}
+	ds := pacedFleet(t, f, hosts, pace)
 	calls := func() map[string]int64 {
 		all := map[string]int64{}
 		for _, d := range ds {
@@ -227,18 +221,11 @@ func faultParked(t *testing.T, restore bool) {
 	next, denied := 0, 0
 	const bid = 2_000
 	var renewals, parkedAtKill int64
-	lost, late := 0, 0
+	faults := tickFaults{proxy: proxy, clock: f.Clock, lostEvery: 70, lostAt: 33, lateEvery: 250, lateAt: 111}
 	var backup map[string]string
 	restored := false
 	for round := range int(5 * time.Minute / (100 * time.Millisecond)) {
-		if round%70 == 33 {
-			proxy.ResetAfter(faultproxy.Scripts)
-			lost++
-		}
-		if round%250 == 111 {
-			f.Clock.Add(1500 * time.Millisecond) // no tick: the loop runs late
-			late++
-		}
+		faults.at(round)
 		for _, d := range ds {
 			d.Step(ctx)
 		}
@@ -278,7 +265,7 @@ func faultParked(t *testing.T, restore bool) {
 	quiesce(t, f, rc, ds...)
 	rep, tally := checkDayC(t, f, &rec, "parked releases, lost answers, late ticks, a crash, restore "+strconv.FormatBool(restore), budget, !restore)
 	t.Logf("%d renewals; %d leases open at the kill; %d answers lost (%d resets fired), %d late ticks; %d SPENDs, %d denied; clients netted %d",
-		renewals, parkedAtKill, lost, proxy.Fired(), late, next, denied, tally.Net())
+		renewals, parkedAtKill, faults.lost, proxy.Fired(), faults.late, next, denied, tally.Net())
 	if !restore {
 		if err := rep.Err(); err != nil {
 			t.Fatal(err)

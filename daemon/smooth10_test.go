@@ -37,12 +37,7 @@ func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
 			f := newFixture(t)
 			const pace = 240_000 // micros a second
 			const bid = 2_000
-			f.Campaign(t, "c", pace*86_400, 8)
-			f.Clock.Set(midnight)
-			var ds []*daemon.Daemon
-			for i := range hosts {
-				ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
-			}
+			ds := pacedFleet(t, f, hosts, pace)
 			var ratios []float64
 			var window, calls int64
 			const ticks = 10 * 60 * 100 // 10 minutes of 10 ms
@@ -87,4 +82,18 @@ func TestSaturatedSpendIsSmoothPer10Seconds(t *testing.T) {
 			f.Check(t, "c")
 		})
 	}
+}
+
+// pacedFleet stores campaign c, paced at pace micros a second on the flat
+// curve over 8 shards, sets the clock at midnight and starts hosts daemons
+// on it (h0, h1, ...).
+func pacedFleet(t *testing.T, f *fixture, hosts int, pace int64) []*daemon.Daemon {
+	t.Helper()
+	f.Campaign(t, "c", pace*86_400, 8)
+	f.Clock.Set(midnight)
+	var ds []*daemon.Daemon
+	for i := range hosts {
+		ds = append(ds, f.daemon(t, fmt.Sprintf("h%d", i)))
+	}
+	return ds
 }
