@@ -13,8 +13,8 @@ var LuaPreludeForTest = luaPrelude + "\nbegin_call()\n"
 // MoveOutForTest runs only the first step of a move, as a mover that crashed
 // right after it would leave it.
 func (l *Ledger) MoveOutForTest(ctx context.Context, campaign, day string, from, to int, amount int64, moveID string, now time.Time) (int64, error) {
-	_, taken, _, _, err := l.run(ctx, moveOutScript, ShardKey{campaign, day, from}, moveID, amount, to, 0, now.UnixMilli(), l.cfg.AuditMaxLen)
-	return taken, err
+	rep, err := l.run(ctx, moveOutScript, ShardKey{campaign, day, from}, moveID, amount, to, 0, now.UnixMilli(), l.cfg.AuditMaxLen)
+	return rep.Value, err
 }
 
 // BeginDayOpForTest begins a day op without applying it, as a caller that
@@ -33,7 +33,8 @@ func (l *Ledger) BeginDayOpForTest(ctx context.Context, campaign, day, opID stri
 // a Cluster it writes its slot's index entry and no anchor.
 func (l *Ledger) GrantPreviousReleaseForTest(t *testing.T, req GrantRequest) int64 {
 	t.Helper()
-	st, g, _, _, err := l.run(context.Background(), loadPreviousRelease(t).grant, req.Shard, l.previousGrantArgs(req)...)
+	rep, err := l.run(context.Background(), loadPreviousRelease(t).grant, req.Shard, l.previousGrantArgs(req)...)
+	st, g := rep.Status, rep.Value
 	if err != nil || st != 0 || g <= 0 {
 		t.Fatalf("the previous release's grant on %s: status %d, granted %d: %v", req.Shard, st, g, err)
 	}

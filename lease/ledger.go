@@ -268,6 +268,25 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 	return day.Add(l.cfg.Retention).UnixMilli()
 }
 
+// scriptReply is a ledger script's common reply, decoded (run): the
+// script's status (its header names them, statuses.go), the value it
+// answers (what it granted, took, settled or added), the shard's balances
+// after the call, and what the script answers beyond them (Extra, in its
+// header's order).
+type scriptReply struct {
+	Status, Value int64
+	Shard         Shard
+	Extra         []int64
+}
+
+// extra is the reply's i-th value beyond the common ones, 0 if it has none.
+func (r scriptReply) extra(i int) int64 {
+	if i < len(r.Extra) {
+		return r.Extra[i]
+	}
+	return 0
+}
+
 // run executes a script on one shard and decodes the common reply
 // {status, value, budget, locked, available, leased, spent, lost, owed, seq, tip, diverged, extra...}.
 //
@@ -276,25 +295,26 @@ func (l *Ledger) retainUntil(day time.Time) int64 {
 // arguments: the retry returns the first answer and changes nothing. The
 // client itself must not retry (NewClient turns go-redis's retries off):
 // plain commands are not idempotent.
-func (l *Ledger) run(ctx context.Context, s *function, k ShardKey, args ...any) (status, value int64, sh Shard, extra []int64, err error) {
+func (l *Ledger) run(ctx context.Context, s *function, k ShardKey, args ...any) (scriptReply, error) {
 	res, err := l.runScript(ctx, s, l.scriptKeys(k), args...)
 	var notDurable error
 	if errors.Is(err, ErrNotDurable) && res != nil {
 		notDurable = fmt.Errorf("ledger %s: %w", k, err)
 	} else if err != nil && (retriable(err) || ctx.Err() != nil) {
-		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w: %w", k, ErrNoAnswer, err)
+		return scriptReply{}, fmt.Errorf("ledger %s: %w: %w", k, ErrNoAnswer, err)
 	} else if err != nil {
-		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: %w", k, err)
+		return scriptReply{}, fmt.Errorf("ledger %s: %w", k, err)
 	}
 	if len(res) < 12 {
-		return 0, 0, Shard{}, nil, fmt.Errorf("ledger %s: short reply %v", k, res)
+		return scriptReply{}, fmt.Errorf("ledger %s: short reply %v", k, res)
 	}
-	sh = Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7],
-		Owed: res[8], Seq: res[9], Tip: res[10], Diverged: res[11] == 1}
-	if res[0] == statusNoDay {
-		return res[0], res[1], sh, res[12:], fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
+	r := scriptReply{Status: res[0], Value: res[1], Extra: res[12:],
+		Shard: Shard{Budget: res[2], Locked: res[3], Available: res[4], Leased: res[5], Spent: res[6], Lost: res[7],
+			Owed: res[8], Seq: res[9], Tip: res[10], Diverged: res[11] == 1}}
+	if r.Status == statusNoDay {
+		return r, fmt.Errorf("ledger %s: %w", k, ErrDayNotOpen)
 	}
-	return res[0], res[1], sh, res[12:], notDurable
+	return r, notDurable
 }
 
 // scriptAttempts is how many times runScript sends an idempotent script whose
@@ -801,16 +821,17 @@ func (l *Ledger) Grant(ctx context.Context, r GrantRequest) (Grant, error) {
 	if err := r.validate(); err != nil {
 		return Grant{}, fmt.Errorf("ledger %s: grant: %w", r.Shard, err)
 	}
-	status, g, sh, _, err := l.run(ctx, grantScript, r.Shard, l.packedArg(l.grantArgs(r))...)
+	rep, err := l.run(ctx, grantScript, r.Shard, l.packedArg(l.grantArgs(r))...)
+	status, sh := rep.Status, rep.Shard
 	if errors.Is(err, ErrNotDurable) {
-		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
+		return Grant{Granted: rep.Value, Shard: sh}, err // release it: not to be spent
 	}
 	if err != nil {
 		return Grant{}, err
 	}
 	switch refused := grantRefusal(status); {
 	case refused == nil:
-		return Grant{Granted: g, Shard: sh}, nil
+		return Grant{Granted: rep.Value, Shard: sh}, nil
 	case status == grantDiverged:
 		return Grant{Shard: sh}, fmt.Errorf("ledger %s: grant %s: history at seq %d: %w", r.Shard, r.LeaseID, r.Known.Seq, refused)
 	case status == grantIDTaken:
@@ -832,19 +853,20 @@ func (l *Ledger) Renew(ctx context.Context, oldLeaseID string, unused int64, r G
 		return Grant{}, fmt.Errorf("ledger %s: renew: unused %d is negative", r.Shard, unused)
 	}
 	args := l.packedArg(append(append([]any{oldLeaseID, unused}, l.grantArgs(r)...), r.Refunded))
-	oldStatus, g, sh, extra, err := l.run(ctx, renewScript, r.Shard, args...)
+	// Status is the release's, Extra[0] the grant's.
+	rep, err := l.run(ctx, renewScript, r.Shard, args...)
+	out := Grant{Granted: rep.Value, Shard: rep.Shard}
 	if errors.Is(err, ErrNotDurable) {
-		return Grant{Granted: g, Shard: sh}, err // release it: not to be spent
+		return out, err // release it: not to be spent
 	}
 	if err != nil {
 		return Grant{}, err
 	}
-	out := Grant{Granted: g, Shard: sh}
-	released := releaseStatusErr(r.Shard, oldLeaseID, oldStatus)
-	if len(extra) == 0 {
+	released := releaseStatusErr(r.Shard, oldLeaseID, rep.Status)
+	if len(rep.Extra) == 0 {
 		return out, released
 	}
-	if refused := grantRefusal(extra[0]); refused != nil {
+	if refused := grantRefusal(rep.Extra[0]); refused != nil {
 		return out, errors.Join(fmt.Errorf("ledger %s: renew %s: %w", r.Shard, r.LeaseID, refused), released)
 	}
 	return out, released
@@ -886,11 +908,11 @@ func (l *Ledger) ReleaseRefunded(ctx context.Context, k ShardKey, leaseID string
 	if refunded < 0 || refunded > MaxBudgetMicros {
 		return Shard{}, fmt.Errorf("ledger %s: release %s: refunded %d micros out of range", k, leaseID, refunded)
 	}
-	status, _, sh, _, err := l.run(ctx, releaseScript, k, l.packedArg([]any{leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned, refunded})...)
+	rep, err := l.run(ctx, releaseScript, k, l.packedArg([]any{leaseID, unused, now.UnixMilli(), l.cfg.AuditMaxLen, known.Seq, known.Tip, known.Granted, known.Returned, refunded})...)
 	if err != nil {
 		return Shard{}, err
 	}
-	return sh, releaseStatusErr(k, leaseID, status)
+	return rep.Shard, releaseStatusErr(k, leaseID, rep.Status)
 }
 
 // Settled is what a settlement call did.
@@ -905,18 +927,14 @@ type Settled struct {
 // reconciler's election revision); 0 means none. A fence older than one the
 // shard has seen returns ErrFenced and changes nothing.
 func (l *Ledger) Settle(ctx context.Context, k ShardKey, now time.Time, grace time.Duration, fence int64) (Settled, error) {
-	status, amount, sh, extra, err := l.run(ctx, settleScript, k, now.UnixMilli(), grace.Milliseconds(), fence, l.cfg.SettleBatch, l.cfg.AuditMaxLen)
+	rep, err := l.run(ctx, settleScript, k, now.UnixMilli(), grace.Milliseconds(), fence, l.cfg.SettleBatch, l.cfg.AuditMaxLen)
 	if err != nil {
 		return Settled{}, err
 	}
-	if status == statusFenced {
-		return Settled{}, fmt.Errorf("ledger %s: settle with fence %d (shard has seen %d): %w", k, fence, amount, ErrFenced)
+	if rep.Status == statusFenced { // Value: the fence the shard has seen
+		return Settled{}, fmt.Errorf("ledger %s: settle with fence %d (shard has seen %d): %w", k, fence, rep.Value, ErrFenced)
 	}
-	var n int64
-	if len(extra) > 0 {
-		n = extra[0]
-	}
-	return Settled{Count: n, Amount: amount, Shard: sh}, nil
+	return Settled{Count: rep.extra(0), Amount: rep.Value, Shard: rep.Shard}, nil
 }
 
 // Adjust modes: how a cut treats budget the shard has already handed out.
@@ -952,15 +970,11 @@ func (l *Ledger) Adjust(ctx context.Context, k ShardKey, opID string, delta int6
 	if mode != AdjustOwe && mode != AdjustTake {
 		return Adjusted{}, fmt.Errorf("ledger %s: adjust: mode %q", k, mode)
 	}
-	_, applied, sh, extra, err := l.run(ctx, adjustScript, k, opID, delta, now.UnixMilli(), MaxBudgetMicros, mode, l.cfg.AuditMaxLen)
+	rep, err := l.run(ctx, adjustScript, k, opID, delta, now.UnixMilli(), MaxBudgetMicros, mode, l.cfg.AuditMaxLen)
 	if err != nil {
 		return Adjusted{}, err
 	}
-	var owed int64
-	if len(extra) > 0 {
-		owed = extra[0]
-	}
-	return Adjusted{Applied: applied, Owed: owed, Shard: sh}, nil
+	return Adjusted{Applied: rep.Value, Owed: rep.extra(0), Shard: rep.Shard}, nil
 }
 
 // NewOpID returns a fresh operation id for AdjustDayOp.
@@ -1049,7 +1063,7 @@ func (l *Ledger) readOpenShards(ctx context.Context, campaign, day string, n int
 func (l *Ledger) completeDayOp(ctx context.Context, campaign, day, opID string, delta int64, n int, now time.Time) (int64, error) {
 	if delta < 0 {
 		for i := range n {
-			if _, _, _, _, err := l.run(ctx, holdScript, ShardKey{campaign, day, i}, opID); err != nil {
+			if _, err := l.run(ctx, holdScript, ShardKey{campaign, day, i}, opID); err != nil {
 				return 0, fmt.Errorf("ledger %s/%s: day op %s: hold: %w", campaign, day, opID, err)
 			}
 			l.step(ctx, "adjust: shard held")
@@ -1326,7 +1340,7 @@ func (l *Ledger) CloseDay(ctx context.Context, campaign, day string, now time.Ti
 		return err
 	}
 	for i := range n {
-		if _, _, _, _, err := l.run(ctx, closeScript, ShardKey{campaign, day, i}, now.UnixMilli(), l.cfg.AuditMaxLen); err != nil {
+		if _, err := l.run(ctx, closeScript, ShardKey{campaign, day, i}, now.UnixMilli(), l.cfg.AuditMaxLen); err != nil {
 			return err
 		}
 	}
@@ -1406,7 +1420,8 @@ func (l *Ledger) OpenDayTotals(ctx context.Context, campaign, day string) (total
 // marks its day for the reconciler to look at again once the freeze has
 // ended (Relook), reported or not. Pass until = now + lease window + grace.
 func (l *Ledger) Freeze(ctx context.Context, k ShardKey, until, now time.Time, reason string) (Shard, error) {
-	_, _, sh, _, err := l.run(ctx, freezeScript, k, until.UnixMilli(), now.UnixMilli(), reason, l.cfg.AuditMaxLen)
+	rep, err := l.run(ctx, freezeScript, k, until.UnixMilli(), now.UnixMilli(), reason, l.cfg.AuditMaxLen)
+	sh := rep.Shard
 	if err != nil {
 		return sh, err
 	}
@@ -1423,8 +1438,8 @@ func (l *Ledger) ReassertRun(ctx context.Context, k ShardKey, run string, totals
 	if run == "" || totals.Granted < 0 || totals.Returned < 0 || totals.Returned > totals.Granted {
 		return 0, Shard{}, fmt.Errorf("ledger %s: reassert run %q totals %d/%d: malformed", k, run, totals.Granted, totals.Returned)
 	}
-	_, added, sh, _, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen)
-	return added, sh, err
+	rep, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen)
+	return rep.Value, rep.Shard, err
 }
 
 // Reasserted is what Reassert found.
@@ -1446,7 +1461,8 @@ func (l *Ledger) Reassert(ctx context.Context, k ShardKey, lr LeaseRecord, now t
 	if lr.ID == "" || lr.Amount <= 0 || lr.Amount > MaxBudgetMicros {
 		return 0, Shard{}, fmt.Errorf("ledger %s: reassert %q of %d micros: malformed", k, lr.ID, lr.Amount)
 	}
-	status, _, sh, _, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen)
+	rep, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen)
+	status, sh := rep.Status, rep.Shard
 	if err != nil {
 		return 0, Shard{}, err
 	}

@@ -39,10 +39,11 @@ func (l *Ledger) Move(ctx context.Context, campaign, day string, from, to int, a
 // available, less what the source's own cuts owe).
 func (l *Ledger) move(ctx context.Context, campaign, day string, from, to int, amount int64, moveID string, fence int64, mode string, now time.Time) (int64, error) {
 	src := ShardKey{campaign, day, from}
-	status, taken, _, _, err := l.run(ctx, moveOutScript, src, moveID, amount, to, fence, now.UnixMilli(), l.cfg.AuditMaxLen, mode)
+	rep, err := l.run(ctx, moveOutScript, src, moveID, amount, to, fence, now.UnixMilli(), l.cfg.AuditMaxLen, mode)
 	if err != nil {
 		return 0, err
 	}
+	status, taken := rep.Status, rep.Value
 	if status == statusFenced {
 		return 0, fmt.Errorf("ledger %s: move %s: %w", src, moveID, ErrFenced)
 	}
@@ -58,7 +59,7 @@ func (l *Ledger) move(ctx context.Context, campaign, day string, from, to int, a
 func (l *Ledger) finishMove(ctx context.Context, src ShardKey, to int, moveID string, amount int64, now time.Time) error {
 	dst := ShardKey{src.Campaign, src.Day, to}
 	if amount > 0 {
-		if _, _, _, _, err := l.run(ctx, moveInScript, dst, moveID, amount, src.Shard, now.UnixMilli(), l.cfg.AuditMaxLen); err != nil {
+		if _, err := l.run(ctx, moveInScript, dst, moveID, amount, src.Shard, now.UnixMilli(), l.cfg.AuditMaxLen); err != nil {
 			return err
 		}
 	}
@@ -131,13 +132,14 @@ func (l *Ledger) RepairMoves(ctx context.Context, campaign, day string, shards i
 			continue
 		}
 		src := ShardKey{campaign, day, in.peer}
-		status, taken, _, _, err := l.run(ctx, moveOutScript, src, id, in.amount, in.shard, fence, now.UnixMilli(), l.cfg.AuditMaxLen, "redo")
+		rep, err := l.run(ctx, moveOutScript, src, id, in.amount, in.shard, fence, now.UnixMilli(), l.cfg.AuditMaxLen, "redo")
 		if errors.Is(err, ErrDayNotOpen) {
 			continue // the source's keys are gone: a lost shard, not a move to repair
 		}
 		if err != nil {
 			return n, err
 		}
+		status, taken := rep.Status, rep.Value
 		if status == statusFenced {
 			return n, fmt.Errorf("ledger %s: repair move %s: %w", src, id, ErrFenced)
 		}

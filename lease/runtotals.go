@@ -95,11 +95,11 @@ func (l *Ledger) RecoverRun(ctx context.Context, k ShardKey, run string, totals 
 	if run == "" || totals.Granted < 0 || totals.Returned < 0 || totals.Returned > totals.Granted {
 		return 0, Shard{}, fmt.Errorf("ledger %s: recover run %q totals %d/%d: malformed", k, run, totals.Granted, totals.Returned)
 	}
-	status, added, sh, _, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen, 1)
-	if err == nil && status == runShardClosed {
-		return 0, sh, fmt.Errorf("ledger %s: recover run %q: %w", k, run, ErrDayClosed)
+	rep, err := l.run(ctx, reassertRun, k, run, totals.Granted, totals.Returned, now.UnixMilli(), l.cfg.AuditMaxLen, 1)
+	if err == nil && rep.Status == runShardClosed {
+		return 0, rep.Shard, fmt.Errorf("ledger %s: recover run %q: %w", k, run, ErrDayClosed)
 	}
-	return added, sh, err
+	return rep.Value, rep.Shard, err
 }
 
 // RecoverLease is Reassert for a recovery from a second copy of the
@@ -109,10 +109,11 @@ func (l *Ledger) RecoverLease(ctx context.Context, k ShardKey, lr LeaseRecord, n
 	if lr.ID == "" || lr.Amount <= 0 || lr.Amount > MaxBudgetMicros {
 		return 0, Shard{}, fmt.Errorf("ledger %s: recover lease %q of %d micros: malformed", k, lr.ID, lr.Amount)
 	}
-	status, _, sh, _, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen, 1)
+	rep, err := l.run(ctx, reassertScript, k, lr.ID, lr.Holder, lr.Amount, lr.Expiry.UnixMilli(), now.UnixMilli(), l.cfg.AuditMaxLen, 1)
 	if err != nil {
 		return 0, Shard{}, err
 	}
+	status, sh := rep.Status, rep.Shard
 	if status == reassertShardClosed {
 		return 0, sh, fmt.Errorf("ledger %s: recover lease %q: %w", k, lr.ID, ErrDayClosed)
 	}

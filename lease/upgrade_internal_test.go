@@ -126,9 +126,9 @@ func rollingUpgradeSharesAShard(t *testing.T, rev, mode string) {
 			hosts[i%2].cycle(t, l, prev, k, i, true, now, day0)
 		}
 	}
-	st, n, sh, extra, err := l.run(ctx, prev.settle, k, now.Add(time.Hour).UnixMilli(), int64(5000), int64(7), int64(64), l.cfg.AuditMaxLen)
-	if err != nil || st != 0 || len(extra) == 0 || extra[0] != 4 || n <= 0 || sh.Leased != 0 {
-		t.Fatalf("the previous release's settle: status %d, %v leases for %d, leased %d left: %v", st, extra, n, sh.Leased, err)
+	rep, err := l.run(ctx, prev.settle, k, now.Add(time.Hour).UnixMilli(), int64(5000), int64(7), int64(64), l.cfg.AuditMaxLen)
+	if err != nil || rep.Status != 0 || len(rep.Extra) == 0 || rep.Extra[0] != 4 || rep.Value <= 0 || rep.Shard.Leased != 0 {
+		t.Fatalf("the previous release's settle: status %d, %v leases for %d, leased %d left: %v", rep.Status, rep.Extra, rep.Value, rep.Shard.Leased, err)
 	}
 	// mixed: neither version's count of grants need pass a multiple of 32.
 	if e, _ := rdb.ObjectEncoding(ctx, k.keys()[0]).Result(); e != "hashtable" && mode != "mixed" {
@@ -150,8 +150,8 @@ func rollingUpgradeSharesAShard(t *testing.T, rev, mode string) {
 	}
 	// Events: the open, 80 grants, 76 releases (40 in renewals), 4 settlements.
 	if r.Leases != 80 || r.Settled != 4 || r.Events != 161 || r.Returned != 40*100+36*250 || r.Outstanding != 0 ||
-		r.Spent != sh.Spent || r.Lost != sh.Lost || r.Budget != c.DailyMicros {
-		t.Errorf("report %+v, shard %+v", r, sh)
+		r.Spent != rep.Shard.Spent || r.Lost != rep.Shard.Lost || r.Budget != c.DailyMicros {
+		t.Errorf("report %+v, shard %+v", r, rep.Shard)
 	}
 	if n, ok, err := l.AuditEvents(ctx, k); err != nil || !ok || n != 161 {
 		t.Errorf("audit events %d (%v): %v, want 161", n, ok, err)
@@ -196,10 +196,11 @@ func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k Sha
 	what := "cycle " + strconv.Itoa(i) + map[bool]string{true: " (previous release)", false: ""}[old]
 	var st, g int64
 	var sh Shard
-	var extra []int64
 	var err error
+	var rep scriptReply
 	if old {
-		st, g, sh, _, err = l.run(ctx, prev.grant, k, l.previousGrantArgs(h.request(k, id, now, day0))...)
+		rep, err = l.run(ctx, prev.grant, k, l.previousGrantArgs(h.request(k, id, now, day0))...)
+		st, g, sh = rep.Status, rep.Value, rep.Shard
 	} else {
 		var gr Grant
 		gr, err = l.Grant(ctx, h.request(k, id, now, day0))
@@ -210,9 +211,10 @@ func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k Sha
 	}
 	h.seen(t, what+": grant", st, sh, g, 0)
 	if old {
-		st, g, sh, extra, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.previousGrantArgs(h.request(k, id+"r", now, day0))...)...)
-		if err == nil && (len(extra) == 0 || extra[0] != 0) {
-			t.Fatalf("%s: renew: grant status %v", what, extra)
+		rep, err = l.run(ctx, prev.renew, k, append([]any{id, int64(100)}, l.previousGrantArgs(h.request(k, id+"r", now, day0))...)...)
+		st, g, sh = rep.Status, rep.Value, rep.Shard
+		if err == nil && (len(rep.Extra) == 0 || rep.Extra[0] != 0) {
+			t.Fatalf("%s: renew: grant status %v", what, rep.Extra)
 		}
 	} else {
 		var gr Grant
@@ -227,8 +229,9 @@ func (h *upgradeHost) cycle(t *testing.T, l *Ledger, prev previousRelease, k Sha
 		return // left open, for the reconciler to settle
 	}
 	if old {
-		st, _, sh, _, err = l.run(ctx, prev.release, k, id+"r", int64(250), now.UnixMilli(), l.cfg.AuditMaxLen,
+		rep, err = l.run(ctx, prev.release, k, id+"r", int64(250), now.UnixMilli(), l.cfg.AuditMaxLen,
 			h.known.Seq, h.known.Tip, h.known.Granted, h.known.Returned)
+		st, sh = rep.Status, rep.Shard
 	} else {
 		sh, err = l.ReleaseKnown(ctx, k, id+"r", 250, now, h.known)
 	}
