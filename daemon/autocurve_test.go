@@ -28,7 +28,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 			if slot >= 72 {
 				n = 2700
 			}
-			if _, err := f.Ledger.AddDemand(ctx, "a", prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: n, Allowed: n, MicrosAsked: n * 1000}); err != nil {
+			if _, err := f.Ledger.AddDemand(ctx, "a", prev.Format("2006-01-02"), prev, lease.Recent{}, lease.Demand{Slot: slot, Requests: n, Allowed: n, MicrosAsked: n * 1000}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,7 +87,7 @@ func TestAutoCurveIsFittedOnceFromRecordedDemand(t *testing.T) {
 			if i < evening {
 				slot = 72 + int(i%24)
 			}
-			if _, err := f.Ledger.AddDemand(ctx, tc.id, prev.Format("2006-01-02"), prev, lease.Demand{Slot: slot, Requests: 1, Allowed: 1, MicrosAsked: 1000}); err != nil {
+			if _, err := f.Ledger.AddDemand(ctx, tc.id, prev.Format("2006-01-02"), prev, lease.Recent{}, lease.Demand{Slot: slot, Requests: 1, Allowed: 1, MicrosAsked: 1000}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -338,7 +338,7 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	fleet, err := c.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, d)
+	fleet, err := c.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, lease.Recent{}, d)
 	c.d.observeLedger("demand", start, err)
 	if err != nil {
 		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))

@@ -57,7 +57,7 @@ func TestIdleToBusyRamp(t *testing.T) {
 	// A fleet that has run a while has the demand script loaded: its first
 	// use on this fresh redis-server (NOSCRIPT, then EVAL) is no cost of
 	// the ramp.
-	if _, err := ledger.AddDemand(ctx, "primer", day, midnight, lease.Demand{Slot: 1, Allowed: 1, Requests: 1, MicrosAsked: 1}); err != nil {
+	if _, err := ledger.AddDemand(ctx, "primer", day, midnight, lease.Recent{}, lease.Demand{Slot: 1, Allowed: 1, Requests: 1, MicrosAsked: 1}); err != nil {
 		t.Fatal(err)
 	}
 	kinds.take()

@@ -170,3 +170,46 @@ func TestClusterIndexesPerSlot(t *testing.T) {
 		t.Fatalf("still low after clearing: %v, %v", low, err)
 	}
 }
+
+// On a Cluster a demand flush writes the demand hash and the ring of
+// recent minutes in one script: the ring's key hashes to the demand
+// hash's slot, for campaigns on either master.
+func TestClusterDemandRingSharesTheDemandSlot(t *testing.T) {
+	nodes := startCluster(t, redisproc.Options{}, redisproc.Options{})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr}, ContextTimeoutEnabled: true})
+	defer cc.Close()
+	l := lease.New(cc, lease.Config{Retention: 100 * 365 * 24 * time.Hour}, nil)
+	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	const day = "2026-11-21"
+	const m0 = 29_000_000
+	masters := map[string]bool{}
+	for i := 0; i < 64 && len(masters) < 2; i++ {
+		id := strconv.FormatInt(int64(i+1)*2654435761, 36) // ids of varied characters
+		dk, rk := lease.DemandKey(id, day), lease.RecentDemandKey(id, day)
+		ds, err1 := cc.ClusterKeySlot(ctx, dk).Result()
+		rs, err2 := cc.ClusterKeySlot(ctx, rk).Result()
+		if err1 != nil || err2 != nil || ds != rs {
+			t.Fatalf("%s in slot %d, %s in %d (%v, %v)", dk, ds, rk, rs, err1, err2)
+		}
+		m, err := cc.MasterForKey(ctx, dk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if masters[m.Options().Addr] {
+			continue
+		}
+		masters[m.Options().Addr] = true
+		for k := range int64(6) {
+			if _, err := l.AddDemand(ctx, id, day, t0, lease.Recent{Minute: m0 + k}, lease.Demand{Slot: 1, Requests: 1, MicrosAsked: 10 + k}); err != nil {
+				t.Fatalf("%s: %v", id, err)
+			}
+		}
+		got, err := l.AddDemand(ctx, id, day, t0, lease.Recent{Minute: m0 + 6, From: m0 + 1, To: m0 + 5}, lease.Demand{Slot: 1, Requests: 1})
+		if err != nil || got.Span != 11+12+13+14+15 || got.SpanMinutes != 5 {
+			t.Fatalf("%s: span %+v, %v; want 65 micros in 5 minutes", id, got, err)
+		}
+	}
+	if len(masters) != 2 {
+		t.Errorf("64 campaigns' demand hashes fell on %d masters, want both", len(masters))
+	}
+}

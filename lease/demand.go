@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,21 @@ const DemandSlots = 96
 // fit reads it.
 func DemandKey(campaign, day string) string { return keyPrefix + "demand:" + campaign + ":" + day }
 
+// RecentDemandKey is the hash where daemons count a campaign-day's micros
+// asked by the minute each flush was counted in, for their shares of the
+// fleet's demand: a ring of RecentMinutes fields, "r<m mod RecentMinutes>"
+// = "<m>|<micros>", m a Unix minute, each holding the latest minute counted
+// there. Its hash tag is the demand hash's whole name, so that one script
+// writes both on a Redis Cluster (campaign ids hold no braces).
+func RecentDemandKey(campaign, day string) string {
+	return keyPrefix + "recent:{" + DemandKey(campaign, day) + "}"
+}
+
+// RecentMinutes is how many minutes the ring of recent demand holds
+// (RecentDemandKey): a span a flush asks for (Recent) starts fewer than
+// this many minutes before the flush's own.
+const RecentMinutes = 16
+
 // Demand is what a daemon saw of one slot since its last flush.
 type Demand struct {
 	Slot                int
@@ -37,6 +53,26 @@ type Demand struct {
 	Fleet bool
 }
 
+// Recent is what a flush counts in, and reads back from, the ring of
+// recent minutes (RecentDemandKey). Minute is the flush's Unix minute
+// (0: the ring is neither written nor read); the flush's micros asked, of
+// all its counts, are added to it. From and To are the minutes whose
+// fleet's micros asked it returns (FleetAsked.Span; From 0: none), whole
+// minutes before Minute, From more than Minute - RecentMinutes.
+type Recent struct{ Minute, From, To int64 }
+
+func (r Recent) validate() error {
+	switch {
+	case r.Minute < 0 || r.Minute > math.MaxInt32*60:
+		return fmt.Errorf("minute %d out of range", r.Minute)
+	case r.From == 0:
+		return nil
+	case r.Minute == 0 || r.From < 0 || r.From > r.To || r.To >= r.Minute || r.Minute-r.From >= RecentMinutes:
+		return fmt.Errorf("minutes %d..%d: want whole minutes before %d, from after %d", r.From, r.To, r.Minute, r.Minute-RecentMinutes)
+	}
+	return nil
+}
+
 //go:embed lua/demand.lua
 var luaDemand string
 
@@ -44,14 +80,19 @@ var demandScript = redis.NewScript(luaDemand)
 
 // AddDemand adds a daemon's counts to the campaign-day's demand hash in one
 // script call (daemons call it in batches, never per SPEND), plus one write
-// of the bid if a count carries one (daemons send it only when it changed).
-// It returns the fleet's micros asked in the last count's slot and the slot
-// before, and, if a count asks for them (Demand.Fleet), the fleet's latest
-// SPENDs and their micros asked (FleetAsked). Not retried: a count whose reply was lost may have been
-// added.
-func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, ds ...Demand) (FleetAsked, error) {
+// of the bid if a count carries one (daemons send it only when it changed);
+// and, with rc.Minute, their micros asked to that minute of the ring of
+// recent minutes. It returns the fleet's micros asked in the last count's
+// slot and the slot before, and, if a count asks for them (Demand.Fleet),
+// the fleet's latest SPENDs and their micros asked, and the fleet's micros
+// asked in the minutes rc asks for (FleetAsked). Not retried: a count whose
+// reply was lost may have been added.
+func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart time.Time, rc Recent, ds ...Demand) (FleetAsked, error) {
 	if len(ds) == 0 {
 		return FleetAsked{}, nil
+	}
+	if err := rc.validate(); err != nil {
+		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
 	enough := 0
 	for _, d := range ds {
@@ -59,8 +100,8 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 			enough = FleetSpends
 		}
 	}
-	args := make([]any, 0, 2+5*len(ds))
-	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli(), enough)
+	args := make([]any, 0, 5+5*len(ds))
+	args = append(args, dayStart.Add(48*time.Hour+l.cfg.Retention).UnixMilli(), enough, rc.Minute, rc.From, rc.To)
 	var bid int64
 	for _, d := range ds {
 		args = append(args, d.Slot, d.Requests, d.Allowed, d.Denied, d.MicrosAsked)
@@ -75,14 +116,15 @@ func (l *Ledger) AddDemand(ctx context.Context, campaign, day string, dayStart t
 			return FleetAsked{}, fmt.Errorf("ledger %s: bid: %w", campaign, err)
 		}
 	}
-	r, err := demandScript.Run(ctx, l.rdb, []string{DemandKey(campaign, day)}, args...).Int64Slice()
+	keys := []string{DemandKey(campaign, day), RecentDemandKey(campaign, day)}
+	r, err := demandScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
 	if err != nil {
 		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %w", campaign, day, err)
 	}
-	if len(r) != 4 {
-		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %d values in the reply, want 4", campaign, day, len(r))
+	if len(r) != 6 {
+		return FleetAsked{}, fmt.Errorf("ledger %s/%s: demand: %d values in the reply, want 6", campaign, day, len(r))
 	}
-	return FleetAsked{Slot: r[0], Before: r[1], Spends: r[2], Micros: r[3]}, nil
+	return FleetAsked{Slot: r[0], Before: r[1], Spends: r[2], Micros: r[3], Span: r[4], SpanMinutes: r[5]}, nil
 }
 
 // FleetSpends is how many of the fleet's latest SPENDs of a campaign-day a
@@ -108,10 +150,14 @@ const FleetSpends = 4096
 // reach the day's start: every host's, each as of its last flush, for the
 // campaign's mean SPEND (the pacing controller's condition 21). A host
 // whose gate refuses leases counts its SPENDs but not their micros, so
-// while it serves none the mean errs low.
+// while it serves none the mean errs low. Span is the fleet's micros asked
+// in the minutes the flush asked for (Recent), each flush counted in the
+// minute of its own time, whatever order the flushes reached the ledger
+// in; SpanMinutes, how many of those minutes the ring held a count for.
 type FleetAsked struct {
-	Slot, Before   int64
-	Spends, Micros int64
+	Slot, Before      int64
+	Spends, Micros    int64
+	Span, SpanMinutes int64
 }
 
 // SetBid records campaign's bid size (micros per SPEND, such as the bidder's

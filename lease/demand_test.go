@@ -19,7 +19,7 @@ func TestAddDemandReturnsTheSlotAndTheOneBefore(t *testing.T) {
 	const day = "2026-11-21"
 	add := func(d ...lease.Demand) lease.FleetAsked {
 		t.Helper()
-		got, err := l.AddDemand(ctx, "c", day, t0, d...)
+		got, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, d...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestAddDemandCountsTheFleetOnlyWhenAsked(t *testing.T) {
 	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
 	const day = "2026-11-21"
 	for slot := range 40 {
-		if _, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: slot, Requests: 1, MicrosAsked: 1_000}); err != nil {
+		if _, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: slot, Requests: 1, MicrosAsked: 1_000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestAddDemandCountsTheFleetOnlyWhenAsked(t *testing.T) {
 		return commandCalls(info, "hmget") + commandCalls(info, "hget")
 	}
 	before := reads()
-	got, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 40, Requests: 1, MicrosAsked: 1_000})
+	got, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 40, Requests: 1, MicrosAsked: 1_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestAddDemandCountsTheFleetOnlyWhenAsked(t *testing.T) {
 	if n := reads() - before; n != 1 {
 		t.Errorf("a flush not asking for the fleet read %d fields' slots, want 1 (the slot before)", n)
 	}
-	got, err = l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 40, Requests: 1, MicrosAsked: 1_000, Fleet: true})
+	got, err = l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 40, Requests: 1, MicrosAsked: 1_000, Fleet: true})
 	if err != nil || got.Spends != 42 || got.Micros != 42_000 {
 		t.Errorf("the same flush asking for the fleet: %+v, %v; want 42 SPENDs asking 42,000", got, err)
 	}
@@ -110,7 +110,7 @@ func TestAddDemandCountsTheFleetsLatestSpends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 3, Requests: 1, MicrosAsked: 1_000, Fleet: true})
+	got, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 3, Requests: 1, MicrosAsked: 1_000, Fleet: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,14 +119,62 @@ func TestAddDemandCountsTheFleetsLatestSpends(t *testing.T) {
 	}
 	// Enough SPENDs in slots 9 and 10: slots 3 and before are not counted.
 	half := int64(lease.FleetSpends / 2)
-	if _, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 9, Requests: half, MicrosAsked: half * 10, Fleet: true}); err != nil {
+	if _, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 9, Requests: half, MicrosAsked: half * 10, Fleet: true}); err != nil {
 		t.Fatal(err)
 	}
-	got, err = l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 10, Requests: half, MicrosAsked: half * 20, Fleet: true})
+	got, err = l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 10, Requests: half, MicrosAsked: half * 20, Fleet: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Spends != 2*half || got.Micros != half*30 {
 		t.Errorf("slots 9 and 10: %d SPENDs asking %d micros, want %d asking %d", got.Spends, got.Micros, 2*half, half*30)
+	}
+}
+
+// A flush counts its micros asked in the minute it names, in the ring of
+// recent minutes, and reads back the fleet's micros over whole minutes
+// before its own: flushes counted in the same minute add up whatever order
+// they came in, a minute the ring has since reused for a later one is not
+// counted, and a span outside the ring's reach is refused.
+func TestAddDemandCountsRecentMinutes(t *testing.T) {
+	l, srv := newLedger(t)
+	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
+	const day = "2026-11-21"
+	const m0 = 29_000_000
+	add := func(rc lease.Recent, asked int64) lease.FleetAsked {
+		t.Helper()
+		got, err := l.AddDemand(ctx, "c", day, t0, rc, lease.Demand{Slot: 1, Requests: 1, MicrosAsked: asked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	add(lease.Recent{Minute: m0}, 100)
+	add(lease.Recent{Minute: m0 + 1}, 20)
+	add(lease.Recent{Minute: m0 + 1}, 3) // another host's, the same minute
+	add(lease.Recent{Minute: m0 + 3}, 4_000)
+	got := add(lease.Recent{Minute: m0 + 4, From: m0, To: m0 + 3}, 1)
+	if got.Span != 4_123 || got.SpanMinutes != 3 {
+		t.Errorf("minutes m0..m0+3: %d micros in %d minutes, want 4,123 in 3 (none counted in m0+2)", got.Span, got.SpanMinutes)
+	}
+	// Minute m0 + 16 takes m0's field: m0 is no longer held.
+	add(lease.Recent{Minute: m0 + lease.RecentMinutes}, 7)
+	got = add(lease.Recent{Minute: m0 + lease.RecentMinutes + 1, From: m0 + 2, To: m0 + lease.RecentMinutes}, 0)
+	if got.Span != 4_008 || got.SpanMinutes != 3 {
+		t.Errorf("minutes m0+2..m0+16: %d micros in %d minutes, want 4,008 in 3", got.Span, got.SpanMinutes)
+	}
+	if n, err := srv.Client().HLen(ctx, lease.RecentDemandKey("c", day)).Result(); err != nil || n > lease.RecentMinutes {
+		t.Errorf("the ring holds %d fields (%v), want at most %d", n, err, lease.RecentMinutes)
+	}
+	for _, rc := range []lease.Recent{
+		{Minute: m0 + 20, From: m0 + 4, To: m0 + 19},  // from 16 minutes before
+		{Minute: m0 + 20, From: m0 + 19, To: m0 + 20}, // the flush's own minute
+		{Minute: m0 + 20, From: m0 + 10, To: m0 + 9},
+		{From: m0, To: m0 + 1},
+		{Minute: -1},
+	} {
+		if _, err := l.AddDemand(ctx, "c", day, t0, rc, lease.Demand{Slot: 1, Requests: 1}); err == nil {
+			t.Errorf("%+v: want an error", rc)
+		}
 	}
 }

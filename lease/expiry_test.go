@@ -69,7 +69,7 @@ func TestEveryDayKeyExpires(t *testing.T) {
 	if got, _, err := l.Reassert(ctx, k0, lease.LeaseRecord{ID: "kept", Amount: 500, Holder: "h2", Expiry: now.Add(6 * time.Minute)}, now.Add(5*time.Minute)); err != nil || got != lease.Rerecorded {
 		t.Fatalf("reassert on shard 0 (no lease left) = %v, %v; want re-recorded", got, err)
 	}
-	if _, err := l.AddDemand(ctx, "c", day, t0, lease.Demand{Slot: 48, Requests: 10, Allowed: 9, Denied: 1, MicrosAsked: 10_000, BidMicros: 1000}); err != nil {
+	if _, err := l.AddDemand(ctx, "c", day, t0, lease.Recent{}, lease.Demand{Slot: 48, Requests: 10, Allowed: 9, Denied: 1, MicrosAsked: 10_000, BidMicros: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	// A done key first written by a renewal (shard 0) and by a grant that

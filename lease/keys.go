@@ -35,6 +35,9 @@ import (
 //	pacer:dayops:{<id>}   hash   "<day>|<op>" -> delta, budget changes not yet finished
 //	pacer:reconciler:pass hash   the reconciler's full pass: after (the last campaign id looked
 //	                             at), done, started, campaigns, fence (sweep.go)
+//	pacer:demand:<id>:<day> hash the fleet's SPENDs and micros asked per 15-minute slot (demand.go)
+//	pacer:recent:{pacer:demand:<id>:<day>} hash  the fleet's micros asked by the minute, a ring
+//	                             of the latest 16 (demand.go; the demand hash's Cluster slot)
 //
 // A campaign's settings, its days and its pending day ops share the hash tag
 // {<id>}, so deciding a day's plan from the settings is one atomic script.
