@@ -136,21 +136,29 @@ type campaign struct {
 	// not known yet), from the demand flushes; it caps leases when the
 	// campaign is supply-constrained, so hosts get budget in proportion to
 	// their demand rather than to how often they ask.
-	share      float64
-	shareDay   string // the demand slot this host counts its part of
-	shareSlot  int
-	shareAsked int64 // this host's micros asked in that slot
-	// shareWhole: this host counted that slot from its start; shareJudged:
-	// share comes from such slots (updateShare).
-	shareWhole, shareJudged bool
+	share float64
+	// shareDay and shareFlushes: the day of this host's demand flushes
+	// and those of them still in the ring of recent minutes, oldest first;
+	// shareJudged: share comes from spans of them (updateShare).
+	shareDay     string
+	shareFlushes []shareFlush
+	shareJudged  bool
+	standDay     string // the demand slot the stand-in share counts in
+	standSlot    int
+	standAsked   int64 // this host's micros asked in that slot
 
 	flushed    bucket.Stats // demand counts at the last flush to the ledger
 	bidSent    int64        // the bid size the last flush that carried one sent
 	bidSentDay string       // the day it was sent for
-	lastFlush  time.Time
-	pending    []release
-	unanswered []ask // grant calls whose answers were lost (asks.go)
-	seenDays   map[string]bool
+	// flushBase: when the last demand flush (or one skipped, with nothing
+	// to count) was due; flushRetry, when one that failed is tried again
+	// (zero: none failed); flushPhase, this host's second of the minute
+	// to flush the campaign's demand at (nextFlush).
+	flushBase, flushRetry time.Time
+	flushPhase            time.Duration
+	pending               []release
+	unanswered            []ask // grant calls whose answers were lost (asks.go)
+	seenDays              map[string]bool
 }
 
 // settings is one version of the campaign as the ledger holds it, with its
@@ -173,6 +181,7 @@ func newCampaign(d *Daemon, c lease.Campaign) *campaign {
 	// again in the same tick.
 	cp.lastRefresh = now.Add(-time.Duration(hash(c.ID) % uint64(d.cfg.CampaignReread/10+1)))
 	cp.lastActive, cp.lastLook, cp.loadedAt = now, now, now
+	cp.flushPhase = flushPhase(d.cfg.Holder, c.ID)
 	cp.salt = newSalt()
 	return cp
 }

@@ -291,9 +291,57 @@ const (
 	sparseDemandFlush = 5 * time.Minute
 )
 
+// flushPhase is the second of the minute at which holder flushes campaign's
+// demand: spread over 5 to 55 s by their names, so that the hosts' flushes
+// do not come together, and each falls in the minute of its clock by a
+// margin wider than the clocks' skew bound (the ring of recent minutes
+// counts it there: updateShare).
+func flushPhase(holder, campaign string) time.Duration {
+	const spread = 50 * time.Second
+	return 5*time.Second + time.Duration(hash(holder+"\x00"+campaign)%uint64(spread/time.Millisecond))*time.Millisecond
+}
+
+// flushAt is the first instant at phase past a whole minute at least
+// every after base.
+func flushAt(base time.Time, every, phase time.Duration) time.Time {
+	from := base.Add(every)
+	t := from.Truncate(time.Minute).Add(phase)
+	if t.Before(from) {
+		t = t.Add(time.Minute)
+	}
+	return t
+}
+
+// nextFlush is when the campaign's demand is flushed next, every apart
+// (demandFlush, or sparseDemandFlush for a sparse campaign): at once the
+// first time, at the retry's time after a flush failed, else at its phase
+// of the minute at least every after the last was due (flushAt): the
+// first two at least every apart, those after on the minute's phase.
+func (c *campaign) nextFlush(every time.Duration) time.Time {
+	switch {
+	case c.flushBase.IsZero():
+		return time.Time{}
+	case !c.flushRetry.IsZero():
+		return c.flushRetry
+	}
+	return flushAt(c.flushBase, every, c.flushPhase)
+}
+
+// flushDone notes a demand flush, or one skipped with nothing to count,
+// that was due at due (nextFlush) and ran at now: the next is counted from
+// due if that was on the minute's phase and less than an interval ago,
+// else from now.
+func (c *campaign) flushDone(now, due time.Time, every time.Duration) {
+	c.flushBase = due
+	if due.IsZero() || !c.flushRetry.IsZero() || !due.After(now.Add(-every)) {
+		c.flushBase = now
+	}
+	c.flushRetry = time.Time{}
+}
+
 // flushDemand adds the demand seen since the last flush to the current slot
 // of the day.
-func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState) {
+func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState, due time.Time, every time.Duration) {
 	st := ds.b.Stats(now)
 	slot := int(int64(now.Sub(ds.day.Start)) * lease.DemandSlots / int64(ds.day.Length()))
 	d := lease.Demand{
@@ -332,59 +380,132 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState)
 		d.MicrosAsked = 0
 	}
 	if d.Requests <= 0 {
-		c.lastFlush = now
+		c.flushDone(now, due, every)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
 	start := time.Now()
-	fleet, err := c.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, lease.Recent{}, d)
+	rc := c.shareSpan(ds.day.Key, unixMinute(now))
+	fleet, err := c.ledger.AddDemand(ctx, c.id, ds.day.Key, ds.day.Start, rc, d)
 	c.d.observeLedger("demand", start, err)
 	if err != nil {
 		c.log.Warn("demand flush failed; will retry with the counts added up", zap.Error(err))
 		// Again in an eighth of a lease window, not every tick: a ledger
 		// that is down gets no flood of flushes from every campaign.
-		c.lastFlush = now.Add(c.cfg.LeaseWindow/8 - demandFlush)
+		c.flushBase, c.flushRetry = now, now.Add(c.cfg.LeaseWindow/8)
 		return
 	}
-	c.flushed, c.lastFlush = st, now
+	c.flushed = st
+	c.flushDone(now, due, every)
 	c.fleetDay, c.fleetSpends, c.fleetMicros = ds.day.Key, fleet.Spends, fleet.Micros
 	if d.BidMicros > 0 {
 		c.bidSent, c.bidSentDay = d.BidMicros, ds.day.Key
 	}
-	c.updateShare(ds.day.Key, d.Slot, d.MicrosAsked, fleet)
+	c.updateShare(ds.day.Key, d.Slot, rc, d.MicrosAsked, fleet)
+}
+
+// unixMinute is t's minute since the Unix epoch.
+func unixMinute(t time.Time) int64 { return t.Unix() / 60 }
+
+// shareFlush is one of this host's demand flushes of a campaign-day: the
+// minute it was counted in and its micros asked.
+type shareFlush struct{ minute, asked int64 }
+
+// shareSpanMinutes is the least span of whole minutes a host judges its
+// share on: the sparse flush interval, so that a span holds about one
+// flush of each host that flushes that seldom (condition 15).
+const shareSpanMinutes = int64(sparseDemandFlush / time.Minute)
+
+// shareSpan is what a demand flush of day at minute asks of the ring of
+// recent minutes (lease.Recent): to count its micros in minute, and the
+// fleet's micros asked over the span this host judges next (judgedSpan), if
+// the ring still holds it.
+func (c *campaign) shareSpan(day string, minute int64) lease.Recent {
+	rc := lease.Recent{Minute: minute}
+	if from, to, _, ok := c.judgedSpan(day, minute); ok {
+		rc.From, rc.To = from, to
+	}
+	return rc
+}
+
+// judgedSpan is the span of whole minutes a flush of day at minute judges
+// this host's share on, and its own micros asked there: from after the
+// latest of its flushes at least shareSpanMinutes before its last, up to
+// its last, if the ring of recent minutes holds all of them at minute.
+func (c *campaign) judgedSpan(day string, minute int64) (from, to, own int64, ok bool) {
+	fs := c.shareFlushes
+	if c.shareDay != day || len(fs) < 2 || fs[len(fs)-1].minute >= minute {
+		return 0, 0, 0, false
+	}
+	to = fs[len(fs)-1].minute
+	for i := len(fs) - 2; i >= 0; i-- {
+		if fs[i].minute <= to-shareSpanMinutes {
+			from = fs[i].minute + 1
+			if minute-from >= lease.RecentMinutes {
+				return 0, 0, 0, false
+			}
+			for _, f := range fs[i+1:] {
+				own += f.asked
+			}
+			return from, to, own, true
+		}
+	}
+	return 0, 0, 0, false
 }
 
 // updateShare folds this host's share of the campaign's demand into
-// c.share (refill loop only), from what a demand flush just added (asked, in
-// slot of day) and returned (the fleet's). A slot is judged once it is over
-// (fleet.Before) and only if this host counted it from its start: then its
-// own counts and the fleet's cover the same quarter hour. The slot in
-// progress errs high, since the other hosts' counts in it are up to their
-// flush interval behind this host's own: a host with a fifth of a sparse
-// campaign's SPENDs, flushing every 5 minutes, took itself for 40% of it
-// and was metered at twice its share (shareThrottle), and took 25% of the
-// spend. It stands in only until a whole slot has been judged: a fresh
-// daemon's share is needed before that.
-func (c *campaign) updateShare(day string, slot int, asked int64, fleet lease.FleetAsked) {
-	if day != c.shareDay || slot != c.shareSlot {
-		next := c.shareDay != "" && (day == c.shareDay && slot == c.shareSlot+1 ||
-			day != c.shareDay && slot == 0 && c.shareSlot == lease.DemandSlots-1)
-		if next && c.shareWhole && day == c.shareDay && fleet.Before > 0 {
-			inst := min(float64(c.shareAsked)/float64(fleet.Before), 1)
-			// pace.ShareWeight (condition 15): the slot's SPENDs, by the
-			// host's mean SPEND.
-			spends := float64(fleet.Before) / max(c.meanBid(), 1)
-			c.share += pace.ShareWeight(spends, !c.shareJudged) * (inst - c.share)
-			c.shareJudged = true
-		}
-		c.shareDay, c.shareSlot, c.shareAsked, c.shareWhole = day, slot, 0, next
+// c.share (refill loop only), from what a demand flush of day just added
+// (asked, in slot, counted in rc.Minute) and returned (the fleet's).
+//
+// The share is judged on spans of whole minutes, each flush counted in the
+// minute of its own time (condition 15): a span holds every flush the
+// fleet counted in its minutes, whatever order they reached the ledger in,
+// and this host's own of them. Spans of at least shareSpanMinutes, ending
+// at this host's last flush before this one (so every flush of the span's
+// last minute is in): each host flushes at its own second of the minute
+// (flushPhase), so the others' flushes in a span cover about as long as the
+// host's own, and a span holds about one flush of each host whose campaign
+// is sparse (flushing every sparseDemandFlush). Where the 15-minute slots
+// took up to half an hour, a host whose gate closed (or that died), and so
+// counts no micros from its next flush on, leaves the others' spans within
+// shareSpanMinutes of that flush.
+//
+// Until a span is judged, a stand-in comes from the slot in progress, which
+// errs high since the other hosts' counts in it are up to their flush
+// interval behind this host's own: a fresh daemon's share is needed before
+// its first span.
+func (c *campaign) updateShare(day string, slot int, rc lease.Recent, asked int64, fleet lease.FleetAsked) {
+	if from, to, own, ok := c.judgedSpan(day, rc.Minute); ok && rc.From == from && rc.To == to && fleet.Span > 0 {
+		inst := min(float64(own)/float64(fleet.Span), 1)
+		// The span's SPENDs, by the host's mean SPEND.
+		spends := float64(fleet.Span) / max(c.meanBid(), 1)
+		c.share += pace.ShareWeight(spends) * (inst - c.share)
+		c.shareJudged = true
 	}
-	c.shareAsked += asked
-	if c.shareJudged || fleet.Slot <= 0 || c.shareAsked <= 0 {
+	if day != c.shareDay {
+		c.shareDay, c.shareFlushes = day, c.shareFlushes[:0]
+	}
+	switch fs := c.shareFlushes; {
+	case len(fs) > 0 && fs[len(fs)-1].minute >= rc.Minute: // a second flush in a minute (one retried)
+		fs[len(fs)-1].asked += asked
+	default:
+		// Only flushes the ring still holds, and the one before them (a
+		// span starts after it).
+		keep := 0
+		for keep+1 < len(fs) && fs[keep+1].minute <= rc.Minute-lease.RecentMinutes {
+			keep++
+		}
+		c.shareFlushes = append(fs[keep:], shareFlush{minute: rc.Minute, asked: asked})
+	}
+	if day != c.standDay || slot != c.standSlot {
+		c.standDay, c.standSlot, c.standAsked = day, slot, 0
+	}
+	c.standAsked += asked
+	if c.shareJudged || fleet.Slot <= 0 || c.standAsked <= 0 {
 		return
 	}
-	inst := min(float64(c.shareAsked)/float64(fleet.Slot), 1)
+	inst := min(float64(c.standAsked)/float64(fleet.Slot), 1)
 	if c.share == 0 {
 		c.share = inst
 		return
@@ -397,10 +518,14 @@ func (c *campaign) updateShare(day string, slot int, asked int64, fleet lease.Fl
 // should remember it: several times the host's mean interval between
 // visits to one shard (it asks a random shard about every half window), so
 // that a host is not forgotten between its visits while it is busy
-// (refill loop).
+// (refill loop). None from a host alone (pace.Alone): a host that stopped
+// serving (its gate closed, or it died) leaves records that would hold the
+// one that serves to their old split until they expire (4 × shards × half
+// a window after its last grant there: 16 minutes at 8 shards and a
+// minute's window).
 func (c *campaign) fairDemand(ds *dayState) (int64, time.Duration) {
 	rate, _ := c.demand()
-	if rate <= 0 {
+	if rate <= 0 || pace.Alone(c.share) {
 		return 0, 0
 	}
 	ttl := 4 * time.Duration(max(ds.shards, 2)) * c.cfg.LeaseWindow / 2

@@ -154,8 +154,8 @@ func (c *campaign) observe(ctx context.Context, now time.Time, s *settings, ds *
 	if c.sparse() {
 		flushEvery = sparseDemandFlush
 	}
-	if now.Sub(c.lastFlush) >= flushEvery {
-		c.flushDemand(ctx, now, ds)
+	if due := c.nextFlush(flushEvery); !now.Before(due) {
+		c.flushDemand(ctx, now, ds, due, flushEvery)
 	}
 	return t
 }

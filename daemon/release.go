@@ -162,7 +162,7 @@ func (c *campaign) dropDay(ctx context.Context, now time.Time, ds *dayState) {
 		// for a broadcast that finds the day gone.
 		c.d.ran.ask(c.id, ds.day.Key)
 	}
-	c.flushDemand(ctx, now, ds) // the day's last minute of demand
+	c.flushDemand(ctx, now, ds, time.Time{}, demandFlush) // the day's last minute of demand
 	c.releaseParked(ctx, now, ds, true)
 	closed := ds.b.Revoke(now)
 	st := ds.b.Stats(now)

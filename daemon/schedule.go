@@ -54,7 +54,7 @@ func (c *campaign) schedule(now time.Time) {
 	if c.recheck.Load() || c.stale.Load() || len(c.pending) > 0 {
 		soon(now) // each is rate-limited where it acts
 	}
-	later(c.lastFlush.Add(demandFlush))
+	later(c.nextFlush(demandFlush))
 	later(c.maxSince.Add(largestSpendWindow))
 	ds := c.day.Load()
 	switch {

@@ -122,7 +122,8 @@ type Input struct {
 	// and SPENDs a second (exponentially weighted).
 	DemandRate, DemandCalls float64
 	// Share is this host's share of the fleet's demand (0: not known, and
-	// a host alone, 1, is bounded by the fleet's rate only).
+	// a host alone, ShareAlone or more, is bounded by the fleet's rate
+	// only).
 	Share float64
 	// OpenDrip is what the leases this host keeps past this instant drip,
 	// in micros a second (a lease being renewed now is not among them).
@@ -201,7 +202,7 @@ func Plan(in Input) Decision {
 	switch {
 	case in.CurveNow >= PPB:
 		limit = math.Inf(1) // all that is left, as fast as demand takes it
-	case in.Share > 0 && in.Share < 1:
+	case Metered(in.Share):
 		// Headroom over the pace, not over the catch-up (2).
 		limit = min(limit, in.Share*max(limit, h*float64(d.Pace)/w))
 	}

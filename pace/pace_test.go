@@ -92,7 +92,7 @@ func TestHostNeverTargetsMoreThanTheFleetOrItsShare(t *testing.T) {
 		if d.HostRate > fleetRate*(1+1e-9) {
 			t.Fatalf("host rate %.1f above the fleet's %.1f: %+v", d.HostRate, fleetRate, in)
 		}
-		if in.Share > 0 && in.Share < 1 {
+		if Metered(in.Share) {
 			paced := Headroom(in.DemandCalls, in.Window) * float64(d.Pace) / w
 			if bound := in.Share * max(fleetRate, paced); d.HostRate > bound*(1+1e-9) {
 				t.Fatalf("host rate %.1f above its share's bound %.1f: %+v", d.HostRate, bound, in)

@@ -12,18 +12,29 @@ import "time"
 //  15. ShareRate: a host is metered at its share s of the fleet's rate: of
 //      the curve's pace, or of the catch-up rate while the fleet catches up
 //      (CatchingWindows). A host whose share is not known, or which serves
-//      the campaign alone (s ≤ 0 or s ≥ 1), is not metered (rate 0).
+//      the campaign alone (s ≤ 0 or s ≥ ShareAlone, 99%), is not metered
+//      (rate 0).
 //
-//      The share itself is judged on whole demand slots (15 minutes): each
-//      slot judged moves it ShareWeight of the way to the slot's split,
-//      n/(n + ShareSlotSpends) for a slot of n of the fleet's SPENDs, and
-//      at most ShareSlotWeight (halfway) but for the first slot judged,
-//      which replaces a stand-in taken from a slot in progress (biased
-//      high: the other hosts' counts in it lag): a slot of a sparse
-//      campaign holds a SPEND or two, whose split (all or nothing) says
-//      little of a host's share, and a share taken whole from one such
-//      slot metered a host with 45% of the SPENDs at 5% for hours. A busy
-//      campaign's slot moves it the whole way (the first) or halfway.
+//      The share itself is judged on spans of whole minutes: at each of
+//      its demand flushes, a host takes the span from after the latest of
+//      its flushes at least 5 minutes (the sparse flush interval) before
+//      its last, up to its last, and each span moves the share ShareWeight
+//      of the way to the span's split, its own micros asked over the
+//      fleet's, n/(n + ShareSpanSpends) for a span of n of the fleet's
+//      SPENDs. The fleet's counts are those of every flush counted in the
+//      span's minutes, each in the minute of its own time, whatever order
+//      they reached the ledger in; every host flushes at its own second of
+//      the minute, so the others' flushes in a span cover about as long as
+//      the host's own, and a span holds about one flush of a host that
+//      flushes every 5 minutes. A busy campaign's span moves the share the
+//      whole way: a host that stops serving (its gate refuses leases, or
+//      it died) counts no micros from its next flush, and the others'
+//      shares follow over the next spans. A sparse campaign's span holds a
+//      SPEND or two, whose split (all or nothing) says little of a host's
+//      share: it moves it a little (a share taken whole from one such slot
+//      metered a host with 45% of the SPENDs at 5% for hours). Until a span
+//      is judged, a stand-in taken from the 15-minute slot in progress
+//      (biased high: the other hosts' counts in it lag).
 //
 //  16. MeterCredit: a host's spend credit grows at its share rate, falls by
 //      what it spent (less refunds), and never exceeds Reading.Limit, the
@@ -56,28 +67,19 @@ import "time"
 //      exhausted on a host only when less than one of its SPENDs is held
 //      elsewhere: until then its bids are paced, not refused.
 
-// ShareSlotWeight is the most of the way one judged demand slot moves a
-// host's share; ShareSlotSpends, the fleet's SPENDs in a slot at which it
-// moves it half as far (condition 15).
-const (
-	ShareSlotWeight = 0.5
-	ShareSlotSpends = 8
-)
+// ShareSpanSpends is the fleet's SPENDs in a judged span at which the span
+// moves a host's share halfway (condition 15).
+const ShareSpanSpends = 8
 
-// ShareWeight is how far, as a part of the way, a judged demand slot of
-// spends of the fleet's SPENDs moves a host's share towards the slot's
-// split (condition 15): spends/(spends + ShareSlotSpends), at most
-// ShareSlotWeight unless first (the first slot judged); 0 for a slot of
-// none (or NaN).
-func ShareWeight(spends float64, first bool) float64 {
+// ShareWeight is how far, as a part of the way, a judged span of spends of
+// the fleet's SPENDs moves a host's share towards the span's split
+// (condition 15): spends/(spends + ShareSpanSpends); 0 for a span of none
+// (or NaN).
+func ShareWeight(spends float64) float64 {
 	if !(spends > 0) {
 		return 0
 	}
-	w := spends / (spends + ShareSlotSpends)
-	if first {
-		return w
-	}
-	return min(w, ShareSlotWeight)
+	return spends / (spends + ShareSpanSpends)
 }
 
 // ShareThrottleDemand is how far above its share rate a host's own demand
@@ -88,11 +90,28 @@ const ShareThrottleDemand = 1.25
 // (condition 16).
 const MeterBids = 4
 
+// ShareAlone is the share at which a host counts as serving a campaign
+// alone (condition 15): metering it would protect at most 1% of the
+// fleet's demand, and a share judged by moving part of the way to each
+// span's split reaches 1 only in the limit.
+const ShareAlone = 0.99
+
+// Alone reports whether a host of share serves its campaign alone
+// (condition 15): it is not metered, and it records no demand at the
+// shards, whose fair split is between hosts that share the campaign (the
+// records of a host that stopped serving would otherwise hold it to their
+// old split until they expire).
+func Alone(share float64) bool { return share >= ShareAlone }
+
+// Metered reports whether a host of share is metered by it (condition 15):
+// its share is known (above 0) and it is not alone.
+func Metered(share float64) bool { return share > 0 && !Alone(share) }
+
 // ShareRate is a host's share rate, micros a second (condition 15): share
 // of fleetRate while the fleet catches up, else of fleetPace (the curve's
 // pace); 0 when the host is not metered.
 func ShareRate(share, fleetPace, fleetRate float64, catching bool) float64 {
-	if !(share > 0 && share < 1) {
+	if !Metered(share) {
 		return 0
 	}
 	if catching {

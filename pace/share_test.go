@@ -17,6 +17,9 @@ func randomShare(r *rand.Rand) float64 {
 	case 1:
 		return 1
 	case 2:
+		if r.IntN(2) == 0 {
+			return ShareAlone + (1-ShareAlone)*r.Float64()
+		}
 		return -r.Float64()
 	}
 	return r.Float64()
@@ -32,8 +35,11 @@ func TestShareRateProperties(t *testing.T) {
 		if catching {
 			fleet = rate
 		}
+		if Alone(share) != (share >= ShareAlone) || Metered(share) != (share > 0 && share < ShareAlone) {
+			t.Fatalf("#%d share %v: alone %v, metered %v", i, share, Alone(share), Metered(share))
+		}
 		switch {
-		case !(share > 0 && share < 1):
+		case !(share > 0 && share < ShareAlone):
 			if got != 0 {
 				t.Fatalf("#%d share %v: rate %v; an unmetered host's is 0", i, share, got)
 			}
@@ -284,19 +290,21 @@ func TestShareWeightProperties(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 15))
 	for i := range 200_000 {
 		n := math.Exp(r.Float64()*math.Log(1e6)) - 1
-		first := r.IntN(2) == 0
-		w := ShareWeight(n, first)
-		if !(w >= 0 && w <= 1) || !first && w > ShareSlotWeight || n <= 0 && w != 0 {
-			t.Fatalf("#%d: ShareWeight(%.3g, %v) = %v: not a part of the way, or more than halfway after the first", i, n, first, w)
+		w := ShareWeight(n)
+		if !(w >= 0 && w <= 1) || n <= 0 && w != 0 {
+			t.Fatalf("#%d: ShareWeight(%.3g) = %v: not a part of the way", i, n, w)
 		}
-		if more := ShareWeight(n*(1+r.Float64()), first); more < w {
-			t.Fatalf("#%d: ShareWeight(%.3g, %v) = %v, less for more SPENDs: %v", i, n, first, w, more)
+		if more := ShareWeight(n * (1 + r.Float64())); more < w {
+			t.Fatalf("#%d: ShareWeight(%.3g) = %v, less for more SPENDs: %v", i, n, w, more)
 		}
-		if first && n >= 1000*ShareSlotSpends && w < 0.999 {
-			t.Fatalf("#%d: a first busy slot of %.0f SPENDs moves the share %v of the way, want all of it", i, n, w)
+		if n >= 1000*ShareSpanSpends && w < 0.999 {
+			t.Fatalf("#%d: a busy span of %.0f SPENDs moves the share %v of the way, want all of it", i, n, w)
+		}
+		if n <= 2 && w > 0.25 {
+			t.Fatalf("#%d: a span of %.2f SPENDs moves the share %v of the way, want at most a quarter", i, n, w)
 		}
 	}
-	if ShareWeight(math.NaN(), true) != 0 {
+	if ShareWeight(math.NaN()) != 0 {
 		t.Error("ShareWeight(NaN) is not 0")
 	}
 	const days = 4_000
@@ -304,7 +312,7 @@ func TestShareWeightProperties(t *testing.T) {
 	for range days {
 		s := 0.1 + 0.8*r.Float64()
 		share := min(1, s*(1+r.Float64())) // the stand-in errs high
-		for slot := range 8 {
+		for range 8 {                      // spans of a sparse campaign's flushes
 			spends := 1 + r.IntN(4)
 			mine := 0
 			for range spends {
@@ -312,7 +320,7 @@ func TestShareWeightProperties(t *testing.T) {
 					mine++
 				}
 			}
-			share += ShareWeight(float64(spends), slot == 0) * (float64(mine)/float64(spends) - share)
+			share += ShareWeight(float64(spends)) * (float64(mine)/float64(spends) - share)
 			if share < s/5 {
 				low++
 				break
