@@ -150,10 +150,10 @@ type campaign struct {
 	flushed    bucket.Stats // demand counts at the last flush to the ledger
 	bidSent    int64        // the bid size the last flush that carried one sent
 	bidSentDay string       // the day it was sent for
-	// flushBase: when the last demand flush (or one skipped, with nothing
-	// to count) was due; flushRetry, when one that failed is tried again
-	// (zero: none failed); flushPhase, this host's second of the minute
-	// to flush the campaign's demand at (nextFlush).
+	// flushBase: when the last demand flush was due; flushRetry, when one
+	// that failed is tried again (zero: none failed); flushPhase, this
+	// host's second of the minute to flush the campaign's demand at
+	// (nextFlush).
 	flushBase, flushRetry time.Time
 	flushPhase            time.Duration
 	pending               []release

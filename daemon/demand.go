@@ -301,10 +301,9 @@ func flushPhase(holder, campaign string) time.Duration {
 	return 5*time.Second + time.Duration(hash(holder+"\x00"+campaign)%uint64(spread/time.Millisecond))*time.Millisecond
 }
 
-// flushAt is the first instant at phase past a whole minute at least
-// every after base.
-func flushAt(base time.Time, every, phase time.Duration) time.Time {
-	from := base.Add(every)
+// flushAt is the first instant at phase past a whole minute at or after
+// from.
+func flushAt(from time.Time, phase time.Duration) time.Time {
 	t := from.Truncate(time.Minute).Add(phase)
 	if t.Before(from) {
 		t = t.Add(time.Minute)
@@ -315,8 +314,9 @@ func flushAt(base time.Time, every, phase time.Duration) time.Time {
 // nextFlush is when the campaign's demand is flushed next, every apart
 // (demandFlush, or sparseDemandFlush for a sparse campaign): at once the
 // first time, at the retry's time after a flush failed, else at its phase
-// of the minute at least every after the last was due (flushAt): the
-// first two at least every apart, those after on the minute's phase.
+// of the minute at least every after the last was due (flushAt): the first
+// two flushes at least every apart, those after on the minute's phase. A
+// flush with nothing to count is not made, and moves nothing.
 func (c *campaign) nextFlush(every time.Duration) time.Time {
 	switch {
 	case c.flushBase.IsZero():
@@ -324,13 +324,12 @@ func (c *campaign) nextFlush(every time.Duration) time.Time {
 	case !c.flushRetry.IsZero():
 		return c.flushRetry
 	}
-	return flushAt(c.flushBase, every, c.flushPhase)
+	return flushAt(c.flushBase.Add(every), c.flushPhase)
 }
 
-// flushDone notes a demand flush, or one skipped with nothing to count,
-// that was due at due (nextFlush) and ran at now: the next is counted from
-// due if that was on the minute's phase and less than an interval ago,
-// else from now.
+// flushDone notes a demand flush that was due at due (nextFlush) and ran
+// at now: the next is counted from due if that was on the minute's phase
+// and less than an interval ago, else from now.
 func (c *campaign) flushDone(now, due time.Time, every time.Duration) {
 	c.flushBase = due
 	if due.IsZero() || !c.flushRetry.IsZero() || !due.After(now.Add(-every)) {
@@ -350,6 +349,13 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState,
 		Denied:      st.Denials - c.flushed.Denials,
 		MicrosAsked: st.Requested - c.flushed.Requested,
 	}
+	d.Requests = d.Allowed + d.Denied
+	if d.Requests <= 0 {
+		// Nothing to count: no flush, and none skipped (the next SPENDs
+		// are flushed at the first step that sees them, if the last flush
+		// was an interval ago or more).
+		return
+	}
 	// The bid only when it moved by more than an eighth since this host
 	// last sent it, or on the day's first flush: it sizes the shard counts
 	// of days to come, which need no precision, and an unchanged write
@@ -364,7 +370,6 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState,
 	if u := c.seenUnit(); c.reportsBid(u, ds.day.Key) {
 		d.BidMicros = u
 	}
-	d.Requests = d.Allowed + d.Denied
 	// The fleet's latest SPENDs only for a budget whose advance they size
 	// (pace.AdvanceUsesMean): counting them reads slots back to the day's
 	// start for a campaign with few SPENDs in each.
@@ -378,10 +383,6 @@ func (c *campaign) flushDemand(ctx context.Context, now time.Time, ds *dayState,
 		// are no part of the fleet's demand that the hosts which serve
 		// share (updateShare).
 		d.MicrosAsked = 0
-	}
-	if d.Requests <= 0 {
-		c.flushDone(now, due, every)
-		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.LedgerTimeout)
 	defer cancel()
