@@ -146,10 +146,11 @@ func shareGap(t *testing.T, allowed []int64) (total int64, worst float64) {
 // cover its last bid (shareThrottle), and before an ordinary grant's part
 // stopped being raised to a bid, the hosts got 41/35/24% of the spend in
 // the simulator's family (f42, f48). Two hours of an injected clock, after
-// ten minutes' warm-up, from several starts: before a host's share was
-// judged on whole demand slots (updateShare), the small host took itself
-// for 40% of the SPENDs, and the test passed or failed by its start (from
-// 00:05, 42.7/32.2/25.1%).
+// ten minutes' warm-up, from several starts: judged on the demand slot in
+// progress (where the others' counts lag a host's own), the small host took
+// itself for 40% of the SPENDs, and the test passed or failed by its start
+// (from 00:05, 42.7/32.2/25.1%); shares are judged on whole spans of
+// minutes (updateShare).
 func TestStandingHostsSpendByDemand(t *testing.T) {
 	for _, start := range []time.Duration{time.Minute, 5 * time.Minute, 7 * time.Minute} {
 		t.Run(start.String(), func(t *testing.T) { slowHostsOnCurve(t, start, 3) })

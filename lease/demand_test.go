@@ -10,9 +10,9 @@ import (
 )
 
 // A demand flush returns the fleet's micros asked in the slot it wrote, its
-// own included, and in the slot before, and the day's SPENDs and micros
-// asked so far (fewer than lease.FleetSpends here), which daemons judge their share of
-// the campaign's demand on once it is over (daemon's updateShare).
+// own included, and in the slot before (a fresh daemon's stand-in share
+// comes from the first: daemon's updateShare), and the day's SPENDs and
+// micros asked so far (fewer than lease.FleetSpends here).
 func TestAddDemandReturnsTheSlotAndTheOneBefore(t *testing.T) {
 	l, _ := newLedger(t)
 	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)

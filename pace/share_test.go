@@ -277,13 +277,13 @@ func TestHeldElsewhereProperties(t *testing.T) {
 	}
 }
 
-// Condition 15's share weight, over random slots: a part of the way, at
-// most halfway but for the first slot judged, growing with the slot's
-// SPENDs (a busy slot's first judgement replaces the stand-in, near
-// enough). And over random days of a sparse campaign (a few of the fleet's
-// SPENDs a slot, each this host's with its share's chance), a share judged
-// so stays near the host's: within 0.25 of it after 8 slots in at least
-// 95% of days, and never below a fifth of it in 99%. Taken whole from the
+// Condition 15's share weight, over random spans: a part of the way,
+// growing with the span's SPENDs, nearly the whole way for a busy span and
+// at most a quarter for a span of two SPENDs or fewer. And over random
+// days of a sparse campaign (a few of the fleet's SPENDs a span, each this
+// host's with its share's chance), a share judged so stays near the
+// host's: within 0.25 of it after 8 spans in at least 95% of days, and
+// never below a fifth of it in 99%. Taken whole from the
 // first slot and halfway from each after, it was 0 after a slot of one
 // SPEND elsewhere, and a host with 45% of the SPENDs was metered at 5%.
 func TestShareWeightProperties(t *testing.T) {
