@@ -56,8 +56,9 @@ func TestDocsQuoteTheDemandFlush(t *testing.T) {
 	}
 }
 
-// docs/PACING.md quotes the ledger advance's bound in mean SPENDs: the
-// quotes must carry the daemon's values.
+// docs/PACING.md quotes the ledger advance's bound in mean SPENDs, the
+// curve fit's counts and the spans shares are judged on: the quotes must
+// carry the daemon's values.
 func TestPacingDocQuotesTheAdvance(t *testing.T) {
 	data, err := os.ReadFile("../docs/PACING.md")
 	if err != nil {
@@ -75,6 +76,8 @@ func TestPacingDocQuotesTheAdvance(t *testing.T) {
 		{regexp.MustCompile(`weighs at least ([0-9]+) recorded`), fmt.Sprint(AutoCurveSlotRequests)},
 		{regexp.MustCompile(`at most (\w+) 15-minute slots`), map[int]string{1: "one", 2: "two", 3: "three"}[bucket.DefaultSmooth(AutoCurveSlots)]},
 		{regexp.MustCompile(`demand of the ([0-9]+) days before \(flat below ([0-9]+) SPENDs`), fmt.Sprint(AutoCurveDays)},
+		{regexp.MustCompile(`the latest of its flushes at least\s+([0-9]+)\s+minutes before its last`), fmt.Sprint(shareSpanMinutes)},
+		{regexp.MustCompile(`the ledger keeps the latest ([0-9]+)\s+minutes`), fmt.Sprint(lease.RecentMinutes)},
 	} {
 		m := c.phrase.FindAllSubmatch(data, -1)
 		if len(m) == 0 {
