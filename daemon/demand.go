@@ -293,9 +293,11 @@ const (
 
 // flushPhase is the second of the minute at which holder flushes campaign's
 // demand: spread over 5 to 55 s by their names, so that the hosts' flushes
-// do not come together, and each falls in the minute of its clock by a
-// margin wider than the clocks' skew bound (the ring of recent minutes
-// counts it there: updateShare).
+// do not come together, and each falls in the minute of its clock by 5 s
+// or more, wider than the default skew bound (1 s), so hosts' clocks agree
+// on its minute (the ring of recent minutes counts it there: updateShare);
+// a larger skew only moves a flush to a neighbouring minute, which a span
+// of five or more minutes mostly holds too.
 func flushPhase(holder, campaign string) time.Duration {
 	const spread = 50 * time.Second
 	return 5*time.Second + time.Duration(hash(holder+"\x00"+campaign)%uint64(spread/time.Millisecond))*time.Millisecond
